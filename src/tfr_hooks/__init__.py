@@ -1,0 +1,62 @@
+"""tfr_hooks: session-hook training loops for Keras models fed straight from TFRecord tensors.
+
+Public names are listed in ``_PUBLIC`` with the module that defines them and imported on
+first use, so that ``import tfr_hooks`` (and the ``tfr-hooks`` command) can quiet
+TensorFlow's start-up chatter before TensorFlow itself is imported.
+
+Examples:
+    >>> import tfr_hooks
+    >>> loop = tfr_hooks.SessionLoop(train_op, fetches={"loss": loss})  # doctest: +SKIP
+    >>> history = loop.run(epochs=3)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
+    from tfr_hooks import tfrecord
+    from tfr_hooks.hooks import Hook, LoopState
+    from tfr_hooks.queue_runners import QueueRunnerHook
+    from tfr_hooks.session_loop import HookedSession, SessionLoop, Validation, hooked_session
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (a module path alone for subpackages)
+_PUBLIC: dict[str, str] = {
+    "Hook": "tfr_hooks.hooks",
+    "LoopState": "tfr_hooks.hooks",
+    "SessionLoop": "tfr_hooks.session_loop",
+    "Validation": "tfr_hooks.session_loop",
+    "HookedSession": "tfr_hooks.session_loop",
+    "hooked_session": "tfr_hooks.session_loop",
+    "QueueRunnerHook": "tfr_hooks.queue_runners",
+    "tfrecord": "tfr_hooks.tfrecord",
+}
+
+__all__ = [
+    "Hook",
+    "LoopState",
+    "SessionLoop",
+    "Validation",
+    "HookedSession",
+    "hooked_session",
+    "QueueRunnerHook",
+    "tfrecord",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _PUBLIC.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'tfr_hooks' has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if module_name.endswith(f".{name}") else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,276 @@
+"""The hook protocol: TensorFlow's ``SessionRunHook`` plus epoch and validation events.
+
+Every loop in this package drives its hooks through one lifecycle::
+
+    begin -> after_create_session(session, coord) ->
+      [ epoch_begin(epoch) ->
+          ( before_run(run_context) -> step -> after_run(run_context, run_values) )*
+        -> [ validation_begin -> (validation_batch_begin -> validation_batch_end)* ->
+             validation_end ]
+        -> epoch_end(epoch, logs) ]*
+    -> end(session)   # always, for every hook, even when one of them raises
+
+``before_run``/``after_run`` keep the exact meaning they have in
+``tf.compat.v1.train.MonitoredSession``, so TensorFlow's stock hooks run unchanged.
+The epoch and validation events only reach subclasses of :class:`Hook`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = ["Hook", "HookList", "LoopState", "check_hooks"]
+
+logger = logging.getLogger(__name__)
+
+SessionRunHook = tf.compat.v1.train.SessionRunHook
+
+
+class LoopState:
+    """What a running loop shows its hooks, and the one thing they may do to it: stop it.
+
+    The loop owns this object; a :class:`Hook` sees it as ``self.loop`` from ``begin`` on.
+
+    Attributes:
+        epochs: The epoch count asked for (``run(epochs=...)``).
+        initial_epoch: The first epoch of this run (non-zero when resuming).
+        epoch: The current epoch, counted from 0.
+        global_step: Steps run since ``run`` started (this run only).
+        epoch_steps: Steps run so far in the current epoch.
+        epoch_examples: Examples seen so far in the current epoch (when the loop knows
+            batch sizes; otherwise equal to ``epoch_steps``).
+        steps_per_epoch: Steps per epoch: the one configured, or, when the data decides,
+            the number learned when the first epoch ran out of data (``None`` before).
+        steps_per_execution: Steps run by one call of the step (1 in graph mode).
+        batch_logs: The logs of the last step: running means of the fetched values over
+            the current epoch, as Python floats.
+        session: The ``tf.compat.v1.Session`` of a graph-mode loop, else ``None``.
+        stop_requested: Whether a stop was requested; the loop ends after the current step.
+        stop_reason: Why, as given to :meth:`request_stop`.
+    """
+
+    def __init__(self) -> None:
+        self.epochs = 0
+        self.initial_epoch = 0
+        self.epoch = 0
+        self.global_step = 0
+        self.epoch_steps = 0
+        self.epoch_examples = 0
+        self.steps_per_epoch: int | None = None
+        self.steps_per_execution = 1
+        self.batch_logs: dict[str, float] = {}
+        self.session: Any = None
+        self.stop_requested = False
+        self.stop_reason = ""
+
+    def request_stop(self, reason: str = "") -> None:
+        """Ask the loop to stop after the current step; the epoch is still closed.
+
+        Args:
+            reason: Why, for the log.
+        """
+        if not self.stop_requested:
+            logger.info("Stop requested%s", f": {reason}" if reason else "")
+            self.stop_requested = True
+            self.stop_reason = reason
+
+
+class Hook(SessionRunHook):  # type: ignore[misc]
+    """Base class for hooks: a ``SessionRunHook`` with epoch and validation events.
+
+    All methods are no-ops; override the ones you need. A hook may add fetches, feeds and
+    run options to the training step by returning ``tf.compat.v1.train.SessionRunArgs``
+    from ``before_run``, exactly as with ``MonitoredSession``. To stop training, call
+    ``run_context.request_stop()`` in ``after_run`` or ``self.loop.request_stop()``
+    anywhere.
+
+    Each hook should reset its state in ``begin`` so one instance can serve several runs.
+
+    Examples:
+        >>> class PrintEpochLoss(Hook):
+        ...     def epoch_end(self, epoch, logs):
+        ...         print(epoch, logs["loss"])
+    """
+
+    #: Whether the hook needs a ``tf.compat.v1.Session`` (graph mode). A loop without a
+    #: session refuses such hooks at construction with a clear error.
+    requires_session = False
+
+    loop: LoopState
+
+    def set_loop(self, loop: LoopState) -> None:
+        """Give the hook the state of the loop that runs it (called before ``begin``)."""
+        self.loop = loop
+
+    def epoch_begin(self, epoch: int) -> None:
+        """Called at the start of each epoch, before its first step."""
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """Called at the end of each epoch.
+
+        Args:
+            epoch: The epoch that ended, counted from 0.
+            logs: Means over the epoch of the fetched values, and ``val_<name>`` means of
+                the validation pass when one ran. Hooks earlier in the list may add keys;
+                later hooks see them.
+        """
+
+    def validation_begin(self) -> None:
+        """Called before the validation pass at the end of an epoch."""
+
+    def validation_batch_begin(self, step: int) -> None:
+        """Called before each validation step."""
+
+    def validation_batch_end(self, step: int, logs: dict[str, float]) -> None:
+        """Called after each validation step with the running means so far."""
+
+    def validation_end(self, logs: dict[str, float]) -> None:
+        """Called after the validation pass with its means (names without ``val_``)."""
+
+    def translate_error(self, error: BaseException) -> BaseException | None:
+        """Offer a clearer exception for an error that ended the run.
+
+        Loops call this on each hook when a step, or a hook, raised. The first hook that
+        returns an exception wins; it is raised ``from`` the original error.
+
+        Args:
+            error: The exception that ended the run.
+
+        Returns:
+            A replacement exception, or ``None`` to leave the error as it is.
+        """
+        return None
+
+
+def check_hooks(hooks: Iterable[Any] | None, *, argument: str = "hooks") -> list[Any]:
+    """Validate a user's hook list.
+
+    Args:
+        hooks: ``SessionRunHook`` instances (``tfr_hooks.Hook`` included), or ``None``.
+        argument: The argument name to put in the error message.
+
+    Returns:
+        The hooks as a list.
+
+    Raises:
+        TypeError: If ``hooks`` is not an iterable of ``SessionRunHook`` instances.
+    """
+    if hooks is None:
+        return []
+    if isinstance(hooks, (SessionRunHook, str, bytes)) or not isinstance(hooks, Iterable):
+        raise TypeError(
+            f"Expected `{argument}` to be a list of tf.compat.v1.train.SessionRunHook "
+            f"instances. Received: {argument}={hooks!r}"
+        )
+    result = list(hooks)
+    for i, hook in enumerate(result):
+        if not isinstance(hook, SessionRunHook):
+            raise TypeError(
+                f"Expected every item of `{argument}` to be a tf.compat.v1.train."
+                f"SessionRunHook (for example a tfr_hooks.Hook). Received: "
+                f"{argument}[{i}]={hook!r} of type {type(hook).__name__}"
+            )
+    return result
+
+
+class HookList:
+    """Calls a list of hooks in order; epoch events reach only :class:`Hook` subclasses.
+
+    Args:
+        hooks: The hooks, in the order they are called.
+    """
+
+    def __init__(self, hooks: Sequence[SessionRunHook]) -> None:
+        self.hooks = list(hooks)
+        self._ours = [h for h in self.hooks if isinstance(h, Hook)]
+
+    def __iter__(self) -> Any:
+        return iter(self.hooks)
+
+    def __len__(self) -> int:
+        return len(self.hooks)
+
+    def set_loop(self, loop: LoopState) -> None:
+        """Attach the loop state to every :class:`Hook`."""
+        for hook in self._ours:
+            hook.set_loop(loop)
+
+    def begin(self) -> None:
+        """Call ``begin`` on every hook."""
+        for hook in self.hooks:
+            hook.begin()
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Call ``after_create_session`` on every hook."""
+        for hook in self.hooks:
+            hook.after_create_session(session, coord)
+
+    def epoch_begin(self, epoch: int) -> None:
+        """Call ``epoch_begin`` on every :class:`Hook`."""
+        for hook in self._ours:
+            hook.epoch_begin(epoch)
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """Call ``epoch_end`` on every :class:`Hook`, sharing one ``logs`` dict."""
+        for hook in self._ours:
+            hook.epoch_end(epoch, logs)
+
+    def validation_begin(self) -> None:
+        """Call ``validation_begin`` on every :class:`Hook`."""
+        for hook in self._ours:
+            hook.validation_begin()
+
+    def validation_batch_begin(self, step: int) -> None:
+        """Call ``validation_batch_begin`` on every :class:`Hook`."""
+        for hook in self._ours:
+            hook.validation_batch_begin(step)
+
+    def validation_batch_end(self, step: int, logs: dict[str, float]) -> None:
+        """Call ``validation_batch_end`` on every :class:`Hook`."""
+        for hook in self._ours:
+            hook.validation_batch_end(step, logs)
+
+    def validation_end(self, logs: dict[str, float]) -> None:
+        """Call ``validation_end`` on every :class:`Hook`."""
+        for hook in self._ours:
+            hook.validation_end(logs)
+
+    def end(self, session: Any) -> BaseException | None:
+        """Call ``end`` on every hook, even when some raise.
+
+        Returns:
+            The first exception raised by a hook's ``end``, or ``None``; the others are
+            logged.
+        """
+        return call_all((lambda h=hook: h.end(session)) for hook in self.hooks)
+
+    def translate_error(self, error: BaseException) -> BaseException:
+        """Return the first clearer exception a :class:`Hook` offers for ``error``."""
+        for hook in self._ours:
+            try:
+                better = hook.translate_error(error)
+            except Exception:  # a broken translator must not hide the real error
+                logger.exception("%s.translate_error failed", type(hook).__name__)
+                continue
+            if better is not None and better is not error:
+                better.__cause__ = error
+                return better
+        return error
+
+
+def call_all(calls: Iterable[Callable[[], object]]) -> BaseException | None:
+    """Run every call even if some raise; return the first exception, log the rest."""
+    first: BaseException | None = None
+    for call in calls:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - cleanup must reach every hook
+            if first is None:
+                first = exc
+            else:
+                logger.error("Error during cleanup, after an earlier one", exc_info=exc)
+    return first

@@ -1,0 +1,96 @@
+"""Shared fixtures: tiny TFRecord data written into tmp_path, and graph-mode helpers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+v1 = tf.compat.v1
+
+
+def write_records(path: Path, n: int, *, width: int = 4, seed: int = 0) -> Path:
+    """Write ``n`` Examples with an int64 ``index``, a float ``x`` of ``width`` and a label."""
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, width)).astype(np.float32)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(n):
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "index": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=xs[i])),
+                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2])),
+                    }
+                )
+            )
+            writer.write(example.SerializeToString())
+    return path
+
+
+FEATURES = {
+    "index": tf.io.FixedLenFeature([], tf.int64),
+    "x": tf.io.FixedLenFeature([4], tf.float32),
+    "y": tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+@pytest.fixture(scope="session")
+def records_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1,000 records: with batch 128, 7 full batches and one of 104."""
+    return write_records(tmp_path_factory.mktemp("data") / "train.tfrecord", 1000)
+
+
+@pytest.fixture(scope="session")
+def records_100(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_records(tmp_path_factory.mktemp("data") / "small.tfrecord", 100, seed=1)
+
+
+@pytest.fixture
+def graph() -> Iterator[tf.Graph]:
+    """A fresh graph as the default graph (the rest of the suite stays eager)."""
+    g = tf.Graph()
+    with g.as_default():
+        v1.set_random_seed(0)
+        yield g
+
+
+@pytest.fixture
+def no_leaked_threads() -> Iterator[None]:
+    """Fail the test if it leaves threads running."""
+    before = threading.active_count()
+    yield
+    assert threading.active_count() == before, [t.name for t in threading.enumerate()]
+
+
+def dataset_batches(path: Path, batch_size: int) -> tuple[dict[str, tf.Tensor], tf.Operation]:
+    """Graph-mode initializable-iterator batches of ``path``; returns (tensors, initializer)."""
+    ds = tf.data.TFRecordDataset(str(path)).batch(batch_size)
+    ds = ds.map(lambda s: tf.io.parse_example(s, FEATURES))
+    it = v1.data.make_initializable_iterator(ds)
+    return it.get_next(), it.initializer
+
+
+def queue_batches(
+    path: Path, batch_size: int, num_epochs: int | None, *, shuffle: bool = False, capacity: int = 64
+) -> dict[str, tf.Tensor]:
+    """Graph-mode queue-runner batches of ``path`` (string_input_producer + reader + batch)."""
+    files = v1.train.string_input_producer([str(path)], num_epochs=num_epochs, shuffle=False)
+    _, serialized = v1.TFRecordReader().read(files)
+    example = tf.io.parse_single_example(serialized, FEATURES)
+    if shuffle:
+        return v1.train.shuffle_batch(
+            example,
+            batch_size,
+            capacity=capacity,
+            min_after_dequeue=batch_size,
+            num_threads=2,
+            allow_smaller_final_batch=True,
+        )
+    return v1.train.batch(
+        example, batch_size, capacity=capacity, num_threads=1, allow_smaller_final_batch=True
+    )
