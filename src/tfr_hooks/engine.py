@@ -126,13 +126,14 @@ def run_loop(
     try:
         hooks.begin()
         runner.start(loop, hooks)
-        for epoch in range(initial_epoch, epochs):
+        # a hook may move the start in begin/after_create_session (Keras' BackupAndRestore)
+        for epoch in range(loop.initial_epoch, epochs):
             if loop.stop_requested:
                 break
             logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch)
             if logs is None:
                 break
-            if (epoch + 1 - initial_epoch) % validation_freq == 0 or not more:
+            if (epoch + 1 - loop.initial_epoch) % validation_freq == 0 or not more:
                 val_logs = runner.evaluate(hooks)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)

@@ -37,7 +37,9 @@ class LoopState:
 
     Attributes:
         epochs: The epoch count asked for (``run(epochs=...)``).
-        initial_epoch: The first epoch of this run (non-zero when resuming).
+        initial_epoch: The first epoch of this run (non-zero when resuming). A hook may
+            raise it in ``begin`` or ``after_create_session`` (for example after restoring
+            a backup); the loop starts there.
         epoch: The current epoch, counted from 0.
         global_step: Steps run since ``run`` started (this run only).
         epoch_steps: Steps run so far in the current epoch.
