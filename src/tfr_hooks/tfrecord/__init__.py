@@ -1,0 +1,69 @@
+"""TFRecord I/O: write arrays to shards, inspect any file, read batches back as tensors.
+
+Examples:
+    >>> import numpy as np
+    >>> from tfr_hooks import tfrecord
+    >>> tfrecord.write({"image": images, "label": labels}, "data/mnist",
+    ...                shards=4, compression="gzip")  # doctest: +SKIP
+    >>> tfrecord.inspect("data/mnist")[0].num_records  # doctest: +SKIP
+    15000
+    >>> ds = tfrecord.dataset("data/mnist", batch_size=128,
+    ...                       as_tuple=("image", "label"))  # doctest: +SKIP
+"""
+
+from tfr_hooks.tfrecord.diagnose import DataErrorHook, explain_error
+from tfr_hooks.tfrecord.errors import (
+    CorruptRecordError,
+    EmptyFileError,
+    MissingFeatureError,
+    NoFilesError,
+    NotTFRecordError,
+    SchemaMismatchError,
+    TFRecordError,
+    UnreadableFileError,
+)
+from tfr_hooks.tfrecord.files import (
+    SCHEMA_FILENAME,
+    detect_compression,
+    iter_records,
+    resolve_files,
+)
+from tfr_hooks.tfrecord.inspection import FeatureInfo, FileInfo, infer_schema, inspect
+from tfr_hooks.tfrecord.read import GRAPH_HOOKS_COLLECTION, Batches, dataset, read_batches
+from tfr_hooks.tfrecord.schema import Feature, Schema, load_schema
+from tfr_hooks.tfrecord.write import WriteResult, write
+
+__all__ = [
+    # writing
+    "write",
+    "WriteResult",
+    # schema
+    "Feature",
+    "Schema",
+    "load_schema",
+    "SCHEMA_FILENAME",
+    # inspecting
+    "inspect",
+    "infer_schema",
+    "FileInfo",
+    "FeatureInfo",
+    "detect_compression",
+    "iter_records",
+    "resolve_files",
+    # reading
+    "dataset",
+    "read_batches",
+    "Batches",
+    "GRAPH_HOOKS_COLLECTION",
+    # errors
+    "explain_error",
+    "DataErrorHook",
+    "TFRecordError",
+    "NoFilesError",
+    "UnreadableFileError",
+    "EmptyFileError",
+    "CorruptRecordError",
+    "NotTFRecordError",
+    "SchemaMismatchError",
+    "MissingFeatureError",
+]

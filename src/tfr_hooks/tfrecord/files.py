@@ -1,0 +1,317 @@
+"""Finding TFRecord files, detecting their compression, and iterating over their records.
+
+Paths may be files, directories or glob patterns, local or on any file system
+``tf.io.gfile`` knows. Every failure raises an error of :mod:`tfr_hooks.tfrecord.errors`
+that names the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias
+
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.errors import (
+    CorruptRecordError,
+    EmptyFileError,
+    NoFilesError,
+    NotTFRecordError,
+    TFRecordError,
+    UnreadableFileError,
+)
+
+__all__ = [
+    "PathLike",
+    "Files",
+    "SCHEMA_FILENAME",
+    "resolve_files",
+    "check_compression",
+    "detect_compression",
+    "iter_records",
+    "first_record",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike: TypeAlias = "str | os.PathLike[str]"
+#: One path, directory or glob pattern, or a sequence of them.
+Files: TypeAlias = "PathLike | Sequence[PathLike]"
+
+#: Name of the JSON sidecar, in the directory of the shards, that stores the schema.
+SCHEMA_FILENAME = "schema.json"
+
+_GLOB_CHARS = frozenset("*?[")
+_GZIP_MAGIC = b"\x1f\x8b"
+_COMPRESSIONS = {"": "", "none": "", "gzip": "GZIP", "zlib": "ZLIB"}
+
+
+def check_compression(compression: str | None, *, allow_auto: bool = True) -> str | None:
+    """Normalise a compression name to TensorFlow's spelling.
+
+    Args:
+        compression: ``None`` (detect), ``""``/``"none"``, ``"gzip"`` or ``"zlib"``, in any
+            case.
+        allow_auto: Whether ``None`` (automatic detection) is accepted.
+
+    Returns:
+        ``None``, ``""``, ``"GZIP"`` or ``"ZLIB"``.
+
+    Raises:
+        ValueError: For any other value.
+    """
+    if compression is None and allow_auto:
+        return None
+    if isinstance(compression, str) and compression.lower() in _COMPRESSIONS:
+        return _COMPRESSIONS[compression.lower()]
+    allowed = "None (detect), " if allow_auto else ""
+    raise ValueError(
+        f"Expected `compression` to be one of {allowed}'', 'gzip' or 'zlib'. "
+        f"Received: compression={compression!r}"
+    )
+
+
+def _is_glob(path: str) -> bool:
+    return any(char in _GLOB_CHARS for char in path)
+
+
+def _directory_files(directory: str) -> list[str]:
+    """The record files of a directory: its sidecar's shard list, else every data file."""
+    sidecar = os.path.join(directory, SCHEMA_FILENAME)
+    if tf.io.gfile.exists(sidecar):
+        from tfr_hooks.tfrecord.schema import load_sidecar  # schema imports this module
+
+        shards = load_sidecar(sidecar).shards
+        if shards:
+            return [os.path.join(directory, name) for name, _ in shards]
+    names = sorted(
+        name
+        for name in tf.io.gfile.listdir(directory)
+        if not name.startswith((".", "_"))
+        and not name.endswith(".json")
+        and not tf.io.gfile.isdir(os.path.join(directory, name))
+    )
+    return [os.path.join(directory, name) for name in names]
+
+
+def resolve_files(files: Files) -> list[str]:
+    """Expand paths, directories and glob patterns into a checked list of readable files.
+
+    A directory stands for the shards listed in its ``schema.json`` sidecar, or else for
+    every file in it that is not hidden and not JSON. Order is kept; globs are sorted.
+
+    Args:
+        files: A path, directory or glob pattern, or a sequence of them.
+
+    Returns:
+        The files, each existing and readable, without duplicates.
+
+    Raises:
+        TypeError: If ``files`` is not a path or a sequence of paths.
+        NoFilesError: If a glob or directory matches nothing, or a file does not exist.
+        UnreadableFileError: If a file cannot be opened.
+    """
+    if isinstance(files, (str, os.PathLike)):
+        items: list[object] = [files]
+    elif isinstance(files, Sequence) and not isinstance(files, bytes):
+        items = list(files)
+    else:
+        raise TypeError(
+            "Expected `files` to be a path, a directory, a glob pattern or a list of them. "
+            f"Received: files={files!r}"
+        )
+    if not items:
+        raise NoFilesError("No TFRecord files given: `files` is an empty list.")
+    result: list[str] = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(
+                "Expected every item of `files` to be a path, a directory or a glob "
+                f"pattern. Received: {item!r} of type {type(item).__name__}"
+            )
+        path = os.fspath(item)
+        if tf.io.gfile.isdir(path):
+            found = _directory_files(path)
+            if not found:
+                raise NoFilesError(f"Directory {path!r} contains no TFRecord files.", file=path)
+        elif _is_glob(path):
+            found = sorted(p for p in tf.io.gfile.glob(path) if not tf.io.gfile.isdir(p))
+            if not found:
+                raise NoFilesError(f"No files match the pattern {path!r}.", file=path)
+        else:
+            found = [path]
+        for name in found:
+            if name not in result:
+                _check_readable(name)
+                result.append(name)
+    return result
+
+
+def _check_readable(path: str) -> None:
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            handle.read(1)
+    except tf.errors.NotFoundError as error:
+        raise NoFilesError(f"TFRecord file {path!r} does not exist.", file=path) from error
+    except (tf.errors.OpError, OSError) as error:
+        raise UnreadableFileError(
+            f"TFRecord file {path!r} cannot be read: {_first_line(error)}", file=path
+        ) from error
+
+
+def _first_line(error: BaseException) -> str:
+    text = error.message if isinstance(error, tf.errors.OpError) else str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def _candidates(path: str) -> list[str]:
+    """Compressions to try for ``path``, most likely first, from its first bytes."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            head = handle.read(2)
+    except tf.errors.NotFoundError as error:
+        raise NoFilesError(f"TFRecord file {path!r} does not exist.", file=path) from error
+    except (tf.errors.OpError, OSError) as error:
+        raise UnreadableFileError(
+            f"TFRecord file {path!r} cannot be read: {_first_line(error)}", file=path
+        ) from error
+    if not head:
+        raise EmptyFileError(
+            f"TFRecord file {path!r} is empty (0 bytes); expected at least one record.",
+            file=path,
+        )
+    if head.startswith(_GZIP_MAGIC):
+        return ["GZIP", "", "ZLIB"]
+    # A zlib stream starts with a header whose two bytes, read big-endian, divide by 31.
+    if len(head) == 2 and head[0] & 0x0F == 8 and (head[0] * 256 + head[1]) % 31 == 0:
+        return ["ZLIB", ""]
+    return ["", "ZLIB"]
+
+
+def detect_compression(path: PathLike) -> str:
+    """Find the compression of a TFRecord file by reading its first record.
+
+    GZIP is recognised by its magic bytes; ZLIB and no compression are told apart by
+    trying to read the first record.
+
+    Args:
+        path: The file.
+
+    Returns:
+        ``""``, ``"GZIP"`` or ``"ZLIB"``.
+
+    Raises:
+        NoFilesError: If the file does not exist.
+        UnreadableFileError: If it cannot be opened.
+        EmptyFileError: If it holds no records.
+        NotTFRecordError: If its first record cannot be read with any compression.
+    """
+    name = os.fspath(path)
+    candidates = _candidates(name)
+    failures: list[str] = []
+    for compression in candidates:
+        try:
+            next(_raw_records(name, compression), None)
+        except tf.errors.OpError as error:
+            failures.append(f"{compression or 'no compression'}: {_first_line(error)}")
+            continue
+        return compression
+    raise NotTFRecordError(
+        f"File {name!r} is not a TFRecord file: its first record cannot be read with any "
+        f"compression (expected a TFRecord, uncompressed, GZIP or ZLIB; found "
+        f"{'; '.join(failures)}).",
+        file=name,
+        record=0,
+    )
+
+
+def _raw_records(path: str, compression: str) -> Iterator[bytes]:
+    options = tf.io.TFRecordOptions(compression_type=compression)
+    yield from tf.compat.v1.io.tf_record_iterator(path, options=options)
+
+
+def iter_records(path: PathLike, compression: str | None = None) -> Iterator[bytes]:
+    """Yield the serialized records of one file, turning read failures into clear errors.
+
+    Works in eager and in graph mode.
+
+    Args:
+        path: The file.
+        compression: ``""``, ``"GZIP"``, ``"ZLIB"``, or ``None`` to detect it.
+
+    Yields:
+        Each record's bytes.
+
+    Raises:
+        NoFilesError: If the file does not exist.
+        UnreadableFileError: If it cannot be opened.
+        NotTFRecordError: If the first record cannot be read at all.
+        CorruptRecordError: If a later record is corrupt or truncated.
+    """
+    name = os.fspath(path)
+    compression = check_compression(compression)
+    if compression is None:
+        compression = detect_compression(name)
+    index = 0
+    records = _raw_records(name, compression)
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            return
+        except tf.errors.NotFoundError as error:
+            raise NoFilesError(f"TFRecord file {name!r} does not exist.", file=name) from error
+        except tf.errors.DataLossError as error:
+            raise _corrupt(name, index, compression, error) from error
+        except tf.errors.OpError as error:
+            raise UnreadableFileError(
+                f"TFRecord file {name!r} cannot be read: {_first_line(error)}", file=name
+            ) from error
+        yield record
+        index += 1
+
+
+def _corrupt(path: str, index: int, compression: str, error: BaseException) -> TFRecordError:
+    found = _first_line(error)
+    how = f"{compression} compressed" if compression else "uncompressed"
+    if index == 0 and ("Is this even a TFRecord" in found or "inflate" in found):
+        return NotTFRecordError(
+            f"File {path!r} is not a TFRecord file ({how}): expected a record at the start "
+            f"of the file; found unreadable data ({found}).",
+            file=path,
+            record=0,
+        )
+    if "truncated" in found.lower() or "less bytes" in found.lower():
+        what = "the file is truncated"
+    else:
+        what = "its checksum (CRC) does not match: the file is corrupted"
+    return CorruptRecordError(
+        f"TFRecord file {path!r} ({how}) is damaged at record {index}: {what}. "
+        f"{index} record(s) before it are readable. TensorFlow said: {found}",
+        file=path,
+        record=index,
+    )
+
+
+def first_record(path: PathLike, compression: str | None = None) -> bytes:
+    """Return the first record of a file, or raise a clear error if there is none.
+
+    Args:
+        path: The file.
+        compression: ``""``, ``"GZIP"``, ``"ZLIB"``, or ``None`` to detect it.
+
+    Returns:
+        The first record's bytes.
+
+    Raises:
+        EmptyFileError: If the file holds no records.
+        TFRecordError: Any error of :func:`iter_records`.
+    """
+    for record in iter_records(path, compression):
+        return record
+    raise EmptyFileError(
+        f"TFRecord file {os.fspath(path)!r} holds no records; expected at least one.",
+        file=os.fspath(path),
+    )

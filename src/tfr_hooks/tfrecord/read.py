@@ -1,0 +1,493 @@
+"""Reading TFRecord files back as batch tensors: a ``tf.data`` and a queue pipeline.
+
+Both pipelines batch the serialized records first and parse each batch with one
+``tf.io.parse_example`` call, then decode raw bytes to the stored dtype and shape. Both
+return the same structure: a dict of named tensors, or a tuple when ``as_tuple`` names
+the features to return.
+
+* :func:`dataset` returns a ``tf.data.Dataset`` (eager TF2, ``tf.function``, or graph).
+* :func:`read_batches` builds graph-mode tensors with ``pipeline="dataset"`` (an
+  initializable iterator, one pass per initialization) or ``pipeline="queue"``
+  (``string_input_producer`` + ``TFRecordReader`` + ``shuffle_batch_join``), and
+  registers a :class:`~tfr_hooks.tfrecord.DataErrorHook` in the graph collection
+  :data:`GRAPH_HOOKS_COLLECTION`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.example import example_pb2
+
+from tfr_hooks.tfrecord.diagnose import DataErrorHook
+from tfr_hooks.tfrecord.files import (
+    Files,
+    check_compression,
+    detect_compression,
+    first_record,
+    resolve_files,
+)
+from tfr_hooks.tfrecord.inspection import find_sidecar, infer_schema
+from tfr_hooks.tfrecord.schema import Schema, load_schema
+
+__all__ = ["GRAPH_HOOKS_COLLECTION", "Batches", "dataset", "read_batches", "PIPELINES"]
+
+logger = logging.getLogger(__name__)
+
+#: Name of the graph collection holding hooks that loops should run with the graph.
+GRAPH_HOOKS_COLLECTION = "tfr_hooks_hooks"
+#: The pipelines :func:`read_batches` can build.
+PIPELINES = ("dataset", "queue")
+
+SchemaLike = Schema | str | None
+
+
+@dataclass
+class Batches:
+    """Graph-mode batch tensors and what a loop needs to run them.
+
+    Attributes:
+        tensors: A dict of named batch tensors, or a tuple of them when ``as_tuple`` was
+            given.
+        initializers: Ops to run at the start of each epoch: the iterator's initializer
+            for the ``"dataset"`` pipeline, none for ``"queue"``.
+        files: The files read.
+        schema: The schema parsed with (only the features returned).
+        pipeline: ``"dataset"`` or ``"queue"``.
+        compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
+        hook: The :class:`~tfr_hooks.tfrecord.DataErrorHook` added to the graph's
+            ``"tfr_hooks_hooks"`` collection.
+    """
+
+    tensors: Any
+    initializers: list[Any]
+    files: list[str]
+    schema: Schema
+    pipeline: str
+    compression: str
+    hook: DataErrorHook
+    batch_size: Any = field(default=None)
+
+
+@dataclass
+class _Plan:
+    files: list[str]
+    compression: str
+    schema: Schema  # the features parsed
+    names: tuple[str, ...] | None  # as_tuple
+
+
+def _positive(name: str, value: object, *, zero: bool = False) -> int:
+    low = 0 if zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "non-negative" if zero else "positive"
+        raise ValueError(f"Expected `{name}` to be a {kind} integer. Received: {name}={value!r}")
+    return value
+
+
+def _check_as_tuple(as_tuple: object) -> tuple[str, ...] | None:
+    if as_tuple is None:
+        return None
+    if (
+        isinstance(as_tuple, (str, bytes))
+        or not isinstance(as_tuple, Sequence)
+        or not as_tuple
+        or not all(isinstance(name, str) for name in as_tuple)
+    ):
+        raise TypeError(
+            "Expected `as_tuple` to be None or a sequence of feature names such as "
+            f"('x', 'y'). Received: as_tuple={as_tuple!r}"
+        )
+    return tuple(as_tuple)
+
+
+def _resolve_compression(paths: list[str], compression: str | None) -> str:
+    codec = check_compression(compression)
+    if codec is not None:
+        return codec
+    found = {path: detect_compression(path) for path in paths}
+    kinds = sorted(set(found.values()))
+    if len(kinds) > 1:
+        examples = {k or "none": next(p for p, c in found.items() if c == k) for k in kinds}
+        raise ValueError(
+            "Expected all files to use the same compression; pass `compression` to force "
+            f"one. Received files with different compressions: {examples}"
+        )
+    return kinds[0]
+
+
+def _plan(
+    files: Files,
+    schema: SchemaLike,
+    compression: str | None,
+    as_tuple: object,
+    *,
+    select: bool,
+) -> _Plan:
+    """Resolve files, compression and schema, and check them before any graph is built."""
+    names = _check_as_tuple(as_tuple)
+    paths = resolve_files(files)
+    codec = _resolve_compression(paths, compression)
+    if schema is None:
+        chosen = infer_schema(paths, compression=codec)
+    elif isinstance(schema, Schema):
+        chosen = schema
+    elif isinstance(schema, str):
+        chosen = load_schema(schema)
+    else:
+        raise TypeError(
+            "Expected `schema` to be None (stored or inferred), a tfrecord.Schema or the "
+            f"path of a schema.json. Received: schema={schema!r}"
+        )
+    if names is not None:
+        missing = [name for name in names if name not in chosen]
+        if missing:
+            raise ValueError(
+                f"Expected the names in `as_tuple` to be features of the schema "
+                f"{chosen.names}. Received: as_tuple={names!r}"
+            )
+        if select:
+            chosen = chosen.select(names)
+    example = example_pb2.Example()
+    for path in paths:
+        sidecar = find_sidecar(path)
+        if sidecar is not None and schema is not None:
+            chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
+        example.ParseFromString(first_record(path, codec))
+        chosen.check_example(example, file=path, record=0)
+    return _Plan(paths, codec, chosen, names)
+
+
+def _structure(tensors: dict[str, Any], names: tuple[str, ...] | None) -> Any:
+    return tensors if names is None else tuple(tensors[name] for name in names)
+
+
+def dataset(
+    files: Files,
+    batch_size: int,
+    *,
+    schema: SchemaLike = None,
+    shuffle_buffer: int = 0,
+    seed: int | None = None,
+    deterministic: bool = True,
+    num_parallel_reads: int | None = None,
+    drop_remainder: bool = False,
+    num_epochs: int | None = 1,
+    map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    prefetch: int | None = tf.data.AUTOTUNE,
+    as_tuple: Sequence[str] | None = None,
+    compression: str | None = None,
+) -> tf.data.Dataset:
+    """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
+
+    Shards are read in parallel (interleaved), shuffled with a buffer, batched, parsed
+    with one ``tf.io.parse_example`` per batch, decoded to the stored dtypes and shapes,
+    and prefetched. Files, compression and schema are checked here, so a missing file,
+    a non-TFRecord file or a schema mismatch in the first records raises at once; errors
+    found later while iterating can be explained with
+    :func:`~tfr_hooks.tfrecord.explain_error`.
+
+    Args:
+        files: Paths, directories (the shards of their ``schema.json``) or glob patterns.
+        batch_size: Examples per batch.
+        schema: A :class:`~tfr_hooks.tfrecord.Schema`, the path of a ``schema.json``, or
+            ``None`` to use the stored sidecar or infer the schema from the records.
+        shuffle_buffer: Examples in the shuffle buffer; 0 does not shuffle. When
+            shuffling, the order of the files is shuffled too.
+        seed: Seed for the shuffles.
+        deterministic: Whether parallel reads and parsing keep a fixed order.
+        num_parallel_reads: Files read at once; ``None`` for ``min(files, 4)``.
+        drop_remainder: Whether to drop the final, smaller batch (the batch dimension is
+            then static).
+        num_epochs: Passes over the data; ``None`` repeats forever.
+        map_fn: Applied to each parsed example (a dict of tensors) before re-batching.
+        prefetch: Batches to prefetch; ``tf.data.AUTOTUNE``, or 0/``None`` for none.
+        as_tuple: Feature names to return as a tuple, e.g. ``("image", "label")``;
+            ``None`` returns a dict of all features.
+        compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
+
+    Returns:
+        The dataset of batches.
+
+    Raises:
+        NoFilesError: If no file matches, or a file is missing.
+        EmptyFileError: If a file holds no records.
+        NotTFRecordError: If a file is not a TFRecord file.
+        SchemaMismatchError: If the first record of a file, or the stored schema, does not
+            match ``schema``.
+
+    Examples:
+        >>> from tfr_hooks import tfrecord
+        >>> ds = tfrecord.dataset("data/mnist", batch_size=128, shuffle_buffer=1000,
+        ...                       as_tuple=("image", "label"))  # doctest: +SKIP
+        >>> for images, labels in ds:  # doctest: +SKIP
+        ...     print(images.shape, labels.shape)
+        (128, 28, 28) (128,)
+    """
+    _positive("batch_size", batch_size)
+    _positive("shuffle_buffer", shuffle_buffer, zero=True)
+    if num_parallel_reads is not None:
+        _positive("num_parallel_reads", num_parallel_reads)
+    if num_epochs is not None:
+        _positive("num_epochs", num_epochs)
+    if map_fn is not None and not callable(map_fn):
+        raise TypeError(f"Expected `map_fn` to be callable or None. Received: map_fn={map_fn!r}")
+    plan = _plan(files, schema, compression, as_tuple, select=map_fn is None)
+    return _build_dataset(
+        plan,
+        batch_size,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        deterministic=deterministic,
+        num_parallel_reads=num_parallel_reads,
+        drop_remainder=drop_remainder,
+        num_epochs=num_epochs,
+        map_fn=map_fn,
+        prefetch=prefetch,
+    )
+
+
+def _build_dataset(
+    plan: _Plan,
+    batch_size: int,
+    *,
+    shuffle_buffer: int,
+    seed: int | None,
+    deterministic: bool,
+    num_parallel_reads: int | None,
+    drop_remainder: bool,
+    num_epochs: int | None,
+    map_fn: Callable[[dict[str, Any]], Any] | None,
+    prefetch: int | None,
+) -> tf.data.Dataset:
+    reads = num_parallel_reads or min(len(plan.files), 4)
+    codec = plan.compression
+    schema = plan.schema
+    files = tf.data.Dataset.from_tensor_slices(plan.files)
+    if shuffle_buffer:
+        files = files.shuffle(len(plan.files), seed=seed)
+    records = files.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type=codec),
+        cycle_length=reads,
+        block_length=1,
+        num_parallel_calls=reads if reads > 1 else None,
+        deterministic=deterministic,
+    )
+    if shuffle_buffer:
+        records = records.shuffle(shuffle_buffer, seed=seed)
+    if num_epochs != 1:
+        records = records.repeat(num_epochs)
+    batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    parsed = batches.map(
+        schema.parse_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+    )
+    if map_fn is not None:
+        parsed = (
+            parsed.unbatch()
+            .map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+            .batch(batch_size, drop_remainder=drop_remainder)
+        )
+    if plan.names is not None:
+        names = plan.names
+        parsed = parsed.map(lambda d: _structure(d, names))
+    if prefetch:
+        parsed = parsed.prefetch(prefetch)
+    return parsed
+
+
+def read_batches(
+    files: Files,
+    batch_size: int,
+    *,
+    schema: SchemaLike = None,
+    pipeline: str = "dataset",
+    num_epochs: int | None = None,
+    shuffle: bool = True,
+    seed: int | None = None,
+    num_threads: int = 2,
+    capacity: int | None = None,
+    min_after_dequeue: int | None = None,
+    allow_smaller_final_batch: bool = True,
+    as_tuple: Sequence[str] | None = None,
+    compression: str | None = None,
+    name: str = "tfrecord_input",
+) -> Batches:
+    """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
+
+    Call inside a graph (``with tf.Graph().as_default():`` or after
+    ``tf.compat.v1.disable_eager_execution()``). Both pipelines parse whole batches and
+    return tensors of static shape except, with ``allow_smaller_final_batch=True``, the
+    batch dimension; ``tf_keras.layers.Input(tensor=...)`` accepts them.
+
+    * ``pipeline="dataset"``: an initializable iterator; ``Batches.initializers`` holds
+      its initializer, to run at each epoch start. One initialization reads
+      ``num_epochs`` passes (one when ``None``), then ``OutOfRangeError``.
+    * ``pipeline="queue"``: ``string_input_producer(num_epochs=...)``, one
+      ``TFRecordReader`` per thread, and ``shuffle_batch_join`` (``batch_join`` without
+      ``shuffle``). Queue runners land in the graph's ``QUEUE_RUNNERS`` collection; start
+      them (``SessionLoop`` does) and run ``tf.compat.v1.local_variables_initializer()``
+      when ``num_epochs`` is set. ``OutOfRangeError`` comes after ``num_epochs`` passes
+      (never when ``None``).
+
+    Either way a :class:`~tfr_hooks.tfrecord.DataErrorHook` is added to the graph
+    collection ``GRAPH_HOOKS_COLLECTION``, so loops turn read errors into messages
+    naming the file.
+
+    Args:
+        files: Paths, directories (the shards of their ``schema.json``) or glob patterns.
+        batch_size: Examples per batch.
+        schema: A :class:`~tfr_hooks.tfrecord.Schema`, the path of a ``schema.json``, or
+            ``None`` to use the stored sidecar or infer it.
+        pipeline: ``"dataset"`` or ``"queue"``.
+        num_epochs: Passes over the files before ``OutOfRangeError`` (see above).
+        shuffle: Whether to shuffle files and examples.
+        seed: Seed for the shuffles.
+        num_threads: Parallel readers (queue threads, or interleaved files).
+        capacity: Queue capacity; default ``min_after_dequeue + (num_threads + 2) *
+            batch_size``.
+        min_after_dequeue: Examples kept in the queue for shuffling (also the dataset
+            pipeline's shuffle buffer); default ``4 * batch_size``.
+        allow_smaller_final_batch: Whether the final batch may be smaller (else dropped).
+        as_tuple: Feature names to return as a tuple, e.g. ``("x", "y")``.
+        compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
+        name: Name scope of the ops.
+
+    Returns:
+        A :class:`Batches`.
+
+    Raises:
+        RuntimeError: If called eagerly.
+        ValueError: For a bad argument.
+        TFRecordError: As :func:`dataset`, for files and schema.
+
+    Examples:
+        >>> with tf.Graph().as_default():  # doctest: +SKIP
+        ...     batches = tfrecord.read_batches("data/mnist", 128, pipeline="queue",
+        ...                                     num_epochs=5, as_tuple=("image", "label"))
+        ...     x, y = batches.tensors
+        ...     loop = tfr_hooks.SessionLoop(train_op, fetches={"loss": loss},
+        ...                                  initializers=batches.initializers,
+        ...                                  batch_size=batches.batch_size)
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "read_batches builds graph-mode tensors: call it inside "
+            "`with tf.Graph().as_default():` or after tf.compat.v1.disable_eager_execution()"
+            ", or use tfrecord.dataset(...) in eager code."
+        )
+    if pipeline not in PIPELINES:
+        raise ValueError(
+            f"Expected `pipeline` to be 'dataset' or 'queue'. Received: pipeline={pipeline!r}"
+        )
+    _positive("batch_size", batch_size)
+    _positive("num_threads", num_threads)
+    if num_epochs is not None:
+        _positive("num_epochs", num_epochs)
+    after = 4 * batch_size if min_after_dequeue is None else min_after_dequeue
+    _positive("min_after_dequeue", after, zero=True)
+    cap = after + (num_threads + 2) * batch_size if capacity is None else capacity
+    _positive("capacity", cap)
+    if cap <= after or cap < batch_size:
+        raise ValueError(
+            "Expected `capacity` to exceed `min_after_dequeue` and be at least "
+            f"`batch_size`. Received: capacity={cap}, min_after_dequeue={after}, "
+            f"batch_size={batch_size}"
+        )
+    plan = _plan(files, schema, compression, as_tuple, select=True)
+    with tf.name_scope(name):
+        if pipeline == "dataset":
+            data = _build_dataset(
+                plan,
+                batch_size,
+                shuffle_buffer=after if shuffle else 0,
+                seed=seed,
+                deterministic=True,
+                num_parallel_reads=min(num_threads, len(plan.files)),
+                drop_remainder=not allow_smaller_final_batch,
+                num_epochs=num_epochs or 1,
+                map_fn=None,
+                prefetch=1,
+            )
+            iterator = tf.compat.v1.data.make_initializable_iterator(data)
+            tensors = iterator.get_next()
+            initializers = [iterator.initializer]
+        else:
+            tensors = _structure(
+                _queue_pipeline(
+                    plan,
+                    batch_size,
+                    num_epochs=num_epochs,
+                    shuffle=shuffle,
+                    seed=seed,
+                    num_threads=num_threads,
+                    capacity=cap,
+                    min_after_dequeue=after,
+                    allow_smaller_final_batch=allow_smaller_final_batch,
+                ),
+                plan.names,
+            )
+            initializers = []
+        first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
+        size = _batch_size_of(first)
+    hook = DataErrorHook(plan.files, plan.schema, plan.compression)
+    tf.compat.v1.add_to_collection(GRAPH_HOOKS_COLLECTION, hook)
+    return Batches(
+        tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, hook, size
+    )
+
+
+def _batch_size_of(tensor: Any) -> Any:
+    if isinstance(tensor, tf.RaggedTensor):
+        return tensor.nrows(out_type=tf.int32)
+    return tf.shape(tensor)[0]
+
+
+def _queue_pipeline(
+    plan: _Plan,
+    batch_size: int,
+    *,
+    num_epochs: int | None,
+    shuffle: bool,
+    seed: int | None,
+    num_threads: int,
+    capacity: int,
+    min_after_dequeue: int,
+    allow_smaller_final_batch: bool,
+) -> dict[str, Any]:
+    filenames = tf.compat.v1.train.string_input_producer(
+        plan.files,
+        num_epochs=num_epochs,
+        shuffle=shuffle,
+        seed=seed,
+        capacity=max(32, len(plan.files)),
+    )
+    options = tf.io.TFRecordOptions(compression_type=plan.compression)
+    reads = []
+    for _ in range(num_threads):
+        reader = tf.compat.v1.TFRecordReader(options=options)
+        _, serialized = reader.read_up_to(filenames, num_records=batch_size)
+        reads.append([serialized])
+    if shuffle:
+        batch = tf.compat.v1.train.shuffle_batch_join(
+            reads,
+            batch_size,
+            capacity=capacity,
+            min_after_dequeue=min_after_dequeue,
+            seed=seed,
+            enqueue_many=True,
+            allow_smaller_final_batch=allow_smaller_final_batch,
+        )
+    else:
+        batch = tf.compat.v1.train.batch_join(
+            reads,
+            batch_size,
+            capacity=capacity,
+            enqueue_many=True,
+            allow_smaller_final_batch=allow_smaller_final_batch,
+        )
+    serialized_batch = batch[0] if isinstance(batch, (list, tuple)) else batch
+    return plan.schema.parse_batch(serialized_batch)

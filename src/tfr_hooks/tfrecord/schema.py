@@ -1,0 +1,531 @@
+"""The schema of TFRecord examples: each feature's name, dtype, shape and encoding.
+
+A :class:`Schema` says how arrays were stored in ``tf.train.Example`` records and how to
+turn a batch of serialized records back into tensors of the stored dtype and shape. The
+writer saves it, with the shard list and compression, in a JSON sidecar
+(``schema.json``) next to the shards, so readers need no hand-written feature spec.
+
+Encodings:
+
+* ``"raw"``: the array's bytes (little-endian) in one ``bytes_list`` value per record.
+  Used for every numeric array with at least one dimension (images, vectors): the
+  fastest to write and parse, and the smallest for ``uint8`` images.
+* ``"int64"``: an ``int64_list``, used for integer and boolean scalars.
+* ``"float"``: a ``float_list``, used for ``float16``/``float32`` scalars.
+* ``"bytes"``: a ``bytes_list`` of strings or bytes.
+
+A shape may be ``(None,)`` for a feature whose length varies between records (found
+when inferring the schema of files written by other tools); it is read as a
+``tf.RaggedTensor``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
+from tfr_hooks.tfrecord.files import SCHEMA_FILENAME
+
+__all__ = [
+    "Feature",
+    "Schema",
+    "Sidecar",
+    "ENCODINGS",
+    "SIDECAR_FORMAT",
+    "load_sidecar",
+    "save_sidecar",
+    "load_schema",
+]
+
+#: The ways a feature can be stored in a ``tf.train.Example``.
+ENCODINGS = ("raw", "int64", "float", "bytes")
+#: Version tag written into the sidecar.
+SIDECAR_FORMAT = "tfr_hooks.tfrecord/1"
+
+_NUMERIC = (
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
+_STRINGS = ("string", "bytes")
+_KIND_OF_ENCODING = {"raw": "bytes_list", "bytes": "bytes_list", "int64": "int64_list"}
+_KIND_OF_ENCODING["float"] = "float_list"
+# dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards, if any)
+_RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
+_RAW_DECODE["uint64"] = ("int64", "uint64")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One named feature of the records.
+
+    Args:
+        name: The key in ``tf.train.Example.features``.
+        dtype: The numpy dtype name of the stored array (``"uint8"``, ``"float32"``, ...),
+            or ``"string"``/``"bytes"`` for text and bytes (read as ``tf.string``).
+        shape: The shape of one example's value, ``()`` for a scalar, or ``(None,)`` for a
+            1-D value whose length varies between records.
+        encoding: How the value is stored: ``"raw"``, ``"int64"``, ``"float"`` or
+            ``"bytes"`` (see the module docstring).
+
+    Raises:
+        ValueError: If the fields do not fit together.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...] = ()
+    encoding: str = "raw"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(
+                f"Expected `name` to be a non-empty string. Received: name={self.name!r}"
+            )
+        if self.dtype not in _NUMERIC + _STRINGS:
+            raise ValueError(
+                f"Expected `dtype` of feature {self.name!r} to be one of "
+                f"{', '.join(_NUMERIC + _STRINGS)}. Received: dtype={self.dtype!r}"
+            )
+        if self.encoding not in ENCODINGS:
+            raise ValueError(
+                f"Expected `encoding` of feature {self.name!r} to be one of "
+                f"{', '.join(ENCODINGS)}. Received: encoding={self.encoding!r}"
+            )
+        shape = tuple(self.shape)
+        ok = all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in shape)
+        if not ok or any(d is not None and d < 0 for d in shape):
+            raise ValueError(
+                f"Expected `shape` of feature {self.name!r} to be a tuple of non-negative "
+                f"integers, or (None,) for a varying length. Received: shape={self.shape!r}"
+            )
+        if None in shape and shape != (None,):
+            raise ValueError(
+                f"Expected `shape` of feature {self.name!r} to have no None, or to be "
+                f"(None,) for a varying length. Received: shape={self.shape!r}"
+            )
+        if self.encoding == "raw" and (self.dtype in _STRINGS or self.varying):
+            raise ValueError(
+                f"Feature {self.name!r}: the 'raw' encoding needs a numeric dtype and a "
+                f"fixed shape. Received: dtype={self.dtype!r}, shape={self.shape!r}"
+            )
+        if (self.encoding == "bytes") != (self.dtype in _STRINGS):
+            raise ValueError(
+                f"Feature {self.name!r}: the 'bytes' encoding goes with dtype 'string' or "
+                f"'bytes' and only with them. Received: dtype={self.dtype!r}, "
+                f"encoding={self.encoding!r}"
+            )
+        object.__setattr__(self, "shape", shape)
+
+    @property
+    def varying(self) -> bool:
+        """Whether the length of the value varies between records."""
+        return self.shape == (None,)
+
+    @property
+    def size(self) -> int | None:
+        """Values per example (the product of the shape), or ``None`` when varying."""
+        return None if self.varying else math.prod(d for d in self.shape if d is not None)
+
+    @property
+    def kind(self) -> str:
+        """The ``tf.train.Feature`` list the value is stored in, e.g. ``"bytes_list"``."""
+        return _KIND_OF_ENCODING[self.encoding]
+
+    @property
+    def tf_dtype(self) -> tf.DType:
+        """The dtype of the decoded tensor."""
+        return tf.string if self.dtype in _STRINGS else tf.as_dtype(self.dtype)
+
+    @property
+    def raw_nbytes(self) -> int:
+        """Bytes of one example's value with the ``"raw"`` encoding."""
+        return (self.size or 0) * np.dtype(self.dtype).itemsize
+
+    def describe(self) -> str:
+        """A short human description, e.g. ``"uint8 of shape (28, 28)"``."""
+        shape = "(varying length)" if self.varying else str(self.shape)
+        return f"{self.dtype} of shape {shape}"
+
+    def expected_values(self) -> str:
+        """What one record should hold for this feature, in words."""
+        if self.encoding == "raw":
+            return f"one bytes value of {self.raw_nbytes} bytes ({self.describe()}, raw)"
+        if self.varying:
+            return f"a {self.kind} of any length"
+        return f"a {self.kind} of {self.size} value(s)"
+
+    def parse_spec(self) -> Any:
+        """The ``tf.io`` feature spec for ``tf.io.parse_example``."""
+        stored = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
+        stored_dtype = stored[self.encoding]
+        if self.varying:
+            return tf.io.RaggedFeature(dtype=stored_dtype, row_splits_dtype=tf.int64)
+        if self.encoding == "raw":
+            return tf.io.FixedLenFeature([], tf.string)
+        return tf.io.FixedLenFeature(list(self.shape), stored_dtype)
+
+    def decode(self, parsed: Any) -> Any:
+        """Turn the parsed batch of this feature into a tensor of the stored dtype and shape.
+
+        Args:
+            parsed: The value ``tf.io.parse_example`` returned for this feature.
+
+        Returns:
+            A tensor of shape ``[batch, *shape]`` (ragged when the length varies).
+        """
+        if self.encoding == "raw":
+            decoded_dtype, bitcast_to = _RAW_DECODE.get(self.dtype, (self.dtype, None))
+            flat = tf.io.decode_raw(parsed, tf.as_dtype(decoded_dtype), little_endian=True)
+            # Take the batch size from the records, so that a wrong byte count fails the
+            # reshape instead of silently changing the number of examples.
+            batch = tf.shape(parsed, out_type=tf.int64)[:1]
+            value = tf.reshape(flat, tf.concat([batch, tf.constant(self.shape, tf.int64)], 0))
+            if bitcast_to is not None:
+                value = tf.bitcast(value, tf.as_dtype(bitcast_to))
+            if self.dtype == "bool":
+                value = tf.not_equal(value, 0)
+            value.set_shape(parsed.shape.concatenate(self.shape))
+            return value
+        if parsed.dtype != self.tf_dtype:
+            if isinstance(parsed, tf.RaggedTensor):
+                return tf.ragged.map_flat_values(tf.cast, parsed, self.tf_dtype)
+            return tf.cast(parsed, self.tf_dtype)
+        return parsed
+
+    def check(self, feature: Any) -> str | None:
+        """Compare one record's ``tf.train.Feature`` with this spec.
+
+        Args:
+            feature: A ``tf.train.Feature`` proto.
+
+        Returns:
+            ``None`` if it matches, else what was found, in words.
+        """
+        kind = feature.WhichOneof("kind")
+        values = getattr(feature, kind).value if kind else []
+        if kind is not None and kind != self.kind:
+            return f"a {kind} of {len(values)} value(s)"
+        if self.encoding == "raw":
+            if len(values) != 1:
+                return f"{len(values)} bytes values"
+            if len(values[0]) != self.raw_nbytes:
+                return f"one bytes value of {len(values[0])} bytes"
+            return None
+        if not self.varying and len(values) != self.size:
+            return f"a {kind or self.kind} of {len(values)} value(s)"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The feature as a JSON-ready dict."""
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "encoding": self.encoding,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Feature:
+        """Build a feature from :meth:`to_dict`'s output."""
+        return cls(
+            name=data["name"],
+            dtype=data["dtype"],
+            shape=tuple(data.get("shape", ())),
+            encoding=data.get("encoding", "raw"),
+        )
+
+    @classmethod
+    def for_array(cls, name: str, array: np.ndarray) -> Feature:
+        """Choose the dtype, shape and encoding to store ``array[i]`` for each example ``i``.
+
+        Args:
+            name: The feature name.
+            array: All examples' values, stacked along the first axis.
+
+        Returns:
+            The feature.
+
+        Raises:
+            TypeError: If the dtype cannot be stored.
+        """
+        shape = tuple(int(d) for d in array.shape[1:])
+        if array.dtype.kind in "USO":
+            dtype = "string" if array.dtype.kind in "UO" else "bytes"
+            return cls(name, dtype, shape, "bytes")
+        dtype = array.dtype.name
+        if dtype not in _NUMERIC:
+            raise TypeError(
+                f"Expected array {name!r} to have a bool, integer, float or string dtype. "
+                f"Received: dtype={array.dtype}"
+            )
+        if shape == () and array.dtype.kind in "biu" and dtype != "uint64":
+            return cls(name, dtype, shape, "int64")
+        if shape == () and dtype in ("float16", "float32"):
+            return cls(name, dtype, shape, "float")
+        return cls(name, dtype, shape, "raw")
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The features of a set of TFRecord files, in order.
+
+    Args:
+        features: The features; names must be unique.
+
+    Raises:
+        ValueError: If two features share a name.
+
+    Examples:
+        >>> schema = Schema([Feature("image", "uint8", (28, 28)), Feature("label", "int64",
+        ...                  (), "int64")])
+        >>> schema["image"].describe()
+        'uint8 of shape (28, 28)'
+    """
+
+    features: tuple[Feature, ...] = field(default_factory=tuple)
+
+    def __init__(self, features: Iterable[Feature]) -> None:
+        items = tuple(features)
+        for item in items:
+            if not isinstance(item, Feature):
+                raise TypeError(
+                    f"Expected every item of `features` to be a Feature. Received: {item!r}"
+                )
+        names = [f.name for f in items]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"Expected unique feature names. Received duplicates: {duplicates}")
+        object.__setattr__(self, "features", items)
+
+    def __getitem__(self, name: str) -> Feature:
+        for feature in self.features:
+            if feature.name == name:
+                return feature
+        raise KeyError(f"No feature {name!r} in the schema; it has {self.names}")
+
+    def __contains__(self, name: object) -> bool:
+        return any(f.name == name for f in self.features)
+
+    def __iter__(self) -> Iterator[Feature]:
+        return iter(self.features)
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    @property
+    def names(self) -> list[str]:
+        """The feature names, in order."""
+        return [f.name for f in self.features]
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Schema:
+        """Choose how to store each named array (see :meth:`Feature.for_array`)."""
+        return cls(Feature.for_array(name, np.asarray(a)) for name, a in arrays.items())
+
+    def select(self, names: Iterable[str]) -> Schema:
+        """The schema restricted to ``names``, in that order."""
+        return Schema(self[name] for name in names)
+
+    def parse_spec(self) -> dict[str, Any]:
+        """The feature spec for ``tf.io.parse_example``."""
+        return {f.name: f.parse_spec() for f in self.features}
+
+    def parse_batch(self, serialized: Any) -> dict[str, Any]:
+        """Parse and decode a 1-D batch of serialized ``tf.train.Example`` records.
+
+        Args:
+            serialized: A string tensor of shape ``[batch]``.
+
+        Returns:
+            A dict of tensors of shape ``[batch, *feature.shape]`` and the stored dtypes.
+        """
+        parsed = tf.io.parse_example(serialized, self.parse_spec())
+        return {f.name: f.decode(parsed[f.name]) for f in self.features}
+
+    def check_example(
+        self, example: Any, *, file: str | None = None, record: int | None = None
+    ) -> None:
+        """Raise a clear error if one ``tf.train.Example`` does not match the schema.
+
+        Args:
+            example: A ``tf.train.Example`` proto.
+            file: The file it came from, for the message.
+            record: Its index in that file, for the message.
+
+        Raises:
+            MissingFeatureError: If a feature of the schema is absent.
+            SchemaMismatchError: If a feature has the wrong kind or length.
+        """
+        where = _where(file, record)
+        present = example.features.feature
+        for feature in self.features:
+            if feature.name not in present:
+                found = sorted(present.keys())
+                raise MissingFeatureError(
+                    f"Feature {feature.name!r} is missing from {where}: expected "
+                    f"{feature.expected_values()}; found only the features {found}.",
+                    file=file,
+                    record=record,
+                    feature=feature.name,
+                )
+            found_text = feature.check(present[feature.name])
+            if found_text is not None:
+                raise SchemaMismatchError(
+                    f"Feature {feature.name!r} in {where} does not match the schema: "
+                    f"expected {feature.expected_values()}; found {found_text}.",
+                    file=file,
+                    record=record,
+                    feature=feature.name,
+                )
+
+    def check_compatible(self, stored: Schema, *, source: str) -> None:
+        """Raise if this (requested) schema disagrees with the ``stored`` one.
+
+        Features of the stored schema that are not requested are fine (they are not read).
+
+        Args:
+            stored: The schema the files were written with.
+            source: Where ``stored`` comes from, for the message (e.g. the sidecar path).
+
+        Raises:
+            MissingFeatureError: If a requested feature is not stored.
+            SchemaMismatchError: If a requested feature is stored differently.
+        """
+        for feature in self.features:
+            if feature.name not in stored:
+                raise MissingFeatureError(
+                    f"Feature {feature.name!r} is not in the records described by {source}: "
+                    f"expected {feature.describe()}; the stored features are {stored.names}.",
+                    file=source,
+                    feature=feature.name,
+                )
+            other = stored[feature.name]
+            if (other.dtype, other.shape, other.encoding) != (
+                feature.dtype,
+                feature.shape,
+                feature.encoding,
+            ):
+                raise SchemaMismatchError(
+                    f"Feature {feature.name!r} does not match {source}: expected "
+                    f"{feature.describe()} ({feature.encoding} encoding); found "
+                    f"{other.describe()} ({other.encoding} encoding).",
+                    file=source,
+                    feature=feature.name,
+                )
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """The features as JSON-ready dicts."""
+        return [f.to_dict() for f in self.features]
+
+    @classmethod
+    def from_list(cls, data: Iterable[Mapping[str, Any]]) -> Schema:
+        """Build a schema from :meth:`to_list`'s output."""
+        return cls(Feature.from_dict(item) for item in data)
+
+
+def _where(file: str | None, record: int | None) -> str:
+    if file is None:
+        return "a record" if record is None else f"record {record}"
+    return f"file {file!r}" if record is None else f"record {record} of file {file!r}"
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """The contents of ``schema.json``: the schema plus how and where records were written.
+
+    Attributes:
+        schema: The features.
+        compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
+        shards: ``(file name, record count)`` for each shard, relative to the sidecar.
+    """
+
+    schema: Schema
+    compression: str = ""
+    shards: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def num_records(self) -> int:
+        """Records in all shards."""
+        return sum(count for _, count in self.shards)
+
+    def to_json(self) -> str:
+        """The sidecar as JSON text."""
+        data = {
+            "format": SIDECAR_FORMAT,
+            "compression": self.compression,
+            "num_records": self.num_records,
+            "features": self.schema.to_list(),
+            "shards": [{"file": name, "num_records": n} for name, n in self.shards],
+        }
+        return json.dumps(data, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "<string>") -> Sidecar:
+        """Read a sidecar from JSON text.
+
+        Raises:
+            ValueError: If the text is not a sidecar written by this package.
+        """
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or not isinstance(data.get("features"), list):
+                raise ValueError("no list of features")
+            schema = Schema.from_list(data["features"])
+            shards = tuple((str(s["file"]), int(s["num_records"])) for s in data.get("shards", []))
+            return cls(schema, str(data.get("compression", "")), shards)
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(
+                f"Expected {source} to be a schema written by tfr_hooks.tfrecord.write "
+                f"({SIDECAR_FORMAT}). Could not read it: {error}"
+            ) from error
+
+
+def save_sidecar(path: str | os.PathLike[str], sidecar: Sidecar) -> None:
+    """Write ``sidecar`` to ``path`` as JSON."""
+    with tf.io.gfile.GFile(os.fspath(path), "w") as handle:
+        handle.write(sidecar.to_json())
+
+
+def load_sidecar(path: str | os.PathLike[str]) -> Sidecar:
+    """Read a sidecar (``schema.json``) from ``path``."""
+    name = os.fspath(path)
+    with tf.io.gfile.GFile(name, "r") as handle:
+        return Sidecar.from_json(handle.read(), source=repr(name))
+
+
+def load_schema(path: str | os.PathLike[str]) -> Schema:
+    """Read the schema stored by :func:`~tfr_hooks.tfrecord.write`.
+
+    Args:
+        path: The ``schema.json`` file, or the directory holding it.
+
+    Returns:
+        The schema.
+
+    Examples:
+        >>> schema = load_schema("data/mnist")  # doctest: +SKIP
+        >>> schema.names  # doctest: +SKIP
+        ['image', 'label']
+    """
+    name = os.fspath(path)
+    if tf.io.gfile.isdir(name):
+        name = os.path.join(name, SCHEMA_FILENAME)
+    return load_sidecar(name).schema

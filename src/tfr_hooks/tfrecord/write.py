@@ -1,0 +1,263 @@
+"""Writing numpy arrays to sharded TFRecord files of ``tf.train.Example`` records.
+
+Numeric arrays with at least one dimension are stored as their raw little-endian bytes
+(one value per record), scalars as ``int64``/``float`` lists and strings as ``bytes``
+lists; see :mod:`tfr_hooks.tfrecord.schema`. The schema, the shard list and the
+compression go to a ``schema.json`` sidecar, written last, so readers need no feature
+spec.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.example import example_pb2
+
+from tfr_hooks.tfrecord.files import SCHEMA_FILENAME, check_compression
+from tfr_hooks.tfrecord.schema import Feature, Schema, Sidecar, save_sidecar
+
+__all__ = ["ArrayData", "WriteResult", "write", "shard_name"]
+
+logger = logging.getLogger(__name__)
+
+#: What :func:`write` accepts: one array (named ``"x"``), an ``(x, y)`` pair, or a dict.
+ArrayData: TypeAlias = "np.ndarray | tuple[Any, Any] | Mapping[str, Any]"
+
+_SUFFIX = {"": "", "GZIP": ".gz", "ZLIB": ".zlib"}
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What :func:`write` wrote.
+
+    Attributes:
+        directory: The output directory.
+        files: The shard paths, in order.
+        schema: The stored schema.
+        compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
+        num_records: Records written in all shards.
+        schema_path: The path of the ``schema.json`` sidecar.
+    """
+
+    directory: str
+    files: list[str]
+    schema: Schema
+    compression: str
+    num_records: int
+    schema_path: str
+
+
+def shard_name(prefix: str, index: int, shards: int, compression: str = "") -> str:
+    """The file name of shard ``index`` of ``shards``, e.g. ``data-00000-of-00004.tfrecord``."""
+    return f"{prefix}-{index:05d}-of-{shards:05d}.tfrecord{_SUFFIX[compression]}"
+
+
+def _as_arrays(data: object) -> dict[str, np.ndarray]:
+    if isinstance(data, np.ndarray):
+        named: dict[str, Any] = {"x": data}
+    elif isinstance(data, tuple) and len(data) == 2:
+        named = {"x": data[0], "y": data[1]}
+    elif isinstance(data, Mapping):
+        named = dict(data)
+    else:
+        raise TypeError(
+            "Expected `data` to be a numpy array, an (x, y) tuple of arrays, or a dict of "
+            f"named arrays. Received: data of type {type(data).__name__}"
+        )
+    if not named:
+        raise ValueError("Expected `data` to hold at least one array. Received: data={}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in named.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Expected array names to be non-empty strings. Received: {name!r}")
+        array = np.asarray(value)
+        if array.ndim == 0:
+            raise ValueError(
+                f"Expected array {name!r} to have a first dimension that counts examples. "
+                f"Received: a scalar {value!r}"
+            )
+        arrays[name] = array
+    lengths = {name: len(a) for name, a in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(
+            "Expected all arrays to have the same length (number of examples). "
+            f"Received lengths: {lengths}"
+        )
+    if next(iter(lengths.values())) == 0:
+        raise ValueError(f"Expected at least one example. Received lengths: {lengths}")
+    return arrays
+
+
+def _to_bytes(value: object, name: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(
+        f"Expected the items of string array {name!r} to be str or bytes. "
+        f"Received: {value!r} of type {type(value).__name__}"
+    )
+
+
+def _chunk_values(feature: Feature, chunk: np.ndarray) -> list[Any]:
+    """One Python value (or list of values) per example of ``chunk``, ready for a proto."""
+    count = len(chunk)
+    if feature.encoding == "raw":
+        dtype = np.dtype("uint8" if feature.dtype == "bool" else feature.dtype).newbyteorder("<")
+        blob = np.ascontiguousarray(chunk, dtype=dtype).tobytes()
+        step = feature.raw_nbytes
+        return [blob[i * step : (i + 1) * step] for i in range(count)]
+    if feature.encoding == "int64":
+        return list(chunk.astype(np.int64).tolist())
+    if feature.encoding == "float":
+        return list(chunk.astype(np.float32).tolist())
+    flat = chunk.reshape(count, -1)
+    if feature.shape == ():
+        return [_to_bytes(v, feature.name) for v in flat[:, 0].tolist()]
+    return [[_to_bytes(v, feature.name) for v in row] for row in flat.tolist()]
+
+
+def _serialize(
+    schema: Schema, arrays: Mapping[str, np.ndarray], start: int, stop: int
+) -> list[bytes]:
+    """Serialize examples ``start:stop``, with one numpy conversion per feature and chunk."""
+    # (name, proto list, whether each value is a list of values, the values)
+    columns = [
+        (
+            f.name,
+            f.kind,
+            f.encoding == "bytes" and f.shape != (),
+            _chunk_values(f, arrays[f.name][start:stop]),
+        )
+        for f in schema
+    ]
+    records = []
+    for i in range(stop - start):
+        example = example_pb2.Example()
+        features = example.features.feature
+        for name, kind, many, values in columns:
+            target = getattr(features[name], kind).value
+            if many:
+                target.extend(values[i])
+            else:
+                target.append(values[i])
+        records.append(example.SerializeToString())
+    return records
+
+
+def _check_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Expected `{name}` to be a positive integer. Received: {name}={value!r}")
+    return value
+
+
+def write(
+    data: ArrayData,
+    directory: str | os.PathLike[str],
+    *,
+    shards: int = 1,
+    compression: str | None = None,
+    prefix: str = "data",
+    overwrite: bool = False,
+    chunk_size: int = 4096,
+    progress: Callable[[int], object] | None = None,
+) -> WriteResult:
+    """Write arrays to TFRecord shards of ``tf.train.Example`` records, plus their schema.
+
+    Example ``i`` holds ``array[i]`` of every array. Shards get contiguous, nearly equal
+    ranges of examples and are named ``{prefix}-00000-of-0000N.tfrecord[.gz|.zlib]``. The
+    schema is saved to ``schema.json`` in ``directory`` after the shards.
+
+    Args:
+        data: A numpy array (feature ``"x"``), an ``(x, y)`` tuple (features ``"x"`` and
+            ``"y"``), or a dict of named arrays. All arrays share their first dimension.
+            Supported dtypes: bool, (u)int8/16/32/64, float16/32/64, and strings or bytes.
+        directory: Output directory, created if needed.
+        shards: Number of files, at least 1 and at most the number of examples.
+        compression: ``None``/``""`` (none), ``"gzip"`` or ``"zlib"``.
+        prefix: File name prefix of the shards.
+        overwrite: Whether to replace an existing ``schema.json`` and shards with the same
+            prefix in ``directory``; otherwise their presence is an error.
+        chunk_size: Examples converted together (affects speed and memory only).
+        progress: Called with the number of examples just written, after each chunk
+            (for a progress bar).
+
+    Returns:
+        A :class:`WriteResult` with the shard paths and the schema.
+
+    Raises:
+        TypeError: If ``data`` is not arrays, or holds an unsupported dtype.
+        ValueError: If the arrays' lengths differ, or an argument is out of range.
+        FileExistsError: If ``directory`` already holds a dataset and not ``overwrite``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from tfr_hooks import tfrecord
+        >>> images = np.zeros((100, 28, 28), np.uint8)
+        >>> labels = np.arange(100) % 10
+        >>> result = tfrecord.write({"image": images, "label": labels}, "/tmp/mnist",
+        ...                         shards=4, compression="gzip")  # doctest: +SKIP
+        >>> result.files[0]  # doctest: +SKIP
+        '/tmp/mnist/data-00000-of-00004.tfrecord.gz'
+    """
+    arrays = _as_arrays(data)
+    num_records = len(next(iter(arrays.values())))
+    _check_positive("shards", shards)
+    _check_positive("chunk_size", chunk_size)
+    if shards > num_records:
+        raise ValueError(
+            f"Expected `shards` to be at most the number of examples ({num_records}), so no "
+            f"shard is empty. Received: shards={shards}"
+        )
+    codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
+    if not isinstance(prefix, str) or not prefix or os.sep in prefix:
+        raise ValueError(f"Expected `prefix` to be a plain file name prefix. Received: {prefix!r}")
+    schema = Schema.from_arrays(arrays)
+    out_dir = os.fspath(directory)
+    tf.io.gfile.makedirs(out_dir)
+    _clear(out_dir, prefix, overwrite)
+
+    bounds = np.linspace(0, num_records, shards + 1).round().astype(int).tolist()
+    options = tf.io.TFRecordOptions(compression_type=codec)
+    files: list[str] = []
+    counts: list[tuple[str, int]] = []
+    for index in range(shards):
+        name = shard_name(prefix, index, shards, codec)
+        path = os.path.join(out_dir, name)
+        start, stop = bounds[index], bounds[index + 1]
+        with tf.io.TFRecordWriter(path, options=options) as writer:
+            for chunk_start in range(start, stop, chunk_size):
+                chunk_stop = min(stop, chunk_start + chunk_size)
+                for record in _serialize(schema, arrays, chunk_start, chunk_stop):
+                    writer.write(record)
+                if progress is not None:
+                    progress(chunk_stop - chunk_start)
+        files.append(path)
+        counts.append((name, stop - start))
+    schema_path = os.path.join(out_dir, SCHEMA_FILENAME)
+    save_sidecar(schema_path, Sidecar(schema, codec, tuple(counts)))
+    logger.info("Wrote %d examples to %d shard(s) in %s", num_records, shards, out_dir)
+    return WriteResult(out_dir, files, schema, codec, num_records, schema_path)
+
+
+def _clear(directory: str, prefix: str, overwrite: bool) -> None:
+    """Refuse, or with ``overwrite`` remove, an earlier dataset in ``directory``."""
+    old = [os.path.join(directory, SCHEMA_FILENAME)]
+    old += tf.io.gfile.glob(os.path.join(directory, f"{prefix}-*-of-*.tfrecord*"))
+    existing = [path for path in old if tf.io.gfile.exists(path)]
+    if not existing:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"Expected `directory` to hold no dataset, or `overwrite=True`. Received: "
+            f"directory={directory!r}, which holds {os.path.basename(existing[0])!r}"
+            + (f" and {len(existing) - 1} more file(s)" if len(existing) > 1 else "")
+        )
+    for path in existing:
+        tf.io.gfile.remove(path)
