@@ -143,6 +143,7 @@ def run_loop(
                 break
     except BaseException as exc:  # noqa: BLE001 - re-raised below after cleanup
         error = exc
+        loop.error = exc  # lets hooks' end() tell a failed run from a finished one
     finally:
         end_error = runner.finish(hooks)
         error = error or end_error

@@ -53,6 +53,9 @@ class LoopState:
         session: The ``tf.compat.v1.Session`` of a graph-mode loop, else ``None``.
         stop_requested: Whether a stop was requested; the loop ends after the current step.
         stop_reason: Why, as given to :meth:`request_stop`.
+        error: The exception that is ending the run, set before the hooks' ``end`` is
+            called (``None`` when the run ends normally), so that ``end`` can tell a
+            failed run from a finished one.
     """
 
     def __init__(self) -> None:
@@ -68,6 +71,7 @@ class LoopState:
         self.session: Any = None
         self.stop_requested = False
         self.stop_reason = ""
+        self.error: BaseException | None = None
 
     def request_stop(self, reason: str = "") -> None:
         """Ask the loop to stop after the current step; the epoch is still closed.
