@@ -168,6 +168,7 @@ class SessionLoop:
             if has_queues and not any(isinstance(h, QueueRunnerHook) for h in user_hooks):
                 auto.append(QueueRunnerHook())
             auto.extend(_v1.get_collection(GRAPH_HOOKS_COLLECTION))
+            _ensure_saver(user_hooks)
         self.hooks = HookList(auto + user_hooks)
         self.loop = LoopState()
 
@@ -462,6 +463,7 @@ def hooked_session(
         ):
             auto.append(QueueRunnerHook())
         auto.extend(_v1.get_collection(GRAPH_HOOKS_COLLECTION))
+        _ensure_saver(user_hooks)
         variables = _v1.global_variables() + _v1.local_variables()
         uninitialized = _v1.report_uninitialized_variables(variables) if variables else None
     hook_list = HookList(auto + user_hooks)
@@ -495,6 +497,18 @@ def hooked_session(
         if better is not error:
             raise better from error
         raise error
+
+
+def _ensure_saver(hooks: Sequence[Any]) -> None:
+    """Give a ``CheckpointSaverHook`` the default saver ``MonitoredSession``'s scaffold makes.
+
+    Stock checkpoint hooks built without a saver look for one in the ``SAVERS``
+    collection; ``Scaffold`` puts a sharded saver there, so this does the same.
+    """
+    wants_saver = any(isinstance(h, _v1.train.CheckpointSaverHook) for h in hooks)
+    if wants_saver and not _v1.get_collection(_v1.GraphKeys.SAVERS):
+        saver = _v1.train.Saver(sharded=True, max_to_keep=5, save_relative_paths=True)
+        _v1.add_to_collection(_v1.GraphKeys.SAVERS, saver)
 
 
 def _check_fetches(fetches: object, name: str) -> None:
