@@ -44,6 +44,26 @@ Files: TypeAlias = "PathLike | Sequence[PathLike]"
 SCHEMA_FILENAME = "schema.json"
 
 _GLOB_CHARS = frozenset("*?[")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class _OwnDeprecations(logging.Filter):
+    """Drops TensorFlow's deprecation notices about calls made by this subpackage.
+
+    The readers use ``tf_record_iterator`` and, when asked, the queue pipeline on
+    purpose; the notices would only tell users to stop using what they did not call.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return True
+        return not ("deprecated" in message and _PACKAGE_DIR in message)
+
+
+if not any(isinstance(f, _OwnDeprecations) for f in logging.getLogger("tensorflow").filters):
+    logging.getLogger("tensorflow").addFilter(_OwnDeprecations())
 _GZIP_MAGIC = b"\x1f\x8b"
 _COMPRESSIONS = {"": "", "none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 

@@ -1,0 +1,286 @@
+"""The ``tfr-hooks`` command: convert ``.npz`` files to TFRecord shards, inspect any file.
+
+Usage::
+
+    tfr-hooks convert INPUT.npz OUTDIR --shards 4 [--compression gzip|zlib]
+    tfr-hooks inspect FILE_OR_DIR_OR_GLOB... [--json] [--max-records N]
+
+Only the standard library is imported at module level: :func:`main` quiets TensorFlow's
+start-up messages (``TF_CPP_MIN_LOG_LEVEL=2`` unless already set) before importing it.
+Run it as ``tfr-hooks`` or ``python -m tfr_hooks.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+__all__ = ["main", "build_parser"]
+
+_COMPRESSION_CHOICES = ("none", "gzip", "zlib")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``tfr-hooks`` command."""
+    parser = argparse.ArgumentParser(
+        prog="tfr-hooks",
+        description="Write, inspect and check TFRecord files for tfr_hooks.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    convert = commands.add_parser(
+        "convert",
+        help="turn an .npz file into TFRecord shards with a stored schema",
+        description="Turn the arrays of an .npz file (sharing their first dimension) into "
+        "tf.train.Example records in OUTDIR, with the schema in OUTDIR/schema.json.",
+    )
+    convert.add_argument("input", metavar="INPUT.npz", help="the .npz file to convert")
+    convert.add_argument("outdir", metavar="OUTDIR", help="output directory (created)")
+    convert.add_argument("--shards", type=int, default=1, help="number of files (default 1)")
+    convert.add_argument(
+        "--compression", choices=_COMPRESSION_CHOICES, default="none", help="default: none"
+    )
+    convert.add_argument("--prefix", default="data", help="shard file name prefix")
+    convert.add_argument(
+        "--overwrite", action="store_true", help="replace a dataset already in OUTDIR"
+    )
+    convert.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show the record count and features of TFRecord files",
+        description="Show the record count, compression and features (kind, length, "
+        "dtype, shape) of TFRecord files written by any tool.",
+    )
+    inspect.add_argument("files", nargs="+", metavar="FILE", help="files, directories or globs")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    inspect.add_argument(
+        "--max-records",
+        type=int,
+        default=None,
+        metavar="N",
+        help="examine the features of the first N records of each file (all are counted)",
+    )
+    inspect.add_argument(
+        "--compression",
+        choices=_COMPRESSION_CHOICES,
+        default=None,
+        help="default: detected per file",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tfr-hooks`` command.
+
+    Args:
+        argv: The arguments, without the program name; ``None`` for ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 on success, 1 when a file cannot be read or written, 2 for a
+        usage error.
+
+    Examples:
+        >>> main(["inspect", "data/train.tfrecord"])  # doctest: +SKIP
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "inspect" and args.max_records is not None and args.max_records < 1:
+        parser.error(f"--max-records must be a positive integer, not {args.max_records}")
+    if args.command == "convert" and args.shards < 1:
+        parser.error(f"--shards must be a positive integer, not {args.shards}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tfr_hooks import tfrecord
+
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "convert": _convert,
+        "inspect": _inspect,
+    }
+    try:
+        return commands[args.command](args)
+    except (tfrecord.TFRecordError, OSError, ValueError, TypeError) as error:
+        print(f"tfr-hooks {args.command}: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _convert(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tfr_hooks import tfrecord
+
+    try:
+        with np.load(args.input, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"Input file {args.input!r} does not exist.") from error
+    except (ValueError, OSError) as error:
+        raise ValueError(
+            f"Expected {args.input!r} to be an .npz file of numeric or string arrays. "
+            f"Could not read it: {error}"
+        ) from error
+    if not arrays:
+        raise ValueError(f"Expected {args.input!r} to hold at least one array; it holds none.")
+    total = len(next(iter(arrays.values())))
+    progress, close = _progress_bar(total, enabled=not args.no_progress)
+    try:
+        result = tfrecord.write(
+            arrays,
+            args.outdir,
+            shards=args.shards,
+            compression=args.compression,
+            prefix=args.prefix,
+            overwrite=args.overwrite,
+            progress=progress,
+        )
+    finally:
+        close()
+    print(
+        f"Wrote {result.num_records} examples to {len(result.files)} shard(s) in "
+        f"{result.directory} (compression: {result.compression or 'none'})"
+    )
+    print(f"Schema: {result.schema_path}")
+    _print_table(
+        ["feature", "dtype", "shape", "encoding"],
+        [[f.name, f.dtype, _shape_text(f.shape), f.encoding] for f in result.schema],
+        sys.stdout,
+    )
+    return 0
+
+
+def _progress_bar(total: int, *, enabled: bool) -> tuple[Any, Callable[[], None]]:
+    """A callback advancing a progress bar on stderr, and a function closing it."""
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # a plain counter when tqdm is not installed
+        done = [0]
+
+        def update(count: int) -> None:
+            done[0] += count
+            print(f"\rwriting: {done[0]}/{total} examples", end="", file=sys.stderr)
+
+        return update, lambda: print(file=sys.stderr) if done[0] else None
+    bar = tqdm(total=total, unit="ex", desc="writing", file=sys.stderr, leave=False)
+    return bar.update, bar.close
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from tfr_hooks import tfrecord
+
+    paths = tfrecord.resolve_files(args.files)
+    # per file: its FileInfo, or the error that kept it from being read
+    results: list[tuple[str, Any, tfrecord.TFRecordError | None]] = []
+    for path in paths:
+        try:
+            infos = tfrecord.inspect(
+                path, compression=args.compression, max_records=args.max_records
+            )
+            results.append((path, infos[0], None))
+        except tfrecord.TFRecordError as error:
+            results.append((path, None, error))
+    if args.json:
+        items = [
+            info.to_dict() if failure is None else {"path": path, "error": str(failure)}
+            for path, info, failure in results
+        ]
+        print(json.dumps(items, indent=2))
+    else:
+        for number, (path, info, failure) in enumerate(results):
+            if number:
+                print()
+            if failure is None:
+                _print_file(info, sys.stdout)
+            else:
+                print(path)
+                print(f"  error: {failure}")
+        if len(results) > 1:
+            readable = [info for _, info, failure in results if failure is None]
+            total = sum(info.num_records for info in readable)
+            print(f"\nTotal: {total} records in {len(readable)} readable file(s) of {len(results)}")
+    failures = [failure for _, _, failure in results if failure is not None]
+    for failure in failures:
+        print(f"tfr-hooks inspect: error: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _shape_text(shape: tuple[int | None, ...]) -> str:
+    if shape == (None,):
+        return "(varying)"
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _size_text(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # unreachable
+
+
+def _print_file(info: Any, out: TextIO) -> None:
+    from tfr_hooks import tfrecord
+
+    scanned = (
+        ""
+        if info.scanned_records == info.num_records
+        else f" (features from the first {info.scanned_records})"
+    )
+    print(info.path, file=out)
+    print(
+        f"  records: {info.num_records}{scanned}   compression: {info.compression or 'none'}"
+        f"   size: {_size_text(info.size_bytes)}",
+        file=out,
+    )
+    try:
+        schema = info.schema()
+        origin = "stored in schema.json" if info.stored is not None else "inferred"
+    except tfrecord.TFRecordError as error:
+        schema, origin = None, f"none: {error}"
+    print(f"  schema: {origin}", file=out)
+    rows = []
+    names = list(info.features)
+    if schema is not None:
+        names += [name for name in schema.names if name not in info.features]
+    for name in names:
+        found = info.features.get(name)
+        spec = schema[name] if schema is not None and name in schema else None
+        rows.append(
+            [
+                name,
+                found.kind if found else "absent",
+                found.length_text() if found else "-",
+                _bytes_text(found) if found else "",
+                spec.dtype if spec else "?",
+                _shape_text(spec.shape) if spec else "?",
+                f"{found.records}/{info.scanned_records}" if found else "0",
+            ]
+        )
+    if not rows:
+        print("  (no features)", file=out)
+        return
+    _print_table(["feature", "kind", "length", "bytes", "dtype", "shape", "in records"], rows, out)
+
+
+def _bytes_text(found: Any) -> str:
+    if found.kind != "bytes":
+        return ""
+    if found.min_bytes == found.max_bytes:
+        return str(found.min_bytes)
+    return f"{found.min_bytes}..{found.max_bytes}"
+
+
+def _print_table(header: list[str], rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        line = "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        print("  " + line.rstrip(), file=out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
