@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks import tfrecord
     from tfr_hooks.hooks import Hook, LoopState
+    from tfr_hooks.keras_callbacks import KerasCallbacks
+    from tfr_hooks.keras_graph import KerasTrainingGraph, keras_training_graph
     from tfr_hooks.queue_runners import QueueRunnerHook
     from tfr_hooks.session_loop import HookedSession, SessionLoop, Validation, hooked_session
+    from tfr_hooks.tensorboard import TensorBoardLogger
 
 __version__ = "0.1.0"
 
@@ -33,6 +36,10 @@ _PUBLIC: dict[str, str] = {
     "hooked_session": "tfr_hooks.session_loop",
     "QueueRunnerHook": "tfr_hooks.queue_runners",
     "tfrecord": "tfr_hooks.tfrecord",
+    "KerasCallbacks": "tfr_hooks.keras_callbacks",
+    "keras_training_graph": "tfr_hooks.keras_graph",
+    "KerasTrainingGraph": "tfr_hooks.keras_graph",
+    "TensorBoardLogger": "tfr_hooks.tensorboard",
 }
 
 __all__ = [
@@ -44,6 +51,10 @@ __all__ = [
     "hooked_session",
     "QueueRunnerHook",
     "tfrecord",
+    "KerasCallbacks",
+    "keras_training_graph",
+    "KerasTrainingGraph",
+    "TensorBoardLogger",
     "__version__",
 ]
 

@@ -1,0 +1,330 @@
+"""KerasCallbacks: drive standard Keras callback objects from the loop's events.
+
+The hook makes the calls ``model.fit`` makes, in the same order, with the same ``params``
+and ``logs``::
+
+    after_create_session -> on_train_begin     (weights exist and are initialized)
+    epoch_begin          -> on_epoch_begin(epoch, {})
+    before_run           -> on_train_batch_begin(batch)
+    after_run            -> on_train_batch_end(batch, logs)   (running epoch means)
+    validation_begin     -> on_test_begin
+    validation_batch_*   -> on_test_batch_begin / on_test_batch_end
+    validation_end       -> on_test_end
+    epoch_end            -> on_epoch_end(epoch, logs)          (the loop's shared logs)
+    end                  -> on_train_end                       (not after a failure)
+
+It works with ``tf_keras`` models in graph mode (:class:`~tfr_hooks.SessionLoop`) and with
+Keras 3 or eager ``tf_keras`` models in a TF2 loop: the callbacks must come from the
+Keras that built the model (``tf_keras.callbacks`` or ``keras.callbacks``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfr_hooks.hooks import Hook
+
+__all__ = ["KerasCallbacks"]
+
+logger = logging.getLogger(__name__)
+
+_VERBOSE = (0, 1, 2, "auto")
+
+
+def _keras_flavor(model: Any) -> tuple[str, Any]:
+    """Return ``(name, keras module)`` of the Keras that built ``model``.
+
+    Only Keras packages already imported are considered: a model of a Keras that was
+    never imported cannot exist.
+    """
+    for name in ("tf_keras", "keras"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(model, module.Model):
+            return name, module
+    raise TypeError(
+        "Expected `model` to be a tf_keras.Model or a keras.Model (Keras 3). "
+        f"Received: model={model!r} of type {type(model).__name__}"
+    )
+
+
+def _in_graph_mode(model: Any) -> bool:
+    """Whether the model's weights live in a ``tf.Graph`` (v1 graph mode)."""
+    for weight in getattr(model, "weights", []):
+        try:
+            return weight.graph is not None
+        except AttributeError:  # eager variables have no graph
+            return False
+    return not tf.compat.v1.executing_eagerly_outside_functions()
+
+
+def _as_float(value: Any) -> Any:
+    """Python float for numeric scalars (numpy, tensors' numpy values); others unchanged."""
+    if isinstance(value, (bool, str, bytes)):
+        return value
+    if isinstance(value, (int, float, np.number)) or (
+        isinstance(value, np.ndarray) and value.size == 1
+    ):
+        return float(value)
+    return value
+
+
+class KerasCallbacks(Hook):
+    """Drive a list of Keras callbacks from the loop, as ``model.fit`` would.
+
+    ``params`` are those of the matching ``fit``: ``epochs``, ``steps`` and ``verbose``,
+    and in graph mode also ``batch_size``, ``samples``, ``do_validation`` and
+    ``metrics``, as ``tf_keras``' graph-mode ``fit`` gives them. Logs hold Python
+    floats. Epoch logs are the loop's shared ``logs`` dict: keys a callback adds there
+    (``lr`` from ``ReduceLROnPlateau``, for example) reach the history the loop returns.
+    In graph mode batch logs also hold ``batch`` and ``size`` (1), as graph-mode ``fit``
+    gives them. Batch logs hold the running means of the fetched values over the epoch.
+
+    ``model.stop_training = True`` set by a callback stops the loop where ``fit`` stops:
+    after the current batch (from a batch hook) or after the epoch. Like ``fit``, the
+    hook appends a ``History`` (unless one is in the list; it becomes ``model.history``)
+    and, when ``verbose`` is not 0, a ``ProgbarLogger``.
+
+    In graph mode the loop's session becomes the default session while callbacks run,
+    so Keras' own calls (``get_weights``, ``save_weights``, ``backend.get_value``) use
+    it. Callbacks that read ``model.optimizer`` (``ReduceLROnPlateau``,
+    ``LearningRateScheduler``, ``TensorBoard``'s learning rate) need the model to have
+    one: ``tfr_hooks.keras_training_graph`` sets it.
+
+    Callbacks that cannot work in graph mode are refused at construction with a
+    ``ValueError``: ``BackupAndRestore`` (``tf_keras`` supports it in eager mode only)
+    and ``TensorBoard(histogram_freq>0)`` or ``TensorBoard(embeddings_freq>0)`` (they
+    need a compiled model's own test function and fed inputs).
+
+    Args:
+        callbacks: Keras callback instances of the Keras that built ``model``.
+        model: The model the callbacks watch (``callback.model``).
+        verbose: ``fit``'s ``verbose``: 0 (silent, the default here), 1 (progress bar),
+            2 (one line per epoch) or ``"auto"`` (1).
+        add_history: Append a ``History`` callback when the list has none, as ``fit``
+            does.
+
+    Raises:
+        TypeError: If ``model`` is not a Keras model, or an item of ``callbacks`` is not
+            a callback of that Keras.
+        ValueError: If ``verbose`` is invalid, or a callback cannot work in graph mode.
+
+    Examples:
+        >>> cbs = [tf_keras.callbacks.EarlyStopping(monitor="val_loss", patience=2)]  # doctest: +SKIP
+        >>> hook = KerasCallbacks(cbs, model)  # doctest: +SKIP
+        >>> SessionLoop(train_op, fetches, hooks=[hook], validation=val).run(epochs=20)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        callbacks: Sequence[Any] | None,
+        model: Any,
+        *,
+        verbose: int | str = 0,
+        add_history: bool = True,
+    ) -> None:
+        self.flavor, keras = _keras_flavor(model)
+        if isinstance(verbose, bool) or verbose not in _VERBOSE:
+            raise ValueError(
+                f"Expected `verbose` to be one of 0, 1, 2 or 'auto'. Received: verbose={verbose!r}"
+            )
+        if callbacks is None:
+            callbacks = []
+        if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Sequence):
+            raise TypeError(
+                f"Expected `callbacks` to be a list of {self.flavor}.callbacks.Callback "
+                f"instances. Received: callbacks={callbacks!r}"
+            )
+        base = keras.callbacks.Callback
+        for i, callback in enumerate(callbacks):
+            if not isinstance(callback, base):
+                hint = ""
+                if type(callback).__name__ in dir(keras.callbacks):
+                    hint = (
+                        f" (a callback of another Keras: the model is a {self.flavor} model, "
+                        f"so use {self.flavor}.callbacks.{type(callback).__name__})"
+                    )
+                raise TypeError(
+                    f"Expected every item of `callbacks` to be a {self.flavor}.callbacks."
+                    f"Callback{hint}. Received: callbacks[{i}]={callback!r} of type "
+                    f"{type(callback).__name__}"
+                )
+        self.model = model
+        self.graph_mode = self.flavor == "tf_keras" and _in_graph_mode(model)
+        if self.graph_mode:
+            _refuse_graph_incompatible(callbacks, keras)
+        self.verbose = 1 if verbose == "auto" else int(verbose)
+        self.callbacks = list(callbacks)
+        if add_history and not any(isinstance(c, keras.callbacks.History) for c in callbacks):
+            self.callbacks.append(keras.callbacks.History())
+        if self.verbose and not any(
+            isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks
+        ):
+            if self.flavor == "tf_keras":
+                self.callbacks.append(keras.callbacks.ProgbarLogger(count_mode="steps"))
+            else:
+                self.callbacks.append(keras.callbacks.ProgbarLogger())
+        self._keras = keras
+        self.params: dict[str, Any] = {}
+        self._began = False
+        self._contexts: list[Any] = []
+        self._last_logs: dict[str, Any] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Reset the run's state."""
+        self._began = False
+        self._contexts = []
+        self._last_logs = {}
+        self.params = {}
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Set params and model, then ``on_train_begin``; pick up a restored epoch."""
+        if self.graph_mode and session is not None:
+            self._enter(session.graph.as_default())
+            self._enter(session.as_default())
+        loop = self.loop
+        steps = loop.steps_per_epoch
+        params: dict[str, Any] = {"verbose": self.verbose, "epochs": loop.epochs, "steps": steps}
+        if self.graph_mode:
+            names = list(getattr(self.model, "metrics_names", None) or [])
+            params.update(
+                batch_size=None,
+                samples=steps,
+                do_validation=False,
+                metrics=names,
+            )
+        self.params = params
+        history = None
+        for callback in self.callbacks:
+            callback.set_model(self.model)
+            callback.set_params(params)
+            if isinstance(callback, self._keras.callbacks.History):
+                history = callback
+        if history is not None:
+            self.model.history = history
+        self.model.stop_training = False
+        self._began = True
+        self._call("on_train_begin", {})
+        self._pick_up_initial_epoch()
+
+    def epoch_begin(self, epoch: int) -> None:
+        """``on_epoch_begin(epoch, {})``."""
+        self._call("on_epoch_begin", epoch, {})
+
+    def before_run(self, run_context: Any) -> None:
+        """``on_train_batch_begin(batch)``; the batch index is ``loop.epoch_steps``."""
+        self._call("on_train_batch_begin", self.loop.epoch_steps, self._batch_logs())
+        return None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        """``on_train_batch_end(batch, logs)``; a stop asked by a callback ends the epoch."""
+        batch = self.loop.epoch_steps
+        logs = self._batch_logs(self.loop.batch_logs)
+        if self.graph_mode and not self.params.get("metrics"):
+            self.params["metrics"] = list(self.loop.batch_logs)
+        self._call("on_train_batch_end", batch, logs)
+        if getattr(self.model, "stop_training", False):
+            self.loop.request_stop("a Keras callback set model.stop_training")
+
+    def validation_begin(self) -> None:
+        """``on_test_begin``."""
+        if self.graph_mode and not self.params.get("do_validation"):
+            self.params["do_validation"] = True
+            names = list(self.params.get("metrics") or [])
+            self.params["metrics"] = names + [f"val_{n}" for n in names]
+        self._call("on_test_begin", {})
+
+    def validation_batch_begin(self, step: int) -> None:
+        """``on_test_batch_begin(step)``."""
+        self._call("on_test_batch_begin", step, self._batch_logs(None, step))
+
+    def validation_batch_end(self, step: int, logs: dict[str, float]) -> None:
+        """``on_test_batch_end(step, logs)``."""
+        self._call("on_test_batch_end", step, self._batch_logs(logs, step))
+
+    def validation_end(self, logs: dict[str, float]) -> None:
+        """``on_test_end``."""
+        self._call("on_test_end", {} if self.graph_mode else dict(logs))
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """``on_epoch_end(epoch, logs)`` with the loop's shared logs; honour stop_training."""
+        self._call("on_epoch_end", epoch, logs)
+        for key, value in list(logs.items()):
+            logs[key] = _as_float(value)
+        self._last_logs = logs
+        if getattr(self.model, "stop_training", False):
+            self.loop.request_stop("a Keras callback set model.stop_training")
+
+    def end(self, session: Any) -> None:
+        """``on_train_end``, unless the run failed (as ``fit``, which lets errors through)."""
+        try:
+            if self._began and getattr(self.loop, "error", None) is None:
+                self._call("on_train_end", {} if self.graph_mode else dict(self._last_logs))
+        finally:
+            self._began = False
+            while self._contexts:
+                self._contexts.pop().__exit__(None, None, None)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _call(self, method: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, method)(*args)
+
+    def _batch_logs(self, logs: dict[str, float] | None = None, batch: int | None = None) -> Any:
+        """Batch logs as ``fit`` gives them: graph-mode ``fit`` adds ``batch`` and ``size``."""
+        result: dict[str, Any] = {}
+        if self.graph_mode:
+            result = {"batch": self.loop.epoch_steps if batch is None else batch, "size": 1}
+        if logs:
+            result.update(logs)
+        return result
+
+    def _enter(self, context: Any) -> None:
+        context.__enter__()
+        self._contexts.append(context)
+
+    def _pick_up_initial_epoch(self) -> None:
+        """Start where a restored backup says (Keras' ``BackupAndRestore``)."""
+        model, loop = self.model, self.loop
+        restored: Any = None
+        if self.flavor == "keras":
+            restored = getattr(model, "_initial_epoch", None)
+            if restored is not None:
+                model._initial_epoch = None  # consumed, as fit does
+        elif getattr(model, "_training_state", None) is not None:
+            load = getattr(model, "_maybe_load_initial_counters_from_ckpt", None)
+            if load is not None:
+                restored, _ = load(loop.steps_per_epoch or 1, loop.initial_epoch)
+        if restored is not None and int(restored) > loop.initial_epoch:
+            logger.info("Resuming at epoch %d from a Keras backup", int(restored))
+            loop.initial_epoch = int(restored)
+
+
+def _refuse_graph_incompatible(callbacks: Sequence[Any], keras: Any) -> None:
+    """Raise a clear ``ValueError`` for callbacks that cannot work in graph mode."""
+    for i, callback in enumerate(callbacks):
+        if isinstance(callback, keras.callbacks.BackupAndRestore):
+            raise ValueError(
+                "tf_keras' BackupAndRestore works in eager mode only, and this model lives "
+                "in a graph (SessionLoop). Use ModelCheckpoint(save_weights_only=True), "
+                "then model.load_weights(...) and loop.run(initial_epoch=...) to resume, or "
+                f"train with a TF2 loop. Received: callbacks[{i}]={callback!r}"
+            )
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            for name in ("histogram_freq", "embeddings_freq"):
+                value = getattr(callback, name, 0)
+                if value:
+                    raise ValueError(
+                        f"TensorBoard({name}={value}) does not work on a tensor-fed model in "
+                        "graph mode (it needs the compiled model's test function and fed "
+                        f"inputs). Expected {name}=0. Received: callbacks[{i}]={callback!r}"
+                    )
+

@@ -1,0 +1,330 @@
+"""Build a ``tf_keras`` model's training graph for :class:`~tfr_hooks.SessionLoop`.
+
+``model.compile`` + ``model.fit`` cannot train a model whose input *is* a tensor from a
+queue or an iterator; :func:`keras_training_graph` builds what ``fit`` would build, from
+public ``tf_keras`` APIs only: the loss (plus the model's regularization losses), metric
+tensors, the legacy optimizer's update ops plus the model's own update ops (BatchNorm's
+moving averages), and the batch size. :meth:`KerasTrainingGraph.validation` builds the
+matching :class:`~tfr_hooks.Validation` on a second call of the model, sharing weights.
+
+Like ``fit``, training steps run with the Keras learning phase set to 1 (Dropout and
+BatchNorm in training mode): a small hook feeds it, registered on the graph so every
+loop picks it up; validation runs in inference mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from tfr_hooks.hooks import Hook
+from tfr_hooks.session_loop import GRAPH_HOOKS_COLLECTION, Validation
+
+__all__ = ["KerasTrainingGraph", "keras_training_graph"]
+
+logger = logging.getLogger(__name__)
+
+_ACCURACY = ("accuracy", "acc")
+
+
+class _LearningPhaseHook(Hook):
+    """Feed the Keras learning phase 1 to training steps, as ``fit`` does."""
+
+    requires_session = True
+
+    def __init__(self, learning_phase: Any) -> None:
+        self.learning_phase = learning_phase
+
+    def before_run(self, run_context: Any) -> Any:
+        """Add the feed to the training step's ``session.run``."""
+        return tf.compat.v1.train.SessionRunArgs(None, feed_dict={self.learning_phase: True})
+
+
+class KerasTrainingGraph:
+    """What :func:`keras_training_graph` built; give its parts to a ``SessionLoop``.
+
+    Attributes:
+        train_op: Runs one optimizer step and the model's update ops.
+        fetches: ``{"loss": ..., <metric name>: ...}`` scalar tensors for the loop's
+            epoch means (``loss`` includes the regularization losses, as in ``fit``).
+        batch_size: The batch size of the step, a scalar tensor.
+        model: The model.
+        optimizer: The legacy optimizer (also set as ``model.optimizer`` when the model
+            had none, for callbacks that read or change the learning rate).
+        hooks: Hooks the loop needs (the learning-phase feed); they are registered on
+            the graph, so a ``SessionLoop`` built afterwards adds them by itself.
+
+    Examples:
+        >>> training = keras_training_graph(model, label, loss="sparse_categorical_crossentropy",
+        ...     optimizer=tf_keras.optimizers.legacy.Adam(0.01), metrics=["accuracy"])  # doctest: +SKIP
+        >>> loop = SessionLoop(training.train_op, fetches=training.fetches,
+        ...     batch_size=training.batch_size,
+        ...     validation=training.validation(val_image, val_label, initializers=[init]))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        *,
+        train_op: Any,
+        fetches: dict[str, Any],
+        batch_size: Any,
+        model: Any,
+        optimizer: Any,
+        loss_fn: Callable[..., Any],
+        metric_fns: dict[str, Callable[..., Any]],
+        hooks: list[Hook],
+    ) -> None:
+        self.train_op = train_op
+        self.fetches = fetches
+        self.batch_size = batch_size
+        self.model = model
+        self.optimizer = optimizer
+        self.hooks = hooks
+        self._loss_fn = loss_fn
+        self._metric_fns = metric_fns
+
+    def validation(
+        self,
+        inputs: Any,
+        labels: Any,
+        *,
+        initializers: Sequence[Any] = (),
+        steps: int | None = None,
+        freq: int = 1,
+    ) -> Validation:
+        """A :class:`~tfr_hooks.Validation` on ``model(inputs)`` (shared weights).
+
+        The model runs in inference mode (``training=False``); the loss and metrics are
+        the training ones, so the epoch logs get ``val_loss`` and ``val_<metric>``.
+
+        Args:
+            inputs: The validation batch tensor(s) the model takes.
+            labels: The validation label tensor.
+            initializers: Ops that restart the validation data before each pass.
+            steps: Stop each pass after this many steps; ``None`` runs to the end.
+            freq: Run the pass every this many epochs.
+
+        Returns:
+            The validation pass to give ``SessionLoop(validation=...)``.
+        """
+        _check_tensor(labels, "labels")
+        outputs = self.model(inputs, training=False)
+        regularization = list(self.model.get_losses_for(None))
+        regularization += list(self.model.get_losses_for(tf.nest.flatten(inputs)))
+        fetches = _loss_and_metrics(
+            self._loss_fn, self._metric_fns, labels, outputs, regularization
+        )
+        return Validation(
+            fetches,
+            initializers=initializers,
+            batch_size=tf.shape(labels)[0],
+            steps=steps,
+            freq=freq,
+        )
+
+
+def keras_training_graph(
+    model: Any,
+    labels: Any,
+    *,
+    loss: str | Callable[..., Any],
+    optimizer: Any,
+    metrics: Sequence[str | Callable[..., Any]] = (),
+    outputs: Any = None,
+) -> KerasTrainingGraph:
+    """Build the train op, loss, metrics and batch size of a tensor-fed ``tf_keras`` model.
+
+    Call it in the graph that holds the model (graph mode, for example a model built on
+    ``tf_keras.layers.Input(tensor=batch)``). ``optimizer.get_updates`` minimizes the
+    loss plus the model's regularization losses over ``model.trainable_weights``; the
+    model's update ops (``get_updates_for`` its inputs) run in the same step.
+
+    Args:
+        model: A single-output ``tf_keras`` model in graph mode.
+        labels: The label tensor of the training batch.
+        loss: A Keras loss: a name (``"sparse_categorical_crossentropy"``), a function
+            ``fn(y_true, y_pred)`` or a ``tf_keras.losses.Loss`` instance.
+        optimizer: A legacy optimizer, ``tf_keras.optimizers.legacy.SGD(...)``,
+            ``...legacy.Adam(...)`` and friends (graph mode needs ``get_updates``).
+        metrics: Keras metric names or functions: ``"accuracy"`` (resolved from the loss
+            and shapes, as ``compile`` does), ``"sparse_categorical_accuracy"``,
+            ``"mae"``, ``tf_keras.metrics.top_k_categorical_accuracy``... Each becomes a
+            fetch named as given (a function by its ``__name__``).
+        outputs: The model's output tensor for the training batch; by default
+            ``model.outputs[0]``.
+
+    Returns:
+        A :class:`KerasTrainingGraph`.
+
+    Raises:
+        TypeError: If an argument has the wrong type (a non-legacy optimizer, a stateful
+            ``Metric`` object, a non-tf_keras model, a model with several outputs).
+        ValueError: If a loss or metric name is unknown, or the model is not in graph mode.
+
+    Examples:
+        >>> image, label = queue_batch(...)  # doctest: +SKIP
+        >>> model = tf_keras.Model(inp := tf_keras.Input(tensor=image), head(inp))  # doctest: +SKIP
+        >>> training = keras_training_graph(model, label, loss="sparse_categorical_crossentropy",
+        ...     optimizer=tf_keras.optimizers.legacy.SGD(0.1), metrics=["accuracy"])  # doctest: +SKIP
+        >>> SessionLoop(training.train_op, fetches=training.fetches,
+        ...     batch_size=training.batch_size).run(epochs=5)  # doctest: +SKIP
+    """
+    if not isinstance(model, tf_keras.Model):
+        raise TypeError(
+            f"Expected `model` to be a tf_keras.Model. Received: model={model!r} "
+            f"of type {type(model).__name__}"
+        )
+    _check_tensor(labels, "labels")
+    if not isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
+        raise TypeError(
+            "Expected `optimizer` to be a legacy tf_keras optimizer such as "
+            "tf_keras.optimizers.legacy.SGD(0.01) or tf_keras.optimizers.legacy.Adam() "
+            "(graph mode needs `get_updates`, which the new optimizers lack). "
+            f"Received: optimizer={optimizer!r}"
+        )
+    if outputs is None:
+        if len(model.outputs) != 1:
+            raise TypeError(
+                "Expected `model` to have a single output (or pass `outputs`). "
+                f"Received: model with {len(model.outputs)} outputs"
+            )
+        outputs = model.outputs[0]
+    _check_tensor(outputs, "outputs")
+    if getattr(outputs, "graph", None) is None or tf.executing_eagerly():
+        raise ValueError(
+            "Expected a model in graph mode: build it and call keras_training_graph inside "
+            "`with tf.Graph().as_default():`. Received: an eager model"
+        )
+    graph = outputs.graph
+    with graph.as_default():
+        loss_fn = _get_loss(loss)
+        metric_fns = _get_metrics(metrics, loss_fn, labels, outputs)
+        inputs = list(model.inputs or [])
+        regularization = list(model.get_losses_for(None)) + list(model.get_losses_for(inputs))
+        fetches = _loss_and_metrics(loss_fn, metric_fns, labels, outputs, regularization)
+        updates = optimizer.get_updates(fetches["loss"], model.trainable_weights)
+        model_updates = list(model.get_updates_for(None)) + list(model.get_updates_for(inputs))
+        train_op = tf.group(*updates, *model_updates, name="keras_train_op")
+        if getattr(model, "optimizer", None) is None:
+            model.optimizer = optimizer
+        hooks: list[Hook] = []
+        learning_phase = tf_keras.backend.learning_phase()
+        if not isinstance(learning_phase, int):
+            registered = tf.compat.v1.get_collection(GRAPH_HOOKS_COLLECTION)
+            if not any(isinstance(h, _LearningPhaseHook) for h in registered):
+                hook = _LearningPhaseHook(learning_phase)
+                tf.compat.v1.add_to_collection(GRAPH_HOOKS_COLLECTION, hook)
+                hooks.append(hook)
+        batch_size = tf.shape(labels)[0]
+    return KerasTrainingGraph(
+        train_op=train_op,
+        fetches=fetches,
+        batch_size=batch_size,
+        model=model,
+        optimizer=optimizer,
+        loss_fn=loss_fn,
+        metric_fns=metric_fns,
+        hooks=hooks,
+    )
+
+
+def _check_tensor(value: Any, name: str) -> None:
+    if not isinstance(value, (tf.Tensor, tf.Variable)):
+        raise TypeError(f"Expected `{name}` to be a tensor. Received: {name}={value!r}")
+
+
+def _get_loss(loss: Any) -> Callable[..., Any]:
+    if not (isinstance(loss, str) or callable(loss)):
+        raise TypeError(
+            "Expected `loss` to be a Keras loss name, a function (y_true, y_pred) or a "
+            f"tf_keras.losses.Loss. Received: loss={loss!r}"
+        )
+    try:
+        fn = tf_keras.losses.get(loss)
+    except ValueError as exc:
+        raise ValueError(
+            f"Expected `loss` to be a Keras loss name. Received: loss={loss!r} ({exc})"
+        ) from None
+    return fn  # type: ignore[no-any-return]
+
+
+def _loss_name(loss_fn: Any) -> str:
+    """Lower-case names of a loss function or ``Loss`` object (and its wrapped ``fn``)."""
+    fn = getattr(loss_fn, "fn", loss_fn)  # LossFunctionWrapper keeps its function
+    return f"{getattr(fn, '__name__', '')} {type(loss_fn).__name__}".lower()
+
+
+def _get_metrics(
+    metrics: Sequence[Any], loss_fn: Any, labels: Any, outputs: Any
+) -> dict[str, Callable[..., Any]]:
+    if isinstance(metrics, (str, bytes)) or not isinstance(metrics, Sequence):
+        raise TypeError(
+            f"Expected `metrics` to be a list of Keras metric names or functions. "
+            f"Received: metrics={metrics!r}"
+        )
+    result: dict[str, Callable[..., Any]] = {}
+    for i, metric in enumerate(metrics):
+        if isinstance(metric, tf_keras.metrics.Metric):
+            raise TypeError(
+                "Expected `metrics` items to be metric names or functions (stateful "
+                "tf_keras.metrics.Metric objects never reset between epochs here; pass "
+                f"the name, e.g. 'sparse_categorical_accuracy'). Received: metrics[{i}]="
+                f"{metric!r}"
+            )
+        if isinstance(metric, str):
+            name = metric
+            if metric in _ACCURACY:
+                fn = _accuracy_for(loss_fn, labels, outputs)
+            else:
+                try:
+                    fn = tf_keras.metrics.get(metric)
+                except ValueError:
+                    raise ValueError(
+                        f"Expected `metrics[{i}]` to be a Keras metric name such as "
+                        f"'accuracy' or 'mae'. Received: metrics[{i}]={metric!r}"
+                    ) from None
+        elif callable(metric):
+            fn, name = metric, getattr(metric, "__name__", f"metric_{i}")
+        else:
+            raise TypeError(
+                f"Expected `metrics[{i}]` to be a metric name or function. "
+                f"Received: metrics[{i}]={metric!r}"
+            )
+        if name == "loss" or name in result:
+            raise ValueError(f"Expected unique metric names other than 'loss'. Received: {name!r}")
+        result[name] = fn
+    return result
+
+
+def _accuracy_for(loss_fn: Any, labels: Any, outputs: Any) -> Callable[..., Any]:
+    """Pick the accuracy ``compile`` would pick for ``metrics=["accuracy"]``."""
+    name = _loss_name(loss_fn)
+    if "binary_crossentropy" in name or outputs.shape[-1] == 1:
+        return tf_keras.metrics.binary_accuracy  # type: ignore[no-any-return]
+    if "sparse_categorical" in name or "sparsecategorical" in name:
+        return tf_keras.metrics.sparse_categorical_accuracy  # type: ignore[no-any-return]
+    if "categorical" in name:
+        return tf_keras.metrics.categorical_accuracy  # type: ignore[no-any-return]
+    if labels.shape.rank is not None and labels.shape.rank < outputs.shape.rank:
+        return tf_keras.metrics.sparse_categorical_accuracy  # type: ignore[no-any-return]
+    return tf_keras.metrics.categorical_accuracy  # type: ignore[no-any-return]
+
+
+def _loss_and_metrics(
+    loss_fn: Callable[..., Any],
+    metric_fns: dict[str, Callable[..., Any]],
+    labels: Any,
+    outputs: Any,
+    regularization: list[Any],
+) -> dict[str, Any]:
+    loss = tf.reduce_mean(loss_fn(labels, outputs))
+    if regularization:
+        loss = loss + tf.add_n(regularization)
+    fetches = {"loss": loss}
+    for name, fn in metric_fns.items():
+        fetches[name] = tf.reduce_mean(tf.cast(fn(labels, outputs), tf.float32))
+    return fetches

@@ -1,0 +1,149 @@
+"""TensorBoardLogger: epoch and batch scalars in ``train/`` and ``validation/`` runs.
+
+In graph mode ``tf_keras.callbacks.TensorBoard`` becomes the TF1 callback, which writes
+every scalar (``epoch_loss``, ``epoch_val_loss``...) into one events directory, so
+TensorBoard shows no separate train and validation curves. This hook writes the layout
+of the TF2 Keras callback instead, in any mode (it writes event files directly with
+TensorBoard's own writer, so it needs no session and no eager context):
+
+* ``LOG_DIR/train``: ``epoch_<name>`` for each epoch log without ``val_``, including
+  ``epoch_learning_rate``; ``batch_<name>`` every ``update_freq`` batches.
+* ``LOG_DIR/validation``: ``epoch_<name>`` for each ``val_<name>`` epoch log.
+
+Open them with ``tensorboard --logdir LOG_DIR``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from tfr_hooks.hooks import Hook
+
+__all__ = ["TensorBoardLogger"]
+
+logger = logging.getLogger(__name__)
+
+_LR_KEYS = ("learning_rate", "lr")
+
+
+class TensorBoardLogger(Hook):
+    """Write epoch (and batch) scalars as TensorBoard ``train`` and ``validation`` runs.
+
+    Put it after :class:`~tfr_hooks.KerasCallbacks` in the hook list so it sees keys the
+    callbacks add to the epoch logs (``lr`` from ``ReduceLROnPlateau``).
+
+    Args:
+        log_dir: The directory holding the ``train`` and ``validation`` runs.
+        update_freq: ``"epoch"`` (epoch scalars only), ``"batch"`` (also ``batch_<name>``
+            after every batch) or an integer N (after every N batches). Batch scalars
+            are the running epoch means the loop logs, stepped by the global batch count.
+        model: A Keras model whose ``optimizer`` learning rate is written as
+            ``epoch_learning_rate`` when the epoch logs carry no ``lr``/``learning_rate``.
+
+    Raises:
+        TypeError: If ``log_dir`` is not a path.
+        ValueError: If ``update_freq`` is invalid.
+
+    Examples:
+        >>> hooks = [KerasCallbacks(cbs, model), TensorBoardLogger("logs/tensorboard")]  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, log_dir: str | os.PathLike[str], *, update_freq: str | int = "epoch", model: Any = None
+    ) -> None:
+        if not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"Expected `log_dir` to be a path. Received: log_dir={log_dir!r}")
+        if update_freq == "batch":
+            update_freq = 1
+        if update_freq != "epoch" and (
+            isinstance(update_freq, bool) or not isinstance(update_freq, int) or update_freq <= 0
+        ):
+            raise ValueError(
+                "Expected `update_freq` to be 'epoch', 'batch' or a positive integer. "
+                f"Received: update_freq={update_freq!r}"
+            )
+        self.log_dir = os.fspath(log_dir)
+        self.update_freq = update_freq
+        self.model = model
+        self._writers: dict[str, EventFileWriter] = {}
+        self._batches = 0
+
+    def begin(self) -> None:
+        """Reset the batch count; writers open when first needed."""
+        self._writers = {}
+        self._batches = 0
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        """Write ``batch_<name>`` scalars every ``update_freq`` batches."""
+        self._batches += 1
+        if self.update_freq != "epoch" and self._batches % int(self.update_freq) == 0:
+            values = {f"batch_{k}": v for k, v in self.loop.batch_logs.items()}
+            self._write("train", self.loop.global_step + 1, values)
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """Write ``epoch_<name>`` scalars to ``train/`` and ``validation/``."""
+        train: dict[str, float] = {}
+        validation: dict[str, float] = {}
+        for key, value in logs.items():
+            if key.startswith("val_"):
+                validation[f"epoch_{key[4:]}"] = value
+            elif key in _LR_KEYS:
+                train["epoch_learning_rate"] = value
+            else:
+                train[f"epoch_{key}"] = value
+        if "epoch_learning_rate" not in train:
+            lr = self._optimizer_learning_rate()
+            if lr is not None:
+                train["epoch_learning_rate"] = lr
+        self._write("train", epoch, train)
+        if validation:
+            self._write("validation", epoch, validation)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def end(self, session: Any) -> None:
+        """Close the event files."""
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
+
+    def _write(self, run: str, step: int, values: dict[str, Any]) -> None:
+        scalars = []
+        for tag, value in values.items():
+            try:
+                scalars.append(Summary.Value(tag=tag, simple_value=float(value)))
+            except (TypeError, ValueError):
+                continue  # not a number
+        if not scalars:
+            return
+        writer = self._writers.get(run)
+        if writer is None:
+            path = os.path.join(self.log_dir, run)
+            os.makedirs(path, exist_ok=True)
+            writer = self._writers[run] = EventFileWriter(path)
+        writer.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=scalars)))
+
+    def _optimizer_learning_rate(self) -> float | None:
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is None:
+            return None
+        lr = getattr(optimizer, "learning_rate", None)
+        if lr is None:
+            lr = getattr(optimizer, "lr", None)
+        if lr is None or callable(lr) and not hasattr(lr, "dtype"):
+            return None  # a schedule: its value is in the logs when a callback puts it there
+        try:
+            session = getattr(self.loop, "session", None)
+            if session is not None and hasattr(lr, "graph"):
+                return float(session.run(lr))
+            return float(lr)
+        except Exception:  # noqa: BLE001 - the learning rate is a nicety, never fatal
+            logger.debug("Could not read the learning rate", exc_info=True)
+            return None
