@@ -270,12 +270,14 @@ def _build_dataset(
     files = tf.data.Dataset.from_tensor_slices(plan.files)
     if shuffle_buffer:
         files = files.shuffle(len(plan.files), seed=seed)
+    parallel: dict[str, Any] = {}
+    if reads > 1:
+        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
     records = files.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type=codec),
         cycle_length=reads,
         block_length=1,
-        num_parallel_calls=reads if reads > 1 else None,
-        deterministic=deterministic,
+        **parallel,
     )
     if shuffle_buffer:
         records = records.shuffle(shuffle_buffer, seed=seed)
