@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks import tfrecord
+    from tfr_hooks.function_loop import FunctionLoop
     from tfr_hooks.hooks import Hook, LoopState
     from tfr_hooks.keras_callbacks import KerasCallbacks
     from tfr_hooks.keras_graph import KerasTrainingGraph, keras_training_graph
@@ -40,6 +41,7 @@ _PUBLIC: dict[str, str] = {
     "keras_training_graph": "tfr_hooks.keras_graph",
     "KerasTrainingGraph": "tfr_hooks.keras_graph",
     "TensorBoardLogger": "tfr_hooks.tensorboard",
+    "FunctionLoop": "tfr_hooks.function_loop",
 }
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "keras_training_graph",
     "KerasTrainingGraph",
     "TensorBoardLogger",
+    "FunctionLoop",
     "__version__",
 ]
 
