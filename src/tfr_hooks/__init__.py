@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks.keras_graph import KerasTrainingGraph, keras_training_graph
     from tfr_hooks.queue_runners import QueueRunnerHook
     from tfr_hooks.session_loop import HookedSession, SessionLoop, Validation, hooked_session
+    from tfr_hooks.signals import StopOnSignal
     from tfr_hooks.tensorboard import TensorBoardLogger
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ _PUBLIC: dict[str, str] = {
     "KerasTrainingGraph": "tfr_hooks.keras_graph",
     "TensorBoardLogger": "tfr_hooks.tensorboard",
     "FunctionLoop": "tfr_hooks.function_loop",
+    "StopOnSignal": "tfr_hooks.signals",
 }
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "KerasTrainingGraph",
     "TensorBoardLogger",
     "FunctionLoop",
+    "StopOnSignal",
     "__version__",
 ]
 

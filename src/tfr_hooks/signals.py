@@ -1,0 +1,284 @@
+"""StopOnSignal: Ctrl-C (SIGINT) and SIGTERM end a run gracefully, within a bounded time.
+
+The first signal asks the loop to stop after the current step. The loop then closes the
+epoch as usual (``epoch_end`` runs, so checkpoint hooks and Keras' ``ModelCheckpoint``
+write a final checkpoint), and every hook's ``end`` runs (TensorBoard writers flush and
+close, queue threads are joined). A second signal raises ``KeyboardInterrupt`` at once;
+the loop still calls every hook's ``end``, so threads are joined, but the epoch is not
+closed.
+
+Why a watcher thread: Python runs signal handlers in the main thread, between bytecodes.
+A ``session.run`` blocked in C++ on an empty input queue (a stalled reader, a source that
+produces nothing) never returns to Python, so the handler would never run and the signal
+would be lost for as long as the queue stays empty. While it is active, this hook points
+``signal.set_wakeup_fd`` at a pipe that a small watcher thread reads: the C-level signal
+handler writes the signal number there even while the main thread is blocked. When the
+main thread has not handled the signal within ``unblock_after_secs`` (right away for the
+second signal), the watcher closes the graph's input queues (the queue runners'
+``cancel_op``: ``close(cancel_pending_enqueues=True)``) from its own thread. The blocked
+dequeue then fails with ``OutOfRangeError``, which the loop treats as the end of the
+data: the epoch closes and the run ends. Blocking that is not on a queue of the graph's
+``QUEUE_RUNNERS`` collection cannot be broken from outside; give ``SessionLoop`` a
+``run_timeout_secs`` for that.
+
+Handlers are installed only when the loop runs in the main thread, only for signals that
+are not ignored (``SIG_IGN``, as under ``nohup``), and the previous handlers and wakeup fd
+are restored when the run ends. Bytes meant for a previous wakeup fd (asyncio's, for
+example) are forwarded to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tfr_hooks.hooks import Hook
+
+__all__ = ["StopOnSignal", "DEFAULT_SIGNALS"]
+
+logger = logging.getLogger(__name__)
+
+#: The signals :class:`StopOnSignal` handles by default.
+DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+
+_QUIT = b"\0"  # no signal has number 0: tells the watcher to exit
+_UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class StopOnSignal(Hook):
+    """Stop a run gracefully on SIGINT/SIGTERM; abort it on a second signal.
+
+    ``SessionLoop`` (and ``FunctionLoop``) add one by default (``handle_signals=True``).
+
+    Args:
+        signals: The signals to handle (``signal.Signals`` or their numbers); by default
+            SIGINT and SIGTERM.
+        unblock_after_secs: How long the main thread may take to handle the first signal
+            before the watcher thread closes the graph's input queues to unblock a
+            ``session.run`` stuck on an empty queue.
+
+    Raises:
+        TypeError: If ``signals`` is not a sequence of signal numbers.
+        ValueError: If a signal cannot be caught (SIGKILL, SIGSTOP), ``signals`` is
+            empty, or ``unblock_after_secs`` is not a positive number.
+
+    Examples:
+        >>> loop = SessionLoop(train_op, fetches, hooks=[StopOnSignal()],
+        ...                    handle_signals=False)  # doctest: +SKIP
+        >>> loop.run(epochs=100)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        signals: Sequence[int] = DEFAULT_SIGNALS,
+        *,
+        unblock_after_secs: float = 2.0,
+    ) -> None:
+        if isinstance(signals, (str, bytes, int)) or not isinstance(signals, Sequence):
+            raise TypeError(
+                "Expected `signals` to be a sequence of signal numbers such as "
+                f"(signal.SIGINT, signal.SIGTERM). Received: signals={signals!r}"
+            )
+        if not signals:
+            raise ValueError("Expected `signals` to name at least one signal. Received: signals=()")
+        valid = {s.value for s in signal.Signals}
+        for sig in signals:
+            if isinstance(sig, bool) or not isinstance(sig, int) or int(sig) not in valid:
+                raise TypeError(
+                    "Expected `signals` to be a sequence of signal numbers such as "
+                    f"signal.SIGINT. Received: signals={signals!r}"
+                )
+            if sig in _UNCATCHABLE:
+                raise ValueError(
+                    "Expected `signals` to hold signals that can be caught (not SIGKILL or "
+                    f"SIGSTOP). Received: signals={signals!r}"
+                )
+        if (
+            isinstance(unblock_after_secs, bool)
+            or not isinstance(unblock_after_secs, (int, float))
+            or not unblock_after_secs > 0
+        ):
+            raise ValueError(
+                "Expected `unblock_after_secs` to be a positive number. "
+                f"Received: unblock_after_secs={unblock_after_secs!r}"
+            )
+        self.signals = tuple(signal.Signals(int(s)) for s in signals)
+        self.unblock_after_secs = float(unblock_after_secs)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.received: list[str] = []  # names of the signals handled in this run
+        self._previous: dict[int, Any] = {}
+        self._old_wakeup_fd = -1
+        self._pipe: tuple[int, int] | None = None
+        self._watcher: threading.Thread | None = None
+        self._session: Any = None
+        self._cancel_ops: list[Any] = []
+        self._closed_queues = False
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """Whether the handlers are installed (between ``begin`` and ``end``)."""
+        return bool(self._previous)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Install the handlers and start the watcher (main thread only)."""
+        self._uninstall()
+        self._reset()
+        if threading.current_thread() is not threading.main_thread():
+            logger.debug("Not in the main thread: signals are left to their handlers.")
+            return
+        for sig in self.signals:
+            previous = signal.getsignal(sig)
+            if previous is signal.SIG_IGN:
+                continue  # the user (or nohup) asked to ignore it: keep it that way
+            signal.signal(sig, self._handle)
+            self._previous[sig] = previous
+        if not self._previous:
+            return
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._pipe = (read_fd, write_fd)
+        try:
+            self._old_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except ValueError:  # pragma: no cover - main thread checked above
+            self._old_wakeup_fd = -1
+        self._watcher = threading.Thread(
+            target=self._watch, args=(read_fd,), name="tfr_hooks-signal-watcher", daemon=True
+        )
+        self._watcher.start()
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Remember the session and the close ops of the graph's input queues."""
+        self._session = session
+        graph = getattr(session, "graph", None)
+        if graph is not None:
+            import tensorflow as tf  # only graph-mode loops get here
+
+            runners = graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+            self._cancel_ops = [r.cancel_op for r in runners if r.cancel_op is not None]
+
+    def end(self, session: Any) -> None:
+        """Restore the previous handlers and wakeup fd; stop and join the watcher."""
+        self._uninstall()
+
+    # -- the handler (main thread) and the watcher (its own thread) -------------------
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = _signal_name(signum)
+        self.received.append(name)
+        loop = getattr(self, "loop", None)
+        if len(self.received) == 1 and loop is not None:
+            logger.warning(
+                "%s received: training stops after the current step; the epoch is closed "
+                "(checkpoints, logs). Send it again to abort at once.",
+                name,
+            )
+            loop.request_stop(f"{name} received")
+            return
+        logger.warning("%s received again: aborting training.", name)
+        raise KeyboardInterrupt(f"{name} received twice: training aborted")
+
+    def _watch(self, read_fd: int) -> None:
+        seen = 0
+        deadline: float | None = None
+        wanted = {int(s) for s in self.signals}
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                ready, _, _ = select.select([read_fd], [], [], timeout)
+            except (OSError, ValueError):
+                return
+            if ready:
+                try:
+                    data = os.read(read_fd, 256)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self._forward(data.replace(_QUIT, b""))
+                for byte in data:
+                    if byte == 0:
+                        return
+                    if byte in wanted:
+                        seen += 1
+                        delay = self.unblock_after_secs if seen == 1 else 0.1
+                        due = time.monotonic() + delay
+                        deadline = due if deadline is None else min(deadline, due)
+                continue
+            deadline = None
+            if len(self.received) < seen:
+                self._close_input_queues(seen)
+
+    def _forward(self, data: bytes) -> None:
+        if data and self._old_wakeup_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._old_wakeup_fd, data)
+
+    def _close_input_queues(self, seen: int) -> None:
+        """Unblock a ``session.run`` waiting on an empty input queue (watcher thread)."""
+        with self._lock:
+            if self._closed_queues or not self._cancel_ops or self._session is None:
+                if not self._cancel_ops:
+                    logger.warning(
+                        "The main thread has not handled the signal yet and there is no "
+                        "input queue to close; a step may be blocked (see run_timeout_secs)."
+                    )
+                return
+            self._closed_queues = True
+            logger.warning(
+                "The main thread has not handled %d signal(s): a step seems blocked on an "
+                "empty input queue. Closing the input queues so that training can stop.",
+                seen,
+            )
+            for op in self._cancel_ops:
+                try:
+                    self._session.run(op)
+                except Exception as exc:
+                    logger.debug("Closing a queue after a signal: %s", exc)
+
+    def _uninstall(self) -> None:
+        """Undo :meth:`begin`; safe to call when nothing was installed."""
+        if not self._previous and self._pipe is None:
+            return
+        if threading.current_thread() is threading.main_thread():
+            if self._pipe is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    signal.set_wakeup_fd(self._old_wakeup_fd)
+            for sig, previous in self._previous.items():
+                with contextlib.suppress(ValueError, OSError, TypeError):
+                    signal.signal(sig, previous)
+        self._previous = {}
+        if self._pipe is not None:
+            read_fd, write_fd = self._pipe
+            with contextlib.suppress(OSError):
+                os.set_blocking(write_fd, True)
+                os.write(write_fd, _QUIT)
+            if self._watcher is not None:
+                self._watcher.join(timeout=10.0)
+                if self._watcher.is_alive():  # pragma: no cover - it only waits on the pipe
+                    logger.error("The signal watcher thread did not stop")
+            for fd in (read_fd, write_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe = None
+        self._watcher = None
+        self._session = None
+        self._cancel_ops = []
