@@ -14,9 +14,10 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.engine import StepResult, check_steps, run_loop
-from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
+from tfr_hooks.hooks import HookList, LoopState, check_hooks
 from tfr_hooks.metrics import RunningMeans
 from tfr_hooks.queue_runners import QueueRunnerHook
+from tfr_hooks.signals import StopOnSignal
 
 __all__ = [
     "GRAPH_HOOKS_COLLECTION",
@@ -104,6 +105,8 @@ class SessionLoop:
         session_config: A ``tf.compat.v1.ConfigProto`` for the session the loop creates.
         run_timeout_secs: Fail a step that blocks for longer than this (for example on a
             queue nobody fills) with ``DeadlineExceededError``; ``None`` waits forever.
+        handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
+            one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it.
 
     Examples:
         >>> loop = SessionLoop(train_op, fetches={"loss": loss}, hooks=[my_hook])  # doctest: +SKIP
@@ -123,6 +126,7 @@ class SessionLoop:
         validation: Validation | None = None,
         session_config: Any = None,
         run_timeout_secs: float | None = None,
+        handle_signals: bool = True,
     ) -> None:
         if train_op is None:
             raise TypeError("Expected `train_op` to be a tf.Operation or tf.Tensor. Received: None")
@@ -169,6 +173,13 @@ class SessionLoop:
                 auto.append(QueueRunnerHook())
             auto.extend(_v1.get_collection(GRAPH_HOOKS_COLLECTION))
             _ensure_saver(user_hooks)
+        if not isinstance(handle_signals, bool):
+            raise TypeError(
+                "Expected `handle_signals` to be a bool. "
+                f"Received: handle_signals={handle_signals!r}"
+            )
+        if handle_signals and not any(isinstance(h, StopOnSignal) for h in user_hooks):
+            user_hooks.append(StopOnSignal())
         self.hooks = HookList(auto + user_hooks)
         self.loop = LoopState()
 
