@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from tfr_hooks.engine import StepResult, check_steps, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
+from tfr_hooks.signals import StopOnSignal
 
 __all__ = ["FunctionLoop"]
 
@@ -68,6 +69,8 @@ class FunctionLoop:
             then ends at the dataset's last batch and the data restarts for the next).
         strategy: A ``tf.distribute.Strategy``; ``None`` uses the current one (the
             default strategy outside any ``strategy.scope()``).
+        handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
+            one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it.
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -92,6 +95,7 @@ class FunctionLoop:
         steps_per_execution: int = 1,
         steps_per_epoch: int | None = None,
         strategy: Any = None,
+        handle_signals: bool = True,
     ) -> None:
         _check_dataset(dataset, "dataset")
         if (model is None) == (step_fn is None):
@@ -131,6 +135,13 @@ class FunctionLoop:
         user_hooks = check_hooks(hooks)
         for i, hook in enumerate(user_hooks):
             _refuse_session_hook(hook, i)
+        if not isinstance(handle_signals, bool):
+            raise TypeError(
+                "Expected `handle_signals` to be a bool. "
+                f"Received: handle_signals={handle_signals!r}"
+            )
+        if handle_signals and not any(isinstance(h, StopOnSignal) for h in user_hooks):
+            user_hooks.append(StopOnSignal())
         self.dataset = dataset
         self.model = model
         self.step_fn = step_fn
@@ -138,7 +149,7 @@ class FunctionLoop:
         self.steps_per_execution = steps_per_execution
         self.steps_per_epoch = steps_per_epoch
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
-        self.hooks = HookList(user_hooks)
+        self.hooks = HookList([_LoopSetup(self), *user_hooks])
         self.loop = LoopState()
         self.loop.steps_per_execution = steps_per_execution
         self._executors: dict[bool, _Executor] = {}
@@ -316,6 +327,22 @@ class _Executor:
         self.first = tf.function(first, autograph=False)
 
 
+class _LoopSetup(Hook):
+    """First in the hook list: shows the loop's settings to the hooks from ``begin`` on."""
+
+    def __init__(self, owner: FunctionLoop) -> None:
+        self.owner = owner
+
+    def begin(self) -> None:
+        """Set ``steps_per_execution``, and ``steps_per_epoch`` when the dataset knows it."""
+        owner, loop = self.owner, self.loop
+        loop.steps_per_execution = owner.steps_per_execution
+        if loop.steps_per_epoch is None:
+            cardinality = int(owner.dataset.cardinality())
+            if cardinality > 0:  # a known length: Keras' params["steps"] get it up front
+                loop.steps_per_epoch = cardinality
+
+
 class _FunctionRunner:
     """The engine's runner for :class:`FunctionLoop`."""
 
@@ -339,11 +366,6 @@ class _FunctionRunner:
 
     def start(self, loop: LoopState, hooks: HookList) -> None:
         owner = self.owner
-        loop.steps_per_execution = owner.steps_per_execution
-        if loop.steps_per_epoch is None:
-            cardinality = int(owner.dataset.cardinality())
-            if cardinality > 0:  # known: hooks (Keras' params["steps"]) see it up front
-                loop.steps_per_epoch = cardinality
         model = self.model
         if model is not None and not owner._built and not _is_default_strategy(self.strategy):
             # like model.fit under a strategy: build the model's state from one batch
