@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks import tfrecord
+    from tfr_hooks.checkpoint import EpochCheckpoint
     from tfr_hooks.function_loop import FunctionLoop
     from tfr_hooks.hooks import Hook, LoopState
     from tfr_hooks.keras_callbacks import KerasCallbacks
@@ -44,6 +45,7 @@ _PUBLIC: dict[str, str] = {
     "TensorBoardLogger": "tfr_hooks.tensorboard",
     "FunctionLoop": "tfr_hooks.function_loop",
     "StopOnSignal": "tfr_hooks.signals",
+    "EpochCheckpoint": "tfr_hooks.checkpoint",
 }
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "TensorBoardLogger",
     "FunctionLoop",
     "StopOnSignal",
+    "EpochCheckpoint",
     "__version__",
 ]
 

@@ -1,0 +1,197 @@
+"""EpochCheckpoint: save every variable at each epoch end; resume a graph-mode run from it.
+
+The hook saves a ``tf.compat.v1.train.Saver`` checkpoint of all global variables (the
+model's weights, the optimizer's slots and iteration count, a global step) at the end of
+every epoch, and at the start of a run restores the latest one it finds in ``logdir`` and
+moves ``loop.initial_epoch`` so the loop continues where the last run stopped.
+
+The epoch to resume at is part of the checkpoint's name, ``ckpt-epoch<E>-<N>`` (``E`` the
+epoch to start at, ``N`` a save counter kept across runs), so the name that TensorFlow's
+``checkpoint`` state file points to says everything; there is no second file that could
+disagree with it. An epoch cut short by a stop request (Ctrl-C, ``StopOnSignal``) is saved
+as well, with ``E`` the interrupted epoch: the resumed run repeats that epoch in full,
+from the weights it had reached.
+
+Crash safety relies on TensorFlow's own atomic writes, which ``tests/test_faults_signals``
+checks by SIGKILLing a process in the middle of a save: the data and index files are
+written under ``.tempstate<random>`` names and renamed when complete, and the
+``checkpoint`` state file is replaced atomically (temporary file and rename) only after
+both exist. Names are never reused, so a checkpoint is never overwritten in place. A
+process killed during a save therefore leaves the previous checkpoint as the latest one,
+intact.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+import tensorflow as tf
+
+from tfr_hooks.hooks import Hook
+
+__all__ = ["EpochCheckpoint", "CHECKPOINT_PREFIX", "resume_epoch_of"]
+
+logger = logging.getLogger(__name__)
+
+#: The file name prefix of the checkpoints :class:`EpochCheckpoint` writes.
+CHECKPOINT_PREFIX = "ckpt-epoch"
+_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)-(\d+)$")
+
+
+def resume_epoch_of(path: str) -> tuple[int, int]:
+    """The epoch to resume at and the save counter encoded in a checkpoint path.
+
+    Args:
+        path: A checkpoint prefix written by :class:`EpochCheckpoint`.
+
+    Returns:
+        ``(epoch, counter)``.
+
+    Raises:
+        ValueError: If ``path`` is not named like :class:`EpochCheckpoint`'s checkpoints.
+    """
+    match = _NAME.search(os.path.basename(os.fspath(path)))
+    if match is None:
+        raise ValueError(
+            f"Expected a checkpoint named '{CHECKPOINT_PREFIX}<epoch>-<n>' (written by "
+            f"tfr_hooks.EpochCheckpoint). Received: path={path!r}"
+        )
+    return int(match.group(1)), int(match.group(2))
+
+
+class EpochCheckpoint(Hook):
+    """Save all variables at each epoch end; restore the latest and resume at its epoch.
+
+    Put it in a :class:`~tfr_hooks.SessionLoop`'s hooks and call ``loop.run(epochs=N)``
+    again with the same ``logdir`` after a crash or a Ctrl-C: the run restores the
+    weights, optimizer state and global step, starts at the right epoch and ends after
+    epoch ``N - 1`` as asked. ``logdir`` holding no checkpoint starts from scratch.
+
+    Args:
+        logdir: The directory of the checkpoints (created when needed).
+        max_to_keep: How many recent checkpoints to keep.
+        restore: Whether to restore the latest checkpoint when a run starts.
+        var_list: The variables to save (default: all global variables, with the
+            optimizer's slots and the global step).
+
+    Attributes:
+        restored_from: The checkpoint restored at the start of the last run, or ``None``.
+        last_saved: The checkpoint written last, or ``None``.
+
+    Raises:
+        TypeError: If ``logdir`` is not a path.
+        ValueError: If ``max_to_keep`` is not a positive integer.
+
+    Examples:
+        >>> loop = SessionLoop(train_op, fetches, initializers=[it.initializer],
+        ...                    hooks=[EpochCheckpoint("runs/1")])  # doctest: +SKIP
+        >>> loop.run(epochs=10)  # killed in epoch 6? run again: epochs 6-9  # doctest: +SKIP
+    """
+
+    requires_session = True
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        *,
+        max_to_keep: int = 3,
+        restore: bool = True,
+        var_list: Any = None,
+    ) -> None:
+        if not isinstance(logdir, (str, os.PathLike)) or not os.fspath(logdir):
+            raise TypeError(
+                f"Expected `logdir` to be a directory path. Received: logdir={logdir!r}"
+            )
+        if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1:
+            raise ValueError(
+                "Expected `max_to_keep` to be a positive integer. "
+                f"Received: max_to_keep={max_to_keep!r}"
+            )
+        if not isinstance(restore, bool):
+            raise TypeError(f"Expected `restore` to be a bool. Received: restore={restore!r}")
+        self.logdir = os.fspath(logdir)
+        self.max_to_keep = max_to_keep
+        self.restore = restore
+        self.var_list = var_list
+        self._graph: Any = None
+        self._saver: Any = None
+        self._session: Any = None
+        self._counter = 0
+        self.restored_from: str | None = None
+        self.last_saved: str | None = None
+
+    def begin(self) -> None:
+        """Reset the run's state."""
+        self._session = None
+        self._counter = 0
+        self.restored_from = None
+        self.last_saved = None
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Restore the latest checkpoint, if any, and move ``loop.initial_epoch`` there."""
+        self._session = session
+        saver = self._saver_for(session.graph)
+        state = tf.train.get_checkpoint_state(self.logdir)
+        if state is None or not state.model_checkpoint_path:
+            logger.info("No checkpoint in %s: training starts from scratch.", self.logdir)
+            return
+        path = state.model_checkpoint_path
+        if not os.path.isabs(path):
+            path = os.path.join(self.logdir, path)
+        epoch, counter = resume_epoch_of(path)
+        self._counter = counter + 1  # names are never reused, even without restoring
+        if not self.restore:
+            return
+        saver.restore(session, path)
+        saver.recover_last_checkpoints(
+            [
+                p if os.path.isabs(p) else os.path.join(self.logdir, p)
+                for p in state.all_model_checkpoint_paths
+            ]
+        )
+        self.restored_from = path
+        loop = self.loop
+        if epoch > loop.initial_epoch:
+            loop.initial_epoch = epoch
+        logger.info("Restored %s: resuming at epoch %d.", path, loop.initial_epoch)
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """Save every variable; the name records the epoch to resume at."""
+        if self._session is None or self._saver is None:
+            return
+        loop = self.loop
+        if loop.steps_per_epoch is not None:
+            complete = loop.epoch_steps >= loop.steps_per_epoch
+        else:
+            complete = not loop.stop_requested
+        resume = epoch + 1 if complete else epoch
+        os.makedirs(self.logdir, exist_ok=True)
+        prefix = os.path.join(self.logdir, f"{CHECKPOINT_PREFIX}{resume}")
+        self.last_saved = self._saver.save(
+            self._session, prefix, global_step=self._counter, write_meta_graph=False
+        )
+        self._counter += 1
+        logger.debug("Saved %s", self.last_saved)
+
+    def end(self, session: Any) -> None:
+        """Forget the session."""
+        self._session = None
+
+    def _saver_for(self, graph: Any) -> Any:
+        """One saver per graph, built once (no ops are added per run or per epoch)."""
+        if self._saver is None or self._graph is not graph:
+            with graph.as_default():
+                self._saver = tf.compat.v1.train.Saver(
+                    var_list=self.var_list,
+                    max_to_keep=self.max_to_keep,
+                    save_relative_paths=True,
+                    name="tfr_hooks_epoch_checkpoint",
+                )
+            self._graph = graph
+        return self._saver
+
+    def __repr__(self) -> str:
+        return f"EpochCheckpoint(logdir={self.logdir!r})"
