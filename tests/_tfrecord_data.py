@@ -30,7 +30,9 @@ def example(**features: tf.train.Feature) -> bytes:
     return proto.SerializeToString()
 
 
-def write_records(path: str | os.PathLike[str], records: Sequence[bytes], compression: str = "") -> str:
+def write_records(
+    path: str | os.PathLike[str], records: Sequence[bytes], compression: str = ""
+) -> str:
     """Write serialized records with TensorFlow's own writer (not through tfr_hooks)."""
     with tf.io.TFRecordWriter(os.fspath(path), options=compression) as writer:
         for record in records:

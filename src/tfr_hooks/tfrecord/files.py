@@ -275,11 +275,14 @@ def iter_records(path: PathLike, compression: str | None = None) -> Iterator[byt
     if compression is None:
         compression = detect_compression(name)
     index = 0
+    consumed = 0  # bytes of the records read, to catch a file cut inside a record header
     records = _raw_records(name, compression)
     while True:
         try:
             record = next(records)
         except StopIteration:
+            if compression == "":
+                _check_size(name, index, consumed)
             return
         except tf.errors.NotFoundError as error:
             raise NoFilesError(f"TFRecord file {name!r} does not exist.", file=name) from error
@@ -291,6 +294,20 @@ def iter_records(path: PathLike, compression: str | None = None) -> Iterator[byt
             ) from error
         yield record
         index += 1
+        consumed += len(record) + 16  # length (8), its CRC (4), data, data CRC (4)
+
+
+def _check_size(path: str, count: int, consumed: int) -> None:
+    """TensorFlow stops silently at a partial record header; find it from the size."""
+    size = tf.io.gfile.stat(path).length
+    if size != consumed:
+        raise CorruptRecordError(
+            f"TFRecord file {path!r} (uncompressed) is damaged after record {count - 1}: "
+            f"the file is truncated, or has stray bytes at its end. Expected {consumed} bytes "
+            f"for its {count} complete record(s); found {size} bytes.",
+            file=path,
+            record=count,
+        )
 
 
 def _corrupt(path: str, index: int, compression: str, error: BaseException) -> TFRecordError:

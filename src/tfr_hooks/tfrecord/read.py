@@ -16,6 +16,7 @@ the features to return.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,9 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.diagnose import DataErrorHook
+from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
+    SCHEMA_FILENAME,
     Files,
     check_compression,
     detect_compression,
@@ -32,7 +35,7 @@ from tfr_hooks.tfrecord.files import (
     resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import find_sidecar, infer_schema
-from tfr_hooks.tfrecord.schema import Schema, load_schema
+from tfr_hooks.tfrecord.schema import Schema, Sidecar, load_schema
 
 __all__ = ["GRAPH_HOOKS_COLLECTION", "Batches", "dataset", "read_batches", "PIPELINES"]
 
@@ -143,27 +146,49 @@ def _plan(
             "Expected `schema` to be None (stored or inferred), a tfrecord.Schema or the "
             f"path of a schema.json. Received: schema={schema!r}"
         )
-    if names is not None:
+    if names is not None and select:  # with a map_fn, as_tuple names its outputs
         missing = [name for name in names if name not in chosen]
         if missing:
             raise ValueError(
                 f"Expected the names in `as_tuple` to be features of the schema "
                 f"{chosen.names}. Received: as_tuple={names!r}"
             )
-        if select:
-            chosen = chosen.select(names)
+        chosen = chosen.select(names)
     example = example_pb2.Example()
     for path in paths:
         sidecar = find_sidecar(path)
-        if sidecar is not None and schema is not None:
-            chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
+        if sidecar is not None:
+            _check_written_size(path, sidecar)
+            if schema is not None:
+                chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
         example.ParseFromString(first_record(path, codec))
         chosen.check_example(example, file=path, record=0)
     return _Plan(paths, codec, chosen, names)
 
 
-def _structure(tensors: dict[str, Any], names: tuple[str, ...] | None) -> Any:
-    return tensors if names is None else tuple(tensors[name] for name in names)
+def _check_written_size(path: str, sidecar: Sidecar) -> None:
+    """A shard whose size changed since it was written is truncated or overwritten."""
+    written = sidecar.size_of(os.path.basename(path))
+    size = tf.io.gfile.stat(path).length
+    if written is not None and size != written:
+        raise CorruptRecordError(
+            f"TFRecord file {path!r} has changed since it was written: expected {written} "
+            f"bytes (recorded in {SCHEMA_FILENAME}); found {size} bytes. It is probably "
+            "truncated (an interrupted copy or write); write or copy it again.",
+            file=path,
+        )
+
+
+def _structure(tensors: Any, names: tuple[str, ...] | None) -> Any:
+    if names is None:
+        return tensors
+    if not isinstance(tensors, dict) or any(name not in tensors for name in names):
+        found = sorted(tensors) if isinstance(tensors, dict) else type(tensors).__name__
+        raise ValueError(
+            f"Expected `map_fn` to return a dict with the keys of `as_tuple` {list(names)}. "
+            f"Received: {found}"
+        )
+    return tuple(tensors[name] for name in names)
 
 
 def dataset(

@@ -455,16 +455,30 @@ class Sidecar:
         schema: The features.
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
         shards: ``(file name, record count)`` for each shard, relative to the sidecar.
+        sizes: The size in bytes of each shard when written (empty if unknown).
     """
 
     schema: Schema
     compression: str = ""
     shards: tuple[tuple[str, int], ...] = ()
+    sizes: tuple[int, ...] = ()
+
+    def size_of(self, name: str) -> int | None:
+        """The size of shard ``name`` when written, if recorded."""
+        for (shard, _), size in zip(self.shards, self.sizes, strict=False):
+            if shard == name:
+                return size
+        return None
 
     @property
     def num_records(self) -> int:
         """Records in all shards."""
         return sum(count for _, count in self.shards)
+
+    def _sizes_or_none(self) -> list[int | None]:
+        if len(self.sizes) == len(self.shards):
+            return list(self.sizes)
+        return [None] * len(self.shards)
 
     def to_json(self) -> str:
         """The sidecar as JSON text."""
@@ -473,7 +487,10 @@ class Sidecar:
             "compression": self.compression,
             "num_records": self.num_records,
             "features": self.schema.to_list(),
-            "shards": [{"file": name, "num_records": n} for name, n in self.shards],
+            "shards": [
+                {"file": name, "num_records": n, **({"bytes": size} if size is not None else {})}
+                for (name, n), size in zip(self.shards, self._sizes_or_none(), strict=True)
+            ],
         }
         return json.dumps(data, indent=2) + "\n"
 
@@ -489,8 +506,12 @@ class Sidecar:
             if not isinstance(data, dict) or not isinstance(data.get("features"), list):
                 raise ValueError("no list of features")
             schema = Schema.from_list(data["features"])
-            shards = tuple((str(s["file"]), int(s["num_records"])) for s in data.get("shards", []))
-            return cls(schema, str(data.get("compression", "")), shards)
+            items = data.get("shards", [])
+            shards = tuple((str(s["file"]), int(s["num_records"])) for s in items)
+            sizes = tuple(int(s["bytes"]) for s in items if "bytes" in s)
+            if len(sizes) != len(shards):
+                sizes = ()
+            return cls(schema, str(data.get("compression", "")), shards, sizes)
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(
                 f"Expected {source} to be a schema written by tfr_hooks.tfrecord.write "

@@ -227,6 +227,7 @@ def write(
     options = tf.io.TFRecordOptions(compression_type=codec)
     files: list[str] = []
     counts: list[tuple[str, int]] = []
+    sizes: list[int] = []
     for index in range(shards):
         name = shard_name(prefix, index, shards, codec)
         path = os.path.join(out_dir, name)
@@ -240,8 +241,9 @@ def write(
                     progress(chunk_stop - chunk_start)
         files.append(path)
         counts.append((name, stop - start))
+        sizes.append(tf.io.gfile.stat(path).length)
     schema_path = os.path.join(out_dir, SCHEMA_FILENAME)
-    save_sidecar(schema_path, Sidecar(schema, codec, tuple(counts)))
+    save_sidecar(schema_path, Sidecar(schema, codec, tuple(counts), tuple(sizes)))
     logger.info("Wrote %d examples to %d shard(s) in %s", num_records, shards, out_dir)
     return WriteResult(out_dir, files, schema, codec, num_records, schema_path)
 

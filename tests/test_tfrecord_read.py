@@ -1,0 +1,186 @@
+"""Reading TFRecord files as batches: eager tf.data, and graph-mode dataset/queue pipelines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfr_hooks import tfrecord
+
+try:
+    from _tfrecord_data import image_label_arrays, new_session, run_graph_batches
+except ImportError:  # tests imported as a package
+    from tests._tfrecord_data import image_label_arrays, new_session, run_graph_batches
+
+N = 1000
+BATCH = 128
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("shards")
+    tfrecord.write(image_label_arrays(N), directory, shards=3, compression="gzip")
+    return directory
+
+
+def test_eager_batches_count_every_example_once(shards):
+    sizes, labels = [], []
+    for batch in tfrecord.dataset(shards, BATCH):
+        sizes.append(int(batch["image"].shape[0]))
+        labels.extend(batch["label"].numpy().tolist())
+        assert batch["image"].dtype == tf.uint8
+        assert batch["image"].shape[1:] == (4, 4)
+    assert sorted(sizes, reverse=True) == [BATCH] * 7 + [104]
+    assert sorted(labels) == list(range(N))
+
+
+def test_drop_remainder_gives_static_batch_dimension(shards):
+    ds = tfrecord.dataset(shards, BATCH, drop_remainder=True, as_tuple=("image", "label"))
+    assert ds.element_spec[0].shape == (BATCH, 4, 4)
+    assert ds.element_spec[1].shape == (BATCH,)
+    assert sum(1 for _ in ds) == 7
+
+
+def test_paths_globs_and_directories_give_the_same_files(shards):
+    files = sorted(str(p) for p in shards.glob("*.tfrecord.gz"))
+    from_glob = tfrecord.resolve_files(str(shards / "data-*.tfrecord.gz"))
+    assert tfrecord.resolve_files(shards) == files
+    assert from_glob == files
+    assert tfrecord.resolve_files(files[:2]) == files[:2]
+    total = sum(int(b["label"].shape[0]) for b in tfrecord.dataset(files[:2], 100))
+    assert total == 667  # two of the three shards: 333 + 334
+
+
+def test_shuffle_is_seeded_and_deterministic(shards):
+    def labels(seed):
+        ds = tfrecord.dataset(shards, 100, shuffle_buffer=200, seed=seed)
+        return np.concatenate([b["label"].numpy() for b in ds])
+
+    first, again, other = labels(1), labels(1), labels(2)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    assert sorted(first.tolist()) == list(range(N))
+
+
+def test_per_example_map_and_epochs(shards):
+    def to_float(example):
+        return {"image": tf.cast(example["image"], tf.float32) / 255.0, "y": example["label"]}
+
+    ds = tfrecord.dataset(shards, BATCH, map_fn=to_float, num_epochs=2, as_tuple=("image", "y"))
+    count = 0
+    for images, labels in ds:
+        assert images.dtype == tf.float32
+        assert float(tf.reduce_max(images)) <= 1.0
+        count += int(labels.shape[0])
+    assert count == 2 * N
+
+
+def test_graph_mode_dataset_pipeline_one_epoch_per_initialization(shards):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            shards, BATCH, pipeline="dataset", as_tuple=("image", "label")
+        )
+        x, y = batches.tensors
+        assert x.shape.as_list() == [None, 4, 4]
+        assert len(batches.initializers) == 1
+        assert batches.files == tfrecord.resolve_files(shards)
+        with new_session() as session:
+            for _ in range(2):  # two epochs, each started by running the initializer
+                results = run_graph_batches(session, (x, y), batches.initializers)
+                sizes = [len(labels) for _, labels in results]
+                assert sorted(sizes, reverse=True) == [BATCH] * 7 + [104]
+                labels = np.concatenate([labels for _, labels in results])
+                assert sorted(labels.tolist()) == list(range(N))
+
+
+def test_graph_mode_queue_pipeline_reads_num_epochs(shards):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            shards, BATCH, pipeline="queue", num_epochs=3, num_threads=2, seed=3
+        )
+        assert batches.initializers == []
+        assert set(batches.tensors) == {"image", "label"}
+        assert batches.tensors["image"].shape.as_list() == [None, 4, 4]
+        assert tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        with new_session() as session:
+            results = run_graph_batches(session, batches.tensors)
+    labels = np.concatenate([r["label"] for r in results])
+    assert len(labels) == 3 * N
+    assert np.bincount(labels).tolist() == [3] * N
+    assert sum(len(r["label"]) < BATCH for r in results) == 1  # only the final batch
+
+
+def test_graph_mode_queue_pipeline_without_smaller_final_batch(shards):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            shards,
+            BATCH,
+            pipeline="queue",
+            num_epochs=1,
+            shuffle=False,
+            allow_smaller_final_batch=False,
+            as_tuple=("image", "label"),
+        )
+        x, y = batches.tensors
+        assert x.shape.as_list() == [BATCH, 4, 4]
+        with new_session() as session:
+            results = run_graph_batches(session, (x, y))
+    assert [len(labels) for _, labels in results] == [BATCH] * 7
+
+
+def test_graph_mode_batch_size_tensor_and_hook_collection(shards):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(shards, 100, pipeline="dataset")
+        hooks = tf.compat.v1.get_collection(tfrecord.GRAPH_HOOKS_COLLECTION)
+        assert hooks == [batches.hook]
+        assert isinstance(batches.hook, tfrecord.DataErrorHook)
+        assert tfrecord.GRAPH_HOOKS_COLLECTION == "tfr_hooks_hooks"
+        with new_session() as session:
+            sizes = run_graph_batches(session, batches.batch_size, batches.initializers)
+    assert sorted(int(s) for s in sizes) == [100] * 10
+
+
+def test_queue_tensors_feed_a_tf_keras_input(shards):
+    import tf_keras
+
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            shards, 32, pipeline="queue", num_epochs=1, as_tuple=("image", "label")
+        )
+        x, _ = batches.tensors
+        inputs = tf_keras.layers.Input(tensor=tf.cast(x, tf.float32))
+        assert inputs.shape.as_list() == [None, 4, 4]
+
+
+def test_read_batches_needs_a_graph(shards):
+    with pytest.raises(RuntimeError, match=r"read_batches builds graph-mode tensors"):
+        tfrecord.read_batches(shards, 8)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"pipeline": "threads"}, ValueError, r"Received: pipeline='threads'"),
+        ({"num_threads": 0}, ValueError, r"Received: num_threads=0"),
+        ({"capacity": 10, "min_after_dequeue": 20}, ValueError, r"capacity=10"),
+        ({"as_tuple": "image"}, TypeError, r"Received: as_tuple='image'"),
+        ({"as_tuple": ("image", "mask")}, ValueError, r"features of the schema"),
+    ],
+)
+def test_read_batches_rejects_bad_arguments(shards, kwargs, error, match):
+    with tf.Graph().as_default(), pytest.raises(error, match=match):
+        tfrecord.read_batches(shards, 8, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"batch_size": 0}, r"Received: batch_size=0"),
+        ({"batch_size": 8, "shuffle_buffer": -1}, r"Received: shuffle_buffer=-1"),
+        ({"batch_size": 8, "schema": 3}, r"Received: schema=3"),
+    ],
+)
+def test_dataset_rejects_bad_arguments(shards, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        tfrecord.dataset(shards, **kwargs)
