@@ -108,6 +108,13 @@ class KerasCallbacks(Hook):
             2 (one line per epoch) or ``"auto"`` (1).
         add_history: Append a ``History`` callback when the list has none, as ``fit``
             does.
+        metrics: Graph mode: the names of the logged values (``loss`` first) for
+            ``params["metrics"]``; by default the compiled model's ``metrics_names``,
+            else the batch log names once the first batch ran.
+            :meth:`KerasTrainingGraph.keras_callbacks` fills it in.
+        do_validation: Graph mode: ``params["do_validation"]``; by default ``False``
+            until the first validation pass, which sets it (and adds the ``val_`` names
+            to ``params["metrics"]``).
 
     Raises:
         TypeError: If ``model`` is not a Keras model, or an item of ``callbacks`` is not
@@ -127,6 +134,8 @@ class KerasCallbacks(Hook):
         *,
         verbose: int | str = 0,
         add_history: bool = True,
+        metrics: Sequence[str] | None = None,
+        do_validation: bool | None = None,
     ) -> None:
         self.flavor, keras = _keras_flavor(model)
         if isinstance(verbose, bool) or verbose not in _VERBOSE:
@@ -169,11 +178,22 @@ class KerasCallbacks(Hook):
                 self.callbacks.append(keras.callbacks.ProgbarLogger(count_mode="steps"))
             else:
                 self.callbacks.append(keras.callbacks.ProgbarLogger())
+        if metrics is not None and (
+            isinstance(metrics, (str, bytes)) or not all(isinstance(m, str) for m in metrics)
+        ):
+            raise TypeError(
+                f"Expected `metrics` to be a list of names. Received: metrics={metrics!r}"
+            )
+        self.metrics = None if metrics is None else list(metrics)
+        self.do_validation = do_validation
         self._keras = keras
         self.params: dict[str, Any] = {}
         self._began = False
         self._contexts: list[Any] = []
         self._last_logs: dict[str, Any] = {}
+        self._deferred = self._val_deferred = False
+        self._val_steps: int | None = None
+        self._val_seen = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -183,6 +203,9 @@ class KerasCallbacks(Hook):
         self._contexts = []
         self._last_logs = {}
         self.params = {}
+        self._deferred = self._val_deferred = False
+        self._val_steps = None
+        self._val_seen = 0
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Set params and model, then ``on_train_begin``; pick up a restored epoch."""
@@ -193,11 +216,16 @@ class KerasCallbacks(Hook):
         steps = loop.steps_per_epoch
         params: dict[str, Any] = {"verbose": self.verbose, "epochs": loop.epochs, "steps": steps}
         if self.graph_mode:
-            names = list(getattr(self.model, "metrics_names", None) or [])
+            names = self.metrics
+            if names is None:
+                names = list(getattr(self.model, "metrics_names", None) or [])
+            do_validation = bool(self.do_validation)
+            if do_validation:
+                names = names + [f"val_{n}" for n in names]
             params.update(
                 batch_size=None,
                 samples=steps,
-                do_validation=False,
+                do_validation=do_validation,
                 metrics=names,
             )
         self.params = params
@@ -219,13 +247,24 @@ class KerasCallbacks(Hook):
         self._call("on_epoch_begin", epoch, {})
 
     def before_run(self, run_context: Any) -> None:
-        """``on_train_batch_begin(batch)``; the batch index is ``loop.epoch_steps``."""
-        self._call("on_train_batch_begin", self.loop.epoch_steps, self._batch_logs())
+        """``on_train_batch_begin(batch)``; the batch index is ``loop.epoch_steps``.
+
+        Once the epoch length is known, the step that only finds the end of the data is
+        not announced (``fit`` knows the length and does not run it); should it bring a
+        batch after all, its ``on_train_batch_begin`` comes just before its end.
+        """
+        known = self.loop.steps_per_epoch
+        self._deferred = known is not None and self.loop.epoch_steps >= known
+        if not self._deferred:
+            self._call("on_train_batch_begin", self.loop.epoch_steps, self._batch_logs())
         return None
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         """``on_train_batch_end(batch, logs)``; a stop asked by a callback ends the epoch."""
         batch = self.loop.epoch_steps
+        if self._deferred:
+            self._deferred = False
+            self._call("on_train_batch_begin", batch, self._batch_logs())
         logs = self._batch_logs(self.loop.batch_logs)
         if self.graph_mode and not self.params.get("metrics"):
             self.params["metrics"] = list(self.loop.batch_logs)
@@ -235,22 +274,31 @@ class KerasCallbacks(Hook):
 
     def validation_begin(self) -> None:
         """``on_test_begin``."""
-        if self.graph_mode and not self.params.get("do_validation"):
+        if self.graph_mode and not self.params.get("do_validation") and self.do_validation is None:
             self.params["do_validation"] = True
             names = list(self.params.get("metrics") or [])
             self.params["metrics"] = names + [f"val_{n}" for n in names]
+        self._val_seen = 0
         self._call("on_test_begin", {})
 
     def validation_batch_begin(self, step: int) -> None:
-        """``on_test_batch_begin(step)``."""
-        self._call("on_test_batch_begin", step, self._batch_logs(None, step))
+        """``on_test_batch_begin(step)`` (held back past the known end, as in training)."""
+        self._val_deferred = self._val_steps is not None and step >= self._val_steps
+        if not self._val_deferred:
+            self._call("on_test_batch_begin", step, self._batch_logs(None, step))
 
     def validation_batch_end(self, step: int, logs: dict[str, float]) -> None:
         """``on_test_batch_end(step, logs)``."""
+        if self._val_deferred:
+            self._val_deferred = False
+            self._call("on_test_batch_begin", step, self._batch_logs(None, step))
+        self._val_seen = step + 1
         self._call("on_test_batch_end", step, self._batch_logs(logs, step))
 
     def validation_end(self, logs: dict[str, float]) -> None:
         """``on_test_end``."""
+        self._val_steps = max(self._val_steps or 0, self._val_seen)
+        self._val_seen = 0
         self._call("on_test_end", {} if self.graph_mode else dict(logs))
 
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:

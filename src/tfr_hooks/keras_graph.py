@@ -22,6 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfr_hooks.hooks import Hook
+from tfr_hooks.keras_callbacks import KerasCallbacks
 from tfr_hooks.session_loop import GRAPH_HOOKS_COLLECTION, Validation
 
 __all__ = ["KerasTrainingGraph", "keras_training_graph"]
@@ -86,6 +87,32 @@ class KerasTrainingGraph:
         self.hooks = hooks
         self._loss_fn = loss_fn
         self._metric_fns = metric_fns
+        self._has_validation = False
+
+    def keras_callbacks(
+        self, callbacks: Sequence[Any] | None, *, verbose: int | str = 0, add_history: bool = True
+    ) -> KerasCallbacks:
+        """A :class:`~tfr_hooks.KerasCallbacks` for this model with ``fit``'s full params.
+
+        ``params["metrics"]`` and ``params["do_validation"]`` are known from the start:
+        build the :meth:`validation` first if there is one.
+
+        Args:
+            callbacks: ``tf_keras`` callback instances.
+            verbose: As for :class:`~tfr_hooks.KerasCallbacks`.
+            add_history: As for :class:`~tfr_hooks.KerasCallbacks`.
+
+        Returns:
+            The hook to put in the loop's ``hooks``.
+        """
+        return KerasCallbacks(
+            callbacks,
+            self.model,
+            verbose=verbose,
+            add_history=add_history,
+            metrics=list(self.fetches),
+            do_validation=self._has_validation,
+        )
 
     def validation(
         self,
@@ -112,6 +139,7 @@ class KerasTrainingGraph:
             The validation pass to give ``SessionLoop(validation=...)``.
         """
         _check_tensor(labels, "labels")
+        self._has_validation = True
         outputs = self.model(inputs, training=False)
         regularization = list(self.model.get_losses_for(None))
         regularization += list(self.model.get_losses_for(tf.nest.flatten(inputs)))

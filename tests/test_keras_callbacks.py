@@ -1,0 +1,263 @@
+"""KerasCallbacks: stock Keras callbacks driven by the tensor-fed loop, as model.fit drives them."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from _keras_models import VAL, Recorder, TensorFed, compiled_model, batches, TRAIN
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import tfr_hooks
+from tfr_hooks.hooks import LoopState
+
+cb = tf_keras.callbacks
+
+
+def scalars(path: Path, tag: str) -> list[tuple[int, float]]:
+    acc = EventAccumulator(str(path))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def keras_stop_epoch(values: list[float], min_delta: float, patience: int) -> tuple[int, int]:
+    """EarlyStopping's rule (mode min) on monitored values: (stopping epoch, best epoch)."""
+    best, best_epoch, wait = math.inf, -1, 0
+    for epoch, value in enumerate(values):
+        wait += 1
+        if value + min_delta < best:  # an improvement by more than min_delta
+            best, best_epoch, wait = value, epoch, 0
+        elif wait >= patience:
+            return epoch, best_epoch
+    return -1, best_epoch
+
+
+@pytest.mark.slow
+def test_same_calls_logs_and_stopping_epoch_as_model_fit() -> None:
+    def early() -> cb.EarlyStopping:
+        return cb.EarlyStopping(monitor="val_loss", min_delta=0.02, patience=1)
+
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(0)
+        fit_rec, fit_es = Recorder.make(tf_keras), early()
+        fit_history = compiled_model().fit(
+            batches(TRAIN),
+            validation_data=batches(VAL),
+            epochs=12,
+            verbose=0,
+            shuffle=False,
+            callbacks=[fit_rec, fit_es],
+        ).history
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(0)
+        ours = TensorFed(steps_per_epoch=4, validation_steps=2)
+        rec, es = Recorder.make(tf_keras), early()
+        history = ours.run([rec, es], 12)
+
+    assert rec.calls == fit_rec.calls  # every call, in order, with the same logs keys
+    assert {k: v for k, v in rec.begin_params.items()} == {
+        k: (int(v) if isinstance(v, np.integer) else v) for k, v in fit_rec.begin_params.items()
+    }
+    assert 0 < fit_es.stopped_epoch < 11
+    assert es.stopped_epoch == fit_es.stopped_epoch
+    assert history.keys() == fit_history.keys()
+    for key in history:
+        np.testing.assert_allclose(history[key], fit_history[key], rtol=1e-5, atol=1e-6)
+    batch_values = [v for c, v in zip(rec.calls, rec.values) if c[0] == "on_train_batch_end"]
+    assert all(type(v) is float for logs in batch_values for k, v in logs.items() if k == "loss")
+
+
+def test_epoch_length_learned_without_an_extra_batch_begin(graph: tf.Graph) -> None:
+    ours = TensorFed(validation=True)
+    rec = Recorder.make(tf_keras)
+    ours.run([rec], 3)
+    begins = [c[:2] for c in rec.calls if c[0] == "on_train_batch_begin"]
+    ends = [c[:2] for c in rec.calls if c[0] == "on_train_batch_end"]
+    # like fit on data of unknown length: the first epoch announces the batch that finds
+    # the end of the data; later epochs know there are 4 batches
+    assert len(begins) == 13 and len(ends) == 12
+    test_begins = [c[1] for c in rec.calls if c[0] == "on_test_batch_begin"]
+    assert test_begins == [0, 1, 2, 0, 1, 0, 1]
+
+
+def test_arguments_are_checked_at_construction(graph: tf.Graph) -> None:
+    model = TensorFed(validation=False).model
+    with pytest.raises(TypeError, match=r"callbacks\[1\]='oops' of type str"):
+        tfr_hooks.KerasCallbacks([cb.History(), "oops"], model)
+    with pytest.raises(TypeError, match="Expected `model` to be a tf_keras.Model"):
+        tfr_hooks.KerasCallbacks([], object())
+    with pytest.raises(ValueError, match="Received: verbose=3"):
+        tfr_hooks.KerasCallbacks([], model, verbose=3)
+    with pytest.raises(TypeError, match="Expected `callbacks` to be a list"):
+        tfr_hooks.KerasCallbacks(cb.History(), model)
+    with pytest.raises(ValueError, match=r"histogram_freq=1\) does not work"):
+        tfr_hooks.KerasCallbacks([cb.TensorBoard("unused", histogram_freq=1)], model)
+
+
+def test_backup_and_restore_is_refused_in_graph_mode(tmp_path: Path) -> None:
+    backup = cb.BackupAndRestore(str(tmp_path))  # tf_keras allows it only while eager
+    with tf.Graph().as_default():
+        model = TensorFed(validation=False).model
+        with pytest.raises(ValueError, match="BackupAndRestore works in eager mode only"):
+            tfr_hooks.KerasCallbacks([cb.History(), backup], model)
+
+
+def test_model_checkpoint_best_only_and_weights_only(graph: tf.Graph, tmp_path: Path) -> None:
+    ours = TensorFed()
+    best = cb.ModelCheckpoint(
+        str(tmp_path / "w{epoch:02d}.h5"),
+        monitor="val_accuracy",
+        mode="max",
+        save_best_only=True,
+        save_weights_only=True,
+    )
+    history = ours.run([best], 6)
+    acc = history["val_accuracy"]
+    improved = [e for e in range(6) if acc[e] > max(acc[:e], default=-1)]
+    assert 0 < len(improved) < 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"w{e + 1:02d}.h5" for e in improved]
+    last = improved[-1]
+    fresh = TensorFed()  # new weights, same graph: the checkpoint restores the best epoch
+    with fresh.session.as_default():
+        fresh.model.load_weights(str(tmp_path / f"w{last + 1:02d}.h5"))
+    assert fresh.evaluate_val() == pytest.approx(history["val_loss"][last], rel=1e-5)
+
+
+def test_model_checkpoint_every_n_batches_full_model(graph: tf.Graph, tmp_path: Path) -> None:
+    ours = TensorFed(validation=False)
+    every3 = cb.ModelCheckpoint(str(tmp_path / "m-{epoch:02d}-{batch:02d}.h5"), save_freq=3)
+    ours.run([every3], 2)  # 8 batches: saves after the 3rd and 6th ({batch} is 0-based)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m-01-02.h5", "m-02-01.h5"]
+    restored = tf_keras.models.load_model(str(tmp_path / "m-02-01.h5"), compile=False)
+    assert [w.shape for w in restored.get_weights()] == [w.shape for w in ours.weights()]
+
+
+def test_early_stopping_patience_min_delta_restore_best(graph: tf.Graph) -> None:
+    ours = TensorFed()
+    stop = cb.EarlyStopping(
+        monitor="val_loss", min_delta=0.03, patience=2, restore_best_weights=True
+    )
+    history = ours.run([stop], 30)
+    values = history["val_loss"]
+    stopped, best = keras_stop_epoch(values, 0.03, 2)
+    assert stopped == stop.stopped_epoch == len(values) - 1 < 29
+    assert best == len(values) - 3
+    assert ours.evaluate_val() == pytest.approx(values[best], rel=1e-5)  # best weights back
+
+
+def test_tensorboard_v1_callback_epoch_batch_and_learning_rate(
+    graph: tf.Graph, tmp_path: Path
+) -> None:
+    ours = TensorFed()
+    schedule = cb.LearningRateScheduler(lambda epoch, lr: 0.1 / (epoch + 1))
+    board = cb.TensorBoard(str(tmp_path), update_freq=2, profile_batch=0, write_graph=False)
+    history = ours.run([schedule, board], 3)
+    assert [v for _, v in scalars(tmp_path, "epoch_loss")] == pytest.approx(history["loss"])
+    assert [v for _, v in scalars(tmp_path, "epoch_val_loss")] == pytest.approx(
+        history["val_loss"]
+    )
+    assert [v for _, v in scalars(tmp_path, "epoch_lr")] == pytest.approx([0.1, 0.05, 0.1 / 3])
+    assert len(scalars(tmp_path, "batch_loss")) == 6  # 12 batches, every 2nd
+
+
+def test_tensorboard_logger_writes_train_and_validation_runs(
+    graph: tf.Graph, tmp_path: Path
+) -> None:
+    ours = TensorFed()
+    hook = ours.training.keras_callbacks([])
+    logger = tfr_hooks.TensorBoardLogger(tmp_path, update_freq="batch", model=ours.model)
+    history = ours.loop([hook, logger]).run(2, session=ours.session)
+    train, val = tmp_path / "train", tmp_path / "validation"
+    assert scalars(train, "epoch_loss") == [(0, pytest.approx(history["loss"][0])), (1, pytest.approx(history["loss"][1]))]
+    assert [v for _, v in scalars(val, "epoch_loss")] == pytest.approx(history["val_loss"])
+    assert [v for _, v in scalars(val, "epoch_accuracy")] == pytest.approx(
+        history["val_accuracy"]
+    )
+    assert [v for _, v in scalars(train, "epoch_learning_rate")] == pytest.approx([0.1, 0.1])
+    assert [s for s, _ in scalars(train, "batch_loss")] == list(range(1, 9))
+
+
+def test_history_csv_lambda_and_progbar(graph: tf.Graph, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    ours = TensorFed()
+    seen: list[int] = []
+    lam = cb.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(epoch))
+    csv_path = tmp_path / "log.csv"
+    history = ours.run([lam, cb.CSVLogger(str(csv_path))], 2, verbose=1)
+    assert seen == [0, 1]
+    assert ours.model.history.history == history
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["val_loss"]) for r in rows] == pytest.approx(history["val_loss"])
+    out = capsys.readouterr().out
+    assert "Epoch 1/2" in out and "Epoch 2/2" in out and "val_loss" in out
+
+
+def test_terminate_on_nan_stops_after_the_batch(graph: tf.Graph) -> None:
+    ours = TensorFed(lr=1e35, validation=False)
+    rec = Recorder.make(tf_keras)
+    history = ours.run([cb.TerminateOnNaN(), rec], 5)
+    ends = [(c[1], v["loss"]) for c, v in zip(rec.calls, rec.values) if c[0] == "on_train_batch_end"]
+    assert len(history["loss"]) == 1  # the epoch is closed, no other starts
+    assert math.isnan(ends[-1][1]) and all(not math.isnan(v) for _, v in ends[:-1])
+    assert len(ends) < 4
+
+
+def test_reduce_lr_on_plateau_changes_the_optimizer_and_logs_lr(graph: tf.Graph) -> None:
+    ours = TensorFed()
+    plateau = cb.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=0, min_delta=10.0)
+    history = ours.run([plateau], 3)
+    assert history["lr"] == pytest.approx([0.1, 0.1, 0.05])  # logged before reducing
+    assert all(type(v) is float for v in history["lr"])
+    assert ours.session.run(ours.optimizer.lr) == pytest.approx(0.025)
+
+
+def test_keras3_callbacks_driven_directly(tmp_path: Path) -> None:
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    rec = Recorder.make(keras)
+    stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=0)
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    plateau = keras.callbacks.ReduceLROnPlateau(monitor="val_loss", patience=0, factor=0.5)
+
+    def run(values: list[float], fail_at: int | None = None) -> tuple[LoopState, list]:  # type: ignore[type-arg]
+        hook = tfr_hooks.KerasCallbacks([rec, stop, backup, plateau], model, verbose=1)
+        loop = LoopState()
+        loop.epochs, loop.steps_per_epoch = 10, 2
+        hook.set_loop(loop)
+        hook.begin()
+        hook.after_create_session(None, None)
+        epochs = []
+        for epoch in range(loop.initial_epoch, loop.epochs):
+            if loop.stop_requested:
+                break
+            if epoch == fail_at:
+                loop.error = RuntimeError("preempted")
+                break
+            hook.epoch_begin(epoch)
+            for step in range(2):
+                loop.epoch_steps = step
+                hook.before_run(None)
+                loop.batch_logs = {"loss": 1.0}
+                hook.after_run(None, None)
+            logs = {"loss": 1.0, "val_loss": values[epoch]}
+            hook.epoch_end(epoch, logs)
+            epochs.append((epoch, logs))
+        hook.end(None)
+        return loop, epochs
+
+    loop, epochs = run([3.0, 2.0, 1.0, 0.5], fail_at=2)
+    assert rec.begin_params == {"verbose": 1, "epochs": 10, "steps": 2}
+    assert [e for e, _ in epochs] == [0, 1] and "learning_rate" in epochs[0][1]
+    loop, epochs = run([3.0, 2.0, 1.0, 1.5, 1.0])  # resumes at epoch 2 from the backup
+    assert loop.initial_epoch == 2
+    assert [e for e, _ in epochs] == [2, 3]  # val_loss rose at 3: EarlyStopping stopped
+    assert loop.stop_requested and stop.stopped_epoch == 3
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.05)
+    assert not (tmp_path / "backup").exists()  # a finished run removes its backup
