@@ -172,7 +172,7 @@ class FunctionLoop:
                 (or for ``validation_steps``) after training epochs, from its start each
                 time; its logs appear as ``val_<name>``.
             validation_steps: Stop each validation pass after this many steps.
-            validation_freq: Validate every this many epochs (the last epoch always).
+            validation_freq: Validate after every this many epochs of this run.
             initial_epoch: The epoch to start at (when resuming); a hook such as
                 ``KerasCallbacks`` with ``BackupAndRestore`` may move it further.
 

@@ -1,0 +1,293 @@
+"""FunctionLoop: in-graph multi-step executions, exact epoch ends, hooks without a session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import tfr_hooks
+from conftest import FEATURES
+from tfr_hooks import FunctionLoop, Hook
+
+v1 = tf.compat.v1
+
+
+def records(path: Path, batch: int) -> tf.data.Dataset:
+    ds = tf.data.TFRecordDataset(str(path)).batch(batch)
+    return ds.map(lambda s: tf.io.parse_example(s, FEATURES))
+
+
+def index_step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """A step that only reports: the mean record index and the batch's own size."""
+    return {
+        "index": tf.reduce_mean(tf.cast(batch["index"], tf.float32)),
+        "size": tf.cast(tf.shape(batch["index"])[0], tf.float32),
+    }
+
+
+class Recorder(Hook):
+    """Records every event with what the loop shows at that moment."""
+
+    def begin(self) -> None:
+        self.events: list[tuple[Any, ...]] = [("begin", self.loop.steps_per_execution)]
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.events.append(("after_create_session", session))
+
+    def epoch_begin(self, epoch: int) -> None:
+        self.events.append(("epoch_begin", epoch))
+
+    def before_run(self, run_context: Any) -> None:
+        assert run_context.session is None
+        self.events.append(("before_run", self.loop.epoch_steps))
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.events.append(("after_run", self.loop.epoch_steps, run_values.results))
+        self.last_logs = dict(self.loop.batch_logs)
+
+    def validation_begin(self) -> None:
+        self.events.append(("validation_begin",))
+
+    def validation_batch_begin(self, step: int) -> None:
+        self.events.append(("validation_batch_begin", step))
+
+    def validation_batch_end(self, step: int, logs: dict[str, float]) -> None:
+        self.events.append(("validation_batch_end", step))
+
+    def validation_end(self, logs: dict[str, float]) -> None:
+        self.events.append(("validation_end", dict(logs)))
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        self.events.append(
+            ("epoch_end", epoch, self.loop.epoch_steps, self.loop.epoch_examples, dict(logs))
+        )
+
+    def end(self, session: Any) -> None:
+        self.events.append(("end", self.loop.global_step))
+
+    def of(self, name: str) -> list[tuple[Any, ...]]:
+        return [e for e in self.events if e[0] == name]
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 32])
+def test_epochs_end_exactly_at_the_last_partial_batch(
+    records_1000: Path, steps_per_execution: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    hook = Recorder()
+    loop = FunctionLoop(
+        records(records_1000, 128),
+        step_fn=index_step,
+        hooks=[hook],
+        steps_per_execution=steps_per_execution,
+    )
+    history = loop.run(epochs=3)
+
+    executions = -(-8 // steps_per_execution)  # 8 or 1 calls per epoch
+    assert hook.events[0] == ("begin", steps_per_execution)
+    assert hook.events[1] == ("after_create_session", None)
+    assert len(hook.of("before_run")) == len(hook.of("after_run")) == 3 * executions
+    firsts = [e[1] for e in hook.of("before_run")[:executions]]
+    assert firsts == list(range(0, 8, steps_per_execution))
+    assert all(e[2] is None for e in hook.of("after_run"))
+    # 8 steps (7 full batches and one of 104) and 1,000 examples in each of 3 epochs
+    assert [e[2:4] for e in hook.of("epoch_end")] == [(8, 1000)] * 3
+    assert hook.events[-1] == ("end", 24)
+    assert loop.loop.steps_per_epoch == 8
+    # batch-size-weighted means: every record counts once, the partial batch included
+    assert history["index"] == pytest.approx([499.5] * 3)
+    assert history["size"] == pytest.approx([(7 * 128 * 128 + 104 * 104) / 1000] * 3)
+    err = capfd.readouterr().err
+    assert "OUT_OF_RANGE" not in err and "End of sequence" not in err
+
+
+def test_steps_per_epoch_caps_executions_and_data_runs_on(records_1000: Path) -> None:
+    hook = Recorder()
+    loop = FunctionLoop(
+        records(records_1000, 100),
+        step_fn=index_step,
+        hooks=[hook],
+        steps_per_execution=2,
+        steps_per_epoch=3,
+    )
+    history = loop.run(epochs=3)
+
+    # 3 steps per epoch in calls of 2 + 1; the data is not restarted between epochs
+    assert [e[1] for e in hook.of("before_run")] == [0, 2] * 3
+    assert [e[2:4] for e in hook.of("epoch_end")] == [(3, 300)] * 3
+    assert history["index"] == pytest.approx([149.5, 449.5, 749.5])
+
+
+def test_a_one_shot_step_limit_stops_early_without_an_empty_epoch(records_1000: Path) -> None:
+    hook = Recorder()
+    loop = FunctionLoop(
+        records(records_1000, 250), step_fn=index_step, hooks=[hook], steps_per_epoch=3
+    )
+    history = loop.run(epochs=3)
+    # 4 batches in all: epoch 0 takes 3, epoch 1 gets the last one and training ends
+    assert [e[2:4] for e in hook.of("epoch_end")] == [(3, 750), (1, 250)]
+    assert history["index"] == pytest.approx([374.5, 874.5])
+
+
+def test_hooks_stop_the_loop_after_the_current_execution(records_1000: Path) -> None:
+    class StopAfterThree(Hook):
+        def begin(self) -> None:
+            self.calls = 0
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.calls += 1
+            if self.calls == 3:
+                run_context.request_stop()
+
+    recorder = Recorder()
+    loop = FunctionLoop(
+        records(records_1000, 128), step_fn=index_step, hooks=[StopAfterThree(), recorder]
+    )
+    history = loop.run(epochs=5)
+    assert recorder.events[-1] == ("end", 3)
+    assert [e[1:4] for e in recorder.of("epoch_end")] == [(0, 3, 384)]
+    assert history["index"] == pytest.approx([191.5])
+    assert loop.loop.stop_requested
+
+
+def test_step_fn_validation_means_and_events(records_1000: Path, records_100: Path) -> None:
+    hook = Recorder()
+
+    def val_step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return {"x0": tf.reduce_mean(batch["x"][:, 0])}
+
+    loop = FunctionLoop(
+        records(records_1000, 500),
+        step_fn=index_step,
+        validation_step_fn=val_step,
+        hooks=[hook],
+        steps_per_execution=2,
+    )
+    history = loop.run(epochs=2, validation_data=records(records_100, 30))
+
+    x0 = np.concatenate([b["x"][:, 0].numpy() for b in records(records_100, 30)])
+    assert history["val_x0"] == pytest.approx([float(x0.mean())] * 2, rel=1e-5)
+    assert set(history) == {"index", "size", "val_x0"}
+    # 4 validation batches (30, 30, 30, 10) in calls of 2: begin at 0 and 2, ends as Keras
+    # names them (the last index of a full call)
+    val_events = [e for e in hook.events if e[0].startswith("validation_batch")]
+    assert val_events[:4] == [
+        ("validation_batch_begin", 0),
+        ("validation_batch_end", 1),
+        ("validation_batch_begin", 2),
+        ("validation_batch_end", 3),
+    ]
+    assert len(hook.of("validation_end")) == 2
+    # the validation pass does not disturb the training means
+    assert history["index"] == pytest.approx([499.5] * 2)
+
+
+def test_validation_steps_and_freq(records_1000: Path, records_100: Path) -> None:
+    hook = Recorder()
+    loop = FunctionLoop(
+        records(records_1000, 500), step_fn=index_step, validation_step_fn=index_step, hooks=[hook]
+    )
+    history = loop.run(
+        epochs=4, validation_data=records(records_100, 10), validation_steps=2, validation_freq=2
+    )
+    # validated after epochs 2 and 4 (as model.fit counts them), each pass from the start
+    assert history["val_index"] == [pytest.approx(9.5)] * 2
+    assert len(history["index"]) == 4
+    assert [set(e[4]) for e in hook.of("epoch_end")] == [{"index", "size"}, set(history)] * 2
+
+
+def _keras_model(seed: int = 0) -> Any:
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def test_keras_model_trains_with_its_own_train_step(records_1000: Path) -> None:
+    model = _keras_model()
+    ds = records(records_1000, 128).map(lambda d: (d["x"], d["y"]))
+    hook = Recorder()
+    history = FunctionLoop(ds, model=model, hooks=[hook], steps_per_execution=4).run(
+        epochs=2, validation_data=ds.take(2)
+    )
+    assert set(history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert int(model.optimizer.iterations) == 16
+    assert [e[2:4] for e in hook.of("epoch_end")] == [(8, 1000)] * 2
+    # the epoch logs are the model's metric results after the epoch's last step
+    assert history["loss"][-1] == pytest.approx(hook.last_logs["loss"])
+    assert history["val_loss"][-1] == pytest.approx(float(model.metrics[0].result()))
+
+
+def test_a_hook_asking_for_fetches_gets_a_clear_error(records_100: Path) -> None:
+    class FetchingHook(Hook):
+        def before_run(self, run_context: Any) -> Any:
+            return v1.train.SessionRunArgs(fetches={"x": tf.constant(1.0)})
+
+    ended = Recorder()
+    loop = FunctionLoop(records(records_100, 10), step_fn=index_step, hooks=[FetchingHook(), ended])
+    with pytest.raises(ValueError, match=r"FetchingHook.before_run asked for fetches .* Session"):
+        loop.run(epochs=1)
+    assert ended.events[-1][0] == "end"  # cleanup still reached every hook
+
+
+def test_session_hooks_are_refused_at_construction(records_100: Path, tmp_path: Path) -> None:
+    ds = records(records_100, 10)
+    with pytest.raises(ValueError, match=r"CheckpointSaverHook needs a tf.compat.v1.Session.*"):
+        FunctionLoop(
+            ds,
+            step_fn=index_step,
+            hooks=[v1.train.CheckpointSaverHook(str(tmp_path), save_steps=1)],
+        )
+
+    class NeedsSession(Hook):
+        requires_session = True
+
+    with pytest.raises(ValueError, match=r"NeedsSession needs .*Use SessionLoop"):
+        FunctionLoop(ds, step_fn=index_step, hooks=[NeedsSession()])
+
+    class PlainHook(v1.train.SessionRunHook):  # a user's session-free SessionRunHook
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.seen = run_values.results
+
+    plain = PlainHook()
+    FunctionLoop(ds, step_fn=index_step, hooks=[plain]).run(epochs=1)
+    assert plain.seen is None
+
+
+def test_argument_errors(records_100: Path) -> None:
+    ds = records(records_100, 10)
+    with pytest.raises(TypeError, match=r"Expected `dataset` to be a tf.data.Dataset"):
+        FunctionLoop([1, 2], step_fn=index_step)
+    with pytest.raises(ValueError, match=r"Expected exactly one of `model`"):
+        FunctionLoop(ds)
+    with pytest.raises(ValueError, match=r"Received: steps_per_execution=0"):
+        FunctionLoop(ds, step_fn=index_step, steps_per_execution=0)
+    with pytest.raises(ValueError, match=r"Received: steps_per_epoch=-1"):
+        FunctionLoop(ds, step_fn=index_step, steps_per_epoch=-1)
+    with pytest.raises(TypeError, match=r"Expected `strategy`"):
+        FunctionLoop(ds, step_fn=index_step, strategy="mirrored")
+    uncompiled = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match=r"Expected `model` to be compiled"):
+        FunctionLoop(ds, model=uncompiled)
+    legacy = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(4,))])
+    with pytest.raises(TypeError, match=r"tf_keras model: train it in graph mode with SessionLoop"):
+        FunctionLoop(ds, model=legacy)
+    loop = FunctionLoop(ds, step_fn=index_step)
+    with pytest.raises(ValueError, match=r"needs `validation_step_fn`"):
+        loop.run(epochs=1, validation_data=ds)
+    with pytest.raises(ValueError, match=r"Received: validation_freq=0"):
+        loop.run(epochs=1, validation_freq=0)
+    with pytest.raises(TypeError, match=r"step_fn` to return a dict"):
+        FunctionLoop(ds, step_fn=lambda b: b["x"]).run(epochs=1)
+    assert tfr_hooks.FunctionLoop is FunctionLoop
