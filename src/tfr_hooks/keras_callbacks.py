@@ -303,10 +303,12 @@ class KerasCallbacks(Hook):
 
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
         """``on_epoch_end(epoch, logs)`` with the loop's shared logs; honour stop_training."""
+        # on_train_end gets the logs as they were before the callbacks added keys (fit
+        # gives its callbacks a copy, so ReduceLROnPlateau's learning_rate stays out)
+        self._last_logs = {key: _as_float(value) for key, value in logs.items()}
         self._call("on_epoch_end", epoch, logs)
         for key, value in list(logs.items()):
             logs[key] = _as_float(value)
-        self._last_logs = logs
         if getattr(self.model, "stop_training", False):
             self.loop.request_stop("a Keras callback set model.stop_training")
 
