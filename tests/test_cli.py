@@ -1,0 +1,205 @@
+"""The ``tfr-hooks`` command: convert an .npz, inspect files, report errors."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfr_hooks import cli, tfrecord
+
+try:
+    from _tfrecord_data import example, float_feature, int64_feature, write_records
+except ImportError:  # tests imported as a package
+    from tests._tfrecord_data import example, float_feature, int64_feature, write_records
+
+SRC = Path(cli.__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def npz(tmp_path):
+    path = tmp_path / "mnist.npz"
+    np.savez(
+        path,
+        image=np.arange(30 * 2 * 3, dtype=np.uint8).reshape(30, 2, 3),
+        label=np.arange(30) % 10,
+    )
+    return path
+
+
+def test_convert_writes_shards_and_prints_the_schema(tmp_path, npz, capsys):
+    out = tmp_path / "out"
+    status = cli.main(
+        [
+            "convert",
+            str(npz),
+            str(out),
+            "--shards",
+            "3",
+            "--compression",
+            "gzip",
+            "--no-progress",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert status == 0
+    assert captured.out.splitlines() == [
+        f"Wrote 30 examples to 3 shard(s) in {out} (compression: GZIP)",
+        f"Schema: {out / 'schema.json'}",
+        "  feature  dtype  shape   encoding",
+        "  image    uint8  (2, 3)  raw",
+        "  label    int64  ()      int64",
+    ]
+    assert captured.err == ""
+    assert sorted(p.name for p in out.iterdir()) == [
+        "data-00000-of-00003.tfrecord.gz",
+        "data-00001-of-00003.tfrecord.gz",
+        "data-00002-of-00003.tfrecord.gz",
+        "schema.json",
+    ]
+    labels = np.concatenate([b["label"].numpy() for b in tfrecord.dataset(out, 7)])
+    assert sorted(labels.tolist()) == sorted((np.arange(30) % 10).tolist())
+
+
+def test_convert_shows_a_progress_bar_on_stderr(tmp_path, npz, capsys):
+    assert cli.main(["convert", str(npz), str(tmp_path / "out")]) == 0
+    assert "writing" in capsys.readouterr().err
+
+
+def test_inspect_prints_a_table(tmp_path, npz, capsys):
+    out = tmp_path / "out"
+    cli.main(["convert", str(npz), str(out), "--shards", "2", "--no-progress"])
+    capsys.readouterr()
+
+    assert cli.main(["inspect", str(out / "data-00000-of-00002.tfrecord")]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == str(out / "data-00000-of-00002.tfrecord")
+    assert lines[1].startswith("  records: 15   compression: none   size: ")
+    assert lines[2:] == [
+        "  schema: stored in schema.json",
+        "  feature  kind   length  bytes  dtype  shape   in records",
+        "  image    bytes  1       6      uint8  (2, 3)  15/15",
+        "  label    int64  1              int64  ()      15/15",
+    ]
+
+
+def test_inspect_infers_the_schema_of_a_foreign_file(tmp_path, capsys):
+    records = [
+        example(label=int64_feature([i]), xy=float_feature([i, -i]), tags=int64_feature(range(i)))
+        for i in range(4)
+    ]
+    path = write_records(tmp_path / "foreign.rec", records, "ZLIB")
+
+    assert cli.main(["inspect", path]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  records: 4   compression: ZLIB   size: ")
+    assert lines[2:] == [
+        "  schema: inferred",
+        "  feature  kind   length  bytes  dtype    shape      in records",
+        "  label    int64  1              int64    ()         4/4",
+        "  tags     int64  0..3           int64    (varying)  4/4",
+        "  xy       float  2              float32  (2,)       4/4",
+    ]
+
+
+def test_inspect_json(tmp_path, npz, capsys):
+    out = tmp_path / "out"
+    cli.main(["convert", str(npz), str(out), "--shards", "2", "--no-progress"])
+    capsys.readouterr()
+
+    assert cli.main(["inspect", str(out), "--json"]) == 0
+
+    data = json.loads(capsys.readouterr().out)
+    assert [item["num_records"] for item in data] == [15, 15]
+    assert data[0]["compression"] == "none"
+    assert [f["name"] for f in data[0]["features"]] == ["image", "label"]
+    assert data[0]["features"][0]["min_bytes"] == 6
+    assert data[0]["stored_schema"][0] == {
+        "name": "image",
+        "dtype": "uint8",
+        "shape": [2, 3],
+        "encoding": "raw",
+    }
+
+
+def test_inspect_reports_bad_files_and_keeps_going(tmp_path, capsys):
+    good = write_records(tmp_path / "good.rec", [example(label=int64_feature([1]))])
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a tfrecord\n" * 5)
+
+    assert cli.main(["inspect", good, str(bad)]) == 1
+
+    captured = capsys.readouterr()
+    assert "  label    int64  1" in captured.out
+    assert f"  error: File '{bad}' is not a TFRecord file" in captured.out
+    assert "Total: 1 records in 1 readable file(s) of 2" in captured.out
+    assert captured.err.startswith(f"tfr-hooks inspect: error: File '{bad}' is not a TFRecord")
+
+
+def test_inspect_without_matching_files(tmp_path, capsys):
+    assert cli.main(["inspect", str(tmp_path / "*.tfrecord")]) == 1
+    assert capsys.readouterr().err == (
+        f"tfr-hooks inspect: error: No files match the pattern '{tmp_path / '*.tfrecord'}'.\n"
+    )
+
+
+def test_convert_reports_a_missing_input(tmp_path, capsys):
+    assert cli.main(["convert", str(tmp_path / "no.npz"), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"tfr-hooks convert: error: Input file '{tmp_path / 'no.npz'}' does not exist.\n"
+    )
+
+
+def test_convert_reports_arrays_of_different_lengths(tmp_path, capsys):
+    path = tmp_path / "bad.npz"
+    np.savez(path, x=np.zeros((4, 2)), y=np.zeros(3))
+    assert cli.main(["convert", str(path), str(tmp_path / "out")]) == 1
+    assert "same length" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["convert", "a.npz"], ["inspect"], ["convert", "a.npz", "out", "--shards", "0"]],
+)
+def test_usage_errors_exit_with_status_2(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert "usage: tfr-hooks" in capsys.readouterr().err
+
+
+def test_cli_module_imports_only_the_standard_library():
+    tree = ast.parse(Path(cli.__file__).read_text())
+    top_level = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top_level.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            top_level.add((node.module or "").split(".")[0])
+    assert top_level - {"__future__"} <= set(sys.stdlib_module_names)
+
+
+def test_python_dash_m_inspect(tmp_path):
+    path = write_records(tmp_path / "one.rec", [example(label=int64_feature([7]))] * 3)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "tfr_hooks.cli", "inspect", path],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == path
+    assert "  records: 3   compression: none" in result.stdout
+    assert "  label    int64  1" in result.stdout
