@@ -268,7 +268,9 @@ class KerasCallbacks(Hook):
         logs = self._batch_logs(self.loop.batch_logs)
         if self.graph_mode and not self.params.get("metrics"):
             self.params["metrics"] = list(self.loop.batch_logs)
-        self._call("on_train_batch_end", batch, logs)
+        # with steps_per_execution=K, Keras 3 fit ends a call with the index of its last step
+        end = batch + max(1, self.loop.steps_per_execution) - 1
+        self._call("on_train_batch_end", end, logs)
         if getattr(self.model, "stop_training", False):
             self.loop.request_stop("a Keras callback set model.stop_training")
 
