@@ -273,10 +273,13 @@ def _get_loss(loss: Any) -> Callable[..., Any]:
         )
     try:
         fn = tf_keras.losses.get(loss)
-    except ValueError as exc:
+    except ValueError:
+        fn = None
+    if not callable(fn):
         raise ValueError(
-            f"Expected `loss` to be a Keras loss name. Received: loss={loss!r} ({exc})"
-        ) from None
+            "Expected `loss` to be a Keras loss name such as 'sparse_categorical_crossentropy'. "
+            f"Received: loss={loss!r}"
+        )
     return fn  # type: ignore[no-any-return]
 
 
@@ -311,10 +314,12 @@ def _get_metrics(
                 try:
                     fn = tf_keras.metrics.get(metric)
                 except ValueError:
+                    fn = None
+                if not callable(fn):
                     raise ValueError(
                         f"Expected `metrics[{i}]` to be a Keras metric name such as "
                         f"'accuracy' or 'mae'. Received: metrics[{i}]={metric!r}"
-                    ) from None
+                    )
         elif callable(metric):
             fn, name = metric, getattr(metric, "__name__", f"metric_{i}")
         else:

@@ -1,0 +1,109 @@
+"""keras_training_graph: what model.compile would build, for a tensor-fed tf_keras model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from _keras_models import TRAIN, VAL, batches
+
+import tfr_hooks
+
+v1 = tf.compat.v1
+SGD = tf_keras.optimizers.legacy.SGD
+
+
+def tensor_fed(head_layers: list[tf_keras.layers.Layer], data=TRAIN):  # type: ignore[no-untyped-def]
+    it = v1.data.make_initializable_iterator(batches(data))
+    x, y = it.get_next()
+    inputs = tf_keras.layers.Input(tensor=x)
+    out = inputs
+    for layer in head_layers:
+        out = layer(out)
+    return tf_keras.Model(inputs, out), y, it.initializer
+
+
+def test_arguments_are_checked(graph: tf.Graph) -> None:
+    model, y, _ = tensor_fed([tf_keras.layers.Dense(2, activation="softmax")])
+    loss = "sparse_categorical_crossentropy"
+    with pytest.raises(TypeError, match=r"legacy tf_keras optimizer .*Received: optimizer="):
+        tfr_hooks.keras_training_graph(model, y, loss=loss, optimizer=tf_keras.optimizers.SGD())
+    with pytest.raises(TypeError, match=r"stateful .*metrics\[0\]="):
+        tfr_hooks.keras_training_graph(
+            model, y, loss=loss, optimizer=SGD(), metrics=[tf_keras.metrics.Accuracy()]
+        )
+    with pytest.raises(ValueError, match=r"metrics\[1\]='nope'"):
+        tfr_hooks.keras_training_graph(model, y, loss=loss, optimizer=SGD(), metrics=["mae", "nope"])
+    with pytest.raises(ValueError, match="Expected `loss` to be a Keras loss name"):
+        tfr_hooks.keras_training_graph(model, y, loss="nope", optimizer=SGD())
+    with pytest.raises(TypeError, match="Expected `labels` to be a tensor"):
+        tfr_hooks.keras_training_graph(model, [1, 0], loss=loss, optimizer=SGD())
+
+
+def test_loss_includes_regularization_and_metrics_match_numpy(graph: tf.Graph) -> None:
+    dense = tf_keras.layers.Dense(2, activation="softmax", kernel_regularizer="l2")
+    model, y, init = tensor_fed([dense])
+    training = tfr_hooks.keras_training_graph(
+        model,
+        y,
+        loss="sparse_categorical_crossentropy",
+        optimizer=SGD(0.1),
+        metrics=["accuracy", "sparse_categorical_accuracy", tf_keras.metrics.sparse_top_k_categorical_accuracy],
+    )
+    assert list(training.fetches) == [
+        "loss", "accuracy", "sparse_categorical_accuracy", "sparse_top_k_categorical_accuracy"
+    ]  # fmt: skip
+    assert model.optimizer is training.optimizer  # for LR callbacks
+    with v1.Session() as session:
+        session.run([v1.global_variables_initializer(), init])
+        kernel, bias = session.run(dense.weights)
+        values = session.run(training.fetches)
+    x, labels = TRAIN[0][:24], TRAIN[1][:24]
+    logits = x @ kernel + bias
+    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    data_loss = -np.log(probs[np.arange(24), labels]).mean()
+    assert values["loss"] == pytest.approx(data_loss + 0.01 * (kernel**2).sum(), rel=1e-5)
+    accuracy = (probs.argmax(1) == labels).mean()
+    assert values["accuracy"] == values["sparse_categorical_accuracy"] == pytest.approx(accuracy)
+    assert values["sparse_top_k_categorical_accuracy"] == 1.0  # 2 classes, top 5
+
+
+def test_accuracy_follows_the_loss_like_compile(graph: tf.Graph) -> None:
+    model, y, init = tensor_fed([tf_keras.layers.Dense(1, activation="sigmoid")])
+    labels = tf.cast(tf.reshape(y, (-1, 1)), tf.float32)
+    training = tfr_hooks.keras_training_graph(
+        model, labels, loss="binary_crossentropy", optimizer=SGD(), metrics=["acc"]
+    )
+    with v1.Session() as session:
+        session.run([v1.global_variables_initializer(), init])
+        probs, acc = session.run([model.outputs[0], training.fetches["acc"]])
+    assert acc == pytest.approx(((probs[:, 0] > 0.5) == TRAIN[1][:24]).mean())
+
+
+@pytest.mark.slow
+def test_update_ops_run_in_training_mode_and_validation_shares_weights(graph: tf.Graph) -> None:
+    bn = tf_keras.layers.BatchNormalization()
+    model, y, init = tensor_fed(
+        [tf_keras.layers.Dense(3), bn, tf_keras.layers.Dropout(0.5), tf_keras.layers.Dense(2, activation="softmax")]
+    )
+    training = tfr_hooks.keras_training_graph(
+        model, y, loss="sparse_categorical_crossentropy", optimizer=SGD(0.1), metrics=["accuracy"]
+    )
+    val_it = v1.data.make_initializable_iterator(batches(VAL))
+    vx, vy = val_it.get_next()
+    validation = training.validation(vx, vy, initializers=[val_it.initializer])
+    loop = tfr_hooks.SessionLoop(
+        training.train_op,
+        fetches=training.fetches,
+        initializers=[init],
+        batch_size=training.batch_size,
+        validation=validation,
+    )
+    with v1.Session() as session:
+        history = loop.run(2, session=session)
+        moving_mean = session.run(bn.moving_mean)
+    assert set(history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    # BatchNorm's moving averages moved: its update ops ran, in training mode (the
+    # learning phase is fed 1 to training steps, as fit does)
+    assert np.abs(moving_mean).max() > 1e-3
