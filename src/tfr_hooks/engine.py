@@ -146,6 +146,11 @@ def run_loop(
         loop.error = exc  # lets hooks' end() tell a failed run from a finished one
     finally:
         end_error = runner.finish(hooks)
+        if error is not None and end_error is not None and end_error is not error:
+            # the run's own error wins; a hook's end failing after it must not vanish
+            logger.error(
+                "Error in a hook's end, after the error that ended the run", exc_info=end_error
+            )
         error = error or end_error
     if error is not None:
         better = hooks.translate_error(error)
@@ -207,4 +212,3 @@ def _run_epoch(
         elif loop.steps_per_epoch is None:
             loop.steps_per_epoch = loop.epoch_steps
     return dict(loop.batch_logs), more
-
