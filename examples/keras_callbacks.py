@@ -31,11 +31,11 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's start-up chatter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-from _digits import NUM_CLASSES, dataset, queue_batch, write_digits  # noqa: E402
+import tensorflow as tf
+import tf_keras
+from _digits import NUM_CLASSES, dataset, queue_batch, write_digits
 
-import tfr_hooks  # noqa: E402
+import tfr_hooks
 
 v1 = tf.compat.v1
 BATCH = 64

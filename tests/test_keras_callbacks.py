@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from _keras_models import VAL, Recorder, TensorFed, compiled_model, batches, TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tfr_hooks
+from _keras_models import TRAIN, VAL, Recorder, TensorFed, batches, compiled_model
 from tfr_hooks.hooks import LoopState
 
 cb = tf_keras.callbacks
@@ -45,14 +45,18 @@ def test_same_calls_logs_and_stopping_epoch_as_model_fit() -> None:
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(0)
         fit_rec, fit_es = Recorder.make(tf_keras), early()
-        fit_history = compiled_model().fit(
-            batches(TRAIN),
-            validation_data=batches(VAL),
-            epochs=12,
-            verbose=0,
-            shuffle=False,
-            callbacks=[fit_rec, fit_es],
-        ).history
+        fit_history = (
+            compiled_model()
+            .fit(
+                batches(TRAIN),
+                validation_data=batches(VAL),
+                epochs=12,
+                verbose=0,
+                shuffle=False,
+                callbacks=[fit_rec, fit_es],
+            )
+            .history
+        )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(0)
         ours = TensorFed(steps_per_epoch=4, validation_steps=2)
@@ -68,7 +72,9 @@ def test_same_calls_logs_and_stopping_epoch_as_model_fit() -> None:
     assert history.keys() == fit_history.keys()
     for key in history:
         np.testing.assert_allclose(history[key], fit_history[key], rtol=1e-5, atol=1e-6)
-    batch_values = [v for c, v in zip(rec.calls, rec.values) if c[0] == "on_train_batch_end"]
+    batch_values = [
+        v for c, v in zip(rec.calls, rec.values, strict=True) if c[0] == "on_train_batch_end"
+    ]
     assert all(type(v) is float for logs in batch_values for k, v in logs.items() if k == "loss")
 
 
@@ -89,7 +95,7 @@ def test_arguments_are_checked_at_construction(graph: tf.Graph) -> None:
     model = TensorFed(validation=False).model
     with pytest.raises(TypeError, match=r"callbacks\[1\]='oops' of type str"):
         tfr_hooks.KerasCallbacks([cb.History(), "oops"], model)
-    with pytest.raises(TypeError, match="Expected `model` to be a tf_keras.Model"):
+    with pytest.raises(TypeError, match=r"Expected `model` to be a tf_keras\.Model"):
         tfr_hooks.KerasCallbacks([], object())
     with pytest.raises(ValueError, match="Received: verbose=3"):
         tfr_hooks.KerasCallbacks([], model, verbose=3)
@@ -158,9 +164,7 @@ def test_tensorboard_v1_callback_epoch_batch_and_learning_rate(
     board = cb.TensorBoard(str(tmp_path), update_freq=2, profile_batch=0, write_graph=False)
     history = ours.run([schedule, board], 3)
     assert [v for _, v in scalars(tmp_path, "epoch_loss")] == pytest.approx(history["loss"])
-    assert [v for _, v in scalars(tmp_path, "epoch_val_loss")] == pytest.approx(
-        history["val_loss"]
-    )
+    assert [v for _, v in scalars(tmp_path, "epoch_val_loss")] == pytest.approx(history["val_loss"])
     assert [v for _, v in scalars(tmp_path, "epoch_lr")] == pytest.approx([0.1, 0.05, 0.1 / 3])
     assert len(scalars(tmp_path, "batch_loss")) == 6  # 12 batches, every 2nd
 
@@ -173,11 +177,12 @@ def test_tensorboard_logger_writes_train_and_validation_runs(
     logger = tfr_hooks.TensorBoardLogger(tmp_path, update_freq="batch", model=ours.model)
     history = ours.loop([hook, logger]).run(2, session=ours.session)
     train, val = tmp_path / "train", tmp_path / "validation"
-    assert scalars(train, "epoch_loss") == [(0, pytest.approx(history["loss"][0])), (1, pytest.approx(history["loss"][1]))]
+    assert scalars(train, "epoch_loss") == [
+        (0, pytest.approx(history["loss"][0])),
+        (1, pytest.approx(history["loss"][1])),
+    ]
     assert [v for _, v in scalars(val, "epoch_loss")] == pytest.approx(history["val_loss"])
-    assert [v for _, v in scalars(val, "epoch_accuracy")] == pytest.approx(
-        history["val_accuracy"]
-    )
+    assert [v for _, v in scalars(val, "epoch_accuracy")] == pytest.approx(history["val_accuracy"])
     assert [v for _, v in scalars(train, "epoch_learning_rate")] == pytest.approx([0.1, 0.1])
     assert [s for s, _ in scalars(train, "batch_loss")] == list(range(1, 9))
 
@@ -201,7 +206,11 @@ def test_terminate_on_nan_stops_after_the_batch(graph: tf.Graph) -> None:
     ours = TensorFed(lr=1e35, validation=False)
     rec = Recorder.make(tf_keras)
     history = ours.run([cb.TerminateOnNaN(), rec], 5)
-    ends = [(c[1], v["loss"]) for c, v in zip(rec.calls, rec.values) if c[0] == "on_train_batch_end"]
+    ends = [
+        (c[1], v["loss"])
+        for c, v in zip(rec.calls, rec.values, strict=True)
+        if c[0] == "on_train_batch_end"
+    ]
     assert len(history["loss"]) == 1  # the epoch is closed, no other starts
     assert math.isnan(ends[-1][1]) and all(not math.isnan(v) for _, v in ends[:-1])
     assert len(ends) < 4

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from _keras_models import TRAIN, VAL, batches
 
 import tfr_hooks
+from _keras_models import TRAIN, VAL, batches
 
 v1 = tf.compat.v1
 SGD = tf_keras.optimizers.legacy.SGD
@@ -34,7 +34,9 @@ def test_arguments_are_checked(graph: tf.Graph) -> None:
             model, y, loss=loss, optimizer=SGD(), metrics=[tf_keras.metrics.Accuracy()]
         )
     with pytest.raises(ValueError, match=r"metrics\[1\]='nope'"):
-        tfr_hooks.keras_training_graph(model, y, loss=loss, optimizer=SGD(), metrics=["mae", "nope"])
+        tfr_hooks.keras_training_graph(
+            model, y, loss=loss, optimizer=SGD(), metrics=["mae", "nope"]
+        )
     with pytest.raises(ValueError, match="Expected `loss` to be a Keras loss name"):
         tfr_hooks.keras_training_graph(model, y, loss="nope", optimizer=SGD())
     with pytest.raises(TypeError, match="Expected `labels` to be a tensor"):
@@ -49,7 +51,11 @@ def test_loss_includes_regularization_and_metrics_match_numpy(graph: tf.Graph) -
         y,
         loss="sparse_categorical_crossentropy",
         optimizer=SGD(0.1),
-        metrics=["accuracy", "sparse_categorical_accuracy", tf_keras.metrics.sparse_top_k_categorical_accuracy],
+        metrics=[
+            "accuracy",
+            "sparse_categorical_accuracy",
+            tf_keras.metrics.sparse_top_k_categorical_accuracy,
+        ],
     )
     assert list(training.fetches) == [
         "loss", "accuracy", "sparse_categorical_accuracy", "sparse_top_k_categorical_accuracy"
@@ -85,7 +91,12 @@ def test_accuracy_follows_the_loss_like_compile(graph: tf.Graph) -> None:
 def test_update_ops_run_in_training_mode_and_validation_shares_weights(graph: tf.Graph) -> None:
     bn = tf_keras.layers.BatchNormalization()
     model, y, init = tensor_fed(
-        [tf_keras.layers.Dense(3), bn, tf_keras.layers.Dropout(0.5), tf_keras.layers.Dense(2, activation="softmax")]
+        [
+            tf_keras.layers.Dense(3),
+            bn,
+            tf_keras.layers.Dropout(0.5),
+            tf_keras.layers.Dense(2, activation="softmax"),
+        ]
     )
     training = tfr_hooks.keras_training_graph(
         model, y, loss="sparse_categorical_crossentropy", optimizer=SGD(0.1), metrics=["accuracy"]

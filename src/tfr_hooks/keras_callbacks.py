@@ -122,9 +122,10 @@ class KerasCallbacks(Hook):
         ValueError: If ``verbose`` is invalid, or a callback cannot work in graph mode.
 
     Examples:
-        >>> cbs = [tf_keras.callbacks.EarlyStopping(monitor="val_loss", patience=2)]  # doctest: +SKIP
-        >>> hook = KerasCallbacks(cbs, model)  # doctest: +SKIP
-        >>> SessionLoop(train_op, fetches, hooks=[hook], validation=val).run(epochs=20)  # doctest: +SKIP
+        >>> stop = tf_keras.callbacks.EarlyStopping(monitor="val_loss")  # doctest: +SKIP
+        >>> hook = KerasCallbacks([stop], model)  # doctest: +SKIP
+        >>> loop = SessionLoop(train_op, fetches, hooks=[hook], validation=val)  # doctest: +SKIP
+        >>> history = loop.run(epochs=20)  # doctest: +SKIP
     """
 
     def __init__(
@@ -379,4 +380,3 @@ def _refuse_graph_incompatible(callbacks: Sequence[Any], keras: Any) -> None:
                         "graph mode (it needs the compiled model's test function and fed "
                         f"inputs). Expected {name}=0. Received: callbacks[{i}]={callback!r}"
                     )
-

@@ -60,11 +60,13 @@ class KerasTrainingGraph:
             the graph, so a ``SessionLoop`` built afterwards adds them by itself.
 
     Examples:
-        >>> training = keras_training_graph(model, label, loss="sparse_categorical_crossentropy",
-        ...     optimizer=tf_keras.optimizers.legacy.Adam(0.01), metrics=["accuracy"])  # doctest: +SKIP
-        >>> loop = SessionLoop(training.train_op, fetches=training.fetches,
-        ...     batch_size=training.batch_size,
-        ...     validation=training.validation(val_image, val_label, initializers=[init]))  # doctest: +SKIP
+        >>> training = keras_training_graph(  # doctest: +SKIP
+        ...     model, label, loss="sparse_categorical_crossentropy",
+        ...     optimizer=tf_keras.optimizers.legacy.Adam(0.01), metrics=["accuracy"])
+        >>> loop = SessionLoop(  # doctest: +SKIP
+        ...     training.train_op, fetches=training.fetches, batch_size=training.batch_size,
+        ...     validation=training.validation(val_image, val_label, initializers=[init]),
+        ...     hooks=[training.keras_callbacks([checkpoint, early_stopping])])
     """
 
     def __init__(
@@ -196,10 +198,12 @@ def keras_training_graph(
     Examples:
         >>> image, label = queue_batch(...)  # doctest: +SKIP
         >>> model = tf_keras.Model(inp := tf_keras.Input(tensor=image), head(inp))  # doctest: +SKIP
-        >>> training = keras_training_graph(model, label, loss="sparse_categorical_crossentropy",
-        ...     optimizer=tf_keras.optimizers.legacy.SGD(0.1), metrics=["accuracy"])  # doctest: +SKIP
-        >>> SessionLoop(training.train_op, fetches=training.fetches,
-        ...     batch_size=training.batch_size).run(epochs=5)  # doctest: +SKIP
+        >>> training = keras_training_graph(  # doctest: +SKIP
+        ...     model, label, loss="sparse_categorical_crossentropy",
+        ...     optimizer=tf_keras.optimizers.legacy.SGD(0.1), metrics=["accuracy"])
+        >>> SessionLoop(  # doctest: +SKIP
+        ...     training.train_op, fetches=training.fetches, batch_size=training.batch_size
+        ... ).run(epochs=5)  # doctest: +SKIP
     """
     if not isinstance(model, tf_keras.Model):
         raise TypeError(
@@ -280,7 +284,7 @@ def _get_loss(loss: Any) -> Callable[..., Any]:
             "Expected `loss` to be a Keras loss name such as 'sparse_categorical_crossentropy'. "
             f"Received: loss={loss!r}"
         )
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _loss_name(loss_fn: Any) -> str:
@@ -299,6 +303,7 @@ def _get_metrics(
         )
     result: dict[str, Callable[..., Any]] = {}
     for i, metric in enumerate(metrics):
+        fn: Any
         if isinstance(metric, tf_keras.metrics.Metric):
             raise TypeError(
                 "Expected `metrics` items to be metric names or functions (stateful "
@@ -321,7 +326,7 @@ def _get_metrics(
                         f"'accuracy' or 'mae'. Received: metrics[{i}]={metric!r}"
                     )
         elif callable(metric):
-            fn, name = metric, getattr(metric, "__name__", f"metric_{i}")
+            fn, name = metric, str(getattr(metric, "__name__", f"metric_{i}"))
         else:
             raise TypeError(
                 f"Expected `metrics[{i}]` to be a metric name or function. "
@@ -337,14 +342,14 @@ def _accuracy_for(loss_fn: Any, labels: Any, outputs: Any) -> Callable[..., Any]
     """Pick the accuracy ``compile`` would pick for ``metrics=["accuracy"]``."""
     name = _loss_name(loss_fn)
     if "binary_crossentropy" in name or outputs.shape[-1] == 1:
-        return tf_keras.metrics.binary_accuracy  # type: ignore[no-any-return]
+        return tf_keras.metrics.binary_accuracy
     if "sparse_categorical" in name or "sparsecategorical" in name:
-        return tf_keras.metrics.sparse_categorical_accuracy  # type: ignore[no-any-return]
+        return tf_keras.metrics.sparse_categorical_accuracy
     if "categorical" in name:
-        return tf_keras.metrics.categorical_accuracy  # type: ignore[no-any-return]
+        return tf_keras.metrics.categorical_accuracy
     if labels.shape.rank is not None and labels.shape.rank < outputs.shape.rank:
-        return tf_keras.metrics.sparse_categorical_accuracy  # type: ignore[no-any-return]
-    return tf_keras.metrics.categorical_accuracy  # type: ignore[no-any-return]
+        return tf_keras.metrics.sparse_categorical_accuracy
+    return tf_keras.metrics.categorical_accuracy
 
 
 def _loss_and_metrics(

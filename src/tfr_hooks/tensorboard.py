@@ -52,11 +52,16 @@ class TensorBoardLogger(Hook):
         ValueError: If ``update_freq`` is invalid.
 
     Examples:
-        >>> hooks = [KerasCallbacks(cbs, model), TensorBoardLogger("logs/tensorboard")]  # doctest: +SKIP
+        >>> board = TensorBoardLogger("logs/tensorboard", model=model)  # doctest: +SKIP
+        >>> hooks = [KerasCallbacks(callbacks, model), board]  # doctest: +SKIP
     """
 
     def __init__(
-        self, log_dir: str | os.PathLike[str], *, update_freq: str | int = "epoch", model: Any = None
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        update_freq: str | int = "epoch",
+        model: Any = None,
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"Expected `log_dir` to be a path. Received: log_dir={log_dir!r}")
@@ -137,13 +142,13 @@ class TensorBoardLogger(Hook):
         lr = getattr(optimizer, "learning_rate", None)
         if lr is None:
             lr = getattr(optimizer, "lr", None)
-        if lr is None or callable(lr) and not hasattr(lr, "dtype"):
+        if lr is None or (callable(lr) and not hasattr(lr, "dtype")):
             return None  # a schedule: its value is in the logs when a callback puts it there
         try:
             session = getattr(self.loop, "session", None)
             if session is not None and hasattr(lr, "graph"):
                 return float(session.run(lr))
             return float(lr)
-        except Exception:  # noqa: BLE001 - the learning rate is a nicety, never fatal
+        except Exception:
             logger.debug("Could not read the learning rate", exc_info=True)
             return None
