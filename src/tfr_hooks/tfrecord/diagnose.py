@@ -17,6 +17,7 @@ from tensorflow.core.example import example_pb2
 from tfr_hooks.hooks import Hook
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.files import Files, check_compression, iter_records, resolve_files
+from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.schema import Schema
 
 __all__ = ["explain_error", "DataErrorHook", "is_data_error"]
@@ -73,8 +74,8 @@ def explain_error(
             ``InvalidArgumentError`` from parsing, ``NotFoundError`` or
             ``PermissionDeniedError``) are not explained.
         files: The pipeline's files: paths, directories or glob patterns.
-        schema: The schema the pipeline parses with; without it only damaged files are
-            found, not mismatched records.
+        schema: The schema the pipeline parses with; ``None`` for the one stored in
+            ``schema.json`` or inferred from the records.
         compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
 
     Returns:
@@ -98,6 +99,8 @@ def explain_error(
     try:
         codec = check_compression(compression)
         paths = resolve_files(files)
+        if schema is None:
+            schema = infer_schema(paths, compression=codec)
         for path in paths:
             _check_file(path, codec, schema)
     except TFRecordError as found:
@@ -106,11 +109,9 @@ def explain_error(
     return None
 
 
-def _check_file(path: str, compression: str | None, schema: Schema | None) -> None:
+def _check_file(path: str, compression: str | None, schema: Schema) -> None:
     example = example_pb2.Example()
     for index, record in enumerate(iter_records(path, compression)):
-        if schema is None:
-            continue
         try:
             example.ParseFromString(record)
         except Exception as error:

@@ -15,9 +15,10 @@ the features to return.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,8 @@ class Batches:
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
         hook: The :class:`~tfr_hooks.tfrecord.DataErrorHook` added to the graph's
             ``"tfr_hooks_hooks"`` collection.
+        batch_size: A scalar ``int32`` tensor: the size of the current batch (for
+            ``SessionLoop(batch_size=...)``).
     """
 
     tensors: Any
@@ -443,8 +446,8 @@ def read_batches(
             tensors = iterator.get_next()
             initializers = [iterator.initializer]
         else:
-            tensors = _structure(
-                _queue_pipeline(
+            with _quiet_deprecations():  # the user asked for queues: no need to be told
+                parsed = _queue_pipeline(
                     plan,
                     batch_size,
                     num_epochs=num_epochs,
@@ -454,9 +457,8 @@ def read_batches(
                     capacity=cap,
                     min_after_dequeue=after,
                     allow_smaller_final_batch=allow_smaller_final_batch,
-                ),
-                plan.names,
-            )
+                )
+            tensors = _structure(parsed, plan.names)
             initializers = []
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
         size = _batch_size_of(first)
@@ -465,6 +467,23 @@ def read_batches(
     return Batches(
         tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, hook, size
     )
+
+
+class _DropDeprecations(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is deprecated" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _quiet_deprecations() -> Iterator[None]:
+    """Drop TensorFlow's deprecation notices while the queue pipeline is built."""
+    tf_logger = logging.getLogger("tensorflow")
+    quiet = _DropDeprecations()
+    tf_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        tf_logger.removeFilter(quiet)
 
 
 def _batch_size_of(tensor: Any) -> Any:
