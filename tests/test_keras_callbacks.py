@@ -270,3 +270,19 @@ def test_keras3_callbacks_driven_directly(tmp_path: Path) -> None:
     assert loop.stop_requested and stop.stopped_epoch == 3
     assert float(model.optimizer.learning_rate) == pytest.approx(0.05)
     assert not (tmp_path / "backup").exists()  # a finished run removes its backup
+
+
+def test_a_failed_run_skips_on_train_end_but_cleans_up(graph: tf.Graph) -> None:
+    ours = TensorFed(validation=False)
+    rec = Recorder.make(tf_keras)
+
+    def boom(epoch: int, logs: dict) -> None:  # type: ignore[type-arg]
+        if epoch == 1:
+            raise RuntimeError("callback failed")
+
+    failing = cb.LambdaCallback(on_epoch_end=boom)
+    with pytest.raises(RuntimeError, match="callback failed"):
+        ours.run([rec, failing], 3)
+    names = [c[0] for c in rec.calls]
+    assert names.count("on_epoch_end") == 2 and "on_train_end" not in names  # as fit
+    assert tf.compat.v1.get_default_session() is None  # the loop's session was popped
