@@ -8,6 +8,8 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfr_hooks import tfrecord
 
@@ -192,3 +194,21 @@ def test_existing_dataset_needs_overwrite(tmp_path):
 def test_bad_arguments_are_reported(tmp_path, data, kwargs, error, match):
     with pytest.raises(error, match=match):
         tfrecord.write(data, tmp_path, **kwargs)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    dtype=st.sampled_from(NUMERIC),
+    shape=st.lists(st.integers(1, 3), max_size=3).map(tuple),
+    n=st.integers(1, 9),
+    shards=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_round_trip_property(tmp_path_factory, dtype, shape, n, shards, seed):
+    rng = np.random.default_rng(seed)
+    values = _values(dtype, shape, rng)[:n]
+    directory = tmp_path_factory.mktemp("prop")
+    tfrecord.write({"v": values, "id": np.arange(n)}, directory, shards=min(shards, n))
+    back = _read_all(directory)
+    assert back["v"].dtype == values.dtype
+    np.testing.assert_array_equal(back["v"], values)

@@ -164,16 +164,24 @@ class FileInfo:
         }
 
 
-def find_sidecar(path: str) -> Sidecar | None:
-    """The ``schema.json`` sidecar in the directory of ``path`` that lists it, if any."""
+def find_sidecar(path: str, cache: dict[str, Sidecar | None] | None = None) -> Sidecar | None:
+    """The ``schema.json`` sidecar in the directory of ``path`` that lists it, if any.
+
+    Args:
+        path: A record file.
+        cache: Sidecars already loaded, by directory; filled in as they are loaded.
+
+    Returns:
+        The sidecar, or ``None`` if there is none or it does not list ``path``.
+    """
     directory = os.path.dirname(path)
-    sidecar_path = os.path.join(directory, SCHEMA_FILENAME)
-    if not tf.io.gfile.exists(sidecar_path):
-        return None
-    try:
-        sidecar = load_sidecar(sidecar_path)
-    except ValueError as error:
-        logger.warning("Ignoring %s: %s", sidecar_path, error)
+    if cache is not None and directory in cache:
+        sidecar = cache[directory]
+    else:
+        sidecar = _load_sidecar_in(directory)
+        if cache is not None:
+            cache[directory] = sidecar
+    if sidecar is None:
         return None
     names = {name for name, _ in sidecar.shards}
     if names and os.path.basename(path) not in names:
@@ -181,13 +189,28 @@ def find_sidecar(path: str) -> Sidecar | None:
     return sidecar
 
 
-def _inspect_file(path: str, compression: str | None, max_records: int | None) -> FileInfo:
+def _load_sidecar_in(directory: str) -> Sidecar | None:
+    sidecar_path = os.path.join(directory, SCHEMA_FILENAME)
+    if not tf.io.gfile.exists(sidecar_path):
+        return None
+    try:
+        return load_sidecar(sidecar_path)
+    except ValueError as error:
+        logger.warning("Ignoring %s: %s", sidecar_path, error)
+        return None
+
+
+def _inspect_file(
+    path: str, compression: str | None, max_records: int | None, *, count_all: bool = True
+) -> FileInfo:
     codec = detect_compression(path) if compression is None else compression
     info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=find_sidecar(path))
     example = example_pb2.Example()
     for index, record in enumerate(iter_records(path, codec)):
         info.num_records += 1
         if max_records is not None and index >= max_records:
+            if not count_all:
+                break
             continue
         try:
             example.ParseFromString(record)
@@ -300,7 +323,9 @@ def infer_schema(
     sidecar = find_sidecar(paths[0])
     if sidecar is not None:
         return sidecar.schema
-    infos = inspect(paths, compression=compression, max_records=max_records)
+    codec = check_compression(compression)
+    # only the records examined are read: num_records stays a lower bound here
+    infos = [_inspect_file(path, codec, max_records, count_all=False) for path in paths]
     merged: dict[str, FeatureInfo] = {}
     scanned = 0
     for info in infos:

@@ -158,8 +158,9 @@ def _plan(
             )
         chosen = chosen.select(names)
     example = example_pb2.Example()
+    sidecars: dict[str, Sidecar | None] = {}
     for path in paths:
-        sidecar = find_sidecar(path)
+        sidecar = find_sidecar(path, sidecars)
         if sidecar is not None:
             _check_written_size(path, sidecar)
             if schema is not None:
