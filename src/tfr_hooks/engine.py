@@ -133,7 +133,7 @@ def run_loop(
             logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch)
             if logs is None:
                 break
-            if (epoch + 1 - loop.initial_epoch) % validation_freq == 0 or not more:
+            if (epoch + 1) % validation_freq == 0:  # as model.fit counts it
                 val_logs = runner.evaluate(hooks)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)

@@ -94,6 +94,10 @@ class Hook(SessionRunHook):  # type: ignore[misc]
     ``run_context.request_stop()`` in ``after_run`` or ``self.loop.request_stop()``
     anywhere.
 
+    As in ``MonitoredSession``, the step that finds the input exhausted (the
+    ``OutOfRangeError`` that ends an epoch) has had its ``before_run`` call but gets no
+    ``after_run``.
+
     Each hook should reset its state in ``begin`` so one instance can serve several runs.
 
     Examples:

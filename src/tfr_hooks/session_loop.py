@@ -48,7 +48,8 @@ class Validation:
         batch_size: The validation batch size (a scalar tensor or an int), to weigh a
             final partial batch; ``None`` weighs every step equally.
         steps: Stop each pass after this many steps; ``None`` runs until the data ends.
-        freq: Run the pass every this many epochs (the last epoch always gets one).
+        freq: Run the pass after every ``freq``-th epoch, counted as ``model.fit``
+            counts ``validation_freq`` (after epochs ``freq - 1``, ``2 * freq - 1``, ...).
 
     Examples:
         >>> val = Validation({"loss": val_loss}, initializers=[val_iter.initializer])  # doctest: +SKIP
@@ -161,12 +162,6 @@ class SessionLoop:
                     validation.fetches, validation.batch_size, name="tfr_hooks_val_means"
                 )
                 self._val_batch_size = _as_tensor_or_none(validation.batch_size)
-            self._uninitialized = _v1.report_uninitialized_variables(
-                _v1.global_variables() + _v1.local_variables()
-            )
-            self._variables = {
-                v.op.name: v for v in _v1.global_variables() + _v1.local_variables()
-            }
             auto: list[Any] = []
             has_queues = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)
             if has_queues and not any(isinstance(h, QueueRunnerHook) for h in user_hooks):
@@ -243,9 +238,7 @@ class _SessionRunner:
         owner = self.owner
         if self.session is None:
             self.session = _v1.Session(graph=owner.graph, config=owner.session_config)
-        names = [n.decode() for n in self.session.run(owner._uninitialized)]
-        if names:
-            self.session.run([owner._variables[n].initializer for n in names])
+        _initialize_uninitialized(self.session)
         self.coord = _v1.train.Coordinator()
         self.loop = loop
         loop.session = self.session
@@ -475,8 +468,6 @@ def hooked_session(
             auto.append(QueueRunnerHook())
         auto.extend(_v1.get_collection(GRAPH_HOOKS_COLLECTION))
         _ensure_saver(user_hooks)
-        variables = _v1.global_variables() + _v1.local_variables()
-        uninitialized = _v1.report_uninitialized_variables(variables) if variables else None
     hook_list = HookList(auto + user_hooks)
     hooked = HookedSession(session, hook_list)
     hook_list.set_loop(hooked.loop)
@@ -485,11 +476,7 @@ def hooked_session(
     try:
         with g.as_default():
             hook_list.begin()
-        if uninitialized is not None:
-            by_name = {v.op.name: v for v in variables}
-            names = [n.decode() for n in session.run(uninitialized)]
-            if names:
-                session.run([by_name[n].initializer for n in names])
+        _initialize_uninitialized(session)
         hook_list.after_create_session(session, coord)
         yield hooked
     except tf.errors.OutOfRangeError as exc:
@@ -508,6 +495,34 @@ def hooked_session(
         if better is not error:
             raise better from error
         raise error
+
+
+def _initialize_uninitialized(session: Any) -> None:
+    """Initialize the graph's variables that are not yet initialized in ``session``.
+
+    A new session gets every variable initialized; a session the user already worked
+    in (restored from a checkpoint, or Keras' own) keeps the values it has.
+    """
+    graph = session.graph
+    variables = graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
+    variables += graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES)
+    if not variables:
+        return
+    report = graph.get_collection(_UNINITIALIZED_KEY)
+    if not report or report[0][1] != len(variables):
+        with graph.as_default():
+            tensor = _v1.is_variable_initialized  # one small op per variable, made once
+            flags = tf.stack([tensor(v) for v in variables])
+        graph.clear_collection(_UNINITIALIZED_KEY)
+        graph.add_to_collection(_UNINITIALIZED_KEY, (flags, len(variables)))
+        report = graph.get_collection(_UNINITIALIZED_KEY)
+    initialized = session.run(report[0][0])
+    todo = [v.initializer for v, done in zip(variables, initialized) if not done]
+    if todo:
+        session.run(todo)
+
+
+_UNINITIALIZED_KEY = "tfr_hooks_initialized_flags"
 
 
 def _ensure_saver(hooks: Sequence[Any]) -> None:
