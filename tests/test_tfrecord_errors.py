@@ -307,6 +307,33 @@ def test_hook_translates_graph_mode_queue_errors_without_hanging(tmp_path):
     assert (better.file, better.record) == (bad, 12)
 
 
+@pytest.mark.parametrize("pipeline", ["dataset", "queue"])
+def test_session_loop_raises_the_clear_error(tmp_path, pipeline):
+    import tfr_hooks
+
+    path = _damaged_copy(tmp_path, "bad.rec", 12 * RECORD_BYTES + 20)
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            path, 4, schema=SCHEMA, pipeline=pipeline, num_epochs=1, shuffle=False
+        )
+        total = tf.reduce_sum(tf.cast(batches.tensors["image"], tf.float32))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        loop = tfr_hooks.SessionLoop(
+            tf.compat.v1.assign_add(step, 1),
+            fetches={"total": total},
+            initializers=batches.initializers,
+            batch_size=batches.batch_size,
+            run_timeout_secs=60,
+            handle_signals=False,
+        )
+        with pytest.raises(
+            tfrecord.CorruptRecordError, match=r"'.*bad.rec' \(uncompressed\) is damaged at rec"
+        ) as info:
+            loop.run(epochs=1)
+    assert info.value.record == 12
+    assert isinstance(info.value.__cause__, tf.errors.DataLossError)
+
+
 def test_errors_keep_their_attributes_when_pickled():
     error = tfrecord.MissingFeatureError("msg", file="f.rec", record=3, feature="x")
     back = pickle.loads(pickle.dumps(error))

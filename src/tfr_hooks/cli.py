@@ -87,13 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     Examples:
         >>> main(["inspect", "data/train.tfrecord"])  # doctest: +SKIP
     """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "inspect" and args.max_records is not None and args.max_records < 1:
         parser.error(f"--max-records must be a positive integer, not {args.max_records}")
     if args.command == "convert" and args.shards < 1:
         parser.error(f"--shards must be a positive integer, not {args.shards}")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tfr_hooks import tfrecord
 
     commands: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
@@ -47,7 +47,7 @@ GRAPH_HOOKS_COLLECTION = "tfr_hooks_hooks"
 #: The pipelines :func:`read_batches` can build.
 PIPELINES = ("dataset", "queue")
 
-SchemaLike = Schema | str | None
+SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _plan(
         chosen = infer_schema(paths, compression=codec)
     elif isinstance(schema, Schema):
         chosen = schema
-    elif isinstance(schema, str):
+    elif isinstance(schema, (str, os.PathLike)):
         chosen = load_schema(schema)
     else:
         raise TypeError(
