@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 import tfr_hooks
+from tfr_hooks.metrics import RunningMeans
 
 v1 = tf.compat.v1
 
@@ -110,7 +111,7 @@ class TensorFed:
     def evaluate_val(self) -> float:
         """Validation loss of the current weights, computed by the loop's own pass."""
         assert self.validation is not None
-        means = tfr_hooks.metrics.RunningMeans(self.validation.fetches, self.validation.batch_size)
+        means = RunningMeans(self.validation.fetches, self.validation.batch_size)
         self.session.run([means.reset, *self.validation.initializers])
         value = float("nan")
         while True:
