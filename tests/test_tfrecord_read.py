@@ -48,6 +48,8 @@ def test_paths_globs_and_directories_give_the_same_files(shards):
     assert tfrecord.resolve_files(shards) == files
     assert from_glob == files
     assert tfrecord.resolve_files(files[:2]) == files[:2]
+    assert tfrecord.resolve_files(str(shards / "*")) == files  # not schema.json
+    assert tfrecord.resolve_files([files[1], files[0], files[1]]) == [files[1], files[0]]
     total = sum(int(b["label"].shape[0]) for b in tfrecord.dataset(files[:2], 100))
     assert total == 667  # two of the three shards: 333 + 334
 

@@ -120,7 +120,8 @@ def resolve_files(files: Files) -> list[str]:
     """Expand paths, directories and glob patterns into a checked list of readable files.
 
     A directory stands for the shards listed in its ``schema.json`` sidecar, or else for
-    every file in it that is not hidden and not JSON. Order is kept; globs are sorted.
+    every file in it that is not hidden and not JSON. Globs are sorted and skip
+    ``schema.json``. Order is kept otherwise.
 
     Args:
         files: A path, directory or glob pattern, or a sequence of them.
@@ -145,6 +146,7 @@ def resolve_files(files: Files) -> list[str]:
     if not items:
         raise NoFilesError("No TFRecord files given: `files` is an empty list.")
     result: list[str] = []
+    seen: set[str] = set()
     for item in items:
         if not isinstance(item, (str, os.PathLike)):
             raise TypeError(
@@ -157,14 +159,19 @@ def resolve_files(files: Files) -> list[str]:
             if not found:
                 raise NoFilesError(f"Directory {path!r} contains no TFRecord files.", file=path)
         elif _is_glob(path):
-            found = sorted(p for p in tf.io.gfile.glob(path) if not tf.io.gfile.isdir(p))
+            found = sorted(
+                p
+                for p in tf.io.gfile.glob(path)
+                if os.path.basename(p) != SCHEMA_FILENAME and not tf.io.gfile.isdir(p)
+            )
             if not found:
                 raise NoFilesError(f"No files match the pattern {path!r}.", file=path)
         else:
             found = [path]
         for name in found:
-            if name not in result:
+            if name not in seen:
                 _check_readable(name)
+                seen.add(name)
                 result.append(name)
     return result
 
