@@ -42,11 +42,12 @@ BATCH = 64
 VAL_BATCH = 100
 
 
-def build_model(image: tf.Tensor) -> tf_keras.Model:
-    """The classifier; also used to rebuild it around a plain ``Input`` for reloading."""
-    inputs = tf_keras.layers.Input(tensor=image) if image is not None else None
-    if inputs is None:
+def build_model(image: tf.Tensor | None) -> tf_keras.Model:
+    """The classifier on the batch tensor; with ``None``, on a plain ``Input`` (to reload)."""
+    if image is None:
         inputs = tf_keras.layers.Input(shape=(64,))
+    else:
+        inputs = tf_keras.layers.Input(tensor=image)
     hidden = tf_keras.layers.Dense(32, activation="relu")(inputs)
     hidden = tf_keras.layers.Dropout(0.1)(hidden)
     outputs = tf_keras.layers.Dense(NUM_CLASSES, activation="softmax")(hidden)
