@@ -1,0 +1,57 @@
+"""The benchmark's rows: names, descriptions and groups (no TensorFlow import here)."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ROWS",
+    "DESCRIPTIONS",
+    "MODEL_FREE",
+    "REFERENCE",
+    "INPUT_CEILINGS",
+    "MODEL_CEILINGS",
+    "LOOPS",
+]
+
+#: (name, description), in table order.
+ROWS: list[tuple[str, str]] = [
+    ("feed_dict_parse", "feed_dict, batches parsed in Python from the TFRecords"),
+    ("feed_dict_memory", "feed_dict, batches sliced from in-memory arrays"),
+    ("tf_keras_fit", "tf_keras model.fit on tf.data tensors (graph mode)"),
+    ("keras3_fit", "Keras 3 model.fit on the tf.data pipeline"),
+    ("keras3_fit_cb", "Keras 3 model.fit + ModelCheckpoint, EarlyStopping, TensorBoard"),
+    ("keras3_fit_spe32", "Keras 3 model.fit, steps_per_execution=32"),
+    ("bare_queue", "hand-written session loop, queue pipeline"),
+    ("bare_dataset", "hand-written session loop, tf.data pipeline"),
+    ("session_loop_queue", "SessionLoop, queue pipeline, no hooks"),
+    ("session_loop_queue_cb", "SessionLoop, queue pipeline + 3 callbacks (KerasCallbacks)"),
+    ("session_loop_dataset", "SessionLoop, tf.data pipeline, no hooks"),
+    ("session_loop_dataset_cb", "SessionLoop, tf.data pipeline + 3 callbacks (KerasCallbacks)"),
+    ("function_loop_1", "FunctionLoop, steps_per_execution=1, no hooks"),
+    ("function_loop_1_cb", "FunctionLoop, steps_per_execution=1 + 3 callbacks"),
+    ("function_loop_32", "FunctionLoop, steps_per_execution=32, no hooks"),
+    ("function_loop_32_cb", "FunctionLoop, steps_per_execution=32 + 3 callbacks"),
+    ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
+    ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
+    ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in C++ (Dataset.reduce)"),
+    ("model_only", "ceiling: model alone, graph session, one in-memory batch"),
+    ("model_only_tf2", "ceiling: model alone, Keras 3 train_step x32 per tf.function call"),
+]
+DESCRIPTIONS = dict(ROWS)
+
+#: Rows that run no model: measured once, shown under every model.
+MODEL_FREE = ("input_queue", "input_dataset", "input_tf2")
+#: What a user would pick instead: every row is also shown as a ratio to it.
+REFERENCE = "keras3_fit"
+INPUT_CEILINGS = ("input_queue", "input_dataset", "input_tf2")
+MODEL_CEILINGS = ("model_only", "model_only_tf2")
+#: The package's loops.
+LOOPS = (
+    "session_loop_queue",
+    "session_loop_queue_cb",
+    "session_loop_dataset",
+    "session_loop_dataset_cb",
+    "function_loop_1",
+    "function_loop_1_cb",
+    "function_loop_32",
+    "function_loop_32_cb",
+)

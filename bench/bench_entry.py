@@ -1,0 +1,25 @@
+"""Worker process targets, importable without TensorFlow (the parent never imports it).
+
+The fork server preloads ``bench_workloads`` (TensorFlow, tf_keras, Keras, tfr_hooks), so
+the import inside each target is free in a forked worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["worker_entry", "write_entry"]
+
+
+def worker_entry(spec: dict[str, Any], conn: Any) -> None:
+    """Run one configuration and send its result (or its error) through ``conn``."""
+    import bench_workloads
+
+    bench_workloads.worker_entry(spec, conn)
+
+
+def write_entry(directory: str, examples: int, seed: int, conn: Any) -> None:
+    """Write the data set and send its info (or the error) through ``conn``."""
+    import bench_workloads
+
+    bench_workloads.write_entry(directory, examples, seed, conn)

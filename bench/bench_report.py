@@ -1,0 +1,325 @@
+"""Statistics, target checks, the Markdown table and the bar chart (no TensorFlow here)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench_configs import (
+    DESCRIPTIONS,
+    INPUT_CEILINGS,
+    LOOPS,
+    MODEL_CEILINGS,
+    MODEL_FREE,
+    REFERENCE,
+    ROWS,
+)
+
+__all__ = ["Row", "ModelTable", "summarize", "check_targets", "render_markdown", "render_png"]
+
+
+@dataclass
+class Row:
+    """One configuration under one model: its runs and their statistics."""
+
+    config: str
+    description: str
+    runs: list[float] = field(default_factory=list)  # examples/second of each repeat
+    rss_mb: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    median: float | None = None
+    low: float | None = None
+    high: float | None = None
+    vs_reference: float | None = None
+    vs_ceiling: float | None = None
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        """The largest peak RSS of the repeats."""
+        return max(self.rss_mb) if self.rss_mb else None
+
+
+@dataclass
+class ModelTable:
+    """The rows of one model, with its reference and ceiling."""
+
+    model: str
+    rows: list[Row]
+    reference: float | None
+    ceiling: float | None
+    ceiling_from: str
+
+    def get(self, config: str) -> Row | None:
+        """The row of ``config``, if it was run."""
+        return next((r for r in self.rows if r.config == config), None)
+
+    def median(self, config: str) -> float | None:
+        """The median examples/second of ``config``, if it has one."""
+        row = self.get(config)
+        return None if row is None else row.median
+
+
+def _best(table: dict[str, Row], names: Sequence[str]) -> tuple[float | None, str]:
+    found = [(table[n].median, n) for n in names if n in table and table[n].median is not None]
+    if not found:
+        return None, ""
+    value, name = max(found)
+    return value, name
+
+
+def summarize(
+    results: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    models: Sequence[str],
+    configs: Sequence[str],
+) -> list[ModelTable]:
+    """Turn raw runs into per-model tables of medians, spreads and ratios.
+
+    Args:
+        results: ``(config, model)`` -> the result dict of each repeat (``ok``,
+            ``examples_per_sec``, ``rss_mb`` or ``error``). Model-free rows are keyed
+            with model ``"-"``.
+        models: The models, in table order.
+        configs: The configurations run (others are left out).
+
+    Returns:
+        One :class:`ModelTable` per model. The reference is the median of Keras 3
+        ``model.fit``; the ceiling is the smaller of the best model-alone and the best
+        input-alone medians.
+    """
+    tables = []
+    for model in models:
+        by_name: dict[str, Row] = {}
+        for name, description in ROWS:
+            if name not in configs:
+                continue
+            key = (name, "-" if name in MODEL_FREE else model)
+            row = Row(name, description)
+            for run in results.get(key, []):
+                if run.get("ok"):
+                    row.runs.append(float(run["examples_per_sec"]))
+                    row.rss_mb.append(float(run["rss_mb"]))
+                else:
+                    row.errors.append(str(run.get("error", "failed")))
+            if row.runs:
+                row.median = statistics.median(row.runs)
+                row.low, row.high = min(row.runs), max(row.runs)
+            by_name[name] = row
+        reference = by_name[REFERENCE].median if REFERENCE in by_name else None
+        model_ceiling, model_from = _best(by_name, MODEL_CEILINGS)
+        input_ceiling, input_from = _best(by_name, INPUT_CEILINGS)
+        candidates = [(v, n) for v, n in ((model_ceiling, model_from), (input_ceiling, input_from))]
+        candidates = [(v, n) for v, n in candidates if v is not None]
+        ceiling, ceiling_from = min(candidates) if candidates else (None, "")
+        for row in by_name.values():
+            if row.median is not None and reference:
+                row.vs_reference = row.median / reference
+            if row.median is not None and ceiling:
+                row.vs_ceiling = row.median / ceiling
+        tables.append(ModelTable(model, list(by_name.values()), reference, ceiling, ceiling_from))
+    return tables
+
+
+@dataclass
+class Target:
+    """One target of the issue, checked on one model's medians."""
+
+    model: str
+    target: str
+    comparison: str
+    ratio: float | None
+    threshold: float
+    met: bool | None
+
+
+def _ratio(table: ModelTable, a: str, b: str) -> float | None:
+    x, y = table.median(a), table.median(b)
+    return None if x is None or not y else x / y
+
+
+def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
+    """The issue's targets, each as a ratio of medians and whether it is met."""
+    targets: list[Target] = []
+
+    def add(table: ModelTable, target: str, a: str, b: str, threshold: float) -> None:
+        ratio = _ratio(table, a, b)
+        met = None if ratio is None else ratio >= threshold
+        targets.append(Target(table.model, target, f"{a} / {b}", ratio, threshold, met))
+
+    for t in tables:
+        for loop in ("session_loop_queue_cb", "session_loop_dataset_cb"):
+            add(t, "with callbacks >= Keras 3 fit with callbacks", loop, "keras3_fit_cb", 1.0)
+        for loop in ("function_loop_1_cb", "function_loop_32_cb"):
+            add(t, "with callbacks >= Keras 3 fit with callbacks", loop, "keras3_fit_cb", 1.0)
+        add(
+            t,
+            "steps_per_execution=32 clearly faster (>= 1.1x)",
+            "function_loop_32",
+            "keras3_fit",
+            1.1,
+        )
+        add(
+            t,
+            "steps_per_execution=32 clearly faster (>= 1.1x)",
+            "function_loop_32_cb",
+            "keras3_fit_cb",
+            1.1,
+        )
+        for base in (
+            "session_loop_queue",
+            "session_loop_dataset",
+            "function_loop_1",
+            "function_loop_32",
+        ):
+            add(t, "hooks + callbacks cost < 3%", f"{base}_cb", base, 0.97)
+        for base, bare in (
+            ("session_loop_queue", "bare_queue"),
+            ("session_loop_dataset", "bare_dataset"),
+        ):
+            add(t, "the loop itself costs < 3% (vs hand-written)", base, bare, 0.97)
+        best, best_name = _best({r.config: r for r in t.rows}, LOOPS)
+        ratio = None if best is None or not t.ceiling else best / t.ceiling
+        targets.append(
+            Target(
+                t.model,
+                "best loop within 10% of the smaller ceiling",
+                f"{best_name} / {t.ceiling_from}",
+                ratio,
+                0.9,
+                None if ratio is None else ratio >= 0.9,
+            )
+        )
+        for loop in (
+            "session_loop_queue",
+            "session_loop_dataset",
+            "function_loop_1",
+            "function_loop_32",
+        ):
+            add(t, "tensor-fed >= 3x feed_dict parsing in Python", loop, "feed_dict_parse", 3.0)
+        for loop in (
+            "session_loop_queue",
+            "session_loop_dataset",
+            "function_loop_1",
+            "function_loop_32",
+        ):
+            add(t, "tensor-fed >= feed_dict from memory", loop, "feed_dict_memory", 1.0)
+    return targets
+
+
+def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> str:
+    """The report: environment, one table per model, the targets, missing rows."""
+    lines = [
+        "# tfr_hooks benchmark",
+        "",
+        f"- Date: {meta.get('date')}",
+        f"- Command: `{meta.get('command')}`",
+        f"- Machine: {meta.get('cpu_count')} CPUs ({meta.get('cpu_model')}), "
+        f"{meta.get('memory_gb', 'n/a')} GB RAM, load average at start {meta.get('load')}",
+        f"- TensorFlow {meta.get('tensorflow')}, tf_keras {meta.get('tf_keras')}, "
+        f"Keras {meta.get('keras')}, Python {meta.get('python')}",
+        f"- Data: {meta.get('examples'):,} synthetic digits-like examples (784 uint8 + int64 "
+        f"label) in {meta.get('shards')} TFRecord shards, {meta.get('mb', 0):.1f} MB, written "
+        f"by `tfr_hooks.tfrecord.write` in {meta.get('write_seconds', 0):.2f} s "
+        f"({meta.get('write_rate', 0):,.0f} examples/s)",
+        f"- Batch size {meta.get('batch_size')}; each run: 1 warm-up epoch, then "
+        f"{meta.get('epochs')} timed epoch(s); {meta.get('repeats')} repeats, round-robin, "
+        "each run in a fresh worker process (peak RSS is the worker's, which includes "
+        "the TensorFlow/Keras libraries it shares with the fork server, about 0.35 GB)",
+        f"- Total wall time: {meta.get('wall_minutes', 0):.1f} min",
+        "",
+        "Median examples/second over the repeats, the spread (min-max), and the median as a "
+        "ratio to Keras 3 `model.fit` and to the smaller ceiling (the smaller of the best "
+        "model-alone and the best input-alone rows).",
+    ]
+    for table in tables:
+        lines += [
+            "",
+            f"## {table.model}",
+            "",
+            f"Keras 3 fit: {_num(table.reference)} ex/s; ceiling: {_num(table.ceiling)} ex/s "
+            f"({table.ceiling_from}).",
+            "",
+            "| configuration | what | ex/s (median) | spread (min-max) | x Keras 3 fit "
+            "| x ceiling | peak RSS MB |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in table.rows:
+            if row.median is None:
+                reason = row.errors[0].splitlines()[0][:80] if row.errors else "not run"
+                lines.append(f"| `{row.config}` | {row.description} | failed | {reason} | | | |")
+                continue
+            lines.append(
+                f"| `{row.config}` | {row.description} | {_num(row.median)} | "
+                f"{_num(row.low)}-{_num(row.high)} | {_num(row.vs_reference, '{:.2f}')} | "
+                f"{_num(row.vs_ceiling, '{:.2f}')} | {_num(row.peak_rss_mb)} |"
+            )
+    targets = check_targets(tables)
+    lines += [
+        "",
+        "## Targets (ratios of medians)",
+        "",
+        "| model | target | ratio | value | needed | met |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for t in targets:
+        met = "n/a" if t.met is None else ("yes" if t.met else "**no**")
+        lines.append(
+            f"| {t.model} | {t.target} | `{t.comparison}` | {_num(t.ratio, '{:.2f}')} | "
+            f">= {t.threshold:.2f} | {met} |"
+        )
+    missing = [name for name in DESCRIPTIONS if name not in meta.get("configs", DESCRIPTIONS)]
+    if missing:
+        lines += ["", "Rows not run in this invocation: " + ", ".join(f"`{m}`" for m in missing)]
+    return "\n".join(lines) + "\n"
+
+
+def render_png(tables: Sequence[ModelTable], path: str, title: str = "") -> None:
+    """A horizontal bar chart per model: median examples/s, whiskers min-max."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max((len(t.rows) for t in tables), default=1)
+    fig, axes = plt.subplots(
+        1, len(tables), figsize=(7 * len(tables), 0.38 * n + 1.8), squeeze=False, sharey=True
+    )
+    for ax, table in zip(axes[0], tables, strict=True):
+        names = [r.config for r in table.rows]
+        medians = [r.median or 0.0 for r in table.rows]
+        low = [max(0.0, (r.median or 0) - (r.low or 0)) for r in table.rows]
+        high = [max(0.0, (r.high or 0) - (r.median or 0)) for r in table.rows]
+        colors = []
+        for r in table.rows:
+            if r.config.startswith(("input_", "model_only")):
+                colors.append("#999999")
+            elif r.config in LOOPS:
+                colors.append("#1f77b4")
+            else:
+                colors.append("#ff7f0e")
+        y = list(range(len(names)))
+        ax.barh(y, medians, xerr=[low, high], color=colors, capsize=2)
+        if table.reference:
+            ax.axvline(
+                table.reference, color="black", linestyle="--", linewidth=1, label="Keras 3 fit"
+            )
+        if table.ceiling:
+            ax.axvline(
+                table.ceiling, color="red", linestyle=":", linewidth=1.5, label="smaller ceiling"
+            )
+        ax.set_yticks(y)
+        ax.set_yticklabels(names)
+        ax.invert_yaxis()
+        ax.set_xlabel("examples / second (median, whiskers min-max)")
+        ax.set_title(table.model)
+        ax.legend(loc="lower right", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

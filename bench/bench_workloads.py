@@ -1,0 +1,599 @@
+"""The benchmark's configurations: one function per row, run in a fresh worker process.
+
+Every configuration trains the same model (``mlp`` or ``cnn``) with the same batch size
+on the same TFRecord files for one warm-up epoch and ``epochs`` timed epochs, and
+returns the examples and seconds of the timed epochs only: the clock starts when the
+warm-up epoch has ended (its callbacks included) and stops when the last timed epoch
+has ended (its callbacks included). Import, graph building, session creation, tracing
+and the warm-up epoch are never timed.
+
+Models, shared by every row (tf_keras in graph mode, Keras 3 in TF2):
+
+* ``mlp``: uint8[784] -> Rescaling(1/255) -> Dense(256, relu) -> Dense(256, relu) ->
+  Dense(10) logits.
+* ``cnn``: uint8[784] -> Rescaling(1/255) -> Reshape(28, 28, 1) -> Conv2D(16, 3,
+  stride 2, relu) -> Conv2D(32, 3, stride 2, relu) -> Flatten -> Dense(64, relu) ->
+  Dense(10) logits.
+
+Loss: sparse categorical cross-entropy on logits, metric accuracy, optimizer Adam(1e-3)
+(``tf_keras.optimizers.legacy.Adam`` in graph mode, ``keras.optimizers.Adam`` in TF2).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+import tfr_hooks
+import tfr_hooks.function_loop
+import tfr_hooks.keras_callbacks
+import tfr_hooks.keras_graph
+import tfr_hooks.session_loop  # noqa: F401
+from tfr_hooks import tfrecord
+
+__all__ = ["Spec", "FUNCTIONS", "run_config", "worker_entry", "write_entry"]
+
+v1 = tf.compat.v1
+tf.get_logger().setLevel(logging.ERROR)  # the queue API's deprecation notices, every run
+warnings.filterwarnings("ignore", message=".*shuffle=True. was passed")
+warnings.filterwarnings("ignore", message="Your input ran out of data")
+LEARNING_RATE = 1e-3
+
+
+@dataclass
+class Spec:
+    """What one worker runs: a configuration, a model, the data and the epochs."""
+
+    config: str
+    model: str
+    data_dir: str
+    batch_size: int = 128
+    epochs: int = 1
+    workdir: str = "/tmp/tfr_hooks_bench/work"
+    seed: int = 0
+    repeat: int = 0
+    profile: str | None = None
+
+
+class Clock:
+    """Epoch-end marks; the first mark (end of the warm-up epoch) starts the clock."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.total = spec.epochs + 1
+        self.marks: list[tuple[float, int]] = []
+        self.profile_path = spec.profile
+        self.profiler: Any = None
+
+    def mark(self, examples: int) -> None:
+        now = time.perf_counter()
+        self.marks.append((now, int(examples)))
+        if self.profile_path and len(self.marks) == 1:
+            from pyinstrument import Profiler
+
+            self.profiler = Profiler(interval=0.001)
+            self.profiler.start()
+        if self.profiler is not None and len(self.marks) == self.total:
+            self.profiler.stop()
+            Path(self.profile_path).write_text(self.profiler.output_text(unicode=False))
+            self.profiler = None
+
+    def result(self) -> dict[str, Any]:
+        if len(self.marks) < 2:
+            raise RuntimeError(f"Expected a warm-up epoch and a timed epoch; got {len(self.marks)}")
+        seconds = self.marks[-1][0] - self.marks[0][0]
+        examples = sum(n for _, n in self.marks[1:])
+        return {"seconds": seconds, "examples": examples, "epochs": len(self.marks) - 1}
+
+
+# -- models ---------------------------------------------------------------------------
+
+
+def _layers(keras_module: Any, model: str, inputs: Any) -> Any:
+    layers = keras_module.layers
+    h = layers.Rescaling(1.0 / 255)(inputs)
+    if model == "mlp":
+        h = layers.Dense(256, activation="relu")(h)
+        h = layers.Dense(256, activation="relu")(h)
+    elif model == "cnn":
+        h = layers.Reshape((28, 28, 1))(h)
+        h = layers.Conv2D(16, 3, strides=2, activation="relu")(h)
+        h = layers.Conv2D(32, 3, strides=2, activation="relu")(h)
+        h = layers.Flatten()(h)
+        h = layers.Dense(64, activation="relu")(h)
+    else:
+        raise ValueError(f"Expected model 'mlp' or 'cnn'. Received: {model!r}")
+    return layers.Dense(10)(h)
+
+
+def graph_model(model: str, x: Any) -> Any:
+    """The tf_keras model on a graph-mode uint8 batch tensor ``x``."""
+    inputs = tf_keras.Input(tensor=x)
+    return tf_keras.Model(inputs, _layers(tf_keras, model, inputs))
+
+
+def graph_training(model: str, x: Any, y: Any) -> tuple[Any, Any, dict[Any, Any]]:
+    """The model on ``x`` and its training graph; returns (model, training, feeds).
+
+    ``feeds`` is the learning-phase feed the package's hook adds to every step; the
+    hand-written loops feed it too, so every session row runs the same step.
+    """
+    import tfr_hooks
+
+    net = graph_model(model, x)
+    training = tfr_hooks.keras_training_graph(
+        net,
+        y,
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=tf_keras.optimizers.legacy.Adam(LEARNING_RATE),
+        metrics=["accuracy"],
+    )
+    feeds = {h.learning_phase: True for h in training.hooks}
+    return net, training, feeds
+
+
+def keras3_model(model: str) -> Any:
+    """The compiled Keras 3 model."""
+    import keras as k3
+
+    inputs = k3.Input(shape=(784,), dtype="uint8")
+    net = k3.Model(inputs, _layers(k3, model, inputs))
+    net.compile(
+        optimizer=k3.optimizers.Adam(LEARNING_RATE),
+        loss=k3.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return net
+
+
+def callbacks(keras_module: Any, workdir: str) -> list[Any]:
+    """ModelCheckpoint + EarlyStopping + TensorBoard, the same settings for both Keras."""
+    cbs = keras_module.callbacks
+    name = "ckpt.h5" if keras_module is tf_keras else "ckpt.weights.h5"
+    return [
+        # tf_keras treats "*.weights.h5" as the Keras 3 format, which fails in graph mode
+        cbs.ModelCheckpoint(os.path.join(workdir, name), save_weights_only=True),
+        cbs.EarlyStopping(monitor="loss", patience=10),
+        cbs.TensorBoard(log_dir=os.path.join(workdir, "tb"), profile_batch=0),
+    ]
+
+
+def clock_callback(keras_module: Any, clock: Clock, examples: int) -> Any:
+    """A Keras callback (last in the list) that marks the clock at each epoch end."""
+
+    class ClockCallback(keras_module.callbacks.Callback):  # type: ignore[misc,name-defined]
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            clock.mark(examples)
+
+    return ClockCallback()
+
+
+def clock_hook(clock: Clock) -> Any:
+    """A ``tfr_hooks.Hook`` (last in the list) that marks the clock at each epoch end."""
+    import tfr_hooks
+
+    class ClockHook(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
+        def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+            clock.mark(self.loop.epoch_examples)
+
+    return ClockHook()
+
+
+# -- data -----------------------------------------------------------------------------
+
+
+def records(spec: Spec) -> str:
+    return os.path.join(spec.data_dir, "records")
+
+
+def num_examples(spec: Spec) -> int:
+    import json
+
+    return int(json.loads(Path(spec.data_dir, "info.json").read_text())["examples"])
+
+
+def read_batches(spec: Spec, pipeline: str, num_epochs: int | None = None) -> Any:
+
+    return tfrecord.read_batches(
+        records(spec),
+        spec.batch_size,
+        pipeline=pipeline,
+        num_epochs=num_epochs,
+        shuffle=True,
+        seed=spec.seed,
+        as_tuple=("image", "label"),
+    )
+
+
+def tf2_dataset(spec: Spec) -> Any:
+
+    return tfrecord.dataset(
+        records(spec),
+        spec.batch_size,
+        shuffle_buffer=4 * spec.batch_size,
+        seed=spec.seed,
+        as_tuple=("image", "label"),
+    )
+
+
+def python_batches(spec: Spec) -> Any:
+    """Batches parsed in Python, record by record, as a script without a tensor pipeline."""
+    from tensorflow.core.example import example_pb2
+
+    images: list[np.ndarray] = []
+    labels: list[int] = []
+    for path in tfrecord.resolve_files(records(spec)):
+        for record in tf.compat.v1.io.tf_record_iterator(path):
+            example = example_pb2.Example.FromString(record)
+            feature = example.features.feature
+            images.append(np.frombuffer(feature["image"].bytes_list.value[0], np.uint8))
+            labels.append(feature["label"].int64_list.value[0])
+            if len(labels) == spec.batch_size:
+                yield np.stack(images), np.asarray(labels, np.int64)
+                images, labels = [], []
+    if labels:
+        yield np.stack(images), np.asarray(labels, np.int64)
+
+
+# -- graph-mode rows --------------------------------------------------------------------
+
+
+def _session_init(session: Any) -> None:
+    session.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+
+
+def feed_dict_rows(spec: Spec, source: str) -> dict[str, Any]:
+    from bench_data import load_arrays
+
+    clock = Clock(spec)
+    with tf.Graph().as_default():
+        v1.set_random_seed(spec.seed)
+        x = v1.placeholder(tf.uint8, [None, 784], name="x")
+        y = v1.placeholder(tf.int64, [None], name="y")
+        _, training, feeds = graph_training(spec.model, x, y)
+        fetch = [training.train_op, training.fetches["loss"]]
+        with v1.Session() as session:
+            _session_init(session)
+            if source == "memory":
+                images, labels = load_arrays(spec.data_dir)
+                rng = np.random.default_rng(spec.seed)
+            for _ in range(spec.epochs + 1):
+                seen = 0
+                if source == "memory":
+                    order = rng.permutation(len(labels))
+                    batches: Any = (
+                        (images[idx], labels[idx])
+                        for idx in (
+                            order[i : i + spec.batch_size]
+                            for i in range(0, len(order), spec.batch_size)
+                        )
+                    )
+                else:
+                    batches = python_batches(spec)
+                for xb, yb in batches:
+                    session.run(fetch, {x: xb, y: yb, **feeds})
+                    seen += len(yb)
+                clock.mark(seen)
+    return clock.result()
+
+
+def tf_keras_fit(spec: Spec) -> dict[str, Any]:
+    clock = Clock(spec)
+    steps = num_examples(spec) // spec.batch_size
+    with tf.Graph().as_default():
+        v1.set_random_seed(spec.seed)
+        batches = read_batches(spec, "dataset", num_epochs=spec.epochs + 2)
+        x, y = batches.tensors
+        net = graph_model(spec.model, x)
+        net.compile(
+            optimizer=tf_keras.optimizers.legacy.Adam(LEARNING_RATE),
+            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            target_tensors=[y],
+        )
+        session = tf_keras.src.backend.get_session()
+        session.run(batches.initializers)
+        net.fit(
+            epochs=spec.epochs + 1,
+            steps_per_epoch=steps,
+            verbose=0,
+            callbacks=[clock_callback(tf_keras, clock, steps * spec.batch_size)],
+        )
+    return clock.result()
+
+
+def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
+    clock = Clock(spec)
+    steps = num_examples(spec) // spec.batch_size
+    with tf.Graph().as_default():
+        v1.set_random_seed(spec.seed)
+        batches = read_batches(spec, pipeline)
+        x, y = batches.tensors
+        _, training, feeds = graph_training(spec.model, x, y)
+        fetch = [training.train_op, training.fetches["loss"], training.batch_size]
+        with v1.Session() as session:
+            _session_init(session)
+            coord = v1.train.Coordinator()
+            threads = v1.train.start_queue_runners(session, coord) if pipeline == "queue" else []
+            try:
+                for _ in range(spec.epochs + 1):
+                    seen = 0
+                    if pipeline == "queue":  # an endless stream: epochs counted in steps
+                        for _ in range(steps):
+                            seen += session.run(fetch, feeds)[2]
+                    else:  # one pass per initialization
+                        session.run(batches.initializers)
+                        while True:
+                            try:
+                                seen += session.run(fetch, feeds)[2]
+                            except tf.errors.OutOfRangeError:
+                                break
+                    clock.mark(seen)
+            finally:
+                coord.request_stop()
+                coord.join(threads, stop_grace_period_secs=10)
+    return clock.result()
+
+
+def session_loop(spec: Spec, pipeline: str, with_callbacks: bool) -> dict[str, Any]:
+    import tfr_hooks
+
+    clock = Clock(spec)
+    steps = num_examples(spec) // spec.batch_size
+    with tf.Graph().as_default():
+        v1.set_random_seed(spec.seed)
+        batches = read_batches(spec, pipeline)
+        x, y = batches.tensors
+        net, training, _ = graph_training(spec.model, x, y)
+        hooks = []
+        if with_callbacks:
+            hooks.append(tfr_hooks.KerasCallbacks(callbacks(tf_keras, spec.workdir), net))
+        hooks.append(clock_hook(clock))
+        loop = tfr_hooks.SessionLoop(
+            training.train_op,
+            fetches=training.fetches,
+            hooks=hooks,
+            steps_per_epoch=steps if pipeline == "queue" else None,
+            initializers=batches.initializers,
+            batch_size=training.batch_size,
+        )
+        loop.run(epochs=spec.epochs + 1)
+    return clock.result()
+
+
+def input_only(spec: Spec, pipeline: str) -> dict[str, Any]:
+    """Ceiling: the graph-mode pipeline alone, one ``session.run`` of a tiny fetch a batch."""
+    clock = Clock(spec)
+    steps = num_examples(spec) // spec.batch_size
+    with tf.Graph().as_default():
+        batches = read_batches(spec, pipeline)
+        x, y = batches.tensors
+        # depends on every decoded pixel and label, so the whole batch is parsed
+        probe = [tf.reduce_sum(tf.cast(x, tf.int32)) + tf.cast(tf.reduce_sum(y), tf.int32)]
+        probe.append(tf.shape(y)[0])
+        with v1.Session() as session:
+            _session_init(session)
+            coord = v1.train.Coordinator()
+            threads = v1.train.start_queue_runners(session, coord) if pipeline == "queue" else []
+            try:
+                for _ in range(spec.epochs + 1):
+                    seen = 0
+                    if pipeline == "queue":
+                        for _ in range(steps):
+                            seen += session.run(probe)[1]
+                    else:
+                        session.run(batches.initializers)
+                        while True:
+                            try:
+                                seen += session.run(probe)[1]
+                            except tf.errors.OutOfRangeError:
+                                break
+                    clock.mark(seen)
+            finally:
+                coord.request_stop()
+                coord.join(threads, stop_grace_period_secs=10)
+    return clock.result()
+
+
+def model_only(spec: Spec) -> dict[str, Any]:
+    """Ceiling: the same graph-mode training steps on one batch held in the graph."""
+    from bench_data import load_arrays
+
+    clock = Clock(spec)
+    images, labels = load_arrays(spec.data_dir)
+    steps = -(-len(labels) // spec.batch_size)
+    with tf.Graph().as_default():
+        v1.set_random_seed(spec.seed)
+        x = tf.constant(images[: spec.batch_size])
+        y = tf.constant(labels[: spec.batch_size])
+        _, training, feeds = graph_training(spec.model, x, y)
+        fetch = [training.train_op, training.fetches["loss"]]
+        with v1.Session() as session:
+            _session_init(session)
+            for _ in range(spec.epochs + 1):
+                for _ in range(steps):
+                    session.run(fetch, feeds)
+                clock.mark(steps * spec.batch_size)
+    return clock.result()
+
+
+# -- TF2 rows ---------------------------------------------------------------------------
+
+
+def keras3_fit(spec: Spec, with_callbacks: bool, steps_per_execution: int = 1) -> dict[str, Any]:
+    import keras as k3
+
+    clock = Clock(spec)
+    net = keras3_model(spec.model)
+    if steps_per_execution != 1:
+        net.compile(
+            optimizer=k3.optimizers.Adam(LEARNING_RATE),
+            loss=k3.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=steps_per_execution,
+        )
+    cbs = callbacks(k3, spec.workdir) if with_callbacks else []
+    cbs.append(clock_callback(k3, clock, num_examples(spec)))
+    net.fit(tf2_dataset(spec), epochs=spec.epochs + 1, verbose=0, callbacks=cbs)
+    return clock.result()
+
+
+def function_loop(spec: Spec, steps_per_execution: int, with_callbacks: bool) -> dict[str, Any]:
+    import keras as k3
+
+    import tfr_hooks
+    from tfr_hooks.function_loop import FunctionLoop
+
+    clock = Clock(spec)
+    net = keras3_model(spec.model)
+    hooks = []
+    if with_callbacks:
+        hooks.append(tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net))
+    hooks.append(clock_hook(clock))
+    loop = FunctionLoop(
+        tf2_dataset(spec), model=net, hooks=hooks, steps_per_execution=steps_per_execution
+    )
+    loop.run(epochs=spec.epochs + 1)
+    return clock.result()
+
+
+def input_only_tf2(spec: Spec) -> dict[str, Any]:
+    """Ceiling: the TF2 pipeline alone, consumed in C++ by ``Dataset.reduce``."""
+    clock = Clock(spec)
+    ds = tf2_dataset(spec)
+
+    def count(total: Any, batch: Any) -> Any:
+        x, y = batch
+        touch = tf.cast(tf.reduce_sum(tf.cast(x, tf.int32)) * 0, tf.int64)
+        return total + tf.shape(y, out_type=tf.int64)[0] + touch + tf.reduce_sum(y) * 0
+
+    run = tf.function(lambda: ds.reduce(tf.constant(0, tf.int64), count))
+    for _ in range(spec.epochs + 1):
+        clock.mark(int(run()))
+    return clock.result()
+
+
+def model_only_tf2(spec: Spec, steps_per_call: int = 32) -> dict[str, Any]:
+    """Ceiling: Keras 3 ``train_step`` on one in-memory batch, 32 steps per call."""
+    from bench_data import load_arrays
+
+    clock = Clock(spec)
+    images, labels = load_arrays(spec.data_dir)
+    steps = -(-len(labels) // spec.batch_size)
+    net = keras3_model(spec.model)
+    batch = (tf.constant(images[: spec.batch_size]), tf.constant(labels[: spec.batch_size]))
+
+    def many(n: Any) -> Any:
+        def body(i: Any) -> Any:
+            logs = net.train_step(batch)
+            with tf.control_dependencies(tf.nest.flatten(logs)):
+                return i + 1
+
+        return tf.while_loop(lambda i: i < n, body, [tf.constant(0)])
+
+    run = tf.function(many, autograph=False)
+    for _ in range(spec.epochs + 1):
+        done = 0
+        while done < steps:
+            n = min(steps_per_call, steps - done)
+            run(tf.constant(n))
+            done += n
+        clock.mark(steps * spec.batch_size)
+    return clock.result()
+
+
+# -- the table ----------------------------------------------------------------------------
+
+#: Configuration name -> function of the spec (descriptions in bench_configs.ROWS).
+FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
+    "feed_dict_parse": lambda s: feed_dict_rows(s, "parse"),
+    "feed_dict_memory": lambda s: feed_dict_rows(s, "memory"),
+    "tf_keras_fit": tf_keras_fit,
+    "keras3_fit": lambda s: keras3_fit(s, False),
+    "keras3_fit_cb": lambda s: keras3_fit(s, True),
+    "keras3_fit_spe32": lambda s: keras3_fit(s, False, 32),
+    "bare_queue": lambda s: bare_loop(s, "queue"),
+    "bare_dataset": lambda s: bare_loop(s, "dataset"),
+    "session_loop_queue": lambda s: session_loop(s, "queue", False),
+    "session_loop_queue_cb": lambda s: session_loop(s, "queue", True),
+    "session_loop_dataset": lambda s: session_loop(s, "dataset", False),
+    "session_loop_dataset_cb": lambda s: session_loop(s, "dataset", True),
+    "function_loop_1": lambda s: function_loop(s, 1, False),
+    "function_loop_1_cb": lambda s: function_loop(s, 1, True),
+    "function_loop_32": lambda s: function_loop(s, 32, False),
+    "function_loop_32_cb": lambda s: function_loop(s, 32, True),
+    "input_queue": lambda s: input_only(s, "queue"),
+    "input_dataset": lambda s: input_only(s, "dataset"),
+    "input_tf2": input_only_tf2,
+    "model_only": model_only,
+    "model_only_tf2": model_only_tf2,
+}
+
+
+def run_config(spec: Spec) -> dict[str, Any]:
+    """Run one configuration in this process; add its peak RSS to the result."""
+    os.makedirs(spec.workdir, exist_ok=True)
+    if spec.config not in FUNCTIONS:
+        raise ValueError(f"Expected one of {sorted(FUNCTIONS)}. Received: config={spec.config!r}")
+    result = FUNCTIONS[spec.config](spec)
+    result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    result["examples_per_sec"] = result["examples"] / result["seconds"]
+    return result
+
+
+def worker_entry(spec: dict[str, Any], conn: Any) -> None:
+    """Process target: run one configuration and send its result (or the error) back."""
+    import traceback
+
+    try:
+        conn.send({"ok": True, **run_config(Spec(**spec))})
+    except BaseException as exc:
+        conn.send(
+            {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
+        )
+    finally:
+        conn.close()
+
+
+def write_entry(directory: str, examples: int, seed: int, conn: Any) -> None:
+    """Process target: write the data set, send its info and the library versions back."""
+    import platform
+    import traceback
+
+    try:
+        from bench_data import write_dataset
+
+        info = write_dataset(directory, examples, seed)
+        info.update(
+            ok=True,
+            tensorflow=tf.__version__,
+            tf_keras=tf_keras.__version__,
+            keras=keras.__version__,
+            python=platform.python_version(),
+        )
+        conn.send(info)
+    except BaseException as exc:
+        conn.send(
+            {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
+        )
+    finally:
+        conn.close()

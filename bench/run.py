@@ -1,0 +1,267 @@
+"""Benchmark tfr_hooks' loops against what users would pick instead, and the ceilings.
+
+Writes a synthetic TFRecord data set with the package's writer, then trains the same
+model (an MLP and a small CNN) with every configuration of ``bench_configs.ROWS``,
+``--repeats`` times each, round-robin, and writes ``bench/results/latest.md`` (the table)
+and ``bench/results/latest.png`` (the chart).
+
+Each run happens in its own worker process, so its peak RSS and its graph are its own.
+The workers are forked from a fork server that has imported TensorFlow, tf_keras and
+Keras once (``multiprocessing`` "forkserver" with preloading), so a run does not pay
+TensorFlow's import; only its timed epochs are measured anyway.
+
+Run:
+    tox -e bench                        # the full benchmark (about 25 min on 2 cores)
+    python bench/run.py --quick         # tiny data, 1 repeat, results in /tmp
+    python bench/run.py --only keras3_fit,function_loop_32 --models mlp
+    python bench/run.py --worker session_loop_queue --model mlp --profile /tmp/p.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+if (ROOT / "src" / "tfr_hooks").is_dir():  # a checkout: benchmark the working tree
+    sys.path.insert(0, str(ROOT / "src"))
+
+from bench_configs import DESCRIPTIONS, MODEL_FREE, ROWS  # noqa: E402
+from bench_report import render_markdown, render_png, summarize  # noqa: E402
+
+DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 1}
+QUICK = {"examples": 2048, "repeats": 1, "epochs": 1}
+TMP = Path(tempfile.gettempdir()) / "tfr_hooks_bench"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny data, 1 repeat, output in /tmp")
+    parser.add_argument("--repeats", type=int, help="runs of each configuration (default 3)")
+    parser.add_argument("--examples", type=int, help="examples in the data set (default 60000)")
+    parser.add_argument("--epochs", type=int, help="timed epochs per run, after 1 warm-up")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp,cnn")
+    parser.add_argument("--only", help="comma-separated configurations to run")
+    parser.add_argument("--skip", help="comma-separated configurations to leave out")
+    parser.add_argument("--data-dir", type=Path, help="where to write the data set")
+    parser.add_argument("--out", type=Path, help="where to write latest.md and latest.png")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worker", metavar="CONFIG", help="run one configuration here, print JSON")
+    parser.add_argument("--model", default="mlp", help="with --worker: the model")
+    parser.add_argument("--repeat-index", type=int, default=0, help="with --worker")
+    parser.add_argument("--profile", help="with --worker: write a pyinstrument profile here")
+    args = parser.parse_args(argv)
+    base = QUICK if args.quick else DEFAULTS
+    for key, value in base.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.data_dir is None:
+        args.data_dir = TMP / f"data-{args.examples}"
+    if args.out is None:
+        args.out = TMP / "quick" if args.quick else HERE / "results"
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in ("mlp", "cnn")]
+    if bad or not models:
+        parser.error(f"--models takes mlp and/or cnn; got {args.models!r}")
+    args.model_list = models
+    configs = [name for name, _ in ROWS]
+    if args.only:
+        wanted = [c.strip() for c in args.only.split(",") if c.strip()]
+        unknown = [c for c in wanted if c not in DESCRIPTIONS]
+        if unknown:
+            parser.error(f"unknown configurations {unknown}; known: {', '.join(configs)}")
+        configs = [c for c in configs if c in wanted]
+    if args.skip:
+        configs = [c for c in configs if c not in args.skip.split(",")]
+    args.configs = configs
+    if args.worker is not None and args.worker not in DESCRIPTIONS:
+        parser.error(f"unknown configuration {args.worker!r}; known: {', '.join(DESCRIPTIONS)}")
+    return args
+
+
+def spec_for(args: argparse.Namespace, config: str, model: str, repeat: int) -> dict[str, Any]:
+    workdir = TMP / "work" / f"{config}-{model}-{repeat}"
+    return {
+        "config": config,
+        "model": model,
+        "data_dir": str(args.data_dir),
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "workdir": str(workdir),
+        "seed": args.seed,
+        "repeat": repeat,
+    }
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(config, model) pairs of one round; model-free rows once, under model "-"."""
+    pairs = [(c, "-") for c in args.configs if c in MODEL_FREE]
+    for model in args.model_list:
+        pairs += [(c, model) for c in args.configs if c not in MODEL_FREE]
+    return pairs
+
+
+class Pool:
+    """Runs each task in a new process forked from a server that imported TensorFlow."""
+
+    def __init__(self, timeout: float) -> None:
+        # the fork server imports its preload with the environment's path (Python 3.11
+        # does not pass sys.path to it): put bench/ and src/ there
+        paths = [p for p in sys.path[:2] if p] + [os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["bench_workloads"])
+        self.timeout = timeout
+
+    def call(self, target_name: str, *args: Any) -> dict[str, Any]:
+        """Run ``bench_entry.<target_name>(*args, conn)`` in a new worker; return its dict."""
+        import bench_entry as entries
+
+        target = getattr(entries, target_name)
+        receive, send = self.ctx.Pipe(duplex=False)
+        process = self.ctx.Process(target=target, args=(*args, send), daemon=True)
+        process.start()
+        send.close()
+        try:
+            if receive.poll(self.timeout):
+                result: dict[str, Any] = receive.recv()
+            else:
+                result = {"ok": False, "error": f"timed out after {self.timeout:.0f} s"}
+        except EOFError:
+            result = {"ok": False, "error": f"worker died (exit code {process.exitcode})"}
+        finally:
+            receive.close()
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+                process.join(10)
+        if result.get("ok") is not True and process.exitcode not in (0, None):
+            result.setdefault("error", f"exit code {process.exitcode}")
+        return result
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"cpu_count": os.cpu_count(), "cpu_model": platform.machine()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        info["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
+    except ImportError:
+        pass
+    try:
+        info["load"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        info["load"] = "n/a"
+    return info
+
+
+def write_report(
+    args: argparse.Namespace, results: dict[Any, list[Any]], meta: dict[str, Any]
+) -> Path:
+    tables = summarize(results, args.model_list, args.configs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = args.out / "latest.md"
+    md.write_text(render_markdown(tables, meta))
+    title = (
+        f"tfr_hooks benchmark {meta['date']} - TF {meta.get('tensorflow')}, "
+        f"{meta['cpu_count']} CPUs, {meta['examples']:,} examples, batch {meta['batch_size']}"
+    )
+    render_png(tables, str(args.out / "latest.png"), title)
+    raw = {f"{c}|{m}": runs for (c, m), runs in results.items()}
+    (args.out / "latest.json").write_text(json.dumps({"meta": meta, "runs": raw}, indent=1))
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.worker is not None:
+        return run_worker(args)
+    started = time.perf_counter()
+    meta: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "repeats": args.repeats,
+        "configs": args.configs,
+        **machine(),
+    }
+    pool = Pool(args.timeout)
+    print(f"writing {args.examples:,} examples to {args.data_dir} ...", flush=True)
+    info = pool.call("write_entry", str(args.data_dir), args.examples, args.seed)
+    if not info.get("ok"):
+        print(info.get("traceback", info.get("error")), file=sys.stderr)
+        return 1
+    meta.update({k: v for k, v in info.items() if k not in ("ok", "directory")})
+    meta["mb"] = info["bytes"] / 2**20
+    meta["write_rate"] = info["examples"] / info["write_seconds"]
+    print(f"  {info['write_seconds']:.2f} s; TensorFlow {info['tensorflow']}", flush=True)
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    pairs = plan(args)
+    for repeat in range(args.repeats):
+        for i, (config, model) in enumerate(pairs):
+            t0 = time.perf_counter()
+            spec = spec_for(args, config, model, repeat)
+            result = pool.call("worker_entry", spec)
+            results.setdefault((config, model), []).append(result)
+            if result.get("ok"):
+                status = (
+                    f"{result['examples_per_sec']:9,.0f} ex/s  {result['seconds']:6.2f} s timed  "
+                    f"RSS {result['rss_mb']:5.0f} MB"
+                )
+            else:
+                status = "FAILED: " + str(result.get("error")).splitlines()[0][:200]
+                if result.get("traceback"):
+                    print(result["traceback"], file=sys.stderr, flush=True)
+            print(
+                f"[{repeat + 1}/{args.repeats} {i + 1:2d}/{len(pairs)}] {config:24s} {model:3s} "
+                f"{status}  ({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
+        meta["wall_minutes"] = (time.perf_counter() - started) / 60
+        write_report(args, results, meta)  # after each round, so a cut-short run leaves one
+    md = write_report(args, results, meta)
+    print(f"wrote {md} and {md.with_suffix('.png')}", flush=True)
+    print(md.read_text())
+    return 0
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """``--worker CONFIG``: one run in this process (pays the import; for profiling)."""
+    import bench_workloads as workloads
+
+    if not (Path(args.data_dir) / "info.json").exists():
+        from bench_data import write_dataset
+
+        write_dataset(args.data_dir, args.examples, args.seed)
+    model = "-" if args.worker in MODEL_FREE else args.model
+    spec = spec_for(args, args.worker, model, args.repeat_index)
+    spec["profile"] = args.profile
+    result = workloads.run_config(workloads.Spec(**spec))
+    print(json.dumps({"config": args.worker, "model": model, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
