@@ -10,7 +10,10 @@ epoch to start at, ``N`` a save counter kept across runs), so the name that Tens
 ``checkpoint`` state file points to says everything; there is no second file that could
 disagree with it. An epoch cut short by a stop request (Ctrl-C, ``StopOnSignal``) is saved
 as well, with ``E`` the interrupted epoch: the resumed run repeats that epoch in full,
-from the weights it had reached.
+from the weights it had reached. (An epoch counts as complete when it ran the number of
+steps known at its start; when that number is not known yet, when no stop was requested
+before this hook's ``epoch_end``: put the hook before hooks that stop training from their
+own ``epoch_end``, such as ``KerasCallbacks`` with ``EarlyStopping``.)
 
 Crash safety relies on TensorFlow's own atomic writes, which ``tests/test_faults_signals``
 checks by SIGKILLing a process in the middle of a save: the data and index files are
@@ -120,6 +123,7 @@ class EpochCheckpoint(Hook):
         self._saver: Any = None
         self._session: Any = None
         self._counter = 0
+        self._steps_known: int | None = None
         self.restored_from: str | None = None
         self.last_saved: str | None = None
 
@@ -158,14 +162,18 @@ class EpochCheckpoint(Hook):
             loop.initial_epoch = epoch
         logger.info("Restored %s: resuming at epoch %d.", path, loop.initial_epoch)
 
+    def epoch_begin(self, epoch: int) -> None:
+        """Note the epoch's length, if known before it runs."""
+        self._steps_known = self.loop.steps_per_epoch
+
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
         """Save every variable; the name records the epoch to resume at."""
         if self._session is None or self._saver is None:
             return
         loop = self.loop
-        if loop.steps_per_epoch is not None:
-            complete = loop.epoch_steps >= loop.steps_per_epoch
-        else:
+        if self._steps_known is not None:
+            complete = loop.epoch_steps >= self._steps_known
+        else:  # the epoch's length is unknown (or was learned from this very epoch)
             complete = not loop.stop_requested
         resume = epoch + 1 if complete else epoch
         os.makedirs(self.logdir, exist_ok=True)

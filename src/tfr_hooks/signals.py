@@ -243,6 +243,9 @@ class StopOnSignal(Hook):
                     )
                 return
             self._closed_queues = True
+            loop = getattr(self, "loop", None)
+            if loop is not None:  # the handler will say so too, once the step returns
+                loop.request_stop("a signal arrived while a step was blocked")
             logger.warning(
                 "The main thread has not handled %d signal(s): a step seems blocked on an "
                 "empty input queue. Closing the input queues so that training can stop.",
