@@ -1,0 +1,188 @@
+"""A small training script that the signal tests start, signal and kill (issue 7).
+
+Scenarios (``--scenario``):
+
+* ``graceful``: a tf_keras model on ``tf.data`` with EpochCheckpoint, ModelCheckpoint and
+  TensorBoard; prints ``READY`` in the middle of epoch 1, then steps slowly.
+* ``blocked``: the input queue runs dry (its source never produces), so the step blocks
+  inside ``session.run``; prints ``READY`` just before it blocks.
+* ``abort``: a queue-runner pipeline from a TFRecord file; a stop request makes the epoch
+  end take very long (prints ``CLOSING``), so that a second signal has to abort it.
+* ``kill_save``: saves a 32 MB variable at every (one-step) epoch end, and SIGKILLs itself
+  as soon as it sees a checkpoint file being written under its temporary name.
+
+Prints ``RESULT <json>`` at the end. Every scenario ends on its own: the epochs asked for
+would take minutes, and ``run_timeout_secs`` bounds any blocked step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+import tfr_hooks
+from tfr_hooks import tfrecord
+
+v1 = tf.compat.v1
+
+
+def say(*parts: object) -> None:
+    print(*parts, flush=True)
+
+
+class Ready(tfr_hooks.Hook):
+    """Prints READY after step ``at`` of epoch ``epoch``; sleeps ``pace`` s after it."""
+
+    def __init__(self, epoch: int, at: int, pace: float = 0.0) -> None:
+        self.epoch, self.at, self.pace, self.ready = epoch, at, pace, False
+
+    def after_run(self, run_context, run_values) -> None:
+        loop = self.loop
+        if loop.epoch == self.epoch and loop.epoch_steps == self.at and not self.ready:
+            self.ready = True
+            say("READY")
+        if self.ready:
+            time.sleep(self.pace)
+
+
+class SlowClose(tfr_hooks.Hook):
+    """When a stop was requested, the epoch end takes a minute (a long validation, say)."""
+
+    def epoch_end(self, epoch, logs) -> None:
+        if self.loop.stop_requested:
+            say("CLOSING")
+            time.sleep(60)
+
+
+def graceful(logdir: str) -> dict:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
+    it = v1.data.make_initializable_iterator(ds)
+    bx, by = it.get_next()
+    inputs = tf_keras.layers.Input(tensor=bx)
+    model = tf_keras.Model(inputs, tf_keras.layers.Dense(2, activation="softmax")(inputs))
+    training = tfr_hooks.keras_training_graph(
+        model,
+        by,
+        loss="sparse_categorical_crossentropy",
+        optimizer=tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
+        metrics=["accuracy"],
+    )
+    callbacks = [
+        tf_keras.callbacks.ModelCheckpoint(
+            os.path.join(logdir, "weights.{epoch:02d}.h5"), save_weights_only=True
+        ),
+        tf_keras.callbacks.TensorBoard(os.path.join(logdir, "tb")),
+    ]
+    loop = tfr_hooks.SessionLoop(
+        training.train_op,
+        training.fetches,
+        [
+            tfr_hooks.EpochCheckpoint(os.path.join(logdir, "ckpt")),
+            tfr_hooks.KerasCallbacks(callbacks, model),
+            Ready(epoch=1, at=3, pace=1.0),
+        ],
+        steps_per_epoch=10,
+        initializers=[it.initializer],
+        batch_size=training.batch_size,
+        run_timeout_secs=60,
+    )
+    return {"history": loop.run(epochs=100)}
+
+
+def blocked(logdir: str) -> dict:
+    gate = tf.queue.FIFOQueue(10, [tf.float32], shapes=[[4]])  # a source that never produces
+    v1.train.add_queue_runner(v1.train.QueueRunner(gate, [gate.enqueue(gate.dequeue())]))
+    queue = tf.queue.FIFOQueue(100, [tf.float32], shapes=[[4]])
+    v1.train.add_queue_runner(v1.train.QueueRunner(queue, [queue.enqueue(gate.dequeue())]))
+    prefill = queue.enqueue_many([tf.ones([5, 4])])  # five batches, then nothing
+    x = queue.dequeue()
+    w = tf.Variable(tf.zeros([4]))
+    loss = tf.reduce_sum(tf.square(w - x))
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, global_step=v1.train.get_or_create_global_step()
+    )
+    loop = tfr_hooks.SessionLoop(
+        train_op,
+        {"loss": loss},
+        [tfr_hooks.EpochCheckpoint(os.path.join(logdir, "ckpt")), Ready(epoch=0, at=4)],
+        initializers=[prefill],
+        run_timeout_secs=120,  # the stop must not rely on it: the test waits less
+    )
+    return {"history": loop.run(epochs=3)}
+
+
+def abort(logdir: str, data: str) -> dict:
+    batches = tfrecord.read_batches(
+        data, 10, pipeline="queue", num_epochs=None, as_tuple=("x", "y")
+    )
+    x, y = batches.tensors
+    w = tf.Variable(tf.zeros([4]))
+    loss = tf.reduce_mean(tf.square(tf.linalg.matvec(x, w) - tf.cast(y, tf.float32)))
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    loop = tfr_hooks.SessionLoop(
+        train_op,
+        {"loss": loss},
+        [SlowClose(), Ready(epoch=0, at=5, pace=0.2)],
+        steps_per_epoch=1000,
+        run_timeout_secs=60,
+    )
+    try:
+        return {"history": loop.run(epochs=2)}
+    except KeyboardInterrupt:
+        say("RESULT", json.dumps({"threads": [t.name for t in threading.enumerate()]}))
+        raise
+
+
+def kill_save(logdir: str) -> dict:
+    big = tf.Variable(tf.zeros([8 * 1024 * 1024]), name="big")  # 32 MB per checkpoint
+    train_op = big.assign_add(tf.ones_like(big))
+    ckpt = tfr_hooks.EpochCheckpoint(logdir, max_to_keep=2)
+
+    def killer() -> None:  # SIGKILL the process while a checkpoint file is being written
+        while True:
+            names = os.listdir(logdir) if os.path.isdir(logdir) else []
+            if ckpt._counter >= 3 and any("tempstate" in n for n in names):
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.0005)
+
+    threading.Thread(target=killer, daemon=True).start()
+    loop = tfr_hooks.SessionLoop(train_op, {}, [ckpt], steps_per_epoch=1, run_timeout_secs=60)
+    return {"history": loop.run(epochs=200)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--data")
+    args = parser.parse_args()
+    say("STARTED", os.getpid())
+    with tf.Graph().as_default():
+        if args.scenario == "graceful":
+            result = graceful(args.logdir)
+        elif args.scenario == "blocked":
+            result = blocked(args.logdir)
+        elif args.scenario == "abort":
+            result = abort(args.logdir, args.data)
+        elif args.scenario == "kill_save":
+            result = kill_save(args.logdir)
+        else:
+            sys.exit(f"unknown scenario {args.scenario!r}")
+    result["threads"] = [t.name for t in threading.enumerate()]
+    say("RESULT", json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
