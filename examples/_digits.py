@@ -46,7 +46,7 @@ def write_digits(data_dir: str | Path) -> dict[str, Path]:
     for name, (start, stop) in SPLITS.items():
         tmp = paths[name].with_suffix(".tmp")
         with tf.io.TFRecordWriter(str(tmp)) as writer:
-            for image, label in zip(images[start:stop], labels[start:stop]):
+            for image, label in zip(images[start:stop], labels[start:stop], strict=True):
                 feature = {
                     "image": tf.train.Feature(float_list=tf.train.FloatList(value=image)),
                     "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),

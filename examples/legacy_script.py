@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tfr_hooks.quiet import import_tensorflow  # noqa: E402
+from tfr_hooks.quiet import import_tensorflow
 
 import_tensorflow()  # before anything imports TensorFlow: drops its start-up notices
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tfr_hooks.quiet import import_tensorflow  # noqa: E402
+from tfr_hooks.quiet import import_tensorflow
 
 import_tensorflow()  # before anything imports TensorFlow: drops its start-up notices
 
@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         )
         with v1.Session(graph=graph) as session:
             history = loop.run(epochs=args.epochs, session=session)
-            for epoch, (l, a) in enumerate(zip(history["loss"], history["accuracy"])):
-                print(f"epoch {epoch + 1:2d}  loss {l:.4f}  accuracy {a:.4f}")
+            pairs = zip(history["loss"], history["accuracy"], strict=True)
+            for epoch, (epoch_loss, epoch_acc) in enumerate(pairs):
+                print(f"epoch {epoch + 1:2d}  loss {epoch_loss:.4f}  accuracy {epoch_acc:.4f}")
             held_out = evaluate(session, test_it.initializer, test_loss, test_accuracy, test_label)
 
     print(
@@ -105,11 +106,11 @@ def evaluate(
     size = tf.shape(label)[0]
     while True:
         try:
-            l, a, n = session.run([loss, acc, size])
+            batch_loss, batch_acc, n = session.run([loss, acc, size])
         except tf.errors.OutOfRangeError:
             break
-        totals["loss"] += l * n
-        totals["accuracy"] += a * n
+        totals["loss"] += batch_loss * n
+        totals["accuracy"] += batch_acc * n
         totals["examples"] += n
     n = max(totals["examples"], 1.0)
     return {

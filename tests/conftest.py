@@ -76,7 +76,12 @@ def dataset_batches(path: Path, batch_size: int) -> tuple[dict[str, tf.Tensor], 
 
 
 def queue_batches(
-    path: Path, batch_size: int, num_epochs: int | None, *, shuffle: bool = False, capacity: int = 64
+    path: Path,
+    batch_size: int,
+    num_epochs: int | None,
+    *,
+    shuffle: bool = False,
+    capacity: int = 64,
 ) -> dict[str, tf.Tensor]:
     """Graph-mode queue-runner batches of ``path`` (string_input_producer + reader + batch)."""
     files = v1.train.string_input_producer([str(path)], num_epochs=num_epochs, shuffle=False)

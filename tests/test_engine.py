@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import dataset_batches, queue_batches
 
 import tfr_hooks
+from conftest import dataset_batches, queue_batches
 
 v1 = tf.compat.v1
 
@@ -360,7 +360,11 @@ def test_run_timeout_fails_a_step_that_blocks(graph: tf.Graph) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"fetches": [1]}, TypeError, r"Expected `fetches` to be a dict .* Received: fetches=\[1\]"),
+        (
+            {"fetches": [1]},
+            TypeError,
+            r"Expected `fetches` to be a dict .* Received: fetches=\[1\]",
+        ),
         ({"hooks": ["nope"]}, TypeError, r"hooks\[0\]='nope' of type str"),
         ({"hooks": object()}, TypeError, r"Expected `hooks` to be a list"),
         ({"steps_per_epoch": 0}, ValueError, r"Received: steps_per_epoch=0"),

@@ -141,7 +141,7 @@ def run_loop(
                 history.setdefault(key, []).append(value)
             if not more:
                 break
-    except BaseException as exc:  # noqa: BLE001 - re-raised below after cleanup
+    except BaseException as exc:  # re-raised below, after cleanup
         error = exc
         loop.error = exc  # lets hooks' end() tell a failed run from a finished one
     finally:

@@ -17,13 +17,15 @@ The epoch and validation events only reach subclasses of :class:`Hook`.
 
 from __future__ import annotations
 
+import functools
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["Hook", "HookList", "LoopState", "check_hooks"]
+__all__ = ["Hook", "HookList", "LoopState", "add_graph_hook", "check_hooks", "graph_hooks"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ class LoopState:
             self.stop_reason = reason
 
 
-class Hook(SessionRunHook):  # type: ignore[misc]
+class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
     """Base class for hooks: a ``SessionRunHook`` with epoch and validation events.
 
     All methods are no-ops; override the ones you need. A hook may add fetches, feeds and
@@ -194,9 +196,9 @@ class HookList:
         hooks: The hooks, in the order they are called.
     """
 
-    def __init__(self, hooks: Sequence[SessionRunHook]) -> None:
-        self.hooks = list(hooks)
-        self._ours = [h for h in self.hooks if isinstance(h, Hook)]
+    def __init__(self, hooks: Sequence[Any]) -> None:
+        self.hooks: list[Any] = list(hooks)
+        self._ours: list[Hook] = [h for h in self.hooks if isinstance(h, Hook)]
 
     def __iter__(self) -> Any:
         return iter(self.hooks)
@@ -256,7 +258,7 @@ class HookList:
             The first exception raised by a hook's ``end``, or ``None``; the others are
             logged.
         """
-        return call_all((lambda h=hook: h.end(session)) for hook in self.hooks)
+        return call_all(functools.partial(hook.end, session) for hook in self.hooks)
 
     def translate_error(self, error: BaseException) -> BaseException:
         """Return the first clearer exception a :class:`Hook` offers for ``error``."""
@@ -278,9 +280,34 @@ def call_all(calls: Iterable[Callable[[], object]]) -> BaseException | None:
     for call in calls:
         try:
             call()
-        except BaseException as exc:  # noqa: BLE001 - cleanup must reach every hook
+        except BaseException as exc:
             if first is None:
                 first = exc
             else:
                 logger.error("Error during cleanup, after an earlier one", exc_info=exc)
     return first
+
+
+_GRAPH_HOOKS: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def add_graph_hook(hook: Any, graph: Any = None) -> None:
+    """Register a hook that every graph-mode loop on ``graph`` runs by itself.
+
+    Input pipelines use it for hooks their users should not have to remember (the
+    TFRecord reader's error-explaining hook, the Keras learning-phase feed). The registry
+    is kept beside the graph, not in a graph collection, so that exporting a meta graph
+    (``Saver.save``) does not try to serialize hook objects.
+
+    Args:
+        hook: The hook.
+        graph: The graph; the default graph when ``None``.
+    """
+    graph = tf.compat.v1.get_default_graph() if graph is None else graph
+    _GRAPH_HOOKS.setdefault(graph, []).append(hook)
+
+
+def graph_hooks(graph: Any = None) -> list[Any]:
+    """The hooks registered on ``graph`` (the default graph when ``None``), in order."""
+    graph = tf.compat.v1.get_default_graph() if graph is None else graph
+    return list(_GRAPH_HOOKS.get(graph, []))

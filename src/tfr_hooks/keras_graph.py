@@ -21,9 +21,9 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from tfr_hooks.hooks import Hook
+from tfr_hooks.hooks import Hook, add_graph_hook, graph_hooks
 from tfr_hooks.keras_callbacks import KerasCallbacks
-from tfr_hooks.session_loop import GRAPH_HOOKS_COLLECTION, Validation
+from tfr_hooks.session_loop import Validation
 
 __all__ = ["KerasTrainingGraph", "keras_training_graph"]
 
@@ -245,12 +245,12 @@ def keras_training_graph(
             model.optimizer = optimizer
         hooks: list[Hook] = []
         learning_phase = tf_keras.backend.learning_phase()
-        if not isinstance(learning_phase, int):
-            registered = tf.compat.v1.get_collection(GRAPH_HOOKS_COLLECTION)
-            if not any(isinstance(h, _LearningPhaseHook) for h in registered):
-                hook = _LearningPhaseHook(learning_phase)
-                tf.compat.v1.add_to_collection(GRAPH_HOOKS_COLLECTION, hook)
-                hooks.append(hook)
+        if not isinstance(learning_phase, int) and not any(
+            isinstance(h, _LearningPhaseHook) for h in graph_hooks()
+        ):
+            hook = _LearningPhaseHook(learning_phase)
+            add_graph_hook(hook)
+            hooks.append(hook)
         batch_size = tf.shape(labels)[0]
     return KerasTrainingGraph(
         train_op=train_op,

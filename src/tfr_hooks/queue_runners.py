@@ -65,17 +65,22 @@ class QueueRunnerHook(Hook):
         self._runners: list[Any] = []
 
     def begin(self) -> None:
-        """Pick the runners to start (the graph's collection unless some were given)."""
+        """Forget the threads of an earlier run."""
         self.threads = []
         self.coord = None
+        self._runners = []
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Start every runner's threads under a coordinator of our own.
+
+        The runners are the given ones, or those of the session's graph (not the default
+        graph, which is per thread).
+        """
         if self._given is not None:
             self._runners = list(self._given)
         else:
             key = tf.compat.v1.GraphKeys.QUEUE_RUNNERS
-            self._runners = list(tf.compat.v1.get_collection(key))
-
-    def after_create_session(self, session: Any, coord: Any) -> None:
-        """Start every runner's threads under a coordinator of our own."""
+            self._runners = list(session.graph.get_collection(key))
         self.coord = tf.compat.v1.train.Coordinator(
             clean_stop_exception_types=(tf.errors.OutOfRangeError,)
         )

@@ -14,13 +14,12 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.engine import StepResult, check_steps, run_loop
-from tfr_hooks.hooks import HookList, LoopState, check_hooks
+from tfr_hooks.hooks import HookList, LoopState, check_hooks, graph_hooks
 from tfr_hooks.metrics import RunningMeans
 from tfr_hooks.queue_runners import QueueRunnerHook
 from tfr_hooks.signals import StopOnSignal
 
 __all__ = [
-    "GRAPH_HOOKS_COLLECTION",
     "SessionLoop",
     "Validation",
     "HookedSession",
@@ -29,10 +28,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Graph collection of hooks that input pipelines register for every loop on the graph
-#: (for example the TFRecord reader's error-explaining hook).
-GRAPH_HOOKS_COLLECTION = "tfr_hooks_hooks"
 
 _v1 = tf.compat.v1
 
@@ -52,8 +47,8 @@ class Validation:
             counts ``validation_freq`` (after epochs ``freq - 1``, ``2 * freq - 1``, ...).
 
     Examples:
-        >>> val = Validation({"loss": val_loss}, initializers=[val_iter.initializer])  # doctest: +SKIP
-        >>> SessionLoop(train_op, fetches={"loss": loss}, validation=val)  # doctest: +SKIP
+        >>> val = Validation({"loss": val_loss}, initializers=[it.initializer])  # doctest: +SKIP
+        >>> SessionLoop(train_op, {"loss": loss}, validation=val)  # doctest: +SKIP
     """
 
     def __init__(
@@ -166,7 +161,7 @@ class SessionLoop:
             has_queues = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)
             if has_queues and not any(isinstance(h, QueueRunnerHook) for h in user_hooks):
                 auto.append(QueueRunnerHook())
-            auto.extend(_v1.get_collection(GRAPH_HOOKS_COLLECTION))
+            auto.extend(graph_hooks(self.graph))
             _ensure_saver(user_hooks)
         if not isinstance(handle_signals, bool):
             raise TypeError(
@@ -205,15 +200,16 @@ class SessionLoop:
                 f"Received: session={session!r}"
             )
         runner = _SessionRunner(self, session)
-        return run_loop(
-            runner,
-            self.hooks,
-            self.loop,
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=self.steps_per_epoch,
-            validation_freq=self.validation.freq if self.validation else 1,
-        )
+        with self.graph.as_default():  # hooks look things up in the default graph
+            return run_loop(
+                runner,
+                self.hooks,
+                self.loop,
+                epochs=epochs,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=self.steps_per_epoch,
+                validation_freq=self.validation.freq if self.validation else 1,
+            )
 
 
 class _SessionRunner:
@@ -375,12 +371,8 @@ def _merge_run_options(target: Any, other: Any) -> None:
     target.trace_level = max(target.trace_level, other.trace_level)
     target.timeout_in_ms = max(target.timeout_in_ms, other.timeout_in_ms)
     target.inter_op_thread_pool = max(target.inter_op_thread_pool, other.inter_op_thread_pool)
-    target.output_partition_graphs = (
-        target.output_partition_graphs or other.output_partition_graphs
-    )
-    target.debug_options.debug_tensor_watch_opts.extend(
-        other.debug_options.debug_tensor_watch_opts
-    )
+    target.output_partition_graphs = target.output_partition_graphs or other.output_partition_graphs
+    target.debug_options.debug_tensor_watch_opts.extend(other.debug_options.debug_tensor_watch_opts)
     target.report_tensor_allocations_upon_oom = (
         target.report_tensor_allocations_upon_oom or other.report_tensor_allocations_upon_oom
     )
@@ -466,7 +458,7 @@ def hooked_session(
             isinstance(h, QueueRunnerHook) for h in user_hooks
         ):
             auto.append(QueueRunnerHook())
-        auto.extend(_v1.get_collection(GRAPH_HOOKS_COLLECTION))
+        auto.extend(graph_hooks(g))
         _ensure_saver(user_hooks)
     hook_list = HookList(auto + user_hooks)
     hooked = HookedSession(session, hook_list)
@@ -482,7 +474,7 @@ def hooked_session(
     except tf.errors.OutOfRangeError as exc:
         # the input ran out; a dead queue thread's own error is raised by its hook's end
         logger.info("Input exhausted after %d steps: %s", hooked.loop.global_step, exc.message)
-    except BaseException as exc:  # noqa: BLE001 - re-raised after cleanup
+    except BaseException as exc:
         error = exc
     finally:
         coord.request_stop()
@@ -517,7 +509,7 @@ def _initialize_uninitialized(session: Any) -> None:
         graph.add_to_collection(_UNINITIALIZED_KEY, (flags, len(variables)))
         report = graph.get_collection(_UNINITIALIZED_KEY)
     initialized = session.run(report[0][0])
-    todo = [v.initializer for v, done in zip(variables, initialized) if not done]
+    todo = [v.initializer for v, done in zip(variables, initialized, strict=True) if not done]
     if todo:
         session.run(todo)
 

@@ -29,7 +29,7 @@ from tfr_hooks.tfrecord.files import (
     resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import FeatureInfo, FileInfo, infer_schema, inspect
-from tfr_hooks.tfrecord.read import GRAPH_HOOKS_COLLECTION, Batches, dataset, read_batches
+from tfr_hooks.tfrecord.read import Batches, dataset, read_batches
 from tfr_hooks.tfrecord.schema import Feature, Schema, load_schema
 from tfr_hooks.tfrecord.write import WriteResult, write
 
@@ -54,7 +54,6 @@ __all__ = [
     "dataset",
     "read_batches",
     "Batches",
-    "GRAPH_HOOKS_COLLECTION",
     # errors
     "explain_error",
     "DataErrorHook",

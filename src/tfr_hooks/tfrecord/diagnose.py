@@ -127,8 +127,9 @@ def _check_file(path: str, compression: str | None, schema: Schema) -> None:
 class DataErrorHook(Hook):
     """Replaces a pipeline's read errors with ones that name the file, record and feature.
 
-    :func:`~tfr_hooks.tfrecord.read_batches` adds one to the graph collection
-    ``"tfr_hooks_hooks"``, where :class:`~tfr_hooks.SessionLoop` finds it; other loops
+    :func:`~tfr_hooks.tfrecord.read_batches` registers one on the graph
+    (:func:`tfr_hooks.hooks.add_graph_hook`), where :class:`~tfr_hooks.SessionLoop`
+    finds it; other loops
     can be given one in their ``hooks``.
 
     Args:

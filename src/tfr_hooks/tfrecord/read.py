@@ -9,8 +9,8 @@ the features to return.
 * :func:`read_batches` builds graph-mode tensors with ``pipeline="dataset"`` (an
   initializable iterator, one pass per initialization) or ``pipeline="queue"``
   (``string_input_producer`` + ``TFRecordReader`` + ``shuffle_batch_join``), and
-  registers a :class:`~tfr_hooks.tfrecord.DataErrorHook` in the graph collection
-  :data:`GRAPH_HOOKS_COLLECTION`.
+  registers a :class:`~tfr_hooks.tfrecord.DataErrorHook` on the graph
+  (:func:`tfr_hooks.hooks.add_graph_hook`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, Union
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks.hooks import add_graph_hook
 from tfr_hooks.tfrecord.diagnose import DataErrorHook
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
@@ -38,12 +39,11 @@ from tfr_hooks.tfrecord.files import (
 from tfr_hooks.tfrecord.inspection import find_sidecar, infer_schema
 from tfr_hooks.tfrecord.schema import Schema, Sidecar, load_schema
 
-__all__ = ["GRAPH_HOOKS_COLLECTION", "Batches", "dataset", "read_batches", "PIPELINES"]
+__all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
 
 logger = logging.getLogger(__name__)
 
 #: Name of the graph collection holding hooks that loops should run with the graph.
-GRAPH_HOOKS_COLLECTION = "tfr_hooks_hooks"
 #: The pipelines :func:`read_batches` can build.
 PIPELINES = ("dataset", "queue")
 
@@ -63,8 +63,7 @@ class Batches:
         schema: The schema parsed with (only the features returned).
         pipeline: ``"dataset"`` or ``"queue"``.
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
-        hook: The :class:`~tfr_hooks.tfrecord.DataErrorHook` added to the graph's
-            ``"tfr_hooks_hooks"`` collection.
+        hook: The :class:`~tfr_hooks.tfrecord.DataErrorHook` registered on the graph.
         batch_size: A scalar ``int32`` tensor: the size of the current batch (for
             ``SessionLoop(batch_size=...)``).
     """
@@ -364,8 +363,8 @@ def read_batches(
       when ``num_epochs`` is set. ``OutOfRangeError`` comes after ``num_epochs`` passes
       (never when ``None``).
 
-    Either way a :class:`~tfr_hooks.tfrecord.DataErrorHook` is added to the graph
-    collection ``GRAPH_HOOKS_COLLECTION``, so loops turn read errors into messages
+    Either way a :class:`~tfr_hooks.tfrecord.DataErrorHook` is registered on the graph
+    (:func:`tfr_hooks.hooks.add_graph_hook`), so loops turn read errors into messages
     naming the file.
 
     Args:
@@ -464,7 +463,7 @@ def read_batches(
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
         size = _batch_size_of(first)
     hook = DataErrorHook(plan.files, plan.schema, plan.compression)
-    tf.compat.v1.add_to_collection(GRAPH_HOOKS_COLLECTION, hook)
+    add_graph_hook(hook)
     return Batches(
         tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, hook, size
     )
