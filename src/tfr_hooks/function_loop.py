@@ -288,8 +288,12 @@ class _Executor:
             }
             return (sums, tf.cast(size, tf.float64)), size
 
-        # a Keras step is written for tf.function without autograph, as model.fit runs it
-        one_step_fn = tf.function(one_step, autograph=not keras_step, reduce_retracing=True)
+        # a Keras step runs as model.fit runs it: without autograph, with the model's
+        # jit_compile setting (XLA when the model supports it)
+        jit = bool(getattr(owner.model, "jit_compile", False)) if keras_step else False
+        one_step_fn = tf.function(
+            one_step, autograph=not keras_step, reduce_retracing=True, jit_compile=jit
+        )
 
         def accumulate(previous: Any, new: Any) -> Any:
             if keras_step:
