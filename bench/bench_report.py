@@ -28,6 +28,7 @@ class Row:
     description: str
     runs: list[float] = field(default_factory=list)  # examples/second of each repeat
     rss_mb: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)  # CPU microseconds per example
     errors: list[str] = field(default_factory=list)
     median: float | None = None
     low: float | None = None
@@ -39,6 +40,11 @@ class Row:
     def peak_rss_mb(self) -> float | None:
         """The largest peak RSS of the repeats."""
         return max(self.rss_mb) if self.rss_mb else None
+
+    @property
+    def cpu_us_per_example(self) -> float | None:
+        """The median CPU time (all threads) per example, in microseconds."""
+        return statistics.median(self.cpu_us) if self.cpu_us else None
 
 
 @dataclass
@@ -100,6 +106,8 @@ def summarize(
                 if run.get("ok"):
                     row.runs.append(float(run["examples_per_sec"]))
                     row.rss_mb.append(float(run["rss_mb"]))
+                    if "cpu_seconds" in run:
+                        row.cpu_us.append(1e6 * run["cpu_seconds"] / run["examples"])
                 else:
                     row.errors.append(str(run.get("error", "failed")))
             if row.runs:
@@ -234,7 +242,9 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         "",
         "Median examples/second over the repeats, the spread (min-max), and the median as a "
         "ratio to Keras 3 `model.fit` and to the smaller ceiling (the smaller of the best "
-        "model-alone and the best input-alone rows).",
+        "model-alone and the best input-alone rows). CPU us/ex: CPU time of the worker "
+        "(all its threads) per example, median; less sensitive to other load on the "
+        "machine than wall time.",
     ]
     for table in tables:
         lines += [
@@ -245,8 +255,8 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             f"({table.ceiling_from}).",
             "",
             "| configuration | what | ex/s (median) | spread (min-max) | x Keras 3 fit "
-            "| x ceiling | peak RSS MB |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            "| x ceiling | CPU us/ex | peak RSS MB |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for row in table.rows:
             if row.median is None:
@@ -256,7 +266,8 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             lines.append(
                 f"| `{row.config}` | {row.description} | {_num(row.median)} | "
                 f"{_num(row.low)}-{_num(row.high)} | {_num(row.vs_reference, '{:.2f}')} | "
-                f"{_num(row.vs_ceiling, '{:.2f}')} | {_num(row.peak_rss_mb)} |"
+                f"{_num(row.vs_ceiling, '{:.2f}')} | {_num(row.cpu_us_per_example)} | "
+                f"{_num(row.peak_rss_mb)} |"
             )
     targets = check_targets(tables)
     lines += [

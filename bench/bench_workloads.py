@@ -46,9 +46,6 @@ from tfr_hooks import tfrecord
 __all__ = ["Spec", "FUNCTIONS", "run_config", "worker_entry", "write_entry"]
 
 v1 = tf.compat.v1
-tf.get_logger().setLevel(logging.ERROR)  # the queue API's deprecation notices, every run
-warnings.filterwarnings("ignore", message=".*shuffle=True. was passed")
-warnings.filterwarnings("ignore", message="Your input ran out of data")
 LEARNING_RATE = 1e-3
 
 
@@ -67,18 +64,32 @@ class Spec:
     profile: str | None = None
 
 
+def quiet() -> None:
+    """Drop the notices every run would print (worker processes only)."""
+    tf.get_logger().setLevel(logging.ERROR)  # the queue API's deprecation notices
+    warnings.filterwarnings("ignore", message=".*shuffle=True. was passed")
+    warnings.filterwarnings("ignore", message="Your input ran out of data")
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Clock:
     """Epoch-end marks; the first mark (end of the warm-up epoch) starts the clock."""
 
     def __init__(self, spec: Spec) -> None:
         self.total = spec.epochs + 1
         self.marks: list[tuple[float, int]] = []
+        self.cpu: list[float] = []
         self.profile_path = spec.profile
         self.profiler: Any = None
 
     def mark(self, examples: int) -> None:
         now = time.perf_counter()
         self.marks.append((now, int(examples)))
+        self.cpu.append(_cpu_seconds())
         if self.profile_path and len(self.marks) == 1:
             from pyinstrument import Profiler
 
@@ -87,6 +98,7 @@ class Clock:
         if self.profiler is not None and len(self.marks) == self.total:
             self.profiler.stop()
             Path(self.profile_path).write_text(self.profiler.output_text(unicode=False))
+            self.profiler.last_session.save(self.profile_path + ".pyisession")
             self.profiler = None
 
     def result(self) -> dict[str, Any]:
@@ -94,7 +106,12 @@ class Clock:
             raise RuntimeError(f"Expected a warm-up epoch and a timed epoch; got {len(self.marks)}")
         seconds = self.marks[-1][0] - self.marks[0][0]
         examples = sum(n for _, n in self.marks[1:])
-        return {"seconds": seconds, "examples": examples, "epochs": len(self.marks) - 1}
+        return {
+            "seconds": seconds,
+            "examples": examples,
+            "epochs": len(self.marks) - 1,
+            "cpu_seconds": self.cpu[-1] - self.cpu[0],
+        }
 
 
 # -- models ---------------------------------------------------------------------------
@@ -445,7 +462,7 @@ def keras3_fit(spec: Spec, with_callbacks: bool, steps_per_execution: int = 1) -
         )
     cbs = callbacks(k3, spec.workdir) if with_callbacks else []
     cbs.append(clock_callback(k3, clock, num_examples(spec)))
-    net.fit(tf2_dataset(spec), epochs=spec.epochs + 1, verbose=0, callbacks=cbs)
+    net.fit(tf2_dataset(spec), epochs=spec.epochs + 1, verbose=0, callbacks=cbs, shuffle=False)
     return clock.result()
 
 
@@ -557,6 +574,7 @@ def worker_entry(spec: dict[str, Any], conn: Any) -> None:
     import traceback
 
     try:
+        quiet()
         conn.send({"ok": True, **run_config(Spec(**spec))})
     except BaseException as exc:
         conn.send(

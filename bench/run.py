@@ -251,6 +251,7 @@ def run_worker(args: argparse.Namespace) -> int:
     """``--worker CONFIG``: one run in this process (pays the import; for profiling)."""
     import bench_workloads as workloads
 
+    workloads.quiet()
     if not (Path(args.data_dir) / "info.json").exists():
         from bench_data import write_dataset
 

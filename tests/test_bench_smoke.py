@@ -1,0 +1,78 @@
+"""Smoke test of the benchmark harness (bench/): its in-process pieces on a tiny data set.
+
+It checks that the harness writes the data with the package's writer, runs two rows
+(the reference, Keras 3 ``model.fit``, and ``SessionLoop`` over the tf.data pipeline),
+and builds a report whose ratios come from the measured medians. It never asserts speed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_harness_runs_rows_and_reports_ratios_of_medians(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("bench_configs", "bench_data", "bench_report", "bench_workloads"):
+        sys.modules.pop(name, None)
+    import bench_data
+    import bench_report
+    import bench_workloads
+
+    info = bench_data.write_dataset(tmp_path / "data", 256)
+    assert (info["examples"], info["shards"]) == (256, 4)
+    assert info["write_seconds"] > 0 and info["bytes"] > 256 * 784
+
+    configs = ["keras3_fit", "session_loop_dataset"]
+    results = {}
+    for config in configs:
+        spec = bench_workloads.Spec(
+            config=config,
+            model="mlp",
+            data_dir=str(tmp_path / "data"),
+            batch_size=64,
+            epochs=1,
+            workdir=str(tmp_path / "work" / config),
+        )
+        result = bench_workloads.run_config(spec)
+        # one timed epoch after the warm-up: every example once
+        assert (result["examples"], result["epochs"]) == (256, 1)
+        assert result["seconds"] > 0 and result["rss_mb"] > 0
+        assert result["examples_per_sec"] == pytest.approx(256 / result["seconds"])
+        # a second, made-up repeat, so the median is not just the one run
+        slower = {**result, "examples_per_sec": result["examples_per_sec"] / 2}
+        results[(config, "mlp")] = [{"ok": True, **result}, {"ok": True, **slower}]
+    results[("model_only", "mlp")] = [{"ok": False, "error": "RuntimeError: boom"}]
+
+    tables = bench_report.summarize(results, ["mlp"], [*configs, "model_only"])
+    (table,) = tables
+    assert [row.config for row in table.rows] == [*configs, "model_only"]
+    keras_row, loop_row, failed = table.rows
+    assert keras_row.median == pytest.approx(0.75 * keras_row.runs[0])
+    assert table.reference == keras_row.median
+    assert keras_row.vs_reference == pytest.approx(1.0)
+    assert loop_row.vs_reference == pytest.approx(loop_row.median / keras_row.median)
+    assert (loop_row.low, loop_row.high) == (min(loop_row.runs), max(loop_row.runs))
+    assert failed.median is None and failed.errors == ["RuntimeError: boom"]
+    assert table.ceiling is None and loop_row.vs_ceiling is None  # no ceiling row ran
+
+    meta = {"date": "today", "command": "pytest", "examples": 256, "configs": configs}
+    markdown = bench_report.render_markdown(tables, meta)
+    assert f"| `session_loop_dataset` | {loop_row.description} |" in markdown
+    assert f"| {loop_row.vs_reference:.2f} |" in markdown
+    assert "| `model_only` |" in markdown and "failed" in markdown
+    assert "`function_loop_32`" in markdown  # listed among the rows not run
+    targets = {(t.comparison, t.met) for t in bench_report.check_targets(tables)}
+    assert ("session_loop_dataset / feed_dict_parse", None) in targets  # not measured
+
+    chart = tmp_path / "latest.png"
+    bench_report.render_png(tables, str(chart))
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
