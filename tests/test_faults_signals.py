@@ -22,6 +22,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import tfr_hooks
 from conftest import write_records
 from tfr_hooks.checkpoint import resume_epoch_of
 
@@ -29,7 +30,7 @@ SCRIPT = Path(__file__).parent / "_fault_scripts" / "train.py"
 SRC = Path(__file__).parent.parent / "src"
 START_TIMEOUT_S = 240  # four processes import TensorFlow at once on two slow cores
 STOP_TIMEOUT_S = 30  # a graceful stop must end the process within this
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 
 class Proc:
@@ -126,6 +127,7 @@ def _load_all(path: str) -> dict[str, np.ndarray]:
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
+@pytest.mark.slow
 def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensorboard(procs):
     proc = procs["graceful"]
     proc.wait_for("READY", START_TIMEOUT_S)  # epoch 1, step 3; the steps are now slow
@@ -151,6 +153,7 @@ def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensor
     assert [s.step for s in events.Scalars("epoch_loss")] == [0, 1]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_step_blocked_on_an_empty_queue(procs):
     proc = procs["blocked"]
     proc.wait_for("READY", START_TIMEOUT_S)  # the next step blocks: the queue stays empty
@@ -164,6 +167,7 @@ def test_sigterm_stops_a_step_blocked_on_an_empty_queue(procs):
     assert "Closing the input queues" in proc.stderr_path.read_text()
 
 
+@pytest.mark.slow
 def test_a_second_sigint_aborts_at_once_and_still_joins_threads(procs):
     proc = procs["abort"]
     proc.wait_for("READY", START_TIMEOUT_S)
@@ -176,6 +180,7 @@ def test_a_second_sigint_aborts_at_once_and_still_joins_threads(procs):
     assert proc.result()["threads"] == ["MainThread"]  # the queue threads were joined
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(procs):
     proc = procs["kill_save"]
     assert proc.wait(START_TIMEOUT_S) == -signal.SIGKILL, proc.tail()
@@ -194,3 +199,103 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(proc
         big = _load_all(path)["big"]
         assert big.shape == (8 * 1024 * 1024,)
         assert np.all(big == epochs_done)  # one step per epoch adds 1 everywhere
+
+
+# -- in this process: installing and restoring handlers ---------------------------------
+
+
+class _Watch(tfr_hooks.Hook):
+    """Records the SIGINT/SIGTERM handlers seen during the run; may signal the process."""
+
+    def __init__(self, send_at: int | None = None) -> None:
+        self.send_at = send_at
+        self.seen: list[object] = []
+        self.steps_at_epoch_end: list[int] = []
+
+    def after_run(self, run_context, run_values):
+        if not self.seen:
+            self.seen = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)]
+        if self.loop.global_step == self.send_at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def epoch_end(self, epoch, logs):
+        self.steps_at_epoch_end.append(self.loop.epoch_steps)
+
+
+def _handlers() -> list[object]:
+    return [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)]
+
+
+def _tiny_loop(*hooks):
+    v = tf.Variable(0.0)
+    return tfr_hooks.SessionLoop(v.assign_add(1.0), {}, list(hooks), steps_per_epoch=10)
+
+
+def test_first_sigint_in_a_run_stops_after_the_current_step(graph):
+    watch = _Watch(send_at=3)
+    history = _tiny_loop(watch).run(epochs=5)  # no KeyboardInterrupt
+    assert watch.steps_at_epoch_end == [4]  # the 4th step finished; the epoch was closed
+    assert history == {}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_handlers_and_wakeup_fd_are_restored_after_the_run(graph):
+    def mine(signum, frame):
+        pass
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_term = signal.signal(signal.SIGTERM, mine)
+    previous_fd = signal.set_wakeup_fd(write_fd)
+    try:
+        watch = _Watch()
+        _tiny_loop(watch).run(epochs=1)
+        assert all(getattr(h, "__self__", None) is not None for h in watch.seen)  # ours
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.set_wakeup_fd(write_fd) == write_fd
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGTERM, previous_term)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_an_ignored_signal_stays_ignored(graph):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        watch = _Watch(send_at=3)
+        _tiny_loop(watch).run(epochs=2)
+        assert watch.seen[0] is signal.SIG_IGN
+        assert watch.steps_at_epoch_end == [10, 10]  # the SIGINT was ignored, as asked
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_no_handler_is_installed_outside_the_main_thread(graph):
+    import threading
+
+    watch = _Watch()
+    loop = _tiny_loop(watch)
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            with graph.as_default():
+                loop.run(epochs=1)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive() and errors == []
+    assert watch.seen == _handlers()
+
+
+def test_handle_signals_false_adds_no_handler(graph):
+    watch = _Watch()
+    v = tf.Variable(0.0)
+    loop = tfr_hooks.SessionLoop(v.assign_add(1.0), {}, [watch], 2, handle_signals=False)
+    loop.run(epochs=1)
+    assert watch.seen == _handlers()
