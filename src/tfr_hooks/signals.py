@@ -130,6 +130,13 @@ class StopOnSignal(Hook):
         self._cancel_ops: list[Any] = []
         self._closed_queues = False
         self._lock = threading.Lock()
+        # signals delivered (bytes read from the wakeup pipe), and how many of them the
+        # handler has accounted for; both under _count_lock
+        self._count_lock = threading.Lock()
+        self._wanted = {int(s) for s in self.signals}
+        self._seen = 0
+        self._handled_upto = 0
+        self._quit = False
 
     @property
     def active(self) -> bool:
@@ -154,6 +161,7 @@ class StopOnSignal(Hook):
         if not self._previous:
             return
         read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
         self._pipe = (read_fd, write_fd)
         try:
@@ -182,10 +190,16 @@ class StopOnSignal(Hook):
     # -- the handler (main thread) and the watcher (its own thread) -------------------
 
     def _handle(self, signum: int, frame: Any) -> None:
+        # Python runs a handler once for several deliveries of a signal that arrive
+        # before it can run (a blocked step): count deliveries from the wakeup pipe.
         name = _signal_name(signum)
         self.received.append(name)
+        with self._count_lock:
+            self._drain()
+            count = max(len(self.received), self._seen)
+            self._handled_upto = max(self._handled_upto, self._seen)
         loop = getattr(self, "loop", None)
-        if len(self.received) == 1 and loop is not None:
+        if count == 1 and loop is not None:
             logger.warning(
                 "%s received: training stops after the current step; the epoch is closed "
                 "(checkpoints, logs). Send it again to abort at once.",
@@ -196,36 +210,50 @@ class StopOnSignal(Hook):
         logger.warning("%s received again: aborting training.", name)
         raise KeyboardInterrupt(f"{name} received twice: training aborted")
 
-    def _watch(self, read_fd: int) -> None:
-        seen = 0
-        deadline: float | None = None
-        wanted = {int(s) for s in self.signals}
+    def _drain(self) -> int:
+        """Read the wakeup pipe (non-blocking; under ``_count_lock``); count our signals."""
+        if self._pipe is None:
+            return 0
+        found = 0
         while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                ready, _, _ = select.select([read_fd], [], [], timeout)
+                data = os.read(self._pipe[0], 256)
+            except OSError:  # BlockingIOError when empty, or closed
+                break
+            if not data:
+                break
+            self._forward(data.replace(_QUIT, b""))
+            for byte in data:
+                if byte == 0:
+                    self._quit = True
+                elif byte in self._wanted:
+                    found += 1
+        self._seen += found
+        return found
+
+    def _watch(self, read_fd: int) -> None:
+        deadline: float | None = None
+        while not self._quit:
+            wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
+            try:
+                ready, _, _ = select.select([read_fd], [], [], wait)
             except (OSError, ValueError):
                 return
             if ready:
-                try:
-                    data = os.read(read_fd, 256)
-                except OSError:
-                    return
-                if not data:
-                    return
-                self._forward(data.replace(_QUIT, b""))
-                for byte in data:
-                    if byte == 0:
-                        return
-                    if byte in wanted:
-                        seen += 1
-                        delay = self.unblock_after_secs if seen == 1 else 0.1
-                        due = time.monotonic() + delay
-                        deadline = due if deadline is None else min(deadline, due)
+                with self._count_lock:
+                    found = self._drain()
+                    seen = self._seen
+                if found:
+                    delay = self.unblock_after_secs if seen == 1 else 0.1
+                    due = time.monotonic() + delay
+                    deadline = due if deadline is None else min(deadline, due)
                 continue
-            deadline = None
-            if len(self.received) < seen:
-                self._close_input_queues(seen)
+            if deadline is not None and time.monotonic() >= deadline:
+                deadline = None
+                with self._count_lock:
+                    pending, seen = self._handled_upto < self._seen, self._seen
+                if pending:
+                    self._close_input_queues(seen)
 
     def _forward(self, data: bytes) -> None:
         if data and self._old_wakeup_fd >= 0:
@@ -271,8 +299,8 @@ class StopOnSignal(Hook):
         self._previous = {}
         if self._pipe is not None:
             read_fd, write_fd = self._pipe
+            self._quit = True
             with contextlib.suppress(OSError):
-                os.set_blocking(write_fd, True)
                 os.write(write_fd, _QUIT)
             if self._watcher is not None:
                 self._watcher.join(timeout=10.0)
