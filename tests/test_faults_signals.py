@@ -154,17 +154,24 @@ def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensor
 
 
 @pytest.mark.slow
-def test_sigterm_stops_a_step_blocked_on_an_empty_queue(procs):
+def test_signals_stop_a_step_blocked_on_an_empty_queue(procs):
     proc = procs["blocked"]
     proc.wait_for("READY", START_TIMEOUT_S)  # the next step blocks: the queue stays empty
     proc.signal(signal.SIGTERM)
-    assert proc.wait(STOP_TIMEOUT_S) == 0, proc.tail()
-    result = proc.result()
-    assert result["history"]["loss"] and result["threads"] == ["MainThread"]
+    first = json.loads(proc.wait_for("FIRST", STOP_TIMEOUT_S).split(" ", 1)[1])
+    assert len(first["history"]["loss"]) == 1 and first["threads"] == ["MainThread"]
     latest = tf.train.latest_checkpoint(str(proc.logdir / "ckpt"))
     assert resume_epoch_of(latest)[0] == 0  # the interrupted epoch 0
     assert _load_all(latest)["global_step"] == 5
     assert "Closing the input queues" in proc.stderr_path.read_text()
+    # blocked again: two signals in a row abort at once, threads still joined
+    proc.wait_for("AGAIN", STOP_TIMEOUT_S)
+    proc.signal(signal.SIGINT)
+    proc.signal(signal.SIGINT)
+    code = proc.wait(STOP_TIMEOUT_S)
+    assert code in (-signal.SIGINT, 128 + signal.SIGINT, 1), proc.tail()
+    assert "KeyboardInterrupt: SIGINT received twice" in proc.stderr_path.read_text()
+    assert proc.result()["threads"] == ["MainThread"]
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ Scenarios (``--scenario``):
 * ``graceful``: a tf_keras model on ``tf.data`` with EpochCheckpoint, ModelCheckpoint and
   TensorBoard; prints ``READY`` in the middle of epoch 1, then steps slowly.
 * ``blocked``: the input queue runs dry (its source never produces), so the step blocks
-  inside ``session.run``; prints ``READY`` just before it blocks.
+  inside ``session.run``; prints ``READY`` just before it blocks, and after the graceful
+  stop, ``FIRST <json>``; then runs again and prints ``AGAIN`` before it blocks again.
 * ``abort``: a queue-runner pipeline from a TFRecord file; a stop request makes the epoch
   end take very long (prints ``CLOSING``), so that a second signal has to abort it.
 * ``kill_save``: saves a 32 MB variable at every (one-step) epoch end, and SIGKILLs itself
@@ -35,21 +36,25 @@ from tfr_hooks import tfrecord
 v1 = tf.compat.v1
 
 
+def thread_names() -> list[str]:
+    return [t.name for t in threading.enumerate()]
+
+
 def say(*parts: object) -> None:
     print(*parts, flush=True)
 
 
 class Ready(tfr_hooks.Hook):
-    """Prints READY after step ``at`` of epoch ``epoch``; sleeps ``pace`` s after it."""
+    """Prints ``label`` after step ``at`` of epoch ``epoch``; sleeps ``pace`` s after it."""
 
-    def __init__(self, epoch: int, at: int, pace: float = 0.0) -> None:
-        self.epoch, self.at, self.pace, self.ready = epoch, at, pace, False
+    def __init__(self, epoch: int, at: int, pace: float = 0.0, label: str = "READY") -> None:
+        self.epoch, self.at, self.pace, self.label, self.ready = epoch, at, pace, label, False
 
     def after_run(self, run_context, run_values) -> None:
         loop = self.loop
         if loop.epoch == self.epoch and loop.epoch_steps == self.at and not self.ready:
             self.ready = True
-            say("READY")
+            say(self.label)
         if self.ready:
             time.sleep(self.pace)
 
@@ -120,7 +125,21 @@ def blocked(logdir: str) -> dict:
         initializers=[prefill],
         run_timeout_secs=90,  # ends a forgotten process; the test waits less than this
     )
-    return {"history": loop.run(epochs=3)}
+    first = loop.run(epochs=3)
+    say("FIRST", json.dumps({"history": first, "threads": thread_names()}))
+    # again, in a new session (fresh queues): now two signals in a row must abort
+    again = tfr_hooks.SessionLoop(
+        train_op,
+        {"loss": loss},
+        [Ready(epoch=0, at=4, label="AGAIN")],
+        initializers=[prefill],
+        run_timeout_secs=90,
+    )
+    try:
+        return {"history": again.run(epochs=3)}
+    except KeyboardInterrupt:
+        say("RESULT", json.dumps({"threads": thread_names()}))
+        raise
 
 
 def abort(logdir: str, data: str) -> dict:
@@ -141,7 +160,7 @@ def abort(logdir: str, data: str) -> dict:
     try:
         return {"history": loop.run(epochs=1)}  # ~20 s after READY if no signal comes
     except KeyboardInterrupt:
-        say("RESULT", json.dumps({"threads": [t.name for t in threading.enumerate()]}))
+        say("RESULT", json.dumps({"threads": thread_names()}))
         raise
 
 
@@ -180,7 +199,7 @@ def main() -> None:
             result = kill_save(args.logdir)
         else:
             sys.exit(f"unknown scenario {args.scenario!r}")
-    result["threads"] = [t.name for t in threading.enumerate()]
+    result["threads"] = thread_names()
     say("RESULT", json.dumps(result))
 
 
