@@ -306,3 +306,18 @@ def test_handle_signals_false_adds_no_handler(graph):
     loop = tfr_hooks.SessionLoop(v.assign_add(1.0), {}, [watch], 2, handle_signals=False)
     loop.run(epochs=1)
     assert watch.seen == _handlers()
+
+
+def test_function_loop_stops_gracefully_on_sigint():
+    data = tf.data.Dataset.range(40).map(lambda i: tf.cast(i, tf.float32)).batch(2)
+    total = tf.Variable(0.0)
+
+    def step(batch):
+        total.assign_add(tf.reduce_sum(batch))
+        return {"sum": tf.reduce_sum(batch)}
+
+    watch = _Watch(send_at=3)
+    history = tfr_hooks.FunctionLoop(data, step_fn=step, hooks=[watch]).run(epochs=3)
+    assert watch.steps_at_epoch_end == [4]  # the epoch closed after the 4th step
+    assert len(history["sum"]) == 1
+    assert _handlers()[0] is signal.default_int_handler
