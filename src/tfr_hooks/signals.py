@@ -132,7 +132,7 @@ class StopOnSignal(Hook):
         self._lock = threading.Lock()
         # signals delivered (bytes read from the wakeup pipe), and how many of them the
         # handler has accounted for; both under _count_lock
-        self._count_lock = threading.Lock()
+        self._count_lock = threading.RLock()  # a handler may interrupt itself
         self._wanted = {int(s) for s in self.signals}
         self._seen = 0
         self._handled_upto = 0
