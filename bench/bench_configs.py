@@ -30,6 +30,14 @@ ROWS: list[tuple[str, str]] = [
     ("function_loop_1_cb", "FunctionLoop, steps_per_execution=1 + 3 callbacks"),
     ("function_loop_32", "FunctionLoop, steps_per_execution=32, no hooks"),
     ("function_loop_32_cb", "FunctionLoop, steps_per_execution=32 + 3 callbacks"),
+    (
+        "session_loop_dataset_reinit",
+        "SessionLoop, tf.data, no hooks, epochs end with the data (re-initialized)",
+    ),
+    (
+        "function_loop_32_reinit",
+        "FunctionLoop, spe=32, no hooks, epochs end with the data (new iterator)",
+    ),
     ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
     ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
     ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in C++ (Dataset.reduce)"),
@@ -54,4 +62,6 @@ LOOPS = (
     "function_loop_1_cb",
     "function_loop_32",
     "function_loop_32_cb",
+    "session_loop_dataset_reinit",
+    "function_loop_32_reinit",
 )

@@ -160,7 +160,7 @@ def graph_training(model: str, x: Any, y: Any) -> tuple[Any, Any, dict[Any, Any]
     return net, training, feeds
 
 
-def keras3_model(model: str) -> Any:
+def keras3_model(model: str, steps_per_execution: int = 1) -> Any:
     """The compiled Keras 3 model."""
     import keras as k3
 
@@ -170,6 +170,7 @@ def keras3_model(model: str) -> Any:
         optimizer=k3.optimizers.Adam(LEARNING_RATE),
         loss=k3.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
     )
     return net
 
@@ -220,8 +221,17 @@ def num_examples(spec: Spec) -> int:
     return int(json.loads(Path(spec.data_dir, "info.json").read_text())["examples"])
 
 
-def read_batches(spec: Spec, pipeline: str, num_epochs: int | None = None) -> Any:
+def steps_per_epoch(spec: Spec) -> int:
+    """Full batches per epoch: every row runs this many steps of ``batch_size`` an epoch."""
+    return num_examples(spec) // spec.batch_size
 
+
+def read_batches(spec: Spec, pipeline: str, *, reinit: bool = False) -> Any:
+    """The package's graph-mode pipeline; endless enough unless ``reinit`` (one pass)."""
+    # the queue is endless with None; the dataset reads num_epochs passes per
+    # initialization (one with None): one initialization for the whole run unless reinit
+    endless = pipeline == "queue" or reinit
+    num_epochs = None if endless else spec.epochs + 2
     return tfrecord.read_batches(
         records(spec),
         spec.batch_size,
@@ -233,13 +243,14 @@ def read_batches(spec: Spec, pipeline: str, num_epochs: int | None = None) -> An
     )
 
 
-def tf2_dataset(spec: Spec) -> Any:
-
+def tf2_dataset(spec: Spec, *, reinit: bool = False) -> Any:
+    """The package's TF2 pipeline: endless (epochs in steps) unless ``reinit`` (one pass)."""
     return tfrecord.dataset(
         records(spec),
         spec.batch_size,
         shuffle_buffer=4 * spec.batch_size,
         seed=spec.seed,
+        num_epochs=1 if reinit else None,
         as_tuple=("image", "label"),
     )
 
@@ -259,8 +270,6 @@ def python_batches(spec: Spec) -> Any:
             if len(labels) == spec.batch_size:
                 yield np.stack(images), np.asarray(labels, np.int64)
                 images, labels = [], []
-    if labels:
-        yield np.stack(images), np.asarray(labels, np.int64)
 
 
 # -- graph-mode rows --------------------------------------------------------------------
@@ -274,6 +283,7 @@ def feed_dict_rows(spec: Spec, source: str) -> dict[str, Any]:
     from bench_data import load_arrays
 
     clock = Clock(spec)
+    steps = steps_per_epoch(spec)
     with tf.Graph().as_default():
         v1.set_random_seed(spec.seed)
         x = v1.placeholder(tf.uint8, [None, 784], name="x")
@@ -293,7 +303,7 @@ def feed_dict_rows(spec: Spec, source: str) -> dict[str, Any]:
                         (images[idx], labels[idx])
                         for idx in (
                             order[i : i + spec.batch_size]
-                            for i in range(0, len(order), spec.batch_size)
+                            for i in range(0, steps * spec.batch_size, spec.batch_size)
                         )
                     )
                 else:
@@ -307,10 +317,10 @@ def feed_dict_rows(spec: Spec, source: str) -> dict[str, Any]:
 
 def tf_keras_fit(spec: Spec) -> dict[str, Any]:
     clock = Clock(spec)
-    steps = num_examples(spec) // spec.batch_size
+    steps = steps_per_epoch(spec)
     with tf.Graph().as_default():
         v1.set_random_seed(spec.seed)
-        batches = read_batches(spec, "dataset", num_epochs=spec.epochs + 2)
+        batches = read_batches(spec, "dataset")
         x, y = batches.tensors
         net = graph_model(spec.model, x)
         net.compile(
@@ -331,8 +341,9 @@ def tf_keras_fit(spec: Spec) -> dict[str, Any]:
 
 
 def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
+    """A hand-written ``while``/``session.run`` loop, ``steps`` steps an epoch."""
     clock = Clock(spec)
-    steps = num_examples(spec) // spec.batch_size
+    steps = steps_per_epoch(spec)
     with tf.Graph().as_default():
         v1.set_random_seed(spec.seed)
         batches = read_batches(spec, pipeline)
@@ -341,21 +352,14 @@ def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
         fetch = [training.train_op, training.fetches["loss"], training.batch_size]
         with v1.Session() as session:
             _session_init(session)
+            session.run(batches.initializers)
             coord = v1.train.Coordinator()
             threads = v1.train.start_queue_runners(session, coord) if pipeline == "queue" else []
             try:
                 for _ in range(spec.epochs + 1):
                     seen = 0
-                    if pipeline == "queue":  # an endless stream: epochs counted in steps
-                        for _ in range(steps):
-                            seen += session.run(fetch, feeds)[2]
-                    else:  # one pass per initialization
-                        session.run(batches.initializers)
-                        while True:
-                            try:
-                                seen += session.run(fetch, feeds)[2]
-                            except tf.errors.OutOfRangeError:
-                                break
+                    for _ in range(steps):
+                        seen += session.run(fetch, feeds)[2]
                     clock.mark(seen)
             finally:
                 coord.request_stop()
@@ -363,14 +367,16 @@ def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
     return clock.result()
 
 
-def session_loop(spec: Spec, pipeline: str, with_callbacks: bool) -> dict[str, Any]:
+def session_loop(
+    spec: Spec, pipeline: str, with_callbacks: bool, *, reinit: bool = False
+) -> dict[str, Any]:
+    """``SessionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``."""
     import tfr_hooks
 
     clock = Clock(spec)
-    steps = num_examples(spec) // spec.batch_size
     with tf.Graph().as_default():
         v1.set_random_seed(spec.seed)
-        batches = read_batches(spec, pipeline)
+        batches = read_batches(spec, pipeline, reinit=reinit)
         x, y = batches.tensors
         net, training, _ = graph_training(spec.model, x, y)
         hooks = []
@@ -381,7 +387,7 @@ def session_loop(spec: Spec, pipeline: str, with_callbacks: bool) -> dict[str, A
             training.train_op,
             fetches=training.fetches,
             hooks=hooks,
-            steps_per_epoch=steps if pipeline == "queue" else None,
+            steps_per_epoch=None if reinit else steps_per_epoch(spec),
             initializers=batches.initializers,
             batch_size=training.batch_size,
         )
@@ -392,7 +398,7 @@ def session_loop(spec: Spec, pipeline: str, with_callbacks: bool) -> dict[str, A
 def input_only(spec: Spec, pipeline: str) -> dict[str, Any]:
     """Ceiling: the graph-mode pipeline alone, one ``session.run`` of a tiny fetch a batch."""
     clock = Clock(spec)
-    steps = num_examples(spec) // spec.batch_size
+    steps = steps_per_epoch(spec)
     with tf.Graph().as_default():
         batches = read_batches(spec, pipeline)
         x, y = batches.tensors
@@ -401,21 +407,14 @@ def input_only(spec: Spec, pipeline: str) -> dict[str, Any]:
         probe.append(tf.shape(y)[0])
         with v1.Session() as session:
             _session_init(session)
+            session.run(batches.initializers)
             coord = v1.train.Coordinator()
             threads = v1.train.start_queue_runners(session, coord) if pipeline == "queue" else []
             try:
                 for _ in range(spec.epochs + 1):
                     seen = 0
-                    if pipeline == "queue":
-                        for _ in range(steps):
-                            seen += session.run(probe)[1]
-                    else:
-                        session.run(batches.initializers)
-                        while True:
-                            try:
-                                seen += session.run(probe)[1]
-                            except tf.errors.OutOfRangeError:
-                                break
+                    for _ in range(steps):
+                        seen += session.run(probe)[1]
                     clock.mark(seen)
             finally:
                 coord.request_stop()
@@ -429,7 +428,7 @@ def model_only(spec: Spec) -> dict[str, Any]:
 
     clock = Clock(spec)
     images, labels = load_arrays(spec.data_dir)
-    steps = -(-len(labels) // spec.batch_size)
+    steps = steps_per_epoch(spec)
     with tf.Graph().as_default():
         v1.set_random_seed(spec.seed)
         x = tf.constant(images[: spec.batch_size])
@@ -449,24 +448,29 @@ def model_only(spec: Spec) -> dict[str, Any]:
 
 
 def keras3_fit(spec: Spec, with_callbacks: bool, steps_per_execution: int = 1) -> dict[str, Any]:
+    """Keras 3 ``model.fit`` on the endless pipeline, ``steps_per_epoch`` steps an epoch."""
     import keras as k3
 
     clock = Clock(spec)
-    net = keras3_model(spec.model)
-    if steps_per_execution != 1:
-        net.compile(
-            optimizer=k3.optimizers.Adam(LEARNING_RATE),
-            loss=k3.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-            steps_per_execution=steps_per_execution,
-        )
+    steps = steps_per_epoch(spec)
+    net = keras3_model(spec.model, steps_per_execution)
     cbs = callbacks(k3, spec.workdir) if with_callbacks else []
-    cbs.append(clock_callback(k3, clock, num_examples(spec)))
-    net.fit(tf2_dataset(spec), epochs=spec.epochs + 1, verbose=0, callbacks=cbs, shuffle=False)
+    cbs.append(clock_callback(k3, clock, steps * spec.batch_size))
+    net.fit(
+        tf2_dataset(spec),
+        epochs=spec.epochs + 1,
+        steps_per_epoch=steps,
+        verbose=0,
+        callbacks=cbs,
+        shuffle=False,
+    )
     return clock.result()
 
 
-def function_loop(spec: Spec, steps_per_execution: int, with_callbacks: bool) -> dict[str, Any]:
+def function_loop(
+    spec: Spec, steps_per_execution: int, with_callbacks: bool, *, reinit: bool = False
+) -> dict[str, Any]:
+    """``FunctionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``."""
     import keras as k3
 
     import tfr_hooks
@@ -479,25 +483,33 @@ def function_loop(spec: Spec, steps_per_execution: int, with_callbacks: bool) ->
         hooks.append(tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net))
     hooks.append(clock_hook(clock))
     loop = FunctionLoop(
-        tf2_dataset(spec), model=net, hooks=hooks, steps_per_execution=steps_per_execution
+        tf2_dataset(spec, reinit=reinit),
+        model=net,
+        hooks=hooks,
+        steps_per_execution=steps_per_execution,
+        steps_per_epoch=None if reinit else steps_per_epoch(spec),
     )
     loop.run(epochs=spec.epochs + 1)
     return clock.result()
 
 
 def input_only_tf2(spec: Spec) -> dict[str, Any]:
-    """Ceiling: the TF2 pipeline alone, consumed in C++ by ``Dataset.reduce``."""
+    """Ceiling: the TF2 pipeline alone, consumed inside a ``tf.function`` (no Python a batch)."""
     clock = Clock(spec)
-    ds = tf2_dataset(spec)
+    steps = steps_per_epoch(spec)
+    iterator = iter(tf2_dataset(spec))
 
-    def count(total: Any, batch: Any) -> Any:
-        x, y = batch
-        touch = tf.cast(tf.reduce_sum(tf.cast(x, tf.int32)) * 0, tf.int64)
-        return total + tf.shape(y, out_type=tf.int64)[0] + touch + tf.reduce_sum(y) * 0
+    def consume(n: Any) -> Any:
+        def body(i: Any, seen: Any) -> Any:
+            x, y = next(iterator)
+            touch = tf.cast(tf.reduce_sum(tf.cast(x, tf.int32)) * 0, tf.int64)
+            return i + 1, seen + tf.shape(y, out_type=tf.int64)[0] + touch + tf.reduce_sum(y) * 0
 
-    run = tf.function(lambda: ds.reduce(tf.constant(0, tf.int64), count))
+        return tf.while_loop(lambda i, _: i < n, body, [tf.constant(0), tf.constant(0, tf.int64)])
+
+    run = tf.function(consume, autograph=False)
     for _ in range(spec.epochs + 1):
-        clock.mark(int(run()))
+        clock.mark(int(run(tf.constant(steps))[1]))
     return clock.result()
 
 
@@ -507,7 +519,7 @@ def model_only_tf2(spec: Spec, steps_per_call: int = 32) -> dict[str, Any]:
 
     clock = Clock(spec)
     images, labels = load_arrays(spec.data_dir)
-    steps = -(-len(labels) // spec.batch_size)
+    steps = steps_per_epoch(spec)
     net = keras3_model(spec.model)
     batch = (tf.constant(images[: spec.batch_size]), tf.constant(labels[: spec.batch_size]))
 
@@ -550,6 +562,8 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "function_loop_1_cb": lambda s: function_loop(s, 1, True),
     "function_loop_32": lambda s: function_loop(s, 32, False),
     "function_loop_32_cb": lambda s: function_loop(s, 32, True),
+    "session_loop_dataset_reinit": lambda s: session_loop(s, "dataset", False, reinit=True),
+    "function_loop_32_reinit": lambda s: function_loop(s, 32, False, reinit=True),
     "input_queue": lambda s: input_only(s, "queue"),
     "input_dataset": lambda s: input_only(s, "dataset"),
     "input_tf2": input_only_tf2,
