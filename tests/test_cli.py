@@ -203,3 +203,6 @@ def test_python_dash_m_inspect(tmp_path):
     assert result.stdout.splitlines()[0] == path
     assert "  records: 3   compression: none" in result.stdout
     assert "  label    int64  1" in result.stdout
+    # TensorFlow's start-up notices do not bury the command's output
+    assert "oneDNN" not in result.stderr
+    assert "cuda" not in result.stderr.lower()

@@ -5,8 +5,10 @@ Usage::
     tfr-hooks convert INPUT.npz OUTDIR --shards 4 [--compression gzip|zlib]
     tfr-hooks inspect FILE_OR_DIR_OR_GLOB... [--json] [--max-records N]
 
-Only the standard library is imported at module level: :func:`main` quiets TensorFlow's
-start-up messages (``TF_CPP_MIN_LOG_LEVEL=2`` unless already set) before importing it.
+Only the standard library is imported at module level: :func:`main` imports TensorFlow
+through :func:`tfr_hooks.quiet.import_tensorflow`, which drops its start-up notices
+(``TF_CPP_MIN_LOG_LEVEL=2`` unless already set, and the lines printed before that is
+read) and keeps everything else, errors included.
 Run it as ``tfr-hooks`` or ``python -m tfr_hooks.cli``.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -87,13 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     Examples:
         >>> main(["inspect", "data/train.tfrecord"])  # doctest: +SKIP
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "inspect" and args.max_records is not None and args.max_records < 1:
         parser.error(f"--max-records must be a positive integer, not {args.max_records}")
     if args.command == "convert" and args.shards < 1:
         parser.error(f"--shards must be a positive integer, not {args.shards}")
+    from tfr_hooks.quiet import import_tensorflow
+
+    import_tensorflow()  # before anything else imports TensorFlow
     from tfr_hooks import tfrecord
 
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
