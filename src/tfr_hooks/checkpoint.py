@@ -86,7 +86,8 @@ class EpochCheckpoint(Hook):
 
     Raises:
         TypeError: If ``logdir`` is not a path.
-        ValueError: If ``max_to_keep`` is not a positive integer.
+        ValueError: If ``max_to_keep`` is not a positive integer; when a run starts, if
+            the latest checkpoint in ``logdir`` does not match the graph's variables.
 
     Examples:
         >>> loop = SessionLoop(train_op, fetches, initializers=[it.initializer],
@@ -149,7 +150,15 @@ class EpochCheckpoint(Hook):
         self._counter = counter + 1  # names are never reused, even without restoring
         if not self.restore:
             return
-        saver.restore(session, path)
+        try:
+            saver.restore(session, path)
+        except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, ValueError) as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ValueError(
+                f"Expected the checkpoint {path!r} to hold this model's variables, to resume "
+                f"from it; it does not match the graph ({first_line}). Use another "
+                f"`logdir` for a different model. Received: logdir={self.logdir!r}"
+            ) from error
         saver.recover_last_checkpoints(
             [
                 p if os.path.isabs(p) else os.path.join(self.logdir, p)
