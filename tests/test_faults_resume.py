@@ -159,3 +159,24 @@ def test_function_loop_resumes_with_keras_backup_and_restore(tmp_path):
     for got, want in zip(model.get_weights(), reference.get_weights(), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5)
     assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS
+
+
+def test_a_checkpoint_of_another_model_is_refused_clearly(tmp_path):
+    _session_run(tmp_path / "run")  # a LinearModel's checkpoints
+    with tf.Graph().as_default():
+        other = tf.Variable(tf.zeros([3]), name="other")
+        ended = []
+
+        class End(tfr_hooks.Hook):
+            def end(self, session):
+                ended.append(True)
+
+        loop = tfr_hooks.SessionLoop(
+            other.assign_add(tf.ones([3])),
+            {},
+            [tfr_hooks.EpochCheckpoint(tmp_path / "run"), End()],
+            steps_per_epoch=1,
+        )
+        with pytest.raises(ValueError, match=r"does not match the graph .*Received: logdir="):
+            loop.run(epochs=2)
+    assert ended == [True]
