@@ -38,6 +38,10 @@ ROWS: list[tuple[str, str]] = [
         "function_loop_32_reinit",
         "FunctionLoop, spe=32, no hooks, epochs end with the data (new iterator)",
     ),
+    (
+        "function_loop_32_cached",
+        "FunctionLoop, spe=32, no hooks, parsed batches cached in memory after epoch 1",
+    ),
     ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
     ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
     ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in C++ (Dataset.reduce)"),
@@ -64,4 +68,5 @@ LOOPS = (
     "function_loop_32_cb",
     "session_loop_dataset_reinit",
     "function_loop_32_reinit",
+    "function_loop_32_cached",
 )

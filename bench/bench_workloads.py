@@ -468,9 +468,19 @@ def keras3_fit(spec: Spec, with_callbacks: bool, steps_per_execution: int = 1) -
 
 
 def function_loop(
-    spec: Spec, steps_per_execution: int, with_callbacks: bool, *, reinit: bool = False
+    spec: Spec,
+    steps_per_execution: int,
+    with_callbacks: bool,
+    *,
+    reinit: bool = False,
+    cached: bool = False,
 ) -> dict[str, Any]:
-    """``FunctionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``."""
+    """``FunctionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``.
+
+    With ``cached``, the parsed batches of the first pass (the warm-up epoch) are kept in
+    memory (``.cache().repeat()``), as ``feed_dict`` from in-memory arrays keeps decoded
+    arrays: later epochs neither read nor parse.
+    """
     import keras as k3
 
     import tfr_hooks
@@ -482,8 +492,11 @@ def function_loop(
     if with_callbacks:
         hooks.append(tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net))
     hooks.append(clock_hook(clock))
+    data = tf2_dataset(spec, reinit=reinit or cached)
+    if cached:
+        data = data.cache().repeat()
     loop = FunctionLoop(
-        tf2_dataset(spec, reinit=reinit),
+        data,
         model=net,
         hooks=hooks,
         steps_per_execution=steps_per_execution,
@@ -564,6 +577,7 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "function_loop_32_cb": lambda s: function_loop(s, 32, True),
     "session_loop_dataset_reinit": lambda s: session_loop(s, "dataset", False, reinit=True),
     "function_loop_32_reinit": lambda s: function_loop(s, 32, False, reinit=True),
+    "function_loop_32_cached": lambda s: function_loop(s, 32, False, cached=True),
     "input_queue": lambda s: input_only(s, "queue"),
     "input_dataset": lambda s: input_only(s, "dataset"),
     "input_tf2": input_only_tf2,
