@@ -85,11 +85,16 @@ class Clock:
         self.cpu: list[float] = []
         self.profile_path = spec.profile
         self.profiler: Any = None
+        #: time spent inside the bracketed hooks/callbacks: per-batch calls, epoch events
+        self.in_hooks = {"batch": 0.0, "epoch": 0.0}
+        self.hook_marks: list[dict[str, float]] = []
+        self._started = 0.0
 
     def mark(self, examples: int) -> None:
         now = time.perf_counter()
         self.marks.append((now, int(examples)))
         self.cpu.append(_cpu_seconds())
+        self.hook_marks.append(dict(self.in_hooks))
         if self.profile_path and len(self.marks) == 1:
             from pyinstrument import Profiler
 
@@ -111,7 +116,17 @@ class Clock:
             "examples": examples,
             "epochs": len(self.marks) - 1,
             "cpu_seconds": self.cpu[-1] - self.cpu[0],
+            "hook_batch_seconds": self.hook_marks[-1]["batch"] - self.hook_marks[0]["batch"],
+            "hook_epoch_seconds": self.hook_marks[-1]["epoch"] - self.hook_marks[0]["epoch"],
         }
+
+    def enter(self) -> None:
+        """The first bracketing hook: the callbacks under test start."""
+        self._started = time.perf_counter()
+
+    def leave(self, kind: str) -> None:
+        """The last bracketing hook: the callbacks under test are done."""
+        self.in_hooks[kind] += time.perf_counter() - self._started
 
 
 # -- models ---------------------------------------------------------------------------
@@ -195,6 +210,72 @@ def clock_callback(keras_module: Any, clock: Clock, examples: int) -> Any:
             clock.mark(examples)
 
     return ClockCallback()
+
+
+def bracket_callbacks(keras_module: Any, clock: Clock, cbs: list[Any]) -> list[Any]:
+    """``cbs`` between two callbacks that time every call into them (batch and epoch)."""
+    base = keras_module.callbacks.Callback
+
+    class First(base):  # type: ignore[misc,valid-type]
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            clock.enter()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            clock.enter()
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            clock.enter()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            clock.enter()
+
+    class Last(base):  # type: ignore[misc,valid-type]
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            clock.leave("batch")
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            clock.leave("batch")
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            clock.leave("epoch")
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            clock.leave("epoch")
+
+    return [First(), *cbs, Last()]
+
+
+def bracket_hooks(clock: Clock, hooks: list[Any]) -> list[Any]:
+    """``hooks`` between two hooks that time every call into them (step and epoch)."""
+    import tfr_hooks
+
+    class First(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
+        def before_run(self, run_context: Any) -> None:
+            clock.enter()
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            clock.enter()
+
+        def epoch_begin(self, epoch: int) -> None:
+            clock.enter()
+
+        def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+            clock.enter()
+
+    class Last(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
+        def before_run(self, run_context: Any) -> None:
+            clock.leave("batch")
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            clock.leave("batch")
+
+        def epoch_begin(self, epoch: int) -> None:
+            clock.leave("epoch")
+
+        def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+            clock.leave("epoch")
+
+    return [First(), *hooks, Last()]
 
 
 def clock_hook(clock: Clock) -> Any:
@@ -381,7 +462,8 @@ def session_loop(
         net, training, _ = graph_training(spec.model, x, y)
         hooks = []
         if with_callbacks:
-            hooks.append(tfr_hooks.KerasCallbacks(callbacks(tf_keras, spec.workdir), net))
+            hook = tfr_hooks.KerasCallbacks(callbacks(tf_keras, spec.workdir), net)
+            hooks = bracket_hooks(clock, [hook])
         hooks.append(clock_hook(clock))
         loop = tfr_hooks.SessionLoop(
             training.train_op,
@@ -454,7 +536,7 @@ def keras3_fit(spec: Spec, with_callbacks: bool, steps_per_execution: int = 1) -
     clock = Clock(spec)
     steps = steps_per_epoch(spec)
     net = keras3_model(spec.model, steps_per_execution)
-    cbs = callbacks(k3, spec.workdir) if with_callbacks else []
+    cbs = bracket_callbacks(k3, clock, callbacks(k3, spec.workdir)) if with_callbacks else []
     cbs.append(clock_callback(k3, clock, steps * spec.batch_size))
     net.fit(
         tf2_dataset(spec),
@@ -490,7 +572,7 @@ def function_loop(
     net = keras3_model(spec.model)
     hooks = []
     if with_callbacks:
-        hooks.append(tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net))
+        hooks = bracket_hooks(clock, [tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net)])
     hooks.append(clock_hook(clock))
     data = tf2_dataset(spec, reinit=reinit or cached)
     if cached:
