@@ -227,6 +227,8 @@ class _SessionRunner:
         if owner._batch_size is not None:
             self.train_fetches["batch_size"] = owner._batch_size
         self.options = None
+        self.fast_run: Callable[[], Any] | None = None
+        self.on_results: Callable[[Any], None] | None = None
         if owner.run_timeout_secs is not None:
             self.options = _v1.RunOptions(timeout_in_ms=int(owner.run_timeout_secs * 1000))
 
@@ -238,6 +240,14 @@ class _SessionRunner:
         self.coord = _v1.train.Coordinator()
         self.loop = loop
         loop.session = self.session
+        # steps where no hook adds anything run through a prepared callable: it skips
+        # session.run's parsing of the fetch structure, the loop's main cost per step
+        prepared = self.session.make_callable(
+            self.train_fetches, accept_options=self.options is not None
+        )
+        options = self.options
+        self.fast_run = prepared if options is None else lambda: prepared(options=options)
+        self.on_results = lambda r: _set_batch_logs(loop, r["logs"])
         hooks.after_create_session(self.session, self.coord)
 
     def start_epoch(self, epoch: int, restart_data: bool) -> None:
@@ -254,7 +264,8 @@ class _SessionRunner:
                 self.train_fetches,
                 loop,
                 options=self.options,
-                on_results=lambda r: _set_batch_logs(loop, r["logs"]),
+                on_results=self.on_results,
+                fast_run=self.fast_run,
             )
         except tf.errors.OutOfRangeError:
             return StepResult(0, 0, exhausted=True)
@@ -301,11 +312,14 @@ def run_with_hooks(
     options: Any = None,
     run_metadata: Any = None,
     on_results: Callable[[Any], None] | None = None,
+    fast_run: Callable[[], Any] | None = None,
 ) -> Any:
     """One ``session.run`` of ``fetches`` merged with what the hooks ask in ``before_run``.
 
     Calls ``on_results`` with the results for ``fetches`` before any ``after_run``, and
-    turns ``run_context.request_stop()`` into ``loop.request_stop()``.
+    turns ``run_context.request_stop()`` into ``loop.request_stop()``. When no hook asks
+    for anything and nothing is fed, ``fast_run`` (a callable made by
+    ``session.make_callable`` for ``fetches`` with ``options``) runs the step instead.
 
     Returns:
         The results for ``fetches``.
@@ -317,6 +331,43 @@ def run_with_hooks(
         original_args=_v1.train.SessionRunArgs(fetches, feed_dict, options), session=session
     )
     hook_args = [hook.before_run(run_context) for hook in hooks]
+    if fast_run is not None and not feed_dict and all(a is None for a in hook_args):
+        caller_results = fast_run()
+        hook_results: list[Any] = [None] * len(hook_args)
+        merged_options = options if options is not None else _v1.RunOptions()
+        run_metadata = run_metadata if run_metadata is not None else _v1.RunMetadata()
+    else:
+        caller_results, hook_results, merged_options, run_metadata = _merged_run(
+            session, hooks, hook_args, fetches, feed_dict, options, run_metadata
+        )
+    if on_results is not None:
+        on_results(caller_results)
+    for hook, results in zip(hooks, hook_results, strict=True):
+        hook.after_run(
+            run_context,
+            _v1.train.SessionRunValues(
+                results=results, options=merged_options, run_metadata=run_metadata
+            ),
+        )
+    if run_context.stop_requested:
+        loop.request_stop("a hook called run_context.request_stop()")
+    return caller_results
+
+
+def _merged_run(
+    session: Any,
+    hooks: HookList,
+    hook_args: list[Any],
+    fetches: Any,
+    feed_dict: Mapping[Any, Any] | None,
+    options: Any,
+    run_metadata: Any,
+) -> tuple[Any, list[Any], Any, Any]:
+    """Merge the hooks' fetches, feeds and options with the caller's into one run.
+
+    Returns:
+        The caller's results, each hook's results, the merged options, the metadata.
+    """
     merged_fetches: dict[str, Any] = {"__caller": fetches}
     feeds = dict(feed_dict or {})
     merged_options = _v1.RunOptions()
@@ -346,20 +397,8 @@ def run_with_hooks(
         options=merged_options if any_options else None,
         run_metadata=run_metadata if any_options else None,
     )
-    caller_results = results["__caller"]
-    if on_results is not None:
-        on_results(caller_results)
-    for i, hook in enumerate(hooks):
-        hook_results = results.get(f"hook_{i}")
-        hook.after_run(
-            run_context,
-            _v1.train.SessionRunValues(
-                results=hook_results, options=merged_options, run_metadata=run_metadata
-            ),
-        )
-    if run_context.stop_requested:
-        loop.request_stop("a hook called run_context.request_stop()")
-    return caller_results
+    hook_results = [results.get(f"hook_{i}") for i in range(len(hook_args))]
+    return results["__caller"], hook_results, merged_options, run_metadata
 
 
 def _set_batch_logs(loop: LoopState, values: Mapping[str, Any]) -> None:
