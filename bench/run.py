@@ -40,7 +40,7 @@ if (ROOT / "src" / "tfr_hooks").is_dir():  # a checkout: benchmark the working t
 from bench_configs import DESCRIPTIONS, MODEL_FREE, ROWS  # noqa: E402
 from bench_report import render_markdown, render_png, summarize  # noqa: E402
 
-DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 1}
+DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 2}
 QUICK = {"examples": 2048, "repeats": 1, "epochs": 1}
 TMP = Path(tempfile.gettempdir()) / "tfr_hooks_bench"
 
@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny data, 1 repeat, output in /tmp")
     parser.add_argument("--repeats", type=int, help="runs of each configuration (default 3)")
     parser.add_argument("--examples", type=int, help="examples in the data set (default 60000)")
-    parser.add_argument("--epochs", type=int, help="timed epochs per run, after 1 warm-up")
+    parser.add_argument("--epochs", type=int, help="timed epochs per run after 1 warm-up (2)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp,cnn")
     parser.add_argument("--only", help="comma-separated configurations to run")
