@@ -137,6 +137,7 @@ class StopOnSignal(Hook):
         self._seen = 0
         self._handled_upto = 0
         self._quit = False
+        self._aborting = ""  # the signal that aborted the run, if one did
 
     @property
     def active(self) -> bool:
@@ -187,6 +188,17 @@ class StopOnSignal(Hook):
         """Restore the previous handlers and wakeup fd; stop and join the watcher."""
         self._uninstall()
 
+    def translate_error(self, error: BaseException) -> BaseException | None:
+        """After an abort, the error is the ``KeyboardInterrupt``, whatever wrapped it.
+
+        The interrupt is raised wherever the main thread is when the handler runs; code
+        in between may turn it into another exception (pybind11, converting a
+        TensorFlow error at that moment, raises a ``RuntimeError`` about the mismatch).
+        """
+        if self._aborting and not isinstance(error, KeyboardInterrupt):
+            return KeyboardInterrupt(f"{self._aborting} received twice: training aborted")
+        return None
+
     # -- the handler (main thread) and the watcher (its own thread) -------------------
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -208,6 +220,7 @@ class StopOnSignal(Hook):
             loop.request_stop(f"{name} received")
             return
         logger.warning("%s received again: aborting training.", name)
+        self._aborting = name
         raise KeyboardInterrupt(f"{name} received twice: training aborted")
 
     def _drain(self) -> int:
