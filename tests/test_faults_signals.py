@@ -30,6 +30,7 @@ SCRIPT = Path(__file__).parent / "_fault_scripts" / "train.py"
 SRC = Path(__file__).parent.parent / "src"
 START_TIMEOUT_S = 240  # four processes import TensorFlow at once on two slow cores
 STOP_TIMEOUT_S = 30  # a graceful stop must end the process within this
+BLOCK_S = 2  # after the last step it can take, a process is blocked well within this
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -157,6 +158,7 @@ def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensor
 def test_signals_stop_a_step_blocked_on_an_empty_queue(procs):
     proc = procs["blocked"]
     proc.wait_for("READY", START_TIMEOUT_S)  # the next step blocks: the queue stays empty
+    time.sleep(BLOCK_S)  # let it block (checked below: the watcher had to unblock it)
     proc.signal(signal.SIGTERM)
     first = json.loads(proc.wait_for("FIRST", STOP_TIMEOUT_S).split(" ", 1)[1])
     assert len(first["history"]["loss"]) == 1 and first["threads"] == ["MainThread"]
@@ -166,11 +168,15 @@ def test_signals_stop_a_step_blocked_on_an_empty_queue(procs):
     assert "Closing the input queues" in proc.stderr_path.read_text()
     # blocked again: two signals in a row abort at once, threads still joined
     proc.wait_for("AGAIN", STOP_TIMEOUT_S)
+    time.sleep(BLOCK_S)
     proc.signal(signal.SIGINT)
-    proc.signal(signal.SIGINT)
+    time.sleep(0.5)  # delivered apart (the kernel merges a signal sent while one is pending)
+    proc.signal(signal.SIGINT)  # within the first one's 2 s grace: Python runs one handler
     code = proc.wait(STOP_TIMEOUT_S)
     assert code in (-signal.SIGINT, 128 + signal.SIGINT, 1), proc.tail()
-    assert "KeyboardInterrupt: SIGINT received twice" in proc.stderr_path.read_text()
+    stderr = proc.stderr_path.read_text()
+    assert "KeyboardInterrupt: SIGINT received twice" in stderr
+    assert "has not handled 2 signal(s)" in stderr  # blocked: they arrived together
     assert proc.result()["threads"] == ["MainThread"]
 
 
