@@ -347,7 +347,7 @@ def render_png(tables: Sequence[ModelTable], path: str, title: str = "") -> None
 
     n = max((len(t.rows) for t in tables), default=1)
     fig, axes = plt.subplots(
-        1, len(tables), figsize=(7 * len(tables), 0.38 * n + 1.8), squeeze=False, sharey=True
+        1, len(tables), figsize=(7 * len(tables), 0.38 * n + 1.8), squeeze=False
     )
     for ax, table in zip(axes[0], tables, strict=True):
         names = [r.config for r in table.rows]
@@ -364,6 +364,13 @@ def render_png(tables: Sequence[ModelTable], path: str, title: str = "") -> None
                 colors.append("#ff7f0e")
         y = list(range(len(names)))
         ax.barh(y, medians, xerr=[low, high], color=colors, capsize=2)
+        # the input-alone ceilings are far off the scale of the loops: clip, and label them
+        scale = [r.high or 0.0 for r in table.rows if not r.config.startswith("input_")]
+        limit = 1.2 * max([*scale, table.ceiling or 0.0, 1.0])
+        ax.set_xlim(0, limit)
+        for yi, value in zip(y, medians, strict=True):
+            if value > limit:
+                ax.text(limit * 0.98, yi, f"{value:,.0f} ->", va="center", ha="right", fontsize=8)
         if table.reference:
             ax.axvline(
                 table.reference, color="black", linestyle="--", linewidth=1, label="Keras 3 fit"
@@ -374,9 +381,11 @@ def render_png(tables: Sequence[ModelTable], path: str, title: str = "") -> None
             )
         ax.set_yticks(y)
         ax.set_yticklabels(names)
-        ax.invert_yaxis()
+        ax.invert_yaxis()  # table order, top to bottom
         ax.set_xlabel("examples / second (median, whiskers min-max)")
-        ax.set_title(table.model)
+        ax.set_title(
+            f"{table.model}  (orange: alternatives, blue: tfr_hooks, grey: ceilings)", fontsize=10
+        )
         ax.legend(loc="lower right", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)
