@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"held-out ({held_out['examples']:.0f} records): loss {held_out['loss']:.4f}  "
         f"accuracy {held_out['accuracy']:.4f}  (chance is 0.10)"
     )
-    print(f"checkpoints in {checkpoints}; {time.perf_counter() - started:.0f} s from data to result")
+    seconds = time.perf_counter() - started
+    print(f"checkpoints in {checkpoints}; {seconds:.0f} s from data to result")
     return held_out
 
 
