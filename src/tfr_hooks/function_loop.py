@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from tfr_hooks.engine import StepResult, check_steps, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
-from tfr_hooks.signals import StopOnSignal
+from tfr_hooks.signals import with_signal_hook
 
 __all__ = ["FunctionLoop"]
 
@@ -135,13 +135,7 @@ class FunctionLoop:
         user_hooks = check_hooks(hooks)
         for i, hook in enumerate(user_hooks):
             _refuse_session_hook(hook, i)
-        if not isinstance(handle_signals, bool):
-            raise TypeError(
-                "Expected `handle_signals` to be a bool. "
-                f"Received: handle_signals={handle_signals!r}"
-            )
-        if handle_signals and not any(isinstance(h, StopOnSignal) for h in user_hooks):
-            user_hooks.append(StopOnSignal())
+        user_hooks = with_signal_hook(user_hooks, handle_signals)
         self.dataset = dataset
         self.model = model
         self.step_fn = step_fn

@@ -17,7 +17,7 @@ from tfr_hooks.engine import StepResult, check_steps, run_loop
 from tfr_hooks.hooks import HookList, LoopState, check_hooks, graph_hooks
 from tfr_hooks.metrics import RunningMeans
 from tfr_hooks.queue_runners import QueueRunnerHook
-from tfr_hooks.signals import StopOnSignal
+from tfr_hooks.signals import with_signal_hook
 
 __all__ = [
     "SessionLoop",
@@ -163,13 +163,7 @@ class SessionLoop:
                 auto.append(QueueRunnerHook())
             auto.extend(graph_hooks(self.graph))
             _ensure_saver(user_hooks)
-        if not isinstance(handle_signals, bool):
-            raise TypeError(
-                "Expected `handle_signals` to be a bool. "
-                f"Received: handle_signals={handle_signals!r}"
-            )
-        if handle_signals and not any(isinstance(h, StopOnSignal) for h in user_hooks):
-            user_hooks.append(StopOnSignal())
+        user_hooks = with_signal_hook(user_hooks, handle_signals)
         self.hooks = HookList(auto + user_hooks)
         self.loop = LoopState()
 

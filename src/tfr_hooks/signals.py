@@ -41,7 +41,7 @@ from typing import Any
 
 from tfr_hooks.hooks import Hook
 
-__all__ = ["StopOnSignal", "DEFAULT_SIGNALS"]
+__all__ = ["StopOnSignal", "DEFAULT_SIGNALS", "with_signal_hook"]
 
 logger = logging.getLogger(__name__)
 
@@ -326,3 +326,26 @@ class StopOnSignal(Hook):
         self._watcher = None
         self._session = None
         self._cancel_ops = []
+
+
+def with_signal_hook(hooks: list[Any], handle_signals: object) -> list[Any]:
+    """The loops' ``handle_signals`` argument: append a :class:`StopOnSignal` if asked.
+
+    Args:
+        hooks: The user's hooks (already checked).
+        handle_signals: Whether to handle SIGINT/SIGTERM; a hook list that has a
+            :class:`StopOnSignal` of its own is left as it is.
+
+    Returns:
+        The hooks, with a :class:`StopOnSignal` last when one was added.
+
+    Raises:
+        TypeError: If ``handle_signals`` is not a bool.
+    """
+    if not isinstance(handle_signals, bool):
+        raise TypeError(
+            f"Expected `handle_signals` to be a bool. Received: handle_signals={handle_signals!r}"
+        )
+    if handle_signals and not any(isinstance(h, StopOnSignal) for h in hooks):
+        return [*hooks, StopOnSignal()]
+    return hooks
