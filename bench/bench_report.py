@@ -221,18 +221,24 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
             ("session_loop_dataset", "bare_dataset"),
         ):
             add(t, "the loop itself costs < 3% (vs hand-written)", base, bare, 0.97)
-        best, best_name = _best({r.config: r for r in t.rows}, LOOPS)
-        ratio = None if best is None or not t.ceiling else best / t.ceiling
-        targets.append(
-            Target(
-                t.model,
-                "best loop within 10% of the smaller ceiling",
-                f"{best_name} / {t.ceiling_from}",
-                ratio,
-                0.9,
-                None if ratio is None else ratio >= 0.9,
+        by_name = {r.config: r for r in t.rows}
+        standard = [n for n in LOOPS if not n.endswith(("_reinit", "_cached"))]
+        for label, names in (
+            ("best loop within 10% of the smaller ceiling", standard),
+            ("... on batches cached in RAM (function_loop_32_cached)", ["function_loop_32_cached"]),
+        ):
+            best, best_name = _best(by_name, names)
+            ratio = None if best is None or not t.ceiling else best / t.ceiling
+            targets.append(
+                Target(
+                    t.model,
+                    label,
+                    f"{best_name} / {t.ceiling_from}",
+                    ratio,
+                    0.9,
+                    None if ratio is None else ratio >= 0.9,
+                )
             )
-        )
         for loop in (
             "session_loop_queue",
             "session_loop_dataset",
@@ -247,6 +253,13 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
             "function_loop_32",
         ):
             add(t, "tensor-fed >= feed_dict from memory", loop, "feed_dict_memory", 1.0)
+        add(
+            t,
+            "... on batches cached in RAM",
+            "function_loop_32_cached",
+            "feed_dict_memory",
+            1.0,
+        )
     return targets
 
 
