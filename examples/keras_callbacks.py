@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's start-up chatter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tfr_hooks.quiet import import_tensorflow
+
+import_tensorflow()  # before anything imports TensorFlow: drops its start-up notices
 
 import tensorflow as tf
 import tf_keras

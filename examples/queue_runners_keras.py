@@ -23,11 +23,11 @@ from tfr_hooks.quiet import import_tensorflow
 
 import_tensorflow()  # before anything imports TensorFlow: drops its start-up notices
 
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-from _digits import NUM_CLASSES, dataset, queue_batch, write_digits  # noqa: E402
+import tensorflow as tf
+import tf_keras
+from _digits import NUM_CLASSES, dataset, queue_batch, write_digits
 
-import tfr_hooks  # noqa: E402
+import tfr_hooks
 
 v1 = tf.compat.v1
 BATCH = 64
