@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -155,3 +157,20 @@ def test_hooked_session_raises_the_users_error_after_cleanup(
         sess.run(batch["index"])
         _ = 1 / 0
     assert final.final_ops_values == 7
+
+
+def test_hooked_session_stops_the_users_loop_on_sigint(
+    graph: tf.Graph, records_100: Path, no_leaked_threads: None
+) -> None:
+    batch = queue_batches(records_100, 10, num_epochs=None, capacity=40)
+    previous = signal.getsignal(signal.SIGINT)
+    steps = 0
+    with tfr_hooks.hooked_session() as sess:
+        while not sess.should_stop():
+            sess.run(batch["index"])
+            steps += 1
+            if steps == 3:
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: handled between two runs
+            assert steps < 50, "SIGINT did not stop the loop"
+    assert steps in (3, 4)
+    assert signal.getsignal(signal.SIGINT) is previous

@@ -458,6 +458,7 @@ def hooked_session(
     *,
     graph: Any = None,
     config: Any = None,
+    handle_signals: bool = True,
 ) -> Iterator[HookedSession]:
     """Add hooks to an existing ``while``/``sess.run`` training script.
 
@@ -471,6 +472,8 @@ def hooked_session(
         session: A session to use; it stays open. ``None`` creates one.
         graph: The graph for a new session (default: the default graph).
         config: A ``tf.compat.v1.ConfigProto`` for a new session.
+        handle_signals: Add a :class:`~tfr_hooks.StopOnSignal`: the first SIGINT or
+            SIGTERM makes ``should_stop()`` true, a second one aborts.
 
     Yields:
         The hooked session: call ``run`` as before and loop ``while not sess.should_stop()``.
@@ -480,7 +483,7 @@ def hooked_session(
         ...     while not sess.should_stop():
         ...         sess.run(train_op)
     """
-    user_hooks = check_hooks(hooks)
+    user_hooks = with_signal_hook(check_hooks(hooks), handle_signals)
     owns = session is None
     if owns:
         session = _v1.Session(graph=graph, config=config)
