@@ -9,6 +9,7 @@ import tf_keras
 
 import tfr_hooks
 from _keras_models import TRAIN, VAL, batches
+from tfr_hooks.hooks import graph_hooks
 
 v1 = tf.compat.v1
 SGD = tf_keras.optimizers.legacy.SGD
@@ -118,3 +119,14 @@ def test_update_ops_run_in_training_mode_and_validation_shares_weights(graph: tf
     # BatchNorm's moving averages moved: its update ops ran, in training mode (the
     # learning phase is fed 1 to training steps, as fit does)
     assert np.abs(moving_mean).max() > 1e-3
+    assert [type(h).__name__ for h in training.hooks] == ["_LearningPhaseHook"]
+
+
+def test_no_learning_phase_feed_for_a_model_that_does_not_use_it(graph: tf.Graph) -> None:
+    model, y, _ = tensor_fed([tf_keras.layers.Dense(2, activation="softmax")])
+    training = tfr_hooks.keras_training_graph(
+        model, y, loss="sparse_categorical_crossentropy", optimizer=SGD(0.1)
+    )
+    # nothing to feed, so the loop's steps can take its prepared-callable path
+    assert training.hooks == []
+    assert graph_hooks() == []

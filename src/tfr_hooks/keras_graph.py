@@ -45,6 +45,22 @@ class _LearningPhaseHook(Hook):
         return tf.compat.v1.train.SessionRunArgs(None, feed_dict={self.learning_phase: True})
 
 
+def _depends_on(target: Any, op: Any) -> bool:
+    """Whether running ``target`` runs ``op`` (through data or control inputs)."""
+    seen: set[Any] = set()
+    todo = [target if isinstance(target, tf.Operation) else target.op]
+    while todo:
+        current = todo.pop()
+        if current is op:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        todo.extend(t.op for t in current.inputs)
+        todo.extend(current.control_inputs)
+    return False
+
+
 class KerasTrainingGraph:
     """What :func:`keras_training_graph` built; give its parts to a ``SessionLoop``.
 
@@ -56,8 +72,11 @@ class KerasTrainingGraph:
         model: The model.
         optimizer: The legacy optimizer (also set as ``model.optimizer`` when the model
             had none, for callbacks that read or change the learning rate).
-        hooks: Hooks the loop needs (the learning-phase feed); they are registered on
-            the graph, so a ``SessionLoop`` built afterwards adds them by itself.
+        hooks: Hooks the loop needs: the learning-phase feed, when the training step
+            depends on the learning phase (Dropout, BatchNorm); they are registered on
+            the graph, so a ``SessionLoop`` built afterwards adds them by itself. A model
+            that does not depend on it needs no feed, and its steps take the loop's
+            prepared-callable path.
 
     Examples:
         >>> training = keras_training_graph(  # doctest: +SKIP
@@ -245,8 +264,10 @@ def keras_training_graph(
             model.optimizer = optimizer
         hooks: list[Hook] = []
         learning_phase = tf_keras.backend.learning_phase()
-        if not isinstance(learning_phase, int) and not any(
-            isinstance(h, _LearningPhaseHook) for h in graph_hooks()
+        if (
+            not isinstance(learning_phase, int)
+            and _depends_on(train_op, learning_phase.op)
+            and not any(isinstance(h, _LearningPhaseHook) for h in graph_hooks())
         ):
             hook = _LearningPhaseHook(learning_phase)
             add_graph_hook(hook)
