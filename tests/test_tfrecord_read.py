@@ -185,3 +185,14 @@ def test_read_batches_rejects_bad_arguments(shards, kwargs, error, match):
 def test_dataset_rejects_bad_arguments(shards, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         tfrecord.dataset(shards, **kwargs)
+
+
+def test_autotuning_is_off_by_default_and_can_be_turned_on(shards):
+    # with tf.data's autotuning on, a new iterator each epoch sometimes waits about 2 s
+    # for the tuning thread (TensorFlow 2.21), so the reader turns it off unless asked
+    default = tfrecord.dataset(shards, 100)
+    assert default.options().autotune.enabled is False
+    assert tfrecord.dataset(shards, 100, autotune=True).options().autotune.enabled is not False
+    assert sum(len(b["label"]) for b in default) == sum(
+        len(b["label"]) for b in tfrecord.dataset(shards, 100, autotune=True)
+    )
