@@ -42,10 +42,6 @@ ROWS: list[tuple[str, str]] = [
         "function_loop_32_cached",
         "FunctionLoop, spe=32, no hooks, parsed batches cached in memory after epoch 1",
     ),
-    (
-        "session_loop_queue_nofeed",
-        "SessionLoop, queue, no hooks, without the learning-phase feed (prepared callable)",
-    ),
     ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
     ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
     ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in C++ (Dataset.reduce)"),
@@ -73,5 +69,4 @@ LOOPS = (
     "session_loop_dataset_reinit",
     "function_loop_32_reinit",
     "function_loop_32_cached",
-    "session_loop_queue_nofeed",
 )

@@ -222,7 +222,7 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
         ):
             add(t, "the loop itself costs < 3% (vs hand-written)", base, bare, 0.97)
         by_name = {r.config: r for r in t.rows}
-        standard = [n for n in LOOPS if not n.endswith(("_reinit", "_cached", "_nofeed"))]
+        standard = [n for n in LOOPS if not n.endswith(("_reinit", "_cached"))]
         for label, names in (
             ("best loop within 10% of the smaller ceiling", standard),
             ("... on batches cached in RAM (function_loop_32_cached)", ["function_loop_32_cached"]),
@@ -253,13 +253,6 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
             "function_loop_32",
         ):
             add(t, "tensor-fed >= feed_dict from memory", loop, "feed_dict_memory", 1.0)
-        add(
-            t,
-            "(info) SessionLoop without the learning-phase feed",
-            "session_loop_queue_nofeed",
-            "session_loop_queue",
-            1.0,
-        )
         add(
             t,
             "... on batches cached in RAM",

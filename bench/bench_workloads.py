@@ -449,21 +449,10 @@ def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
 
 
 def session_loop(
-    spec: Spec,
-    pipeline: str,
-    with_callbacks: bool,
-    *,
-    reinit: bool = False,
-    no_feed: bool = False,
+    spec: Spec, pipeline: str, with_callbacks: bool, *, reinit: bool = False
 ) -> dict[str, Any]:
-    """``SessionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``.
-
-    With ``no_feed``, the learning-phase hook that ``keras_training_graph`` registers is
-    taken off the graph (neither model depends on the learning phase), so that steps
-    take ``SessionLoop``'s prepared-callable path: what that fix would gain.
-    """
+    """``SessionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``."""
     import tfr_hooks
-    from tfr_hooks import hooks as hooks_module
 
     clock = Clock(spec)
     with tf.Graph().as_default():
@@ -471,9 +460,6 @@ def session_loop(
         batches = read_batches(spec, pipeline, reinit=reinit)
         x, y = batches.tensors
         net, training, _ = graph_training(spec.model, x, y)
-        if no_feed:
-            registered = hooks_module._GRAPH_HOOKS.get(tf.compat.v1.get_default_graph(), [])
-            registered[:] = [h for h in registered if h not in training.hooks]
         hooks = []
         if with_callbacks:
             hook = tfr_hooks.KerasCallbacks(callbacks(tf_keras, spec.workdir), net)
@@ -674,7 +660,6 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "session_loop_dataset_reinit": lambda s: session_loop(s, "dataset", False, reinit=True),
     "function_loop_32_reinit": lambda s: function_loop(s, 32, False, reinit=True),
     "function_loop_32_cached": lambda s: function_loop(s, 32, False, cached=True),
-    "session_loop_queue_nofeed": lambda s: session_loop(s, "queue", False, no_feed=True),
     "input_queue": lambda s: input_only(s, "queue"),
     "input_dataset": lambda s: input_only(s, "dataset"),
     "input_tf2": input_only_tf2,
