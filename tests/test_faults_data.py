@@ -127,6 +127,20 @@ def test_bad_record_stops_the_run_naming_the_file(graph, tmp_path, defect, pipel
     assert np.all(np.isfinite(values["w"]))
 
 
+@pytest.mark.parametrize("pipeline", ["dataset", "queue"])
+def test_a_shard_cut_inside_a_record_header_is_refused_before_training(graph, tmp_path, pipeline):
+    # TensorFlow's readers would stop silently at the partial header and train on fewer
+    # records; the pipeline checks the framing of files it has no stored sizes for
+    good = write_records(tmp_path / "a_good.tfrecord", 20)
+    bad = _bad_shard(tmp_path / "b_bad.tfrecord", "truncated_header")
+    schema = tfrecord.infer_schema(str(good))
+    with pytest.raises(tfrecord.CorruptRecordError, match=r"is damaged after record") as info:
+        tfrecord.read_batches([good, bad], 10, schema=schema, pipeline=pipeline)
+    assert info.value.file == str(bad) and info.value.record == BAD_AT
+    with pytest.raises(tfrecord.CorruptRecordError, match=r"b_bad.tfrecord"):
+        tfrecord.dataset([good, bad], 10, schema=schema)
+
+
 def test_a_shard_cut_inside_a_record_header_is_found_by_explain_error(tmp_path):
     # TensorFlow's readers stop silently at a partial record header (both pipelines then
     # train on fewer records without an error): the file check still names the file.

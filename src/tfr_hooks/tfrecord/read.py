@@ -32,6 +32,7 @@ from tfr_hooks.tfrecord.files import (
     SCHEMA_FILENAME,
     Files,
     check_compression,
+    check_framing,
     detect_compression,
     first_record,
     resolve_files,
@@ -164,6 +165,8 @@ def _plan(
             _check_written_size(path, sidecar)
             if schema is not None:
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
+        else:  # TensorFlow would stop silently at a record header cut short
+            check_framing(path, codec)
         example.ParseFromString(first_record(path, codec))
         chosen.check_example(example, file=path, record=0)
     return _Plan(paths, codec, chosen, names)
