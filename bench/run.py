@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     meta: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(["python bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
         "batch_size": args.batch_size,
         "epochs": args.epochs,
         "repeats": args.repeats,
