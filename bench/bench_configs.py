@@ -44,7 +44,7 @@ ROWS: list[tuple[str, str]] = [
     ),
     ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
     ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
-    ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in C++ (Dataset.reduce)"),
+    ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in a tf.function loop"),
     ("model_only", "ceiling: model alone, graph session, one in-memory batch"),
     ("model_only_tf2", "ceiling: model alone, Keras 3 train_step x32 per tf.function call"),
 ]
