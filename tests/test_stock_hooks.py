@@ -128,11 +128,13 @@ def test_summary_saver_hook_writes_scalars(
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     assert "train_loss" in events.Tags()["scalars"]
-    # every third of the 10 steps; the step read races the train op's increment (as in
-    # MonitoredSession), so check the spacing
+    # about every third of the 10 steps; the hook reads the global step in the same run
+    # as the train op increments it (as in MonitoredSession), so a read may be stale by
+    # one and shift a save by a step
     steps = [e.step for e in events.Scalars("train_loss")]
-    assert len(steps) == 4
-    assert np.diff(steps).tolist() == [3, 3, 3]
+    assert 3 <= len(steps) <= 4
+    assert all(diff in (2, 3, 4) for diff in np.diff(steps)), steps
+    assert 0 <= steps[0] <= 1 and steps[-1] <= 10
 
 
 def test_step_counter_hook_writes_steps_per_second(
