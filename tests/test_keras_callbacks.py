@@ -113,6 +113,15 @@ def test_backup_and_restore_is_refused_in_graph_mode(tmp_path: Path) -> None:
             tfr_hooks.KerasCallbacks([cb.History(), backup], model)
 
 
+def test_keras3_file_formats_are_refused_in_graph_mode(graph: tf.Graph, tmp_path: Path) -> None:
+    model = TensorFed(validation=False).model
+    for name in ("best.weights.h5", "best.keras"):
+        checkpoint = cb.ModelCheckpoint(str(tmp_path / name), save_weights_only=True)
+        with pytest.raises(ValueError, match=r"Expected a filepath ending in `\.h5`"):
+            tfr_hooks.KerasCallbacks([checkpoint], model)
+    tfr_hooks.KerasCallbacks([cb.ModelCheckpoint(str(tmp_path / "best.h5"))], model)
+
+
 def test_model_checkpoint_best_only_and_weights_only(graph: tf.Graph, tmp_path: Path) -> None:
     ours = TensorFed()
     best = cb.ModelCheckpoint(

@@ -97,9 +97,11 @@ class KerasCallbacks(Hook):
     one: ``tfr_hooks.keras_training_graph`` sets it.
 
     Callbacks that cannot work in graph mode are refused at construction with a
-    ``ValueError``: ``BackupAndRestore`` (``tf_keras`` supports it in eager mode only)
-    and ``TensorBoard(histogram_freq>0)`` or ``TensorBoard(embeddings_freq>0)`` (they
-    need a compiled model's own test function and fed inputs).
+    ``ValueError``: ``BackupAndRestore`` (``tf_keras`` supports it in eager mode only),
+    ``ModelCheckpoint`` to a ``.weights.h5`` or ``.keras`` path (the Keras 3 formats
+    need eager mode; use ``.h5``), and ``TensorBoard(histogram_freq>0)`` or
+    ``TensorBoard(embeddings_freq>0)`` (they need a compiled model's own test function
+    and fed inputs).
 
     Args:
         callbacks: Keras callback instances of the Keras that built ``model``.
@@ -370,6 +372,17 @@ def _refuse_graph_incompatible(callbacks: Sequence[Any], keras: Any) -> None:
                 "in a graph (SessionLoop). Use ModelCheckpoint(save_weights_only=True), "
                 "then model.load_weights(...) and loop.run(initial_epoch=...) to resume, or "
                 f"train with a TF2 loop. Received: callbacks[{i}]={callback!r}"
+            )
+        filepath = str(getattr(callback, "filepath", ""))
+        if isinstance(callback, keras.callbacks.ModelCheckpoint) and filepath.endswith(
+            (".weights.h5", ".keras")
+        ):
+            raise ValueError(
+                "tf_keras' ModelCheckpoint writes `.weights.h5` and `.keras` files in the "
+                "Keras 3 format, which needs eager execution; this model lives in a graph "
+                "(SessionLoop). Expected a filepath ending in `.h5` (or a TensorFlow "
+                f"checkpoint prefix). Received: callbacks[{i}]={callback!r} with "
+                f"filepath={filepath!r}"
             )
         if isinstance(callback, keras.callbacks.TensorBoard):
             for name in ("histogram_freq", "embeddings_freq"):
