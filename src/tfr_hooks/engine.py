@@ -24,7 +24,7 @@ from typing import Protocol
 
 from tfr_hooks.hooks import HookList, LoopState
 
-__all__ = ["Runner", "StepResult", "run_loop", "check_epochs", "check_steps"]
+__all__ = ["Runner", "StepResult", "run_loop", "check_epochs", "check_positive", "check_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +68,15 @@ class Runner(Protocol):
         """Call every hook's ``end`` and release resources; return the first error."""
 
 
+def check_positive(value: object, name: str) -> None:
+    """Raise a clear ``ValueError`` unless ``value`` is a positive integer (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"Expected `{name}` to be a positive integer. Received: {name}={value!r}")
+
+
 def check_epochs(epochs: object, initial_epoch: object) -> None:
     """Raise a clear error for bad ``epochs``/``initial_epoch`` arguments."""
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= 0:
-        raise ValueError(f"Expected `epochs` to be a positive integer. Received: epochs={epochs!r}")
+    check_positive(epochs, "epochs")
     if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or initial_epoch < 0:
         raise ValueError(
             "Expected `initial_epoch` to be a non-negative integer. "

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.engine import StepResult, check_steps, run_loop
+from tfr_hooks.engine import StepResult, check_positive, check_steps, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
 from tfr_hooks.signals import with_signal_hook
 
@@ -117,15 +117,7 @@ class FunctionLoop:
                     f"Expected `{name}` to be a function batch -> dict of scalar tensors. "
                     f"Received: {name}={fn!r}"
                 )
-        if (
-            isinstance(steps_per_execution, bool)
-            or not isinstance(steps_per_execution, int)
-            or steps_per_execution <= 0
-        ):
-            raise ValueError(
-                "Expected `steps_per_execution` to be a positive integer. "
-                f"Received: steps_per_execution={steps_per_execution!r}"
-            )
+        check_positive(steps_per_execution, "steps_per_execution")
         check_steps(steps_per_epoch, "steps_per_epoch")
         if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
@@ -187,15 +179,7 @@ class FunctionLoop:
                     "validation_step_fn=None"
                 )
         check_steps(validation_steps, "validation_steps")
-        if (
-            isinstance(validation_freq, bool)
-            or not isinstance(validation_freq, int)
-            or validation_freq <= 0
-        ):
-            raise ValueError(
-                "Expected `validation_freq` to be a positive integer. "
-                f"Received: validation_freq={validation_freq!r}"
-            )
+        check_positive(validation_freq, "validation_freq")
         if self.model is not None:
             self.model.stop_training = False
         runner = _FunctionRunner(self, validation_data, validation_steps)

@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.engine import StepResult, check_steps, run_loop
+from tfr_hooks.engine import StepResult, check_positive, check_steps, run_loop
 from tfr_hooks.hooks import HookList, LoopState, check_hooks, graph_hooks
 from tfr_hooks.metrics import RunningMeans
 from tfr_hooks.queue_runners import QueueRunnerHook
@@ -62,8 +62,7 @@ class Validation:
     ) -> None:
         _check_fetches(fetches, "fetches")
         check_steps(steps, "steps")
-        if isinstance(freq, bool) or not isinstance(freq, int) or freq <= 0:
-            raise ValueError(f"Expected `freq` to be a positive integer. Received: freq={freq!r}")
+        check_positive(freq, "freq")
         if not initializers and steps is None:
             raise ValueError(
                 "A validation pipeline without `initializers` can only be run once; give "
