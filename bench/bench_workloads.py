@@ -681,27 +681,29 @@ def run_config(spec: Spec) -> dict[str, Any]:
 
 def worker_entry(spec: dict[str, Any], conn: Any) -> None:
     """Process target: run one configuration and send its result (or the error) back."""
-    import traceback
-
     try:
         quiet()
         conn.send({"ok": True, **run_config(Spec(**spec))})
     except BaseException as exc:
-        conn.send(
-            {
-                "ok": False,
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-            }
-        )
+        conn.send(_failure(exc))
     finally:
         conn.close()
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """The reply a worker process sends back when its work raised."""
+    import traceback
+
+    return {
+        "ok": False,
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback.format_exc(),
+    }
 
 
 def write_entry(directory: str, examples: int, seed: int, conn: Any) -> None:
     """Process target: write the data set, send its info and the library versions back."""
     import platform
-    import traceback
 
     try:
         from bench_data import write_dataset
@@ -716,12 +718,6 @@ def write_entry(directory: str, examples: int, seed: int, conn: Any) -> None:
         )
         conn.send(info)
     except BaseException as exc:
-        conn.send(
-            {
-                "ok": False,
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-            }
-        )
+        conn.send(_failure(exc))
     finally:
         conn.close()
