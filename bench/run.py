@@ -34,8 +34,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-if (ROOT / "src" / "tfr_hooks").is_dir():  # a checkout: benchmark the working tree
-    sys.path.insert(0, str(ROOT / "src"))
+if (ROOT / "tfr_hooks").is_dir():  # a checkout: benchmark the working tree
+    sys.path.insert(0, str(ROOT))
 
 from bench_configs import DESCRIPTIONS, MODEL_FREE, ROWS  # noqa: E402
 from bench_report import render_markdown, render_png, summarize  # noqa: E402
@@ -119,7 +119,7 @@ class Pool:
 
     def __init__(self, timeout: float) -> None:
         # the fork server imports its preload with the environment's path (Python 3.11
-        # does not pass sys.path to it): put bench/ and src/ there
+        # does not pass sys.path to it): put bench/ and the checkout there
         paths = [p for p in sys.path[:2] if p] + [os.environ.get("PYTHONPATH", "")]
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         self.ctx = multiprocessing.get_context("forkserver")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -149,7 +148,6 @@ def _strategy() -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     mode = argv[0]
     if mode == "resume":
         kill = int(argv[argv.index("--kill-at-epoch") + 1]) if "--kill-at-epoch" in argv else None

@@ -18,7 +18,6 @@ EXAMPLES = ROOT / "examples"
 @pytest.mark.slow
 def test_seed_example_learns_and_keeps_its_output_readable(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    env["PYTHONPATH"] = str(ROOT / "src")
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "queue_runners_keras.py"),
          "--data-dir", str(tmp_path / "data"), "--logdir", str(tmp_path / "logs"),

@@ -26,7 +26,7 @@ def epoch_scalars(run: Path, tag: str) -> list[float]:
 @pytest.mark.slow
 def test_keras_callbacks_example(tmp_path: Path) -> None:
     data, logdir = tmp_path / "data", tmp_path / "logs"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "keras_callbacks.py"), "--data-dir", str(data),
          "--logdir", str(logdir), "--epochs", "3"],

@@ -28,7 +28,7 @@ def epoch_values(run: Path, tag: str) -> list[float]:
 def test_keras3_tfrecord_example(tmp_path: Path) -> None:
     data, logdir = tmp_path / "data", tmp_path / "logs"
     # full C++ logging, so that an OUT_OF_RANGE at an epoch end would show in stderr
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TF_CPP_MIN_LOG_LEVEL": "0"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "keras3_tfrecord.py"), "--data-dir", str(data),
          "--logdir", str(logdir), "--epochs", str(EPOCHS), "--steps-per-execution", "3"],

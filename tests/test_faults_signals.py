@@ -27,7 +27,6 @@ from conftest import write_records
 from tfr_hooks.checkpoint import resume_epoch_of
 
 SCRIPT = Path(__file__).parent / "_fault_scripts" / "train.py"
-SRC = Path(__file__).parent.parent / "src"
 START_TIMEOUT_S = 240  # four processes import TensorFlow at once on two slow cores
 STOP_TIMEOUT_S = 30  # a graceful stop must end the process within this
 BLOCK_S = 2  # after the last step it can take, a process is blocked well within this
@@ -40,7 +39,7 @@ class Proc:
     def __init__(self, scenario: str, logdir: Path, data: Path | None = None) -> None:
         self.scenario, self.logdir = scenario, logdir
         logdir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         env["PYTHONUNBUFFERED"] = "1"
         cmd = [sys.executable, str(SCRIPT), "--scenario", scenario, "--logdir", str(logdir)]
         if data is not None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
-
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 SCRIPT = r"""
 import os
@@ -24,7 +21,7 @@ os.write(2, b"after\n")
 def test_known_notices_are_dropped_and_real_errors_kept() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT],
-        env={**os.environ, "PYTHONPATH": str(SRC)},
+        env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=60,
@@ -40,7 +37,7 @@ def test_known_notices_are_dropped_and_real_errors_kept() -> None:
 def test_quiet_imports_only_the_standard_library() -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import sys, tfr_hooks.quiet; print('tensorflow' in sys.modules)"],
-        env={**os.environ, "PYTHONPATH": str(SRC)},
+        env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=60,
