@@ -7,6 +7,8 @@ and builds a report whose ratios come from the measured medians. It never assert
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,9 +84,6 @@ def test_harness_runs_rows_and_reports_ratios_of_medians(
 @pytest.mark.timeout(300)
 def test_bench_run_prints_no_cuda_start_up_lines(tmp_path: Path) -> None:
     # what `tox -e bench` runs, on tiny data: a fork server and a worker process per run
-    import os
-    import subprocess
-
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(BENCH.parent), env.get("PYTHONPATH", "")) if p

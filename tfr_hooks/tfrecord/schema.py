@@ -548,7 +548,8 @@ class Schema:
         if unknown:
             raise KeyError(
                 f"Expected the names given to `replace` to be features of the schema "
-                f"{self.names}. Received: {', '.join(unknown)}"
+                f"{self.names}. Received: "
+                + ", ".join(f"{name}={changes[name]!r}" for name in unknown)
             )
         return Schema(
             _replaced(f, changes[f.name]) if f.name in changes else f for f in self.features
