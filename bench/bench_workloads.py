@@ -31,17 +31,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import keras
-import numpy as np
-import tensorflow as tf
-import tf_keras
+from tfr_hooks.quiet import import_tensorflow
 
-import tfr_hooks
-import tfr_hooks.function_loop
-import tfr_hooks.keras_callbacks
-import tfr_hooks.keras_graph
-import tfr_hooks.session_loop  # noqa: F401
-from tfr_hooks import tfrecord
+# Before anything imports TensorFlow: drops its start-up notices ("failed call to
+# cuInit"...) in the fork server, which also probes the devices once for every worker.
+import_tensorflow()
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+import tfr_hooks  # noqa: E402
+import tfr_hooks.function_loop  # noqa: E402
+import tfr_hooks.keras_callbacks  # noqa: E402
+import tfr_hooks.keras_graph  # noqa: E402
+import tfr_hooks.session_loop  # noqa: E402, F401
+from tfr_hooks import tfrecord  # noqa: E402
 
 __all__ = ["Spec", "FUNCTIONS", "run_config", "worker_entry", "write_entry"]
 

@@ -7,6 +7,8 @@ and builds a report whose ratios come from the measured medians. It never assert
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -76,3 +78,40 @@ def test_harness_runs_rows_and_reports_ratios_of_medians(
     chart = tmp_path / "latest.png"
     bench_report.render_png(tables, str(chart))
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_run_prints_no_cuda_start_up_lines(tmp_path: Path) -> None:
+    # what `tox -e bench` runs, on tiny data: a fork server and a worker process per run
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(BENCH.parent), env.get("PYTHONPATH", "")) if p
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "run.py"),
+            "--quick",
+            "--examples=256",
+            "--batch-size=64",
+            "--only=model_only",
+            "--models=mlp",
+            f"--data-dir={tmp_path / 'data'}",
+            f"--out={tmp_path / 'out'}",
+            "--timeout=240",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[1/1  1/1] model_only" in result.stdout  # the worker ran
+    assert "FAILED" not in result.stdout
+    noise = [
+        line
+        for line in result.stderr.splitlines()
+        if any(word in line for word in ("cuInit", "cuda", "CUDA", "absl::InitializeLog"))
+    ]
+    assert noise == []

@@ -206,3 +206,29 @@ def test_python_dash_m_inspect(tmp_path):
     # TensorFlow's start-up notices do not bury the command's output
     assert "oneDNN" not in result.stderr
     assert "cuda" not in result.stderr.lower()
+
+
+def test_inspect_says_optional_for_a_feature_of_0_or_1_values(tmp_path, capsys):
+    # as TFX writes them: an empty list, or the key absent, where a value is missing
+    records = [
+        example(trip=int64_feature([i]), seconds=float_feature([i] if i % 2 else []))
+        for i in range(4)
+    ]
+    records.append(example(trip=int64_feature([4])))
+    path = write_records(tmp_path / "taxi.gz", records, "GZIP")
+
+    assert cli.main(["inspect", path]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:] == [
+        "  schema: inferred",
+        "  feature  kind   length  bytes  dtype    shape     in records",
+        "  seconds  float  0..1           float32  optional  4/5",
+        "  trip     int64  1              int64    ()        5/5",
+    ]
+    assert cli.main(["inspect", path, "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)
+    assert [(f["name"], f["optional"]) for f in item["features"]] == [
+        ("seconds", True),
+        ("trip", False),
+    ]

@@ -217,6 +217,15 @@ def _shape_text(shape: tuple[int | None, ...]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _spec_shape_text(spec: Any, found: Any, scanned: int) -> str:
+    """The shape column: ``optional`` for a 0..1 feature read as varying (give a default)."""
+    if spec.varying and found is not None and found.is_optional(scanned):
+        return "optional"
+    if spec.optional:
+        return _shape_text(spec.shape) + " optional"
+    return _shape_text(spec.shape)
+
+
 def _size_text(size: int) -> str:
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -260,7 +269,7 @@ def _print_file(info: Any, out: TextIO) -> None:
                 found.length_text() if found else "-",
                 _bytes_text(found) if found else "",
                 spec.dtype if spec else "?",
-                _shape_text(spec.shape) if spec else "?",
+                _spec_shape_text(spec, found, info.scanned_records) if spec else "?",
                 f"{found.records}/{info.scanned_records}" if found else "0",
             ]
         )

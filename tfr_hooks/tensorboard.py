@@ -9,6 +9,9 @@ TensorBoard's own writer, so it needs no session and no eager context):
 * ``LOG_DIR/train``: ``epoch_<name>`` for each epoch log without ``val_``, including
   ``epoch_learning_rate``; ``batch_<name>`` every ``update_freq`` batches.
 * ``LOG_DIR/validation``: ``epoch_<name>`` for each ``val_<name>`` epoch log.
+* In graph mode, the session's graph, once per run, in ``LOG_DIR/train`` (TensorBoard's
+  Graphs tab), as ``FileWriter(logdir, graph)`` and ``tf_keras``'
+  ``TensorBoard(write_graph=True)`` write it.
 
 Open them with ``tensorboard --logdir LOG_DIR``.
 """
@@ -46,6 +49,8 @@ class TensorBoardLogger(Hook):
             are the running epoch means the loop logs, stepped by the global batch count.
         model: A Keras model whose ``optimizer`` learning rate is written as
             ``epoch_learning_rate`` when the epoch logs carry no ``lr``/``learning_rate``.
+        write_graph: Whether to write the graph of a graph-mode loop's session to
+            ``train/`` when the session is created (TF2 loops have no session graph).
 
     Raises:
         TypeError: If ``log_dir`` is not a path.
@@ -62,6 +67,7 @@ class TensorBoardLogger(Hook):
         *,
         update_freq: str | int = "epoch",
         model: Any = None,
+        write_graph: bool = True,
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"Expected `log_dir` to be a path. Received: log_dir={log_dir!r}")
@@ -77,6 +83,11 @@ class TensorBoardLogger(Hook):
         self.log_dir = os.fspath(log_dir)
         self.update_freq = update_freq
         self.model = model
+        if not isinstance(write_graph, bool):
+            raise TypeError(
+                f"Expected `write_graph` to be a bool. Received: write_graph={write_graph!r}"
+            )
+        self.write_graph = write_graph
         self._writers: dict[str, EventFileWriter] = {}
         self._batches = 0
 
@@ -84,6 +95,16 @@ class TensorBoardLogger(Hook):
         """Reset the batch count; writers open when first needed."""
         self._writers = {}
         self._batches = 0
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Write the session's graph to ``train/`` (graph mode, with ``write_graph``)."""
+        graph = getattr(session, "graph", None)
+        if not self.write_graph or graph is None or not hasattr(graph, "as_graph_def"):
+            return
+        graph_def = graph.as_graph_def(add_shapes=True)
+        event = Event(wall_time=time.time(), step=0, graph_def=graph_def.SerializeToString())
+        self._writer("train").add_event(event)
+        self._writer("train").flush()
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         """Write ``batch_<name>`` scalars every ``update_freq`` batches."""
@@ -128,12 +149,16 @@ class TensorBoardLogger(Hook):
                 continue  # not a number
         if not scalars:
             return
+        event = Event(wall_time=time.time(), step=step, summary=Summary(value=scalars))
+        self._writer(run).add_event(event)
+
+    def _writer(self, run: str) -> EventFileWriter:
         writer = self._writers.get(run)
         if writer is None:
             path = os.path.join(self.log_dir, run)
             os.makedirs(path, exist_ok=True)
             writer = self._writers[run] = EventFileWriter(path)
-        writer.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=scalars)))
+        return writer
 
     def _optimizer_learning_rate(self) -> float | None:
         optimizer = getattr(self.model, "optimizer", None)

@@ -102,6 +102,20 @@ class FeatureInfo:
         """Whether every scanned record holds the same number of values."""
         return self.min_length == self.max_length
 
+    def is_optional(self, scanned_records: int) -> bool:
+        """Whether the feature holds 0 or 1 values: an optional scalar (as TFX writes them).
+
+        Args:
+            scanned_records: The records scanned, to tell whether some lack the feature.
+
+        Returns:
+            ``True`` if every record holding a value holds one, and some hold none (an
+            empty list, or the feature absent). Read it dense with a default:
+            ``schema.replace(name={"default": ...})``.
+        """
+        some_lack = self.min_length == 0 or self.records < scanned_records
+        return self.max_length == 1 and self.records > 0 and some_lack
+
     def length_text(self) -> str:
         """The length, e.g. ``"784"`` or ``"0..12"``."""
         if self.fixed_length:
@@ -159,7 +173,10 @@ class FileInfo:
             "size_bytes": self.size_bytes,
             "num_records": self.num_records,
             "scanned_records": self.scanned_records,
-            "features": [info.to_dict() for info in self.features.values()],
+            "features": [
+                {**info.to_dict(), "optional": info.is_optional(self.scanned_records)}
+                for info in self.features.values()
+            ],
             "stored_schema": None if self.stored is None else self.stored.schema.to_list(),
         }
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -133,9 +133,11 @@ def _plan(
     as_tuple: object,
     *,
     select: bool,
+    decode: Mapping[str, Any] | None = None,
 ) -> _Plan:
     """Resolve files, compression and schema, and check them before any graph is built."""
     names = _check_as_tuple(as_tuple)
+    _check_decode(decode)
     paths = resolve_files(files)
     codec = _resolve_compression(paths, compression)
     if schema is None:
@@ -149,6 +151,8 @@ def _plan(
             "Expected `schema` to be None (stored or inferred), a tfrecord.Schema or the "
             f"path of a schema.json. Received: schema={schema!r}"
         )
+    if decode:
+        chosen = chosen.replace(**decode)
     if names is not None and select:  # with a map_fn, as_tuple names its outputs
         missing = [name for name in names if name not in chosen]
         if missing:
@@ -163,13 +167,24 @@ def _plan(
         sidecar = find_sidecar(path, sidecars)
         if sidecar is not None:
             _check_written_size(path, sidecar)
-            if schema is not None:
+            if schema is not None or decode:
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
         else:  # TensorFlow would stop silently at a record header cut short
             check_framing(path, codec)
         example.ParseFromString(first_record(path, codec))
         chosen.check_example(example, file=path, record=0)
     return _Plan(paths, codec, chosen, names)
+
+
+def _check_decode(decode: object) -> None:
+    if decode is None:
+        return
+    if not isinstance(decode, Mapping) or not all(isinstance(k, str) for k in decode):
+        raise TypeError(
+            "Expected `decode` to be None or a dict of feature name -> change, such as "
+            "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace). "
+            f"Received: decode={decode!r}"
+        )
 
 
 def _check_written_size(path: str, sidecar: Sidecar) -> None:
@@ -213,6 +228,7 @@ def dataset(
     as_tuple: Sequence[str] | None = None,
     compression: str | None = None,
     autotune: bool = False,
+    decode: Mapping[str, Any] | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -247,6 +263,10 @@ def dataset(
             while tf.data's tuning thread winds down (measured on TensorFlow 2.21); off,
             parsing runs on one thread per core and ``prefetch=AUTOTUNE`` keeps 2
             batches.
+        decode: Changes to the schema, as :meth:`~tfr_hooks.tfrecord.Schema.replace`
+            takes them: ``{"image_raw": ("uint8", (28, 28, 1))}`` reads a raw bytes
+            feature as an image, ``{"trip_seconds": {"default": 0.0}}`` an optional
+            feature as a dense tensor; the other features keep their schema.
 
     Returns:
         The dataset of batches.
@@ -274,7 +294,7 @@ def dataset(
         _positive("num_epochs", num_epochs)
     if map_fn is not None and not callable(map_fn):
         raise TypeError(f"Expected `map_fn` to be callable or None. Received: map_fn={map_fn!r}")
-    plan = _plan(files, schema, compression, as_tuple, select=map_fn is None)
+    plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
     return _build_dataset(
         plan,
         batch_size,
@@ -362,6 +382,7 @@ def read_batches(
     as_tuple: Sequence[str] | None = None,
     compression: str | None = None,
     name: str = "tfrecord_input",
+    decode: Mapping[str, Any] | None = None,
 ) -> Batches:
     """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
 
@@ -402,6 +423,7 @@ def read_batches(
         as_tuple: Feature names to return as a tuple, e.g. ``("x", "y")``.
         compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
         name: Name scope of the ops.
+        decode: Changes to the schema, as for :func:`dataset`.
 
     Returns:
         A :class:`Batches`.
@@ -444,7 +466,7 @@ def read_batches(
             f"`batch_size`. Received: capacity={cap}, min_after_dequeue={after}, "
             f"batch_size={batch_size}"
         )
-    plan = _plan(files, schema, compression, as_tuple, select=True)
+    plan = _plan(files, schema, compression, as_tuple, select=True, decode=decode)
     with tf.name_scope(name):
         if pipeline == "dataset":
             data = _build_dataset(

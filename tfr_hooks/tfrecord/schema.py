@@ -14,6 +14,14 @@ Encodings:
 * ``"float"``: a ``float_list``, used for ``float16``/``float32`` scalars.
 * ``"bytes"``: a ``bytes_list`` of strings or bytes.
 
+A :class:`Feature` declared without an encoding gets the one :func:`~tfr_hooks.tfrecord.write`
+would choose for its dtype and shape (``"auto"``), so ``Feature("label", "int64")`` reads
+the usual ``int64_list`` of one value.
+
+A feature with a ``default`` is optional: a record may hold no value for it (the key
+absent, or an empty list, as TFX writes missing values), and the default is read in its
+place, so the batch stays a dense tensor.
+
 A shape may be ``(None,)`` for a feature whose length varies between records (found
 when inferring the schema of files written by other tools); it is read as a
 ``tf.RaggedTensor``.
@@ -21,6 +29,7 @@ when inferring the schema of files written by other tools); it is read as a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -39,6 +48,7 @@ __all__ = [
     "Schema",
     "Sidecar",
     "ENCODINGS",
+    "AUTO",
     "SIDECAR_FORMAT",
     "load_sidecar",
     "save_sidecar",
@@ -47,6 +57,8 @@ __all__ = [
 
 #: The ways a feature can be stored in a ``tf.train.Example``.
 ENCODINGS = ("raw", "int64", "float", "bytes")
+#: The encoding of a :class:`Feature` declared without one: chosen as ``write`` does.
+AUTO = "auto"
 #: Version tag written into the sidecar.
 SIDECAR_FORMAT = "tfr_hooks.tfrecord/1"
 
@@ -83,16 +95,34 @@ class Feature:
         shape: The shape of one example's value, ``()`` for a scalar, or ``(None,)`` for a
             1-D value whose length varies between records.
         encoding: How the value is stored: ``"raw"``, ``"int64"``, ``"float"`` or
-            ``"bytes"`` (see the module docstring).
+            ``"bytes"`` (see the module docstring). ``"auto"`` (the default) chooses
+            as :func:`~tfr_hooks.tfrecord.write` does: ``"int64"`` for integer and bool
+            scalars, ``"float"`` for ``float16``/``float32`` scalars, ``"bytes"`` for
+            strings, ``"raw"`` for other numeric values (arrays, ``float64`` and
+            ``uint64`` scalars); a varying length gets a list (``"int64"`` or
+            ``"float"``).
+        default: The value to read when a record holds none for this feature (the key
+            absent or its list empty), like ``tf.io.FixedLenFeature(default_value=...)``;
+            broadcast to ``shape``. ``None`` (the default) makes the feature required.
+            Needs a fixed shape.
 
     Raises:
         ValueError: If the fields do not fit together.
+
+    Examples:
+        >>> Feature("label", "int64").encoding
+        'int64'
+        >>> Feature("image", "uint8", (28, 28, 1)).encoding
+        'raw'
+        >>> Feature("trip_seconds", "float32", default=0.0).describe()
+        'float32 of shape () (optional, default 0.0)'
     """
 
     name: str
     dtype: str
     shape: tuple[int | None, ...] = ()
-    encoding: str = "raw"
+    encoding: str = AUTO
+    default: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -104,6 +134,8 @@ class Feature:
                 f"Expected `dtype` of feature {self.name!r} to be one of "
                 f"{', '.join(_NUMERIC + _STRINGS)}. Received: dtype={self.dtype!r}"
             )
+        if self.encoding == AUTO:
+            object.__setattr__(self, "encoding", _auto_encoding(self.dtype, self.shape))
         if self.encoding not in ENCODINGS:
             raise ValueError(
                 f"Expected `encoding` of feature {self.name!r} to be one of "
@@ -133,6 +165,57 @@ class Feature:
                 f"encoding={self.encoding!r}"
             )
         object.__setattr__(self, "shape", shape)
+        if self.default is not None:
+            object.__setattr__(self, "default", self._checked_default(self.default))
+
+    def _checked_default(self, default: Any) -> Any:
+        """``default`` as a hashable, JSON-ready value of the feature's dtype."""
+        if self.varying:
+            raise ValueError(
+                f"Expected feature {self.name!r} with a default to have a fixed shape (a "
+                f"record holds either no value or the whole value). Received: "
+                f"shape={self.shape!r}, default={default!r}"
+            )
+        try:
+            if self.dtype in _STRINGS:
+                array = np.asarray(default, dtype=object)
+                items = [v.encode() if isinstance(v, str) else v for v in array.flat]
+                if not all(isinstance(v, bytes) for v in items):
+                    raise TypeError("not a string")
+                array = np.array(items, dtype=object).reshape(array.shape)
+            else:
+                array = np.asarray(default)
+                if array.dtype.kind not in "biuf" or (
+                    array.dtype.kind == "f" and np.dtype(self.dtype).kind != "f"
+                ):
+                    raise TypeError("not a number of the dtype")
+                array = array.astype(self.dtype)
+            np.broadcast_to(array, self._fixed_shape)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"Expected `default` of feature {self.name!r} to be a {self.dtype} value "
+                f"that broadcasts to shape {self.shape}. Received: default={default!r}"
+            ) from error
+        return _hashable(array.tolist())
+
+    def default_array(self) -> np.ndarray:
+        """The default broadcast to the feature's shape, or raise if it has none."""
+        if self.default is None:
+            raise ValueError(f"Feature {self.name!r} has no default.")
+        if self.dtype in _STRINGS:
+            values = np.asarray(self.default, dtype=object)
+        else:
+            values = np.asarray(self.default, dtype=self.dtype)
+        return np.broadcast_to(values, self._fixed_shape)
+
+    @property
+    def _fixed_shape(self) -> tuple[int, ...]:
+        return tuple(d for d in self.shape if d is not None)
+
+    @property
+    def optional(self) -> bool:
+        """Whether a record may hold no value for the feature (it has a default)."""
+        return self.default is not None
 
     @property
     def varying(self) -> bool:
@@ -162,21 +245,26 @@ class Feature:
     def describe(self) -> str:
         """A short human description, e.g. ``"uint8 of shape (28, 28)"``."""
         shape = "(varying length)" if self.varying else str(self.shape)
+        if self.optional:
+            return f"{self.dtype} of shape {shape} (optional, default {self.default!r})"
         return f"{self.dtype} of shape {shape}"
 
     def expected_values(self) -> str:
         """What one record should hold for this feature, in words."""
         if self.encoding == "raw":
-            return f"one bytes value of {self.raw_nbytes} bytes ({self.describe()}, raw)"
+            one = "no or one" if self.optional else "one"
+            return f"{one} bytes value of {self.raw_nbytes} bytes ({self.describe()}, raw)"
         if self.varying:
             return f"a {self.kind} of any length"
+        if self.optional:
+            return f"a {self.kind} of 0 or {self.size} value(s) (optional)"
         return f"a {self.kind} of {self.size} value(s)"
 
     def parse_spec(self) -> Any:
         """The ``tf.io`` feature spec for ``tf.io.parse_example``."""
         stored = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
         stored_dtype = stored[self.encoding]
-        if self.varying:
+        if self.varying or self.optional:  # an optional one is filled in by decode
             return tf.io.RaggedFeature(dtype=stored_dtype, row_splits_dtype=tf.int64)
         if self.encoding == "raw":
             return tf.io.FixedLenFeature([], tf.string)
@@ -191,6 +279,8 @@ class Feature:
         Returns:
             A tensor of shape ``[batch, *shape]`` (ragged when the length varies).
         """
+        if self.optional and isinstance(parsed, tf.RaggedTensor):
+            parsed = self._fill_default(parsed)
         if self.encoding == "raw":
             decoded_dtype, bitcast_to = _RAW_DECODE.get(self.dtype, (self.dtype, None))
             flat = tf.io.decode_raw(parsed, tf.as_dtype(decoded_dtype), little_endian=True)
@@ -210,6 +300,34 @@ class Feature:
             return tf.cast(parsed, self.tf_dtype)
         return parsed
 
+    def _fill_default(self, parsed: Any) -> Any:
+        """Dense values from the ragged ``[batch, (values)]`` of an optional feature."""
+        per_record = 1 if self.encoding == "raw" else (self.size or 0)
+        lengths = parsed.row_lengths()
+        empty = tf.equal(lengths, 0)
+        valid = tf.reduce_all(tf.logical_or(empty, tf.equal(lengths, per_record)))
+        message = (
+            # "tf.train.Example" marks it a data error for explain_error / DataErrorHook
+            f"Expected feature {self.name!r} to hold 0 or {per_record} value(s) in every "
+            f"tf.train.Example ({self.expected_values()}); found a record with another number"
+        )
+        with tf.control_dependencies([tf.debugging.Assert(valid, [message, lengths])]):
+            dense = parsed.to_tensor(shape=[None, per_record])
+        if self.encoding == "raw":
+            nbytes = self.default_array().astype(np.dtype(self.dtype).newbyteorder("<"))
+            fill = tf.constant([nbytes.tobytes()], tf.string)
+        else:
+            stored = {"bytes": object, "int64": np.int64, "float": np.float32}[self.encoding]
+            values = self.default_array().reshape(-1)
+            fill = tf.constant(values.astype(stored), dense.dtype)
+        value = tf.where(tf.expand_dims(empty, 1), tf.expand_dims(fill, 0), dense)
+        if self.encoding == "raw":
+            return value[:, 0]
+        batch = tf.shape(value, out_type=tf.int64)[:1]
+        value = tf.reshape(value, tf.concat([batch, tf.constant(self.shape, tf.int64)], 0))
+        value.set_shape(tf.TensorShape([None]).concatenate(self.shape))
+        return value
+
     def check(self, feature: Any) -> str | None:
         """Compare one record's ``tf.train.Feature`` with this spec.
 
@@ -223,6 +341,8 @@ class Feature:
         values = getattr(feature, kind).value if kind else []
         if kind is not None and kind != self.kind:
             return f"a {kind} of {len(values)} value(s)"
+        if self.optional and not values:
+            return None
         if self.encoding == "raw":
             if len(values) != 1:
                 return f"{len(values)} bytes values"
@@ -233,14 +353,38 @@ class Feature:
             return f"a {kind or self.kind} of {len(values)} value(s)"
         return None
 
+    def suggest_encoding(self, feature: Any) -> str | None:
+        """The encoding that would read a record's ``tf.train.Feature``, if another would.
+
+        Args:
+            feature: A ``tf.train.Feature`` proto that :meth:`check` refused.
+
+        Returns:
+            An encoding of :data:`ENCODINGS` that fits the dtype and shape and under which
+            :meth:`check` accepts ``feature``, or ``None``.
+        """
+        for encoding in ENCODINGS:
+            if encoding == self.encoding:
+                continue
+            try:
+                other = dataclasses.replace(self, encoding=encoding)
+            except ValueError:
+                continue
+            if other.check(feature) is None:
+                return encoding
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """The feature as a JSON-ready dict."""
-        return {
+        data = {
             "name": self.name,
             "dtype": self.dtype,
             "shape": list(self.shape),
             "encoding": self.encoding,
         }
+        if self.optional:
+            data["default"] = _json_ready(self.default)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Feature:
@@ -249,7 +393,8 @@ class Feature:
             name=data["name"],
             dtype=data["dtype"],
             shape=tuple(data.get("shape", ())),
-            encoding=data.get("encoding", "raw"),
+            encoding=data.get("encoding", AUTO),
+            default=data.get("default"),
         )
 
     @classmethod
@@ -276,11 +421,36 @@ class Feature:
                 f"Expected array {name!r} to have a bool, integer, float or string dtype. "
                 f"Received: dtype={array.dtype}"
             )
-        if shape == () and array.dtype.kind in "biu" and dtype != "uint64":
-            return cls(name, dtype, shape, "int64")
-        if shape == () and dtype in ("float16", "float32"):
-            return cls(name, dtype, shape, "float")
-        return cls(name, dtype, shape, "raw")
+        return cls(name, dtype, shape)  # the encoding chosen by _auto_encoding
+
+
+def _auto_encoding(dtype: str, shape: Any) -> str:
+    """The encoding ``write`` gives a value of ``dtype`` and ``shape``."""
+    if dtype in _STRINGS:
+        return "bytes"
+    scalar_or_varying = tuple(shape) in ((), (None,))
+    if scalar_or_varying and np.dtype(dtype).kind in "biu" and dtype != "uint64":
+        return "int64"
+    if scalar_or_varying and dtype in ("float16", "float32"):
+        return "float"
+    if tuple(shape) == (None,):  # no raw bytes for a varying length: the nearest list
+        return "float" if np.dtype(dtype).kind == "f" else "int64"
+    return "raw"
+
+
+def _hashable(value: Any) -> Any:
+    """Nested lists as nested tuples (a frozen Feature must stay hashable)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value
 
 
 @dataclass(frozen=True)
@@ -344,6 +514,47 @@ class Schema:
         """The schema restricted to ``names``, in that order."""
         return Schema(self[name] for name in names)
 
+    def replace(self, **changes: Any) -> Schema:
+        """The schema with some features declared anew, the others kept as they are.
+
+        Meant for an inferred schema, which knows the kinds and lengths of value lists but
+        not what raw bytes hold or which features are optional.
+
+        Args:
+            **changes: For each feature name to change, one of:
+
+                * a ``(dtype, shape)`` or ``(dtype, shape, encoding)`` tuple: the feature
+                  declared anew (the encoding chosen as ``write`` does when not given);
+                * a dict of :class:`Feature` fields to change, e.g. ``{"default": 0.0}``.
+                  A default given to a feature of varying length (one that
+                  ``tfr-hooks inspect`` calls optional, with 0 or 1 values) makes it a
+                  scalar unless the dict gives a shape;
+                * a :class:`Feature` (renamed to the key).
+
+        Returns:
+            A new schema, in the same order.
+
+        Raises:
+            KeyError: If a name is not a feature of the schema.
+            TypeError: If a change is none of the above.
+            ValueError: If the changed feature's fields do not fit together.
+
+        Examples:
+            >>> schema = tfrecord.infer_schema("mnist.tfrecord")  # doctest: +SKIP
+            >>> schema = schema.replace(image_raw=("uint8", (28, 28, 1)))  # doctest: +SKIP
+            >>> schema = schema.replace(trip_seconds={"default": 0.0})  # doctest: +SKIP
+        """
+        unknown = [name for name in changes if name not in self]
+        if unknown:
+            raise KeyError(
+                f"Expected the names given to `replace` to be features of the schema "
+                f"{self.names}. Received: "
+                + ", ".join(f"{name}={changes[name]!r}" for name in unknown)
+            )
+        return Schema(
+            _replaced(f, changes[f.name]) if f.name in changes else f for f in self.features
+        )
+
     def parse_spec(self) -> dict[str, Any]:
         """The feature spec for ``tf.io.parse_example``."""
         return {f.name: f.parse_spec() for f in self.features}
@@ -377,6 +588,8 @@ class Schema:
         where = _where(file, record)
         present = example.features.feature
         for feature in self.features:
+            if feature.name not in present and feature.optional:
+                continue  # its default is read
             if feature.name not in present:
                 found = sorted(present.keys())
                 raise MissingFeatureError(
@@ -390,7 +603,8 @@ class Schema:
             if found_text is not None:
                 raise SchemaMismatchError(
                     f"Feature {feature.name!r} in {where} does not match the schema: "
-                    f"expected {feature.expected_values()}; found {found_text}.",
+                    f"expected {feature.expected_values()}; found {found_text}."
+                    + _encoding_hint(feature, feature.suggest_encoding(present[feature.name])),
                     file=file,
                     record=record,
                     feature=feature.name,
@@ -426,7 +640,8 @@ class Schema:
                 raise SchemaMismatchError(
                     f"Feature {feature.name!r} does not match {source}: expected "
                     f"{feature.describe()} ({feature.encoding} encoding); found "
-                    f"{other.describe()} ({other.encoding} encoding).",
+                    f"{other.describe()} ({other.encoding} encoding)."
+                    + _encoding_hint(feature, other.encoding, stored=other),
                     file=source,
                     feature=feature.name,
                 )
@@ -439,6 +654,45 @@ class Schema:
     def from_list(cls, data: Iterable[Mapping[str, Any]]) -> Schema:
         """Build a schema from :meth:`to_list`'s output."""
         return cls(Feature.from_dict(item) for item in data)
+
+
+def _replaced(feature: Feature, change: Any) -> Feature:
+    """``feature`` changed by one value of :meth:`Schema.replace`."""
+    name = feature.name
+    if isinstance(change, Feature):
+        return change if change.name == name else dataclasses.replace(change, name=name)
+    if isinstance(change, tuple) and len(change) in (2, 3):
+        return Feature(name, *change)
+    if isinstance(change, Mapping):
+        fields = dict(change)
+        if not set(fields) <= {"dtype", "shape", "encoding", "default"}:
+            raise TypeError(
+                f"Expected the changes of feature {name!r} to name only the fields dtype, "
+                f"shape, encoding and default. Received: {name}={change!r}"
+            )
+        if fields.get("default") is not None and feature.varying and "shape" not in fields:
+            fields["shape"] = ()  # an optional scalar: a record holds 0 or 1 values
+        if ("dtype" in fields or "shape" in fields) and "encoding" not in fields:
+            fields["encoding"] = AUTO  # chosen anew for the new dtype and shape
+        return dataclasses.replace(feature, **fields)
+    raise TypeError(
+        f"Expected the change of feature {name!r} to be a (dtype, shape) tuple, a "
+        f"(dtype, shape, encoding) tuple, a dict of Feature fields or a Feature. "
+        f"Received: {name}={change!r}"
+    )
+
+
+def _encoding_hint(feature: Feature, encoding: str | None, stored: Feature | None = None) -> str:
+    """Words on the encoding that would have matched, or ``""``."""
+    if encoding is None or encoding == feature.encoding:
+        return ""
+    if stored is not None and (stored.dtype, stored.shape) != (feature.dtype, feature.shape):
+        return ""
+    shape = feature.shape
+    return (
+        f" The {encoding!r} encoding would match: Feature({feature.name!r}, "
+        f"{feature.dtype!r}, {shape!r}, encoding={encoding!r})."
+    )
 
 
 def _where(file: str | None, record: int | None) -> str:
