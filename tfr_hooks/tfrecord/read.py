@@ -8,9 +8,10 @@ the features to return.
 * :func:`dataset` returns a ``tf.data.Dataset`` (eager TF2, ``tf.function``, or graph).
 * :func:`read_batches` builds graph-mode tensors with ``pipeline="dataset"`` (an
   initializable iterator, one pass per initialization) or ``pipeline="queue"``
-  (``string_input_producer`` + ``TFRecordReader`` + ``shuffle_batch_join``), and
-  registers a :class:`~tfr_hooks.tfrecord.DataErrorHook` on the graph
-  (:func:`tfr_hooks.hooks.add_graph_hook`).
+  (``string_input_producer`` + ``TFRecordReader`` + ``shuffle_batch_join``). Its
+  :class:`Batches` carry what a loop needs to run them (initializers, batch size, and the
+  files and schema that explain a read error); give them to
+  ``SessionLoop(data=...)``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from typing import Any, Union
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks.hooks import add_graph_hook
-from tfr_hooks.tfrecord.diagnose import DataErrorHook
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
     SCHEMA_FILENAME,
@@ -44,7 +43,6 @@ __all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
 
 logger = logging.getLogger(__name__)
 
-#: Name of the graph collection holding hooks that loops should run with the graph.
 #: The pipelines :func:`read_batches` can build.
 PIPELINES = ("dataset", "queue")
 
@@ -64,7 +62,6 @@ class Batches:
         schema: The schema parsed with (only the features returned).
         pipeline: ``"dataset"`` or ``"queue"``.
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
-        hook: The :class:`~tfr_hooks.tfrecord.DataErrorHook` registered on the graph.
         batch_size: A scalar ``int32`` tensor: the size of the current batch (for
             ``SessionLoop(batch_size=...)``).
     """
@@ -75,7 +72,6 @@ class Batches:
     schema: Schema
     pipeline: str
     compression: str
-    hook: DataErrorHook
     batch_size: Any = field(default=None)
 
 
@@ -380,9 +376,9 @@ def read_batches(
       when ``num_epochs`` is set. ``OutOfRangeError`` comes after ``num_epochs`` passes
       (never when ``None``).
 
-    Either way a :class:`~tfr_hooks.tfrecord.DataErrorHook` is registered on the graph
-    (:func:`tfr_hooks.hooks.add_graph_hook`), so loops turn read errors into messages
-    naming the file.
+    Either way, give the :class:`Batches` to ``SessionLoop(data=...)`` (or
+    ``hooked_session(data=...)``): the loop runs its initializers, weighs by its batch
+    size and turns read errors into messages naming the file.
 
     Args:
         files: Paths, directories (the shards of their ``schema.json``) or glob patterns.
@@ -417,8 +413,7 @@ def read_batches(
         ...                                     num_epochs=5, as_tuple=("image", "label"))
         ...     x, y = batches.tensors
         ...     loop = tfr_hooks.SessionLoop(train_op, fetches={"loss": loss},
-        ...                                  initializers=batches.initializers,
-        ...                                  batch_size=batches.batch_size)
+        ...                                  data=batches)
     """
     if tf.executing_eagerly():
         raise RuntimeError(
@@ -479,11 +474,7 @@ def read_batches(
             initializers = []
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
         size = _batch_size_of(first)
-    hook = DataErrorHook(plan.files, plan.schema, plan.compression)
-    add_graph_hook(hook)
-    return Batches(
-        tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, hook, size
-    )
+    return Batches(tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, size)
 
 
 class _DropDeprecations(logging.Filter):
