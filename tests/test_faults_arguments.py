@@ -115,7 +115,7 @@ CASES = {
     "callback not a callback": (
         lambda p: tfr_hooks.KerasCallbacks([tf_keras.callbacks.History(), "csv"], p["model"]),
         TypeError,
-        r"Expected every item of `callbacks` to be a tf_keras.callbacks.Callback. "
+        r"Expected `callbacks\[1\]` to be a tf_keras.callbacks.Callback. "
         r"Received: callbacks\[1\]='csv'",
     ),
     "callback of Keras 3 for a tf_keras model": (
@@ -160,7 +160,7 @@ CASES = {
         ),
         TypeError,
         r"Expected `model` to have a single output \(or pass `outputs`\). "
-        r"Received: model with 2 outputs",
+        r"Received: model=.* with 2 outputs",
     ),
     # reader: bad batch sizes and pipelines
     "batch_size 0": (

@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks import tfrecord
     from tfr_hooks.checkpoint import EpochCheckpoint
     from tfr_hooks.data_errors import DataErrorHook
-    from tfr_hooks.function_loop import FunctionLoop
     from tfr_hooks.drop_in import HookedSession, hooked_session
+    from tfr_hooks.function_loop import FunctionLoop
     from tfr_hooks.hooks import Hook, LoopState
     from tfr_hooks.keras_callbacks import KerasCallbacks
     from tfr_hooks.keras_graph import KerasTrainingGraph, keras_training_graph

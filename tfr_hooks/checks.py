@@ -40,7 +40,13 @@ def expected(name: str, what: str, value: object) -> str:
     Returns:
         "Expected `name` to be what. Received: name=value".
     """
-    return f"Expected `{name}` to be {what}. Received: {name}={value!r}"
+    shown = repr(value)
+    if len(shown) > _MAX_REPR:  # a huge array or list: its start says enough
+        shown = shown[: _MAX_REPR - 3] + "..."
+    return f"Expected `{name}` to be {what}. Received: {name}={shown}"
+
+
+_MAX_REPR = 200
 
 
 def _is_int(value: object) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.checks import check_optional_positive_int, check_positive_int
+from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
 from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
 from tfr_hooks.signals import with_signal_hook
@@ -109,22 +109,20 @@ class FunctionLoop:
             _check_model(model)
             if validation_step_fn is not None:
                 raise ValueError(
-                    "`validation_step_fn` goes with `step_fn`; a model validates with its own "
-                    f"test_step. Received: validation_step_fn={validation_step_fn!r}"
+                    expected(
+                        "validation_step_fn",
+                        "None with `model` (a model validates with its own test_step; "
+                        "`validation_step_fn` goes with `step_fn`)",
+                        validation_step_fn,
+                    )
                 )
         for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
             if fn is not None and not callable(fn):
-                raise TypeError(
-                    f"Expected `{name}` to be a function batch -> dict of scalar tensors. "
-                    f"Received: {name}={fn!r}"
-                )
+                raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
         check_positive_int(steps_per_execution, "steps_per_execution")
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
-            raise TypeError(
-                "Expected `strategy` to be a tf.distribute.Strategy or None. "
-                f"Received: strategy={strategy!r}"
-            )
+            raise TypeError(expected("strategy", "a tf.distribute.Strategy or None", strategy))
         user_hooks = check_hooks(hooks)
         for i, hook in enumerate(user_hooks):
             _refuse_session_hook(hook, i)
@@ -174,9 +172,9 @@ class FunctionLoop:
             _check_dataset(validation_data, "validation_data")
             if self.model is None and self.validation_step_fn is None:
                 raise ValueError(
-                    "Validation with `step_fn` needs `validation_step_fn` (a function "
-                    "batch -> dict of scalar tensors, without training). Received: "
-                    "validation_step_fn=None"
+                    "Expected `validation_step_fn` for `validation_data`: validation with "
+                    "`step_fn` needs `validation_step_fn` (a function batch -> dict of "
+                    "scalar tensors, without training). Received: validation_step_fn=None"
                 )
         check_optional_positive_int(validation_steps, "validation_steps")
         check_positive_int(validation_freq, "validation_freq")
@@ -342,10 +340,10 @@ class _FunctionRunner:
 
     def start(self) -> None:
         owner = self.owner
-        if self.model is not None and not owner._built:
-            if not _is_default_strategy(self.strategy):
-                # like model.fit under a strategy: build the model's state from one batch
-                owner._build_model(next(iter(owner.dataset)))
+        distributed = not _is_default_strategy(self.strategy)
+        if self.model is not None and not owner._built and distributed:
+            # like model.fit under a strategy: build the model's state from one batch
+            owner._build_model(next(iter(owner.dataset)))
         owner._built = True
 
     def start_epoch(self, restart_data: bool) -> None:
@@ -467,6 +465,7 @@ def _refuse_session_hook(hook: Any, index: int) -> None:
     stock = not isinstance(hook, Hook) and type(hook).__module__.startswith("tensorflow.")
     if stock or getattr(hook, "requires_session", False):
         raise ValueError(
+            f"Expected `hooks[{index}]` to be a hook that needs no session: "
             f"{name} needs a tf.compat.v1.Session (it fetches tensors or runs ops in "
             "session.run), and FunctionLoop runs a tf.function without one. Use "
             "SessionLoop for graph-mode training, or a Keras callback (through "
@@ -481,11 +480,13 @@ def _check_run_args(hook: Any, args: Any) -> None:
     fetches = getattr(args, "fetches", None)
     feeds = getattr(args, "feed_dict", None)
     if fetches is not None or feeds:
+        name = f"{type(hook).__name__}.before_run"
         raise ValueError(
-            f"{type(hook).__name__}.before_run asked for fetches or feeds "
-            f"(SessionRunArgs(fetches={fetches!r}, feed_dict={feeds!r})), which need a "
-            "tf.compat.v1.Session; FunctionLoop runs a tf.function without one. Read the "
-            "step's values from self.loop.batch_logs in after_run, or use SessionLoop."
+            f"Expected `{name}` to ask for no fetches or feeds: {name} asked for fetches "
+            "or feeds, which need a tf.compat.v1.Session, and FunctionLoop runs a "
+            "tf.function without one (read the step's values from self.loop.batch_logs "
+            f"in after_run, or use SessionLoop). Received: {name}=SessionRunArgs("
+            f"fetches={fetches!r}, feed_dict={feeds!r})"
         )
 
 
@@ -501,15 +502,15 @@ def _check_outputs(outputs: Any) -> dict[str, Any]:
     if not isinstance(outputs, Mapping):
         raise TypeError(
             "Expected `step_fn` to return a dict from names to scalar tensors. "
-            f"Received: {outputs!r}"
+            f"Received: outputs={outputs!r}"
         )
     result = {}
     for key, value in outputs.items():
         value = tf.convert_to_tensor(value)
         if value.shape.rank not in (0, None):
             raise ValueError(
-                f"Expected `step_fn` to return scalar tensors. Received: {key!r} of shape "
-                f"{value.shape}"
+                "Expected `step_fn` to return scalar tensors. "
+                f"Received: outputs[{key!r}] of shape {value.shape}"
             )
         result[str(key)] = value
     return result

@@ -28,7 +28,7 @@ def prepared_run(session: Any, fetches: Any, options: Any = None) -> Callable[[]
     """A no-argument callable that runs ``fetches`` (with ``options``) in ``session``."""
     prepared = session.make_callable(fetches, accept_options=options is not None)
     if options is None:
-        return prepared  # type: ignore[no-any-return]
+        return prepared
     return lambda: prepared(options=options)
 
 

@@ -151,7 +151,7 @@ class KerasCallbacks(Hook):
                         f"so use {self.flavor}.callbacks.{type(callback).__name__})"
                     )
                 raise TypeError(
-                    f"Expected every item of `callbacks` to be a {self.flavor}.callbacks."
+                    f"Expected `callbacks[{i}]` to be a {self.flavor}.callbacks."
                     f"Callback{hint}. Received: callbacks[{i}]={callback!r} of type "
                     f"{type(callback).__name__}"
                 )

@@ -21,6 +21,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
+from tfr_hooks.checks import expected
 from tfr_hooks.hooks import Hook
 from tfr_hooks.keras_callbacks import KerasCallbacks
 from tfr_hooks.validation import Validation
@@ -239,14 +240,18 @@ def keras_training_graph(
         if len(model.outputs) != 1:
             raise TypeError(
                 "Expected `model` to have a single output (or pass `outputs`). "
-                f"Received: model with {len(model.outputs)} outputs"
+                f"Received: model={model!r} with {len(model.outputs)} outputs"
             )
         outputs = model.outputs[0]
     _check_tensor(outputs, "outputs")
     if getattr(outputs, "graph", None) is None or tf.executing_eagerly():
         raise ValueError(
-            "Expected a model in graph mode: build it and call keras_training_graph inside "
-            "`with tf.Graph().as_default():`. Received: an eager model"
+            expected(
+                "model",
+                "a model in graph mode (build it and call keras_training_graph inside "
+                "`with tf.Graph().as_default():`), not an eager one",
+                model,
+            )
         )
     graph = outputs.graph
     with graph.as_default():
@@ -279,7 +284,7 @@ def keras_training_graph(
 
 def _check_tensor(value: Any, name: str) -> None:
     if not isinstance(value, (tf.Tensor, tf.Variable)):
-        raise TypeError(f"Expected `{name}` to be a tensor. Received: {name}={value!r}")
+        raise TypeError(expected(name, "a tensor", value))
 
 
 def _get_loss(loss: Any) -> Callable[..., Any]:
@@ -319,7 +324,7 @@ def _get_metrics(
         fn: Any
         if isinstance(metric, tf_keras.metrics.Metric):
             raise TypeError(
-                "Expected `metrics` items to be metric names or functions (stateful "
+                f"Expected `metrics[{i}]` to be a metric name or function (stateful "
                 "tf_keras.metrics.Metric objects never reset between epochs here; pass "
                 f"the name, e.g. 'sparse_categorical_accuracy'). Received: metrics[{i}]="
                 f"{metric!r}"
@@ -346,7 +351,9 @@ def _get_metrics(
                 f"Received: metrics[{i}]={metric!r}"
             )
         if name == "loss" or name in result:
-            raise ValueError(f"Expected unique metric names other than 'loss'. Received: {name!r}")
+            raise ValueError(
+                f"Expected unique metric names other than 'loss'. Received: name={name!r}"
+            )
         result[name] = fn
     return result
 

@@ -26,6 +26,7 @@ from typing import Any, Union
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
     SCHEMA_FILENAME,
@@ -83,14 +84,6 @@ class _Plan:
     names: tuple[str, ...] | None  # as_tuple
 
 
-def _positive(name: str, value: object, *, zero: bool = False) -> int:
-    low = 0 if zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "non-negative" if zero else "positive"
-        raise ValueError(f"Expected `{name}` to be a {kind} integer. Received: {name}={value!r}")
-    return value
-
-
 def _check_as_tuple(as_tuple: object) -> tuple[str, ...] | None:
     if as_tuple is None:
         return None
@@ -117,7 +110,7 @@ def _resolve_compression(paths: list[str], compression: str | None) -> str:
         examples = {k or "none": next(p for p, c in found.items() if c == k) for k in kinds}
         raise ValueError(
             "Expected all files to use the same compression; pass `compression` to force "
-            f"one. Received files with different compressions: {examples}"
+            f"one. Received: compressions={examples}"
         )
     return kinds[0]
 
@@ -188,7 +181,7 @@ def _structure(tensors: Any, names: tuple[str, ...] | None) -> Any:
         found = sorted(tensors) if isinstance(tensors, dict) else type(tensors).__name__
         raise ValueError(
             f"Expected `map_fn` to return a dict with the keys of `as_tuple` {list(names)}. "
-            f"Received: {found}"
+            f"Received: keys={found}"
         )
     return tuple(tensors[name] for name in names)
 
@@ -262,14 +255,14 @@ def dataset(
         ...     print(images.shape, labels.shape)
         (128, 28, 28) (128,)
     """
-    _positive("batch_size", batch_size)
-    _positive("shuffle_buffer", shuffle_buffer, zero=True)
+    check_positive_int(batch_size, "batch_size")
+    check_non_negative_int(shuffle_buffer, "shuffle_buffer")
     if num_parallel_reads is not None:
-        _positive("num_parallel_reads", num_parallel_reads)
+        check_positive_int(num_parallel_reads, "num_parallel_reads")
     if num_epochs is not None:
-        _positive("num_epochs", num_epochs)
+        check_positive_int(num_epochs, "num_epochs")
     if map_fn is not None and not callable(map_fn):
-        raise TypeError(f"Expected `map_fn` to be callable or None. Received: map_fn={map_fn!r}")
+        raise TypeError(expected("map_fn", "callable or None", map_fn))
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None)
     return _build_dataset(
         plan,
@@ -422,17 +415,15 @@ def read_batches(
             ", or use tfrecord.dataset(...) in eager code."
         )
     if pipeline not in PIPELINES:
-        raise ValueError(
-            f"Expected `pipeline` to be 'dataset' or 'queue'. Received: pipeline={pipeline!r}"
-        )
-    _positive("batch_size", batch_size)
-    _positive("num_threads", num_threads)
+        raise ValueError(expected("pipeline", "'dataset' or 'queue'", pipeline))
+    check_positive_int(batch_size, "batch_size")
+    check_positive_int(num_threads, "num_threads")
     if num_epochs is not None:
-        _positive("num_epochs", num_epochs)
+        check_positive_int(num_epochs, "num_epochs")
     after = 4 * batch_size if min_after_dequeue is None else min_after_dequeue
-    _positive("min_after_dequeue", after, zero=True)
+    check_non_negative_int(after, "min_after_dequeue")
     cap = after + (num_threads + 2) * batch_size if capacity is None else capacity
-    _positive("capacity", cap)
+    check_positive_int(cap, "capacity")
     if cap <= after or cap < batch_size:
         raise ValueError(
             "Expected `capacity` to exceed `min_after_dequeue` and be at least "
