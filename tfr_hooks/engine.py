@@ -113,14 +113,17 @@ class Runner(Protocol):
         """Release resources, after the hooks' ``end``."""
 
 
+_NUMBERS = (float, int, np.floating, np.integer)  # a bool is an int: 1.0, as in fit
+
+
 def python_value(value: Any) -> Any:
     """A log value as Keras ``fit`` hands it to callbacks: a float when it is a scalar.
 
     Numbers and 0-d arrays or tensors become Python floats; arrays of other shapes (a
     per-class metric, ``F1Score`` on one class) stay numpy arrays; other objects stay.
     """
-    if isinstance(value, float):
-        return value
+    if isinstance(value, _NUMBERS):  # the common case, first
+        return float(value)
     if isinstance(value, (str, bytes)) or value is None:
         return value
     try:
@@ -136,7 +139,9 @@ def python_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     """Logs with nested dicts flattened and every value through :func:`python_value`."""
     result: dict[str, Any] = {}
     for key, value in logs.items():
-        if isinstance(value, Mapping):
+        if isinstance(value, _NUMBERS):
+            result[key] = float(value)
+        elif isinstance(value, Mapping):
             result.update(python_logs(value))
         else:
             result[key] = python_value(value)

@@ -1,6 +1,7 @@
 """The hook protocol: TensorFlow's ``SessionRunHook`` plus epoch and validation events.
 
-Every loop in this package drives its hooks through one lifecycle::
+Every loop in this package drives its hooks through one lifecycle, fired by
+:mod:`tfr_hooks.engine` alone::
 
     begin -> after_create_session(session, coord) ->
       [ epoch_begin(epoch) ->
@@ -17,7 +18,6 @@ The epoch and validation events only reach subclasses of :class:`Hook`.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -326,15 +326,6 @@ class HookList:
         """Call ``validation_end`` on every :class:`Hook`."""
         for hook in self._ours:
             hook.validation_end(logs)
-
-    def end(self, session: Any) -> BaseException | None:
-        """Call ``end`` on every hook, even when some raise.
-
-        Returns:
-            The first exception raised by a hook's ``end``, or ``None``; the others are
-            logged.
-        """
-        return call_all(functools.partial(hook.end, session) for hook in self.hooks)
 
     def translate_error(self, error: BaseException) -> BaseException:
         """Return the first clearer exception a :class:`Hook` offers for ``error``."""
