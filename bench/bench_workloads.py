@@ -472,12 +472,10 @@ def session_loop(
             hooks = bracket_hooks(clock, [hook])
         hooks.append(clock_hook(clock))
         loop = tfr_hooks.SessionLoop(
-            training.train_op,
-            fetches=training.fetches,
+            training,
             hooks=hooks,
             steps_per_epoch=None if reinit else steps_per_epoch(spec),
-            initializers=batches.initializers,
-            batch_size=training.batch_size,
+            data=batches,
         )
         loop.run(epochs=spec.epochs + 1)
     return clock.result()

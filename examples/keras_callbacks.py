@@ -100,14 +100,12 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
             ),
         ]
         loop = tfr_hooks.SessionLoop(  # --- tfr_hooks: the whole training loop ---
-            training.train_op,
-            fetches=training.fetches,
+            training,  # its train op, loss and metrics, batch size and learning-phase feed
             hooks=[
                 training.keras_callbacks(callbacks, verbose=2),
                 tfr_hooks.TensorBoardLogger(args.logdir / "tensorboard", model=model),
             ],
             steps_per_epoch=steps_per_epoch,
-            batch_size=training.batch_size,
             validation=validation,
         )
         with v1.Session(graph=graph) as session:

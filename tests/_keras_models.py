@@ -91,12 +91,10 @@ class TensorFed:
 
     def loop(self, hooks: list[Any]) -> tfr_hooks.SessionLoop:
         return tfr_hooks.SessionLoop(
-            self.training.train_op,
-            fetches=self.training.fetches,
+            self.training,
             hooks=hooks,
             steps_per_epoch=self.steps_per_epoch,
             initializers=[self.initializer],
-            batch_size=self.training.batch_size,
             validation=self.validation,
         )
 

@@ -154,7 +154,8 @@ def test_inspect_without_matching_files(tmp_path, capsys):
 def test_convert_reports_a_missing_input(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path / "no.npz"), str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == (
-        f"tfr-hooks convert: error: Input file '{tmp_path / 'no.npz'}' does not exist.\n"
+        "tfr-hooks convert: error: Expected `input` to be an existing .npz file. "
+        f"Received: input='{tmp_path / 'no.npz'}'\n"
     )
 
 

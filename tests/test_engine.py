@@ -391,7 +391,7 @@ def test_bad_epochs_fail_before_anything_runs(graph: tf.Graph, epochs: Any) -> N
 def test_train_op_must_be_a_graph_tensor() -> None:
     with pytest.raises(TypeError, match=r"Expected `train_op` to be a graph-mode"):
         tfr_hooks.SessionLoop(np.float32(1.0))
-    with pytest.raises(TypeError, match=r"Received: None"):
+    with pytest.raises(TypeError, match=r"Received: train_op=None"):
         tfr_hooks.SessionLoop(None)
 
 

@@ -102,7 +102,7 @@ def test_bad_record_stops_the_run_naming_the_file(graph, tmp_path, defect, pipel
         {"loss": model.loss},
         [tfr_hooks.EpochCheckpoint(logdir), rec],
         steps_per_epoch=STEPS,
-        initializers=batches.initializers,
+        data=batches,
         run_timeout_secs=30,  # a hang fails the test instead of blocking it
     )
     error_type, feature = EXPECTED[defect]

@@ -76,15 +76,14 @@ def test_fifty_epochs_with_all_callbacks_keep_threads_ops_and_memory_flat(graph,
     ]
     probe = Probe()
     loop = tfr_hooks.SessionLoop(
-        training.train_op,
-        training.fetches,
+        training,
+        None,
         [
             tfr_hooks.EpochCheckpoint(tmp_path / "ckpt", max_to_keep=2),
             tfr_hooks.KerasCallbacks(callbacks, model),
             probe,
         ],
         initializers=[train_it.initializer],
-        batch_size=training.batch_size,
         validation=training.validation(val_x, val_y, initializers=[val_it.initializer]),
     )
     before = threading.active_count()

@@ -9,7 +9,6 @@ import tf_keras
 
 import tfr_hooks
 from _keras_models import TRAIN, VAL, batches
-from tfr_hooks.hooks import graph_hooks
 
 v1 = tf.compat.v1
 SGD = tf_keras.optimizers.legacy.SGD
@@ -105,13 +104,7 @@ def test_update_ops_run_in_training_mode_and_validation_shares_weights(graph: tf
     val_it = v1.data.make_initializable_iterator(batches(VAL))
     vx, vy = val_it.get_next()
     validation = training.validation(vx, vy, initializers=[val_it.initializer])
-    loop = tfr_hooks.SessionLoop(
-        training.train_op,
-        fetches=training.fetches,
-        initializers=[init],
-        batch_size=training.batch_size,
-        validation=validation,
-    )
+    loop = tfr_hooks.SessionLoop(training, initializers=[init], validation=validation)
     with v1.Session() as session:
         history = loop.run(2, session=session)
         moving_mean = session.run(bn.moving_mean)
@@ -129,4 +122,3 @@ def test_no_learning_phase_feed_for_a_model_that_does_not_use_it(graph: tf.Graph
     )
     # nothing to feed, so the loop's steps can take its prepared-callable path
     assert training.hooks == []
-    assert graph_hooks() == []

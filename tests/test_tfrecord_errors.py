@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfr_hooks
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord import Feature, Schema
 
@@ -287,10 +288,11 @@ def test_hook_translates_graph_mode_dataset_errors(tmp_path):
         batches = tfrecord.read_batches(path, 4, schema=SCHEMA, shuffle=False)
         with new_session() as session, pytest.raises(tf.errors.DataLossError) as info:
             run_graph_batches(session, batches.tensors, batches.initializers)
-    better = batches.hook.translate_error(info.value)
+    hook = tfr_hooks.DataErrorHook.for_batches(batches)
+    better = hook.translate_error(info.value)
     assert isinstance(better, tfrecord.CorruptRecordError)
     assert (better.file, better.record) == (path, 12)
-    assert batches.hook.translate_error(RuntimeError("not data")) is None
+    assert hook.translate_error(RuntimeError("not data")) is None
 
 
 def test_hook_translates_graph_mode_queue_errors_without_hanging(tmp_path):
@@ -302,15 +304,13 @@ def test_hook_translates_graph_mode_queue_errors_without_hanging(tmp_path):
         )
         with new_session() as session, pytest.raises(tf.errors.DataLossError) as info:
             run_graph_batches(session, batches.tensors)
-    better = batches.hook.translate_error(info.value)
+    better = tfr_hooks.DataErrorHook.for_batches(batches).translate_error(info.value)
     assert isinstance(better, tfrecord.CorruptRecordError)
     assert (better.file, better.record) == (bad, 12)
 
 
 @pytest.mark.parametrize("pipeline", ["dataset", "queue"])
 def test_session_loop_raises_the_clear_error(tmp_path, pipeline):
-    import tfr_hooks
-
     path = _damaged_copy(tmp_path, "bad.rec", 12 * RECORD_BYTES + 20)
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
@@ -321,8 +321,7 @@ def test_session_loop_raises_the_clear_error(tmp_path, pipeline):
         loop = tfr_hooks.SessionLoop(
             tf.compat.v1.assign_add(step, 1),
             fetches={"total": total},
-            initializers=batches.initializers,
-            batch_size=batches.batch_size,
+            data=batches,
             run_timeout_secs=60,
             handle_signals=False,
         )

@@ -145,7 +145,7 @@ def test_bad_features_are_rejected(kwargs, match):
 
 
 def test_duplicate_feature_names_are_rejected():
-    with pytest.raises(ValueError, match=r"duplicates: \['a'\]"):
+    with pytest.raises(ValueError, match=r"duplicates=\['a'\]"):
         Schema([Feature("a", "uint8"), Feature("a", "int64", (), "int64")])
 
 

@@ -187,7 +187,7 @@ def test_existing_dataset_needs_overwrite(tmp_path):
         ({"a": np.zeros(3)}, {"compression": "lz4"}, ValueError, r"compression='lz4'"),
         ({"a": np.zeros(0)}, {}, ValueError, r"at least one example"),
         ({"a": np.float32(1.0)}, {}, ValueError, r"first dimension"),
-        ([1, 2, 3], {}, TypeError, r"Received: data of type list"),
+        ([1, 2, 3], {}, TypeError, r"Received: data=\[1, 2, 3\] of type list"),
         ({"a": np.array([1, "x"], dtype=object)}, {}, TypeError, r"str or bytes"),
     ],
 )

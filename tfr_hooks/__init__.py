@@ -18,14 +18,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks import tfrecord
     from tfr_hooks.checkpoint import EpochCheckpoint
+    from tfr_hooks.data_errors import DataErrorHook
+    from tfr_hooks.drop_in import HookedSession, hooked_session
     from tfr_hooks.function_loop import FunctionLoop
     from tfr_hooks.hooks import Hook, LoopState
     from tfr_hooks.keras_callbacks import KerasCallbacks
     from tfr_hooks.keras_graph import KerasTrainingGraph, keras_training_graph
     from tfr_hooks.queue_runners import QueueRunnerHook
-    from tfr_hooks.session_loop import HookedSession, SessionLoop, Validation, hooked_session
+    from tfr_hooks.session_loop import SessionLoop
     from tfr_hooks.signals import StopOnSignal
     from tfr_hooks.tensorboard import TensorBoardLogger
+    from tfr_hooks.validation import Validation
 
 __version__ = "0.1.0"
 
@@ -34,9 +37,9 @@ _PUBLIC: dict[str, str] = {
     "Hook": "tfr_hooks.hooks",
     "LoopState": "tfr_hooks.hooks",
     "SessionLoop": "tfr_hooks.session_loop",
-    "Validation": "tfr_hooks.session_loop",
-    "HookedSession": "tfr_hooks.session_loop",
-    "hooked_session": "tfr_hooks.session_loop",
+    "Validation": "tfr_hooks.validation",
+    "HookedSession": "tfr_hooks.drop_in",
+    "hooked_session": "tfr_hooks.drop_in",
     "QueueRunnerHook": "tfr_hooks.queue_runners",
     "tfrecord": "tfr_hooks.tfrecord",
     "KerasCallbacks": "tfr_hooks.keras_callbacks",
@@ -46,6 +49,7 @@ _PUBLIC: dict[str, str] = {
     "FunctionLoop": "tfr_hooks.function_loop",
     "StopOnSignal": "tfr_hooks.signals",
     "EpochCheckpoint": "tfr_hooks.checkpoint",
+    "DataErrorHook": "tfr_hooks.data_errors",
 }
 
 __all__ = [
@@ -64,6 +68,7 @@ __all__ = [
     "FunctionLoop",
     "StopOnSignal",
     "EpochCheckpoint",
+    "DataErrorHook",
     "__version__",
 ]
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks.checks import check_bool, check_positive_int
 from tfr_hooks.hooks import Hook
 
 __all__ = ["EpochCheckpoint", "CHECKPOINT_PREFIX", "resume_epoch_of"]
@@ -109,13 +110,8 @@ class EpochCheckpoint(Hook):
             raise TypeError(
                 f"Expected `logdir` to be a directory path. Received: logdir={logdir!r}"
             )
-        if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1:
-            raise ValueError(
-                "Expected `max_to_keep` to be a positive integer. "
-                f"Received: max_to_keep={max_to_keep!r}"
-            )
-        if not isinstance(restore, bool):
-            raise TypeError(f"Expected `restore` to be a bool. Received: restore={restore!r}")
+        check_positive_int(max_to_keep, "max_to_keep")
+        check_bool(restore, "restore")
         self.logdir = os.fspath(logdir)
         self.max_to_keep = max_to_keep
         self.restore = restore

@@ -119,14 +119,19 @@ def _convert(args: argparse.Namespace) -> int:
         with np.load(args.input, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
     except FileNotFoundError as error:
-        raise FileNotFoundError(f"Input file {args.input!r} does not exist.") from error
+        raise FileNotFoundError(
+            f"Expected `input` to be an existing .npz file. Received: input={args.input!r}"
+        ) from error
     except (ValueError, OSError) as error:
         raise ValueError(
-            f"Expected {args.input!r} to be an .npz file of numeric or string arrays. "
-            f"Could not read it: {error}"
+            "Expected `input` to be an .npz file of numeric or string arrays. "
+            f"Received: input={args.input!r}, which cannot be read: {error}"
         ) from error
     if not arrays:
-        raise ValueError(f"Expected {args.input!r} to hold at least one array; it holds none.")
+        raise ValueError(
+            "Expected `input` to hold at least one array. "
+            f"Received: input={args.input!r}, which holds none"
+        )
     total = len(next(iter(arrays.values())))
     progress, close = _progress_bar(total, enabled=not args.no_progress)
     try:

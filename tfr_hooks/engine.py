@@ -1,9 +1,13 @@
-"""The loop over epochs and steps, shared by every loop in the package.
+"""The whole lifecycle of a run, shared by every loop in the package.
 
-The engine knows no session, no ``tf.function``, no Keras and no TFRecord. A *runner*
-(:class:`~tfr_hooks.SessionLoop`'s or :class:`~tfr_hooks.FunctionLoop`'s) runs one step
-at a time and says when the data ran out; the engine turns that into epochs, validation,
-stop requests, history and cleanup, calling the hooks at each event.
+The engine knows no session, no ``tf.function``, no Keras and no TFRecord. It fires every
+hook event in the order documented in :mod:`tfr_hooks.hooks`: it collects the hooks'
+``before_run`` arguments, asks a *runner* to run one step (or one validation step) with
+them, calls ``after_run`` with the results, turns ``run_context.request_stop()`` into a
+stop of the loop, drives the validation events, turns logs into Python floats (here and
+nowhere else) and tears the run down. A runner (:class:`~tfr_hooks.SessionLoop`'s or
+:class:`~tfr_hooks.FunctionLoop`'s) only runs steps, restarts data and releases what it
+holds.
 
 Epoch boundaries:
 
@@ -18,80 +22,155 @@ Epoch boundaries:
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from tfr_hooks.hooks import HookList, LoopState
+import numpy as np
 
-__all__ = ["Runner", "StepResult", "run_loop", "check_epochs", "check_positive", "check_steps"]
+from tfr_hooks.checks import (
+    check_non_negative_int,
+    check_optional_positive_int,
+    check_positive_int,
+)
+from tfr_hooks.hooks import HookList, LoopState, SessionRunContext, call_all
+
+__all__ = [
+    "Runner",
+    "StepResult",
+    "run_loop",
+    "run_hooked_step",
+    "end_run",
+    "python_logs",
+    "python_value",
+]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class StepResult:
-    """What one call of a runner's step produced.
+    """What one step of a runner produced.
 
     Attributes:
-        steps: Training steps run by the call (``steps_per_execution`` or fewer).
+        steps: Steps run (up to the ``limit`` asked for; 0 when the data had run out).
         examples: Examples consumed by those steps.
-        logs: Running means of the fetched values over the epoch so far.
-        exhausted: The data ran out during this call (after ``steps`` steps, maybe 0).
+        logs: The step's logs as the runner has them (numpy or Python values), or
+            ``None`` for a step that keeps no logs (a ``hooked_session`` run).
+        exhausted: The data ran out during this step (after ``steps`` steps, maybe 0).
+        results: The results of the caller's own fetches (a ``hooked_session`` run).
+        hook_results: Each hook's results for what it asked in ``before_run``.
+        options: The ``RunOptions`` the step ran with, for ``after_run``.
+        run_metadata: The step's ``RunMetadata``, for ``after_run``.
     """
 
-    steps: int
-    examples: int
-    logs: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    examples: int = 0
+    logs: Mapping[str, Any] | None = None
     exhausted: bool = False
+    results: Any = None
+    hook_results: Sequence[Any] | None = None
+    options: Any = None
+    run_metadata: Any = None
 
 
 class Runner(Protocol):
-    """The part of a loop that knows how a step is run."""
+    """The part of a loop that knows how a step is run; it fires no hook event."""
 
     #: Whether :meth:`start_epoch` can restart the data (else the source is one-shot).
     reinitializable: bool
+    #: What ``run_context.original_args`` shows hooks (the train op's ``SessionRunArgs``).
+    run_args: Any
+    #: The ``tf.compat.v1.Session`` steps run in (from :meth:`start` on), or ``None``.
+    session: Any
+    #: The ``Coordinator`` hooks get in ``after_create_session``, or ``None``.
+    coord: Any
+    #: Whether the runner already knows the current data (the training data, or during a
+    #: validation pass the validation data) has no further batch; no step is then tried.
+    ran_out: bool
 
-    def start(self, loop: LoopState, hooks: HookList) -> None:
-        """Prepare to run (create the session, call ``after_create_session``)."""
+    def start(self) -> None:
+        """Prepare to run: create the session (after the hooks' ``begin``)."""
 
-    def start_epoch(self, epoch: int, restart_data: bool) -> None:
+    def start_epoch(self, restart_data: bool) -> None:
         """Reset the epoch's running means, and restart the data when asked."""
 
-    def step(self, loop: LoopState, hooks: HookList) -> StepResult:
-        """Run one execution, calling ``before_run``/``after_run`` around it."""
+    def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
+        """Run up to ``limit`` training steps, with what the hooks asked for merged in."""
 
-    def evaluate(self, hooks: HookList) -> dict[str, float]:
-        """Run the validation pass; return its means (unprefixed), or ``{}`` if none."""
+    def start_validation(self) -> bool:
+        """Restart the validation data and its means; ``False`` when there is none."""
 
-    def finish(self, hooks: HookList) -> BaseException | None:
-        """Call every hook's ``end`` and release resources; return the first error."""
+    def run_validation_step(self, limit: int) -> StepResult:
+        """Run up to ``limit`` validation steps; ``steps=0`` when the data ran out."""
 
+    def finish(self) -> None:
+        """End-of-training work before the hooks' ``end`` (``fit``'s weight finalizing)."""
 
-def check_positive(value: object, name: str) -> None:
-    """Raise a clear ``ValueError`` unless ``value`` is a positive integer (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"Expected `{name}` to be a positive integer. Received: {name}={value!r}")
-
-
-def check_epochs(epochs: object, initial_epoch: object) -> None:
-    """Raise a clear error for bad ``epochs``/``initial_epoch`` arguments."""
-    check_positive(epochs, "epochs")
-    if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or initial_epoch < 0:
-        raise ValueError(
-            "Expected `initial_epoch` to be a non-negative integer. "
-            f"Received: initial_epoch={initial_epoch!r}"
-        )
+    def close(self) -> None:
+        """Release resources, after the hooks' ``end``."""
 
 
-def check_steps(value: object, name: str) -> None:
-    """Raise a clear error unless ``value`` is ``None`` or a positive integer."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"Expected `{name}` to be a positive integer or None. Received: {name}={value!r}"
-        )
+_NUMBERS = (float, int, np.floating, np.integer)  # a bool is an int: 1.0, as in fit
+
+
+def python_value(value: Any) -> Any:
+    """A log value as Keras ``fit`` hands it to callbacks: a float when it is a scalar.
+
+    Numbers and 0-d arrays or tensors become Python floats; arrays of other shapes (a
+    per-class metric, ``F1Score`` on one class) stay numpy arrays; other objects stay.
+    """
+    if isinstance(value, _NUMBERS):  # the common case, first
+        return float(value)
+    if isinstance(value, (str, bytes)) or value is None:
+        return value
+    try:
+        array = np.asarray(value)
+    except Exception:  # not array-like: leave it as it is
+        return value
+    if array.ndim == 0 and array.dtype.kind in "biuf":
+        return float(array)
+    return array if array.dtype.kind in "biufc" else value
+
+
+def python_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
+    """Logs with nested dicts flattened and every value through :func:`python_value`."""
+    result: dict[str, Any] = {}
+    for key, value in logs.items():
+        if isinstance(value, _NUMBERS):
+            result[key] = float(value)
+        elif isinstance(value, Mapping):
+            result.update(python_logs(value))
+        else:
+            result[key] = python_value(value)
+    return result
+
+
+def run_hooked_step(
+    hooks: HookList,
+    loop: LoopState,
+    original_args: Any,
+    session: Any,
+    run: Callable[[list[Any]], StepResult],
+) -> StepResult:
+    """One step with ``before_run``/``after_run`` around it, as ``MonitoredSession`` does.
+
+    ``run`` gets what each hook returned from ``before_run``. A step that found the data
+    run out (``steps == 0``) has had its ``before_run`` but gets no ``after_run``. The
+    step's logs become ``loop.batch_logs`` before any ``after_run``, and a
+    ``run_context.request_stop()`` stops the loop.
+    """
+    run_context = SessionRunContext(original_args=original_args, session=session)
+    result = run(hooks.before_run(run_context))
+    if result.steps:
+        if result.logs is not None:
+            loop.batch_logs = python_logs(result.logs)
+        hooks.after_run(run_context, result.hook_results, result.options, result.run_metadata)
+    if run_context.stop_requested:
+        loop.request_stop("a hook called run_context.request_stop()")
+    return result
 
 
 def run_loop(
@@ -102,35 +181,47 @@ def run_loop(
     epochs: int,
     initial_epoch: int = 0,
     steps_per_epoch: int | None = None,
+    steps_per_execution: int = 1,
+    known_steps: int | None = None,
     validation_freq: int = 1,
-) -> dict[str, list[float]]:
+    validation_steps: int | None = None,
+) -> dict[str, list[Any]]:
     """Run epochs of steps with hooks; return the history of epoch logs.
 
     Args:
-        runner: Runs the steps and the validation pass.
+        runner: Runs the steps and the validation steps.
         hooks: The hooks, in call order.
         loop: The state shown to hooks; reset here.
         epochs: Train until this epoch index (exclusive), like ``model.fit``.
         initial_epoch: The epoch to start from (for resuming).
         steps_per_epoch: Steps per epoch, or ``None`` to let the data decide.
-        validation_freq: Run the validation pass every this many epochs.
+        steps_per_execution: Steps the runner may run per call (hooks see each call once).
+        known_steps: With ``steps_per_epoch=None``, the steps the data is known to hold
+            (a dataset's cardinality), shown to hooks as ``loop.steps_per_epoch``.
+        validation_freq: Validate after every this many epochs (as ``fit`` counts).
+        validation_steps: Stop each validation pass after this many steps.
 
     Returns:
         A dict from each log name to its list of per-epoch values, like Keras'
         ``History.history``.
     """
-    check_epochs(epochs, initial_epoch)
-    check_steps(steps_per_epoch, "steps_per_epoch")
-    loop.__init__()  # type: ignore[misc]  # one state object, fresh for every run
-    loop.epochs, loop.initial_epoch, loop.epoch = epochs, initial_epoch, initial_epoch
-    loop.steps_per_epoch = steps_per_epoch
-    history: dict[str, list[float]] = {}
+    check_positive_int(epochs, "epochs")
+    check_non_negative_int(initial_epoch, "initial_epoch")
+    check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
+    loop.reset(
+        epochs=epochs,
+        initial_epoch=initial_epoch,
+        steps_per_epoch=steps_per_epoch if steps_per_epoch is not None else known_steps,
+        steps_per_execution=steps_per_execution,
+    )
     hooks.set_loop(loop)
-
+    history: dict[str, list[Any]] = {}
     error: BaseException | None = None
     try:
         hooks.begin()
-        runner.start(loop, hooks)
+        runner.start()
+        loop.session = runner.session
+        hooks.after_create_session(runner.session, runner.coord)
         # a hook may move the start in begin/after_create_session (Keras' BackupAndRestore)
         for epoch in range(loop.initial_epoch, epochs):
             if loop.stop_requested:
@@ -139,29 +230,16 @@ def run_loop(
             if logs is None:
                 break
             if (epoch + 1) % validation_freq == 0:  # as model.fit counts it
-                val_logs = runner.evaluate(hooks)
+                val_logs = _validate(runner, hooks, loop, validation_steps)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)
             for key, value in logs.items():
-                history.setdefault(key, []).append(value)
-            if not more:
+                history.setdefault(key, []).append(python_value(value))
+            if not more or loop.stop_requested:
                 break
-    except BaseException as exc:  # re-raised below, after cleanup
+    except BaseException as exc:  # re-raised by end_run, after cleanup
         error = exc
-        loop.error = exc  # lets hooks' end() tell a failed run from a finished one
-    finally:
-        end_error = runner.finish(hooks)
-        if error is not None and end_error is not None and end_error is not error:
-            # the run's own error wins; a hook's end failing after it must not vanish
-            logger.error(
-                "Error in a hook's end, after the error that ended the run", exc_info=end_error
-            )
-        error = error or end_error
-    if error is not None:
-        better = hooks.translate_error(error)
-        if better is not error:
-            raise better from error
-        raise error
+    end_run(hooks, loop, runner.session, error, before=runner.finish, after=runner.close)
     return history
 
 
@@ -171,23 +249,27 @@ def _run_epoch(
     loop: LoopState,
     epoch: int,
     steps_per_epoch: int | None,
-) -> tuple[dict[str, float] | None, bool]:
+) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     loop.epoch = epoch
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
-    first_of_run = epoch == loop.initial_epoch
-    runner.start_epoch(epoch, restart_data=first_of_run or steps_per_epoch is None)
+    runner.start_epoch(restart_data=epoch == loop.initial_epoch or steps_per_epoch is None)
     hooks.epoch_begin(epoch)
     exhausted = False
     while steps_per_epoch is None or loop.epoch_steps < steps_per_epoch:
-        result = runner.step(loop, hooks)
+        if runner.ran_out:
+            exhausted = True
+            break
+        limit = loop.steps_per_execution
+        if steps_per_epoch is not None:
+            limit = min(limit, steps_per_epoch - loop.epoch_steps)
+        step = functools.partial(runner.run_step, limit=limit)
+        result = run_hooked_step(hooks, loop, runner.run_args, runner.session, step)
         loop.epoch_steps += result.steps
         loop.global_step += result.steps
         loop.epoch_examples += result.examples
-        if result.steps:
-            loop.batch_logs = dict(result.logs)
-        if result.exhausted:
+        if result.exhausted and (steps_per_epoch is None or loop.epoch_steps < steps_per_epoch):
             exhausted = True
             break
         if loop.stop_requested:
@@ -198,7 +280,7 @@ def _run_epoch(
             epoch,
         )
         return None, False
-    more = not loop.stop_requested
+    more = True
     if exhausted:
         if steps_per_epoch is not None:
             logger.warning(
@@ -217,3 +299,68 @@ def _run_epoch(
         elif loop.steps_per_epoch is None:
             loop.steps_per_epoch = loop.epoch_steps
     return dict(loop.batch_logs), more
+
+
+def _validate(
+    runner: Runner, hooks: HookList, loop: LoopState, steps: int | None
+) -> dict[str, Any]:
+    """Run the validation pass with its events; return its logs (unprefixed)."""
+    if not runner.start_validation():
+        return {}
+    hooks.validation_begin()
+    logs: dict[str, Any] = {}
+    step = 0
+    while (steps is None or step < steps) and not runner.ran_out:
+        limit = loop.steps_per_execution
+        if steps is not None:
+            limit = min(limit, steps - step)
+        hooks.validation_batch_begin(step)
+        result = runner.run_validation_step(limit)
+        if not result.steps:
+            break
+        logs = python_logs(result.logs or {})
+        # like Keras' evaluate: the index of the execution's last batch (begin + spe - 1)
+        hooks.validation_batch_end(step + loop.steps_per_execution - 1, logs)
+        step += result.steps
+        if result.exhausted:
+            break
+    if step == 0:
+        logger.warning("The validation data gave no batch; no val_ logs this epoch.")
+    hooks.validation_end(logs)
+    return logs
+
+
+def end_run(
+    hooks: HookList,
+    loop: LoopState,
+    session: Any,
+    error: BaseException | None,
+    *,
+    before: Callable[[], object] | None = None,
+    after: Callable[[], object] | None = None,
+) -> None:
+    """The teardown every run shares; raises the error that ended the run, if any.
+
+    Runs ``before``, every hook's ``end`` (each one even when another raises), then
+    ``after``. The run's own ``error`` wins and is set as ``loop.error`` before any
+    ``end``; otherwise the first teardown error is raised; later ones are logged. The
+    error raised is the clearer one a hook's ``translate_error`` offers, if any.
+    """
+    if error is not None:
+        loop.error = error  # lets hooks' end() tell a failed run from a finished one
+    calls = [before] if before is not None else []
+    calls += [functools.partial(hook.end, session) for hook in hooks]
+    calls += [after] if after is not None else []
+    end_error = call_all(calls)
+    if error is not None and end_error is not None and end_error is not error:
+        # the run's own error wins; a hook's end failing after it must not vanish
+        logger.error(
+            "Error in a hook's end, after the error that ended the run", exc_info=end_error
+        )
+    error = error or end_error
+    if error is None:
+        return
+    better = hooks.translate_error(error)
+    if better is not error:
+        raise better from error
+    raise error

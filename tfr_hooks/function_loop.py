@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.engine import StepResult, check_positive, check_steps, run_loop
+from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
+from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
 from tfr_hooks.signals import with_signal_hook
 
@@ -108,22 +109,20 @@ class FunctionLoop:
             _check_model(model)
             if validation_step_fn is not None:
                 raise ValueError(
-                    "`validation_step_fn` goes with `step_fn`; a model validates with its own "
-                    f"test_step. Received: validation_step_fn={validation_step_fn!r}"
+                    expected(
+                        "validation_step_fn",
+                        "None with `model` (a model validates with its own test_step; "
+                        "`validation_step_fn` goes with `step_fn`)",
+                        validation_step_fn,
+                    )
                 )
         for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
             if fn is not None and not callable(fn):
-                raise TypeError(
-                    f"Expected `{name}` to be a function batch -> dict of scalar tensors. "
-                    f"Received: {name}={fn!r}"
-                )
-        check_positive(steps_per_execution, "steps_per_execution")
-        check_steps(steps_per_epoch, "steps_per_epoch")
+                raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
+        check_positive_int(steps_per_execution, "steps_per_execution")
+        check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
-            raise TypeError(
-                "Expected `strategy` to be a tf.distribute.Strategy or None. "
-                f"Received: strategy={strategy!r}"
-            )
+            raise TypeError(expected("strategy", "a tf.distribute.Strategy or None", strategy))
         user_hooks = check_hooks(hooks)
         for i, hook in enumerate(user_hooks):
             _refuse_session_hook(hook, i)
@@ -135,9 +134,8 @@ class FunctionLoop:
         self.steps_per_execution = steps_per_execution
         self.steps_per_epoch = steps_per_epoch
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
-        self.hooks = HookList([_LoopSetup(self), *user_hooks])
+        self.hooks = HookList(user_hooks)
         self.loop = LoopState()
-        self.loop.steps_per_execution = steps_per_execution
         self._executors: dict[bool, _Executor] = {}
         self._built = False
 
@@ -174,15 +172,16 @@ class FunctionLoop:
             _check_dataset(validation_data, "validation_data")
             if self.model is None and self.validation_step_fn is None:
                 raise ValueError(
-                    "Validation with `step_fn` needs `validation_step_fn` (a function "
-                    "batch -> dict of scalar tensors, without training). Received: "
-                    "validation_step_fn=None"
+                    "Expected `validation_step_fn` for `validation_data`: validation with "
+                    "`step_fn` needs `validation_step_fn` (a function batch -> dict of "
+                    "scalar tensors, without training). Received: validation_step_fn=None"
                 )
-        check_steps(validation_steps, "validation_steps")
-        check_positive(validation_freq, "validation_freq")
+        check_optional_positive_int(validation_steps, "validation_steps")
+        check_positive_int(validation_freq, "validation_freq")
         if self.model is not None:
             self.model.stop_training = False
-        runner = _FunctionRunner(self, validation_data, validation_steps)
+        runner = _FunctionRunner(self, validation_data)
+        cardinality = int(self.dataset.cardinality())
         return run_loop(
             runner,
             self.hooks,
@@ -190,7 +189,11 @@ class FunctionLoop:
             epochs=epochs,
             initial_epoch=initial_epoch,
             steps_per_epoch=self.steps_per_epoch,
+            steps_per_execution=self.steps_per_execution,
+            # a known length: Keras' params["steps"] get it up front
+            known_steps=cardinality if cardinality > 0 else None,
             validation_freq=validation_freq,
+            validation_steps=validation_steps,
         )
 
     # -- compiled functions, built once per loop ---------------------------------------
@@ -309,144 +312,117 @@ class _Executor:
         self.first = tf.function(first, autograph=False)
 
 
-class _LoopSetup(Hook):
-    """First in the hook list: shows the loop's settings to the hooks from ``begin`` on."""
-
-    def __init__(self, owner: FunctionLoop) -> None:
-        self.owner = owner
-
-    def begin(self) -> None:
-        """Set ``steps_per_execution``, and ``steps_per_epoch`` when the dataset knows it."""
-        owner, loop = self.owner, self.loop
-        loop.steps_per_execution = owner.steps_per_execution
-        if loop.steps_per_epoch is None:
-            cardinality = int(owner.dataset.cardinality())
-            if cardinality > 0:  # a known length: Keras' params["steps"] get it up front
-                loop.steps_per_epoch = cardinality
-
-
 class _FunctionRunner:
-    """The engine's runner for :class:`FunctionLoop`."""
+    """The engine's runner for :class:`FunctionLoop`: one compiled call per step."""
 
-    def __init__(self, owner: FunctionLoop, validation_data: Any, validation_steps: int | None):
+    reinitializable = True
+    session = None
+    coord = None
+    run_args = tf.compat.v1.train.SessionRunArgs(None)
+
+    def __init__(self, owner: FunctionLoop, validation_data: Any):
         self.owner = owner
-        self.reinitializable = True
-        self.validation_data = validation_data
-        self.validation_steps = validation_steps
         self.strategy = owner.strategy
-        self.train_data = self._distribute(owner.dataset)
-        self.val_data = None if validation_data is None else self._distribute(validation_data)
-        self.iterator: Any = None
-        self.pending: Any = None
-        self.more = False
-        self.totals: dict[str, float] = {}
-        self.weight = 0.0
         self.model = owner.model
+        self.train_data = self.strategy.experimental_distribute_dataset(owner.dataset)
+        self.val_data = None
+        if validation_data is not None:
+            self.val_data = self.strategy.experimental_distribute_dataset(validation_data)
+        self.iterator: Any = None
+        self.pending: Any = None  # the batch fetched ahead by the last call
+        self.more = False  # whether ``pending`` holds a batch
+        self.ran_out = False
+        self.means = _Means()
+        self.val_iterator: Any = None
+        self.val_pending: Any = None
+        self.val_more = False
+        self.val_means = _Means()
 
-    def _distribute(self, dataset: Any) -> Any:
-        return self.strategy.experimental_distribute_dataset(dataset)
-
-    def start(self, loop: LoopState, hooks: HookList) -> None:
+    def start(self) -> None:
         owner = self.owner
-        model = self.model
-        if model is not None and not owner._built and not _is_default_strategy(self.strategy):
+        distributed = not _is_default_strategy(self.strategy)
+        if self.model is not None and not owner._built and distributed:
             # like model.fit under a strategy: build the model's state from one batch
             owner._build_model(next(iter(owner.dataset)))
         owner._built = True
-        hooks.after_create_session(None, None)
 
-    def start_epoch(self, epoch: int, restart_data: bool) -> None:
-        self.totals, self.weight = {}, 0.0
+    def start_epoch(self, restart_data: bool) -> None:
+        self.means = _Means()
         if self.model is not None:
             self.model.reset_metrics()
         if restart_data or self.iterator is None:
             self.iterator = iter(self.train_data)
             self.pending, more = self.owner._executor(True).first(self.iterator)
             self.more = bool(more)
+        self.ran_out = not self.more
 
-    def step(self, loop: LoopState, hooks: HookList) -> StepResult:
-        if not self.more:
-            return StepResult(0, 0, exhausted=True)
-        spe = self.owner.steps_per_execution
-        limit = spe
-        if self.owner.steps_per_epoch is not None:
-            limit = min(spe, self.owner.steps_per_epoch - loop.epoch_steps)
-        run_context = _v1.train.SessionRunContext(
-            original_args=_v1.train.SessionRunArgs(None), session=None
-        )
-        for hook in hooks:
-            _check_run_args(hook, hook.before_run(run_context))
-        executor = self.owner._executor(True)
-        steps, examples, logs, self.pending, more = executor.execute(
-            self.iterator, self.pending, tf.constant(limit, tf.int64)
-        )
-        self.more = bool(more)
-        steps, examples = int(steps), int(examples)
-        loop.batch_logs = self._logs(logs)
-        values = _v1.train.SessionRunValues(
-            results=None, options=_v1.RunOptions(), run_metadata=_v1.RunMetadata()
-        )
-        for hook in hooks:
-            hook.after_run(run_context, values)
-        if run_context.stop_requested:
-            loop.request_stop("a hook called run_context.request_stop()")
-        exhausted = not self.more and (self.owner.steps_per_epoch is None or steps < limit)
-        return StepResult(steps, examples, loop.batch_logs, exhausted)
+    def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
+        for hook, args in zip(self.owner.hooks, hook_args, strict=True):
+            _check_run_args(hook, args)
+        return self._execute(self.owner._executor(True), self.iterator, limit)
 
-    def _logs(self, logs: Any) -> dict[str, float]:
-        if self.model is not None:
-            return _pythonify(logs)
-        sums, weight = logs
-        for key, value in sums.items():
-            self.totals[key] = self.totals.get(key, 0.0) + float(value)
-        self.weight += float(weight)
-        return {k: v / self.weight for k, v in self.totals.items()} if self.weight else {}
-
-    def evaluate(self, hooks: HookList) -> dict[str, float]:
+    def start_validation(self) -> bool:
         if self.val_data is None:
-            return {}
-        executor = self.owner._executor(False)
-        spe = self.owner.steps_per_execution
+            return False
         if self.model is not None:
             self.model.reset_metrics()
-        totals_before, weight_before = self.totals, self.weight
-        self.totals, self.weight = {}, 0.0
-        try:
-            iterator = iter(self.val_data)
-            pending, more = executor.first(iterator)
-            hooks.validation_begin()
-            logs: dict[str, float] = {}
-            step = 0
-            while bool(more) and (self.validation_steps is None or step < self.validation_steps):
-                limit = spe
-                if self.validation_steps is not None:
-                    limit = min(spe, self.validation_steps - step)
-                hooks.validation_batch_begin(step)
-                steps, _, values, pending, more = executor.execute(
-                    iterator, pending, tf.constant(limit, tf.int64)
-                )
-                logs = self._logs(values)
-                # like Keras' evaluate: the end index of the execution (begin + spe - 1)
-                hooks.validation_batch_end(step + spe - 1, logs)
-                step += int(steps)
-            if step == 0:
-                logger.warning("The validation data gave no batch; no val_ logs this epoch.")
-            hooks.validation_end(logs)
-        finally:
-            self.totals, self.weight = totals_before, weight_before
-        return logs
+        self.val_means = _Means()
+        self.val_iterator = iter(self.val_data)
+        self.val_pending, more = self.owner._executor(False).first(self.val_iterator)
+        self.val_more = bool(more)
+        self.ran_out = not self.val_more
+        return True
 
-    def finish(self, hooks: HookList) -> BaseException | None:
-        error: BaseException | None = None
+    def run_validation_step(self, limit: int) -> StepResult:
+        # the validation pass swaps its own look-ahead and means in for the call
+        executor = self.owner._executor(False)
+        train = self.pending, self.more, self.means
+        self.pending, self.more, self.means = self.val_pending, self.val_more, self.val_means
+        try:
+            result = self._execute(executor, self.val_iterator, limit)
+        finally:
+            self.val_pending, self.val_more = self.pending, self.more
+            self.pending, self.more, self.means = train
+        self.ran_out = not self.val_more  # start_epoch looks at the training data again
+        return result
+
+    def _execute(self, executor: _Executor, iterator: Any, limit: int) -> StepResult:
+        steps, examples, logs, self.pending, more = executor.execute(
+            iterator, self.pending, tf.constant(limit, tf.int64)
+        )
+        self.more = bool(more)
+        self.ran_out = not self.more
+        # a model's metric results, in the order fit shows them; or a user step's means
+        keras = self.model is not None
+        values = dict(sorted(logs.items())) if keras else self.means.add(*logs)
+        return StepResult(int(steps), int(examples), values, exhausted=not self.more)
+
+    def finish(self) -> None:
         model = self.model
         if model is not None and getattr(model, "optimizer", None) is not None:
-            try:  # as model.fit does at the end (EMA weights, for example)
-                model.optimizer.finalize_variable_values(model.trainable_weights)
-            except Exception as exc:  # every hook's end must still run
-                error = exc
-        end_error = hooks.end(None)
+            # as model.fit does at the end (EMA weights, for example)
+            model.optimizer.finalize_variable_values(model.trainable_weights)
+
+    def close(self) -> None:
         self.iterator = self.pending = None
-        return error or end_error
+        self.val_iterator = self.val_pending = None
+
+
+class _Means:
+    """Batch-size-weighted means over an epoch of a user step's values."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, Any] = {}
+        self.weight = 0.0
+
+    def add(self, sums: Mapping[str, Any], weight: Any) -> dict[str, Any]:
+        """Add a call's weighted sums and weight; return the means so far."""
+        for key, value in sums.items():
+            self.totals[key] = self.totals.get(key, 0.0) + np.float64(value)
+        self.weight += float(weight)
+        if not self.weight:
+            return {}
+        return {key: total / self.weight for key, total in self.totals.items()}
 
 
 def _is_default_strategy(strategy: Any) -> bool:
@@ -489,6 +465,7 @@ def _refuse_session_hook(hook: Any, index: int) -> None:
     stock = not isinstance(hook, Hook) and type(hook).__module__.startswith("tensorflow.")
     if stock or getattr(hook, "requires_session", False):
         raise ValueError(
+            f"Expected `hooks[{index}]` to be a hook that needs no session: "
             f"{name} needs a tf.compat.v1.Session (it fetches tensors or runs ops in "
             "session.run), and FunctionLoop runs a tf.function without one. Use "
             "SessionLoop for graph-mode training, or a Keras callback (through "
@@ -503,11 +480,13 @@ def _check_run_args(hook: Any, args: Any) -> None:
     fetches = getattr(args, "fetches", None)
     feeds = getattr(args, "feed_dict", None)
     if fetches is not None or feeds:
+        name = f"{type(hook).__name__}.before_run"
         raise ValueError(
-            f"{type(hook).__name__}.before_run asked for fetches or feeds "
-            f"(SessionRunArgs(fetches={fetches!r}, feed_dict={feeds!r})), which need a "
-            "tf.compat.v1.Session; FunctionLoop runs a tf.function without one. Read the "
-            "step's values from self.loop.batch_logs in after_run, or use SessionLoop."
+            f"Expected `{name}` to ask for no fetches or feeds: {name} asked for fetches "
+            "or feeds, which need a tf.compat.v1.Session, and FunctionLoop runs a "
+            "tf.function without one (read the step's values from self.loop.batch_logs "
+            f"in after_run, or use SessionLoop). Received: {name}=SessionRunArgs("
+            f"fetches={fetches!r}, feed_dict={feeds!r})"
         )
 
 
@@ -523,27 +502,15 @@ def _check_outputs(outputs: Any) -> dict[str, Any]:
     if not isinstance(outputs, Mapping):
         raise TypeError(
             "Expected `step_fn` to return a dict from names to scalar tensors. "
-            f"Received: {outputs!r}"
+            f"Received: outputs={outputs!r}"
         )
     result = {}
     for key, value in outputs.items():
         value = tf.convert_to_tensor(value)
         if value.shape.rank not in (0, None):
             raise ValueError(
-                f"Expected `step_fn` to return scalar tensors. Received: {key!r} of shape "
-                f"{value.shape}"
+                "Expected `step_fn` to return scalar tensors. "
+                f"Received: outputs[{key!r}] of shape {value.shape}"
             )
         result[str(key)] = value
-    return result
-
-
-def _pythonify(logs: Any) -> dict[str, Any]:
-    """Flatten nested dicts and turn numeric scalars into Python floats, sorted by name."""
-    result: dict[str, Any] = {}
-    for key, value in sorted(logs.items()):
-        if isinstance(value, Mapping):
-            result.update(_pythonify(value))
-            continue
-        array = np.asarray(value)
-        result[key] = float(array) if array.size == 1 else array
     return result

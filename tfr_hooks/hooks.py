@@ -1,6 +1,7 @@
 """The hook protocol: TensorFlow's ``SessionRunHook`` plus epoch and validation events.
 
-Every loop in this package drives its hooks through one lifecycle::
+Every loop in this package drives its hooks through one lifecycle, fired by
+:mod:`tfr_hooks.engine` alone::
 
     begin -> after_create_session(session, coord) ->
       [ epoch_begin(epoch) ->
@@ -17,19 +18,22 @@ The epoch and validation events only reach subclasses of :class:`Hook`.
 
 from __future__ import annotations
 
-import functools
 import logging
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["Hook", "HookList", "LoopState", "add_graph_hook", "check_hooks", "graph_hooks"]
+from tfr_hooks.checks import expected
+
+__all__ = ["Hook", "HookList", "LoopState", "call_all", "check_hooks"]
 
 logger = logging.getLogger(__name__)
 
 SessionRunHook = tf.compat.v1.train.SessionRunHook
+SessionRunArgs = tf.compat.v1.train.SessionRunArgs
+SessionRunContext = tf.compat.v1.train.SessionRunContext
+SessionRunValues = tf.compat.v1.train.SessionRunValues
 
 
 class LoopState:
@@ -58,22 +62,53 @@ class LoopState:
         error: The exception that is ending the run, set before the hooks' ``end`` is
             called (``None`` when the run ends normally), so that ``end`` can tell a
             failed run from a finished one.
+        input_cancels: The ``cancel`` methods of the run's hooks that own blocking input
+            (:class:`~tfr_hooks.QueueRunnerHook`); see :meth:`cancel_input`.
     """
 
     def __init__(self) -> None:
-        self.epochs = 0
-        self.initial_epoch = 0
-        self.epoch = 0
+        self.reset()
+
+    def reset(
+        self,
+        *,
+        epochs: int = 0,
+        initial_epoch: int = 0,
+        steps_per_epoch: int | None = None,
+        steps_per_execution: int = 1,
+    ) -> None:
+        """Start afresh for a new run (the loop calls it before ``begin``)."""
+        self.epochs = epochs
+        self.initial_epoch = initial_epoch
+        self.epoch = initial_epoch
         self.global_step = 0
         self.epoch_steps = 0
         self.epoch_examples = 0
-        self.steps_per_epoch: int | None = None
-        self.steps_per_execution = 1
-        self.batch_logs: dict[str, float] = {}
+        self.steps_per_epoch = steps_per_epoch
+        self.steps_per_execution = steps_per_execution
+        self.batch_logs: dict[str, Any] = {}
         self.session: Any = None
         self.stop_requested = False
         self.stop_reason = ""
         self.error: BaseException | None = None
+        self.input_cancels: tuple[Callable[[], bool], ...] = ()
+
+    def cancel_input(self) -> bool:
+        """Unblock a step waiting on input, from any thread (a signal watcher's).
+
+        Calls the ``cancel`` of every hook that owns blocking input (closing the input
+        queues), so that the blocked step ends as if the data had run out.
+
+        Returns:
+            Whether any hook had something to cancel.
+        """
+        cancelled = False
+        for cancel in self.input_cancels:
+            try:
+                cancelled = bool(cancel()) or cancelled
+            except Exception:  # another thread's cleanup must not die on one hook
+                logger.exception("Cancelling the input failed")
+        return cancelled
 
     def request_stop(self, reason: str = "") -> None:
         """Ask the loop to stop after the current step; the epoch is still closed.
@@ -143,6 +178,18 @@ class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
     def validation_end(self, logs: dict[str, float]) -> None:
         """Called after the validation pass with its means (names without ``val_``)."""
 
+    def cancel(self) -> bool:
+        """Unblock a step waiting on something this hook owns (an input queue).
+
+        Called from another thread (:class:`~tfr_hooks.StopOnSignal`'s watcher) when a
+        signal finds the main thread blocked. Override it in a hook that owns blocking
+        input; the loop lists such hooks in ``loop.input_cancels``.
+
+        Returns:
+            Whether there was anything to cancel.
+        """
+        return False
+
     def translate_error(self, error: BaseException) -> BaseException | None:
         """Offer a clearer exception for an error that ended the run.
 
@@ -175,17 +222,14 @@ def check_hooks(hooks: Iterable[Any] | None, *, argument: str = "hooks") -> list
         return []
     if isinstance(hooks, (SessionRunHook, str, bytes)) or not isinstance(hooks, Iterable):
         raise TypeError(
-            f"Expected `{argument}` to be a list of tf.compat.v1.train.SessionRunHook "
-            f"instances. Received: {argument}={hooks!r}"
+            expected(argument, "a list of tf.compat.v1.train.SessionRunHook instances", hooks)
         )
     result = list(hooks)
     for i, hook in enumerate(result):
         if not isinstance(hook, SessionRunHook):
-            raise TypeError(
-                f"Expected every item of `{argument}` to be a tf.compat.v1.train."
-                f"SessionRunHook (for example a tfr_hooks.Hook). Received: "
-                f"{argument}[{i}]={hook!r} of type {type(hook).__name__}"
-            )
+            what = "a tf.compat.v1.train.SessionRunHook (for example a tfr_hooks.Hook)"
+            message = expected(f"{argument}[{i}]", what, hook)
+            raise TypeError(f"{message} of type {type(hook).__name__}")
     return result
 
 
@@ -207,9 +251,13 @@ class HookList:
         return len(self.hooks)
 
     def set_loop(self, loop: LoopState) -> None:
-        """Attach the loop state to every :class:`Hook`."""
+        """Attach the loop state to every :class:`Hook`, with their input cancels."""
         for hook in self._ours:
             hook.set_loop(loop)
+        # a hook that overrides Hook.cancel owns input a signal may need to unblock
+        loop.input_cancels = tuple(
+            h.cancel for h in self._ours if type(h).cancel is not Hook.cancel
+        )
 
     def begin(self) -> None:
         """Call ``begin`` on every hook."""
@@ -220,6 +268,34 @@ class HookList:
         """Call ``after_create_session`` on every hook."""
         for hook in self.hooks:
             hook.after_create_session(session, coord)
+
+    def before_run(self, run_context: Any) -> list[Any]:
+        """Call ``before_run`` on every hook; return what each asked for (or ``None``)."""
+        return [hook.before_run(run_context) for hook in self.hooks]
+
+    def after_run(
+        self,
+        run_context: Any,
+        hook_results: Sequence[Any] | None = None,
+        options: Any = None,
+        run_metadata: Any = None,
+    ) -> None:
+        """Call ``after_run`` on every hook with the results of what it asked for.
+
+        Args:
+            run_context: The context ``before_run`` got.
+            hook_results: Each hook's fetched results (``None`` for all when absent).
+            options: The ``RunOptions`` the step ran with.
+            run_metadata: The step's ``RunMetadata``.
+        """
+        options = options if options is not None else tf.compat.v1.RunOptions()
+        run_metadata = run_metadata if run_metadata is not None else tf.compat.v1.RunMetadata()
+        results = hook_results if hook_results is not None else [None] * len(self.hooks)
+        for hook, result in zip(self.hooks, results, strict=True):
+            hook.after_run(
+                run_context,
+                SessionRunValues(results=result, options=options, run_metadata=run_metadata),
+            )
 
     def epoch_begin(self, epoch: int) -> None:
         """Call ``epoch_begin`` on every :class:`Hook`."""
@@ -251,15 +327,6 @@ class HookList:
         for hook in self._ours:
             hook.validation_end(logs)
 
-    def end(self, session: Any) -> BaseException | None:
-        """Call ``end`` on every hook, even when some raise.
-
-        Returns:
-            The first exception raised by a hook's ``end``, or ``None``; the others are
-            logged.
-        """
-        return call_all(functools.partial(hook.end, session) for hook in self.hooks)
-
     def translate_error(self, error: BaseException) -> BaseException:
         """Return the first clearer exception a :class:`Hook` offers for ``error``."""
         for hook in self._ours:
@@ -286,28 +353,3 @@ def call_all(calls: Iterable[Callable[[], object]]) -> BaseException | None:
             else:
                 logger.error("Error during cleanup, after an earlier one", exc_info=exc)
     return first
-
-
-_GRAPH_HOOKS: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
-
-
-def add_graph_hook(hook: Any, graph: Any = None) -> None:
-    """Register a hook that every graph-mode loop on ``graph`` runs by itself.
-
-    Input pipelines use it for hooks their users should not have to remember (the
-    TFRecord reader's error-explaining hook, the Keras learning-phase feed). The registry
-    is kept beside the graph, not in a graph collection, so that exporting a meta graph
-    (``Saver.save``) does not try to serialize hook objects.
-
-    Args:
-        hook: The hook.
-        graph: The graph; the default graph when ``None``.
-    """
-    graph = tf.compat.v1.get_default_graph() if graph is None else graph
-    _GRAPH_HOOKS.setdefault(graph, []).append(hook)
-
-
-def graph_hooks(graph: Any = None) -> list[Any]:
-    """The hooks registered on ``graph`` (the default graph when ``None``), in order."""
-    graph = tf.compat.v1.get_default_graph() if graph is None else graph
-    return list(_GRAPH_HOOKS.get(graph, []))

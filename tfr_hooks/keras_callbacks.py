@@ -25,9 +25,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.engine import python_value
 from tfr_hooks.hooks import Hook
 
 __all__ = ["KerasCallbacks"]
@@ -61,17 +61,6 @@ def _in_graph_mode(model: Any) -> bool:
         except AttributeError:  # eager variables have no graph
             return False
     return not tf.compat.v1.executing_eagerly_outside_functions()
-
-
-def _as_float(value: Any) -> Any:
-    """Python float for numeric scalars (numpy, tensors' numpy values); others unchanged."""
-    if isinstance(value, (bool, str, bytes)):
-        return value
-    if isinstance(value, (int, float, np.number)) or (
-        isinstance(value, np.ndarray) and value.size == 1
-    ):
-        return float(value)
-    return value
 
 
 class KerasCallbacks(Hook):
@@ -162,7 +151,7 @@ class KerasCallbacks(Hook):
                         f"so use {self.flavor}.callbacks.{type(callback).__name__})"
                     )
                 raise TypeError(
-                    f"Expected every item of `callbacks` to be a {self.flavor}.callbacks."
+                    f"Expected `callbacks[{i}]` to be a {self.flavor}.callbacks."
                     f"Callback{hint}. Received: callbacks[{i}]={callback!r} of type "
                     f"{type(callback).__name__}"
                 )
@@ -310,10 +299,10 @@ class KerasCallbacks(Hook):
         """``on_epoch_end(epoch, logs)`` with the loop's shared logs; honour stop_training."""
         # on_train_end gets the logs as they were before the callbacks added keys (fit
         # gives its callbacks a copy, so ReduceLROnPlateau's learning_rate stays out)
-        self._last_logs = {key: _as_float(value) for key, value in logs.items()}
+        self._last_logs = {key: python_value(value) for key, value in logs.items()}
         self._call("on_epoch_end", epoch, logs)
         for key, value in list(logs.items()):
-            logs[key] = _as_float(value)
+            logs[key] = python_value(value)
         if getattr(self.model, "stop_training", False):
             self.loop.request_stop("a Keras callback set model.stop_training")
 

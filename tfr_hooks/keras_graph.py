@@ -8,8 +8,8 @@ moving averages), and the batch size. :meth:`KerasTrainingGraph.validation` buil
 matching :class:`~tfr_hooks.Validation` on a second call of the model, sharing weights.
 
 Like ``fit``, training steps run with the Keras learning phase set to 1 (Dropout and
-BatchNorm in training mode): a small hook feeds it, registered on the graph so every
-loop picks it up; validation runs in inference mode.
+BatchNorm in training mode): a small hook in :attr:`KerasTrainingGraph.hooks` feeds it,
+which ``SessionLoop(training, ...)`` runs by itself; validation runs in inference mode.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from tfr_hooks.hooks import Hook, add_graph_hook, graph_hooks
+from tfr_hooks.checks import expected
+from tfr_hooks.hooks import Hook
 from tfr_hooks.keras_callbacks import KerasCallbacks
-from tfr_hooks.session_loop import Validation
+from tfr_hooks.validation import Validation
 
 __all__ = ["KerasTrainingGraph", "keras_training_graph"]
 
@@ -62,7 +63,7 @@ def _depends_on(target: Any, op: Any) -> bool:
 
 
 class KerasTrainingGraph:
-    """What :func:`keras_training_graph` built; give its parts to a ``SessionLoop``.
+    """What :func:`keras_training_graph` built; give it to ``SessionLoop`` as its train op.
 
     Attributes:
         train_op: Runs one optimizer step and the model's update ops.
@@ -73,9 +74,9 @@ class KerasTrainingGraph:
         optimizer: The legacy optimizer (also set as ``model.optimizer`` when the model
             had none, for callbacks that read or change the learning rate).
         hooks: Hooks the loop needs: the learning-phase feed, when the training step
-            depends on the learning phase (Dropout, BatchNorm); they are registered on
-            the graph, so a ``SessionLoop`` built afterwards adds them by itself. A model
-            that does not depend on it needs no feed, and its steps take the loop's
+            depends on the learning phase (Dropout, BatchNorm). ``SessionLoop(training)``
+            runs them by itself; with ``hooked_session``, put them in its ``hooks``. A
+            model that does not depend on it needs no feed, and its steps take the loop's
             prepared-callable path.
 
     Examples:
@@ -83,7 +84,7 @@ class KerasTrainingGraph:
         ...     model, label, loss="sparse_categorical_crossentropy",
         ...     optimizer=tf_keras.optimizers.legacy.Adam(0.01), metrics=["accuracy"])
         >>> loop = SessionLoop(  # doctest: +SKIP
-        ...     training.train_op, fetches=training.fetches, batch_size=training.batch_size,
+        ...     training, data=batches,
         ...     validation=training.validation(val_image, val_label, initializers=[init]),
         ...     hooks=[training.keras_callbacks([checkpoint, early_stopping])])
     """
@@ -220,9 +221,7 @@ def keras_training_graph(
         >>> training = keras_training_graph(  # doctest: +SKIP
         ...     model, label, loss="sparse_categorical_crossentropy",
         ...     optimizer=tf_keras.optimizers.legacy.SGD(0.1), metrics=["accuracy"])
-        >>> SessionLoop(  # doctest: +SKIP
-        ...     training.train_op, fetches=training.fetches, batch_size=training.batch_size
-        ... ).run(epochs=5)  # doctest: +SKIP
+        >>> SessionLoop(training).run(epochs=5)  # doctest: +SKIP
     """
     if not isinstance(model, tf_keras.Model):
         raise TypeError(
@@ -241,14 +240,18 @@ def keras_training_graph(
         if len(model.outputs) != 1:
             raise TypeError(
                 "Expected `model` to have a single output (or pass `outputs`). "
-                f"Received: model with {len(model.outputs)} outputs"
+                f"Received: model={model!r} with {len(model.outputs)} outputs"
             )
         outputs = model.outputs[0]
     _check_tensor(outputs, "outputs")
     if getattr(outputs, "graph", None) is None or tf.executing_eagerly():
         raise ValueError(
-            "Expected a model in graph mode: build it and call keras_training_graph inside "
-            "`with tf.Graph().as_default():`. Received: an eager model"
+            expected(
+                "model",
+                "a model in graph mode (build it and call keras_training_graph inside "
+                "`with tf.Graph().as_default():`), not an eager one",
+                model,
+            )
         )
     graph = outputs.graph
     with graph.as_default():
@@ -264,14 +267,8 @@ def keras_training_graph(
             model.optimizer = optimizer
         hooks: list[Hook] = []
         learning_phase = tf_keras.backend.learning_phase()
-        if (
-            not isinstance(learning_phase, int)
-            and _depends_on(train_op, learning_phase.op)
-            and not any(isinstance(h, _LearningPhaseHook) for h in graph_hooks())
-        ):
-            hook = _LearningPhaseHook(learning_phase)
-            add_graph_hook(hook)
-            hooks.append(hook)
+        if not isinstance(learning_phase, int) and _depends_on(train_op, learning_phase.op):
+            hooks.append(_LearningPhaseHook(learning_phase))
         batch_size = tf.shape(labels)[0]
     return KerasTrainingGraph(
         train_op=train_op,
@@ -287,7 +284,7 @@ def keras_training_graph(
 
 def _check_tensor(value: Any, name: str) -> None:
     if not isinstance(value, (tf.Tensor, tf.Variable)):
-        raise TypeError(f"Expected `{name}` to be a tensor. Received: {name}={value!r}")
+        raise TypeError(expected(name, "a tensor", value))
 
 
 def _get_loss(loss: Any) -> Callable[..., Any]:
@@ -327,7 +324,7 @@ def _get_metrics(
         fn: Any
         if isinstance(metric, tf_keras.metrics.Metric):
             raise TypeError(
-                "Expected `metrics` items to be metric names or functions (stateful "
+                f"Expected `metrics[{i}]` to be a metric name or function (stateful "
                 "tf_keras.metrics.Metric objects never reset between epochs here; pass "
                 f"the name, e.g. 'sparse_categorical_accuracy'). Received: metrics[{i}]="
                 f"{metric!r}"
@@ -354,7 +351,9 @@ def _get_metrics(
                 f"Received: metrics[{i}]={metric!r}"
             )
         if name == "loss" or name in result:
-            raise ValueError(f"Expected unique metric names other than 'loss'. Received: {name!r}")
+            raise ValueError(
+                f"Expected unique metric names other than 'loss'. Received: name={name!r}"
+            )
         result[name] = fn
     return result
 

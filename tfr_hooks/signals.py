@@ -14,12 +14,13 @@ would be lost for as long as the queue stays empty. While it is active, this hoo
 ``signal.set_wakeup_fd`` at a pipe that a small watcher thread reads: the C-level signal
 handler writes the signal number there even while the main thread is blocked. When the
 main thread has not handled the signal within ``unblock_after_secs`` (right away for the
-second signal), the watcher closes the graph's input queues (the queue runners'
-``cancel_op``: ``close(cancel_pending_enqueues=True)``) from its own thread. The blocked
-dequeue then fails with ``OutOfRangeError``, which the loop treats as the end of the
-data: the epoch closes and the run ends. Blocking that is not on a queue of the graph's
-``QUEUE_RUNNERS`` collection cannot be broken from outside; give ``SessionLoop`` a
-``run_timeout_secs`` for that.
+second signal), the watcher asks the loop to cancel its input
+(:meth:`~tfr_hooks.LoopState.cancel_input`): the hooks that own blocking input close it,
+:class:`~tfr_hooks.QueueRunnerHook` its queues (``close(cancel_pending_enqueues=True)``).
+The blocked dequeue then fails with ``OutOfRangeError``, which the loop treats as the end
+of the data: the epoch closes and the run ends. The watcher runs only when the loop has
+such input (none in a ``FunctionLoop``); other blocking cannot be broken from outside:
+give ``SessionLoop`` a ``run_timeout_secs`` for that.
 
 Handlers are installed only when the loop runs in the main thread, only for signals that
 are not ignored (``SIG_IGN``, as under ``nohup``), and the previous handlers and wakeup fd
@@ -39,6 +40,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tfr_hooks.checks import check_bool, check_positive_number, expected
 from tfr_hooks.hooks import Hook
 
 __all__ = ["StopOnSignal", "DEFAULT_SIGNALS", "with_signal_hook"]
@@ -88,34 +90,22 @@ class StopOnSignal(Hook):
         *,
         unblock_after_secs: float = 2.0,
     ) -> None:
+        numbers = "a sequence of signal numbers such as (signal.SIGINT, signal.SIGTERM)"
         if isinstance(signals, (str, bytes, int)) or not isinstance(signals, Sequence):
-            raise TypeError(
-                "Expected `signals` to be a sequence of signal numbers such as "
-                f"(signal.SIGINT, signal.SIGTERM). Received: signals={signals!r}"
-            )
+            raise TypeError(expected("signals", numbers, signals))
         if not signals:
-            raise ValueError("Expected `signals` to name at least one signal. Received: signals=()")
+            raise ValueError(expected("signals", "a sequence naming at least one signal", signals))
         valid = {s.value for s in signal.Signals}
         for sig in signals:
             if isinstance(sig, bool) or not isinstance(sig, int) or int(sig) not in valid:
-                raise TypeError(
-                    "Expected `signals` to be a sequence of signal numbers such as "
-                    f"signal.SIGINT. Received: signals={signals!r}"
-                )
+                raise TypeError(expected("signals", numbers, signals))
             if sig in _UNCATCHABLE:
                 raise ValueError(
-                    "Expected `signals` to hold signals that can be caught (not SIGKILL or "
-                    f"SIGSTOP). Received: signals={signals!r}"
+                    expected(
+                        "signals", "signals that can be caught (not SIGKILL or SIGSTOP)", signals
+                    )
                 )
-        if (
-            isinstance(unblock_after_secs, bool)
-            or not isinstance(unblock_after_secs, (int, float))
-            or not unblock_after_secs > 0
-        ):
-            raise ValueError(
-                "Expected `unblock_after_secs` to be a positive number. "
-                f"Received: unblock_after_secs={unblock_after_secs!r}"
-            )
+        check_positive_number(unblock_after_secs, "unblock_after_secs")
         self.signals = tuple(signal.Signals(int(s)) for s in signals)
         self.unblock_after_secs = float(unblock_after_secs)
         self._reset()
@@ -126,9 +116,7 @@ class StopOnSignal(Hook):
         self._old_wakeup_fd = -1
         self._pipe: tuple[int, int] | None = None
         self._watcher: threading.Thread | None = None
-        self._session: Any = None
-        self._cancel_ops: list[Any] = []
-        self._closed_queues = False
+        self._cancelled_input = False
         self._lock = threading.Lock()
         # signals delivered (bytes read from the wakeup pipe), and how many of them the
         # handler has accounted for; both under _count_lock
@@ -147,7 +135,11 @@ class StopOnSignal(Hook):
     # -- lifecycle -------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Install the handlers and start the watcher (main thread only)."""
+        """Install the handlers (main thread only), and the watcher when it can help.
+
+        The watcher starts only when the loop has input that it can cancel
+        (``loop.input_cancels``: the queues of a :class:`~tfr_hooks.QueueRunnerHook`).
+        """
         self._uninstall()
         self._reset()
         if threading.current_thread() is not threading.main_thread():
@@ -169,20 +161,13 @@ class StopOnSignal(Hook):
             self._old_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         except ValueError:  # pragma: no cover - main thread checked above
             self._old_wakeup_fd = -1
+        loop = getattr(self, "loop", None)
+        if loop is None or not loop.input_cancels:
+            return  # nothing a watcher could unblock; the handler still counts from the pipe
         self._watcher = threading.Thread(
             target=self._watch, args=(read_fd,), name="tfr_hooks-signal-watcher", daemon=True
         )
         self._watcher.start()
-
-    def after_create_session(self, session: Any, coord: Any) -> None:
-        """Remember the session and the close ops of the graph's input queues."""
-        self._session = session
-        graph = getattr(session, "graph", None)
-        if graph is not None:
-            import tensorflow as tf  # only graph-mode loops get here
-
-            runners = graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
-            self._cancel_ops = [r.cancel_op for r in runners if r.cancel_op is not None]
 
     def end(self, session: Any) -> None:
         """Restore the previous handlers and wakeup fd; stop and join the watcher."""
@@ -274,29 +259,21 @@ class StopOnSignal(Hook):
                 os.write(self._old_wakeup_fd, data)
 
     def _close_input_queues(self, seen: int) -> None:
-        """Unblock a ``session.run`` waiting on an empty input queue (watcher thread)."""
+        """Unblock a step waiting on input: the loop's input cancels (watcher thread)."""
         with self._lock:
-            if self._closed_queues or not self._cancel_ops or self._session is None:
-                if not self._cancel_ops:
-                    logger.warning(
-                        "The main thread has not handled the signal yet and there is no "
-                        "input queue to close; a step may be blocked (see run_timeout_secs)."
-                    )
+            if self._cancelled_input:
                 return
-            self._closed_queues = True
-            loop = getattr(self, "loop", None)
-            if loop is not None:  # the handler will say so too, once the step returns
-                loop.request_stop("a signal arrived while a step was blocked")
-            logger.warning(
-                "The main thread has not handled %d signal(s): a step seems blocked on an "
-                "empty input queue. Closing the input queues so that training can stop.",
-                seen,
-            )
-            for op in self._cancel_ops:
-                try:
-                    self._session.run(op)
-                except Exception as exc:
-                    logger.debug("Closing a queue after a signal: %s", exc)
+            self._cancelled_input = True
+        loop = getattr(self, "loop", None)
+        if loop is None:
+            return
+        loop.request_stop("a signal arrived while a step was blocked")
+        logger.warning(
+            "The main thread has not handled %d signal(s): a step seems blocked on its "
+            "input. Closing the input queues so that training can stop.",
+            seen,
+        )
+        loop.cancel_input()
 
     def _uninstall(self) -> None:
         """Undo :meth:`begin`; safe to call when nothing was installed."""
@@ -324,8 +301,6 @@ class StopOnSignal(Hook):
                     os.close(fd)
             self._pipe = None
         self._watcher = None
-        self._session = None
-        self._cancel_ops = []
 
 
 def with_signal_hook(hooks: list[Any], handle_signals: object) -> list[Any]:
@@ -342,10 +317,7 @@ def with_signal_hook(hooks: list[Any], handle_signals: object) -> list[Any]:
     Raises:
         TypeError: If ``handle_signals`` is not a bool.
     """
-    if not isinstance(handle_signals, bool):
-        raise TypeError(
-            f"Expected `handle_signals` to be a bool. Received: handle_signals={handle_signals!r}"
-        )
+    check_bool(handle_signals, "handle_signals")
     if handle_signals and not any(isinstance(h, StopOnSignal) for h in hooks):
         return [*hooks, StopOnSignal()]
     return hooks

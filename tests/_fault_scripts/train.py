@@ -91,8 +91,8 @@ def graceful(logdir: str) -> dict:
         tf_keras.callbacks.TensorBoard(os.path.join(logdir, "tb")),
     ]
     loop = tfr_hooks.SessionLoop(
-        training.train_op,
-        training.fetches,
+        training,
+        None,
         [
             tfr_hooks.EpochCheckpoint(os.path.join(logdir, "ckpt")),
             tfr_hooks.KerasCallbacks(callbacks, model),
@@ -100,7 +100,6 @@ def graceful(logdir: str) -> dict:
         ],
         steps_per_epoch=10,
         initializers=[it.initializer],
-        batch_size=training.batch_size,
         run_timeout_secs=60,
     )
     return {"history": loop.run(epochs=3)}  # ~20 s after READY if no signal comes
@@ -155,6 +154,7 @@ def abort(logdir: str, data: str) -> dict:
         {"loss": loss},
         [SlowClose(), Ready(epoch=0, at=5, pace=0.2)],
         steps_per_epoch=100,
+        data=batches,
         run_timeout_secs=60,
     )
     try:

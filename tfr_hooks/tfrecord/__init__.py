@@ -11,7 +11,7 @@ Examples:
     ...                       as_tuple=("image", "label"))  # doctest: +SKIP
 """
 
-from tfr_hooks.tfrecord.diagnose import DataErrorHook, explain_error
+from tfr_hooks.tfrecord.diagnose import explain_error
 from tfr_hooks.tfrecord.errors import (
     CorruptRecordError,
     EmptyFileError,
@@ -56,7 +56,6 @@ __all__ = [
     "Batches",
     # errors
     "explain_error",
-    "DataErrorHook",
     "TFRecordError",
     "NoFilesError",
     "UnreadableFileError",

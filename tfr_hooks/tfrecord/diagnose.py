@@ -2,9 +2,9 @@
 
 While a pipeline runs, a damaged shard or a record that does not match the schema shows
 up as a ``DataLossError`` or ``InvalidArgumentError`` that rarely says which file is at
-fault. :func:`explain_error` rescans the files with the schema to find out;
-:class:`DataErrorHook` does it for the loops of this package, which call
-``translate_error`` when a run ends with an error.
+fault. :func:`explain_error` rescans the files with the schema to find out. It knows
+nothing of loops or hooks: :class:`tfr_hooks.DataErrorHook` calls it for the loops of
+this package when a run ends with an error.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ import logging
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks.hooks import Hook
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.files import Files, check_compression, iter_records, resolve_files
 from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.schema import Schema
 
-__all__ = ["explain_error", "DataErrorHook", "is_data_error"]
+__all__ = ["explain_error", "is_data_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,36 +121,3 @@ def _check_file(path: str, compression: str | None, schema: Schema) -> None:
                 record=index,
             ) from error
         schema.check_example(example, file=path, record=index)
-
-
-class DataErrorHook(Hook):
-    """Replaces a pipeline's read errors with ones that name the file, record and feature.
-
-    :func:`~tfr_hooks.tfrecord.read_batches` registers one on the graph
-    (:func:`tfr_hooks.hooks.add_graph_hook`), where :class:`~tfr_hooks.SessionLoop`
-    finds it; other loops
-    can be given one in their ``hooks``.
-
-    Args:
-        files: The pipeline's files.
-        schema: The schema it parses with.
-        compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
-
-    Examples:
-        >>> hook = DataErrorHook(["train.tfrecord"], schema)  # doctest: +SKIP
-        >>> loop = tfr_hooks.SessionLoop(train_op, hooks=[hook])  # doctest: +SKIP
-    """
-
-    def __init__(
-        self, files: Files, schema: Schema | None = None, compression: str | None = None
-    ) -> None:
-        self.files = files
-        self.schema = schema
-        self.compression = compression
-
-    def translate_error(self, error: BaseException) -> BaseException | None:
-        """Return a clear :class:`~tfr_hooks.tfrecord.TFRecordError` for a data error."""
-        return explain_error(error, self.files, self.schema, self.compression)
-
-    def __repr__(self) -> str:
-        return f"DataErrorHook(files={self.files!r})"

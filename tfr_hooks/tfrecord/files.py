@@ -147,14 +147,17 @@ def resolve_files(files: Files) -> list[str]:
             f"Received: files={files!r}"
         )
     if not items:
-        raise NoFilesError("No TFRecord files given: `files` is an empty list.")
+        raise NoFilesError(
+            f"Expected `files` to name at least one TFRecord file. Received: files={files!r}"
+        )
     result: list[str] = []
     seen: set[str] = set()
-    for item in items:
+    for i, item in enumerate(items):
         if not isinstance(item, (str, os.PathLike)):
             raise TypeError(
-                "Expected every item of `files` to be a path, a directory or a glob "
-                f"pattern. Received: {item!r} of type {type(item).__name__}"
+                f"Expected `files[{i}]` to be a path, a directory or a glob "
+                f"pattern. Received: files[{i}]={item!r} of type "
+                f"{type(item).__name__}"
             )
         path = os.fspath(item)
         if tf.io.gfile.isdir(path):

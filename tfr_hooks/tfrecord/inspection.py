@@ -17,6 +17,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks.checks import check_optional_positive_int
 from tfr_hooks.tfrecord.errors import CorruptRecordError, EmptyFileError, SchemaMismatchError
 from tfr_hooks.tfrecord.files import (
     SCHEMA_FILENAME,
@@ -282,13 +283,7 @@ def inspect(
         (1000, 'int64')
     """
     codec = check_compression(compression)
-    if max_records is not None and (
-        isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
-    ):
-        raise ValueError(
-            f"Expected `max_records` to be a positive integer or None. "
-            f"Received: max_records={max_records!r}"
-        )
+    check_optional_positive_int(max_records, "max_records")
     return [_inspect_file(path, codec, max_records) for path in resolve_files(files)]
 
 

@@ -8,9 +8,10 @@ the features to return.
 * :func:`dataset` returns a ``tf.data.Dataset`` (eager TF2, ``tf.function``, or graph).
 * :func:`read_batches` builds graph-mode tensors with ``pipeline="dataset"`` (an
   initializable iterator, one pass per initialization) or ``pipeline="queue"``
-  (``string_input_producer`` + ``TFRecordReader`` + ``shuffle_batch_join``), and
-  registers a :class:`~tfr_hooks.tfrecord.DataErrorHook` on the graph
-  (:func:`tfr_hooks.hooks.add_graph_hook`).
+  (``string_input_producer`` + ``TFRecordReader`` + ``shuffle_batch_join``). Its
+  :class:`Batches` carry what a loop needs to run them (initializers, batch size, and the
+  files and schema that explain a read error); give them to
+  ``SessionLoop(data=...)``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from typing import Any, Union
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks.hooks import add_graph_hook
-from tfr_hooks.tfrecord.diagnose import DataErrorHook
+from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
     SCHEMA_FILENAME,
@@ -44,7 +44,6 @@ __all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
 
 logger = logging.getLogger(__name__)
 
-#: Name of the graph collection holding hooks that loops should run with the graph.
 #: The pipelines :func:`read_batches` can build.
 PIPELINES = ("dataset", "queue")
 
@@ -64,7 +63,6 @@ class Batches:
         schema: The schema parsed with (only the features returned).
         pipeline: ``"dataset"`` or ``"queue"``.
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
-        hook: The :class:`~tfr_hooks.tfrecord.DataErrorHook` registered on the graph.
         batch_size: A scalar ``int32`` tensor: the size of the current batch (for
             ``SessionLoop(batch_size=...)``).
     """
@@ -75,7 +73,6 @@ class Batches:
     schema: Schema
     pipeline: str
     compression: str
-    hook: DataErrorHook
     batch_size: Any = field(default=None)
 
 
@@ -85,14 +82,6 @@ class _Plan:
     compression: str
     schema: Schema  # the features parsed
     names: tuple[str, ...] | None  # as_tuple
-
-
-def _positive(name: str, value: object, *, zero: bool = False) -> int:
-    low = 0 if zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "non-negative" if zero else "positive"
-        raise ValueError(f"Expected `{name}` to be a {kind} integer. Received: {name}={value!r}")
-    return value
 
 
 def _check_as_tuple(as_tuple: object) -> tuple[str, ...] | None:
@@ -121,7 +110,7 @@ def _resolve_compression(paths: list[str], compression: str | None) -> str:
         examples = {k or "none": next(p for p, c in found.items() if c == k) for k in kinds}
         raise ValueError(
             "Expected all files to use the same compression; pass `compression` to force "
-            f"one. Received files with different compressions: {examples}"
+            f"one. Received: compressions={examples}"
         )
     return kinds[0]
 
@@ -207,7 +196,7 @@ def _structure(tensors: Any, names: tuple[str, ...] | None) -> Any:
         found = sorted(tensors) if isinstance(tensors, dict) else type(tensors).__name__
         raise ValueError(
             f"Expected `map_fn` to return a dict with the keys of `as_tuple` {list(names)}. "
-            f"Received: {found}"
+            f"Received: keys={found}"
         )
     return tuple(tensors[name] for name in names)
 
@@ -286,14 +275,14 @@ def dataset(
         ...     print(images.shape, labels.shape)
         (128, 28, 28) (128,)
     """
-    _positive("batch_size", batch_size)
-    _positive("shuffle_buffer", shuffle_buffer, zero=True)
+    check_positive_int(batch_size, "batch_size")
+    check_non_negative_int(shuffle_buffer, "shuffle_buffer")
     if num_parallel_reads is not None:
-        _positive("num_parallel_reads", num_parallel_reads)
+        check_positive_int(num_parallel_reads, "num_parallel_reads")
     if num_epochs is not None:
-        _positive("num_epochs", num_epochs)
+        check_positive_int(num_epochs, "num_epochs")
     if map_fn is not None and not callable(map_fn):
-        raise TypeError(f"Expected `map_fn` to be callable or None. Received: map_fn={map_fn!r}")
+        raise TypeError(expected("map_fn", "callable or None", map_fn))
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
     return _build_dataset(
         plan,
@@ -401,9 +390,9 @@ def read_batches(
       when ``num_epochs`` is set. ``OutOfRangeError`` comes after ``num_epochs`` passes
       (never when ``None``).
 
-    Either way a :class:`~tfr_hooks.tfrecord.DataErrorHook` is registered on the graph
-    (:func:`tfr_hooks.hooks.add_graph_hook`), so loops turn read errors into messages
-    naming the file.
+    Either way, give the :class:`Batches` to ``SessionLoop(data=...)`` (or
+    ``hooked_session(data=...)``): the loop runs its initializers, weighs by its batch
+    size and turns read errors into messages naming the file.
 
     Args:
         files: Paths, directories (the shards of their ``schema.json``) or glob patterns.
@@ -439,8 +428,7 @@ def read_batches(
         ...                                     num_epochs=5, as_tuple=("image", "label"))
         ...     x, y = batches.tensors
         ...     loop = tfr_hooks.SessionLoop(train_op, fetches={"loss": loss},
-        ...                                  initializers=batches.initializers,
-        ...                                  batch_size=batches.batch_size)
+        ...                                  data=batches)
     """
     if tf.executing_eagerly():
         raise RuntimeError(
@@ -449,17 +437,15 @@ def read_batches(
             ", or use tfrecord.dataset(...) in eager code."
         )
     if pipeline not in PIPELINES:
-        raise ValueError(
-            f"Expected `pipeline` to be 'dataset' or 'queue'. Received: pipeline={pipeline!r}"
-        )
-    _positive("batch_size", batch_size)
-    _positive("num_threads", num_threads)
+        raise ValueError(expected("pipeline", "'dataset' or 'queue'", pipeline))
+    check_positive_int(batch_size, "batch_size")
+    check_positive_int(num_threads, "num_threads")
     if num_epochs is not None:
-        _positive("num_epochs", num_epochs)
+        check_positive_int(num_epochs, "num_epochs")
     after = 4 * batch_size if min_after_dequeue is None else min_after_dequeue
-    _positive("min_after_dequeue", after, zero=True)
+    check_non_negative_int(after, "min_after_dequeue")
     cap = after + (num_threads + 2) * batch_size if capacity is None else capacity
-    _positive("capacity", cap)
+    check_positive_int(cap, "capacity")
     if cap <= after or cap < batch_size:
         raise ValueError(
             "Expected `capacity` to exceed `min_after_dequeue` and be at least "
@@ -501,11 +487,7 @@ def read_batches(
             initializers = []
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
         size = _batch_size_of(first)
-    hook = DataErrorHook(plan.files, plan.schema, plan.compression)
-    add_graph_hook(hook)
-    return Batches(
-        tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, hook, size
-    )
+    return Batches(tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, size)
 
 
 class _DropDeprecations(logging.Filter):

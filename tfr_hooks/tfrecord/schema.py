@@ -474,15 +474,16 @@ class Schema:
 
     def __init__(self, features: Iterable[Feature]) -> None:
         items = tuple(features)
-        for item in items:
+        for i, item in enumerate(items):
             if not isinstance(item, Feature):
                 raise TypeError(
-                    f"Expected every item of `features` to be a Feature. Received: {item!r}"
+                    f"Expected `features[{i}]` to be a tfrecord.Feature. "
+                    f"Received: features[{i}]={item!r}"
                 )
         names = [f.name for f in items]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"Expected unique feature names. Received duplicates: {duplicates}")
+            raise ValueError(f"Expected unique feature names. Received: duplicates={duplicates}")
         object.__setattr__(self, "features", items)
 
     def __getitem__(self, name: str) -> Feature:

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks.checks import check_positive_int, expected
 from tfr_hooks.tfrecord.files import SCHEMA_FILENAME, check_compression
 from tfr_hooks.tfrecord.schema import Feature, Schema, Sidecar, save_sidecar
 
@@ -66,31 +67,33 @@ def _as_arrays(data: object) -> dict[str, np.ndarray]:
     elif isinstance(data, Mapping):
         named = dict(data)
     else:
-        raise TypeError(
-            "Expected `data` to be a numpy array, an (x, y) tuple of arrays, or a dict of "
-            f"named arrays. Received: data of type {type(data).__name__}"
-        )
+        what = "a numpy array, an (x, y) tuple of arrays, or a dict of named arrays"
+        raise TypeError(f"{expected('data', what, data)} of type {type(data).__name__}")
     if not named:
         raise ValueError("Expected `data` to hold at least one array. Received: data={}")
     arrays: dict[str, np.ndarray] = {}
     for name, value in named.items():
         if not isinstance(name, str) or not name:
-            raise TypeError(f"Expected array names to be non-empty strings. Received: {name!r}")
+            raise TypeError(
+                expected("name", "a non-empty string (an array's name in `data`)", name)
+            )
         array = np.asarray(value)
         if array.ndim == 0:
             raise ValueError(
-                f"Expected array {name!r} to have a first dimension that counts examples. "
-                f"Received: a scalar {value!r}"
+                expected(f"data[{name!r}]", "an array whose first dimension counts examples", value)
             )
         arrays[name] = array
     lengths = {name: len(a) for name, a in arrays.items()}
     if len(set(lengths.values())) != 1:
         raise ValueError(
-            "Expected all arrays to have the same length (number of examples). "
-            f"Received lengths: {lengths}"
+            "Expected all arrays of `data` to have the same length (number of examples). "
+            f"Received: lengths={lengths}"
         )
     if next(iter(lengths.values())) == 0:
-        raise ValueError(f"Expected at least one example. Received lengths: {lengths}")
+        raise ValueError(
+            "Expected the arrays of `data` to hold at least one example. "
+            f"Received: lengths={lengths}"
+        )
     return arrays
 
 
@@ -101,7 +104,7 @@ def _to_bytes(value: object, name: str) -> bytes:
         return value.encode("utf-8")
     raise TypeError(
         f"Expected the items of string array {name!r} to be str or bytes. "
-        f"Received: {value!r} of type {type(value).__name__}"
+        f"Received: item={value!r} of type {type(value).__name__}"
     )
 
 
@@ -149,12 +152,6 @@ def _serialize(
                 target.append(values[i])
         records.append(example.SerializeToString())
     return records
-
-
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Expected `{name}` to be a positive integer. Received: {name}={value!r}")
-    return value
 
 
 def write(
@@ -208,8 +205,8 @@ def write(
     """
     arrays = _as_arrays(data)
     num_records = len(next(iter(arrays.values())))
-    _check_positive("shards", shards)
-    _check_positive("chunk_size", chunk_size)
+    check_positive_int(shards, "shards")
+    check_positive_int(chunk_size, "chunk_size")
     if shards > num_records:
         raise ValueError(
             f"Expected `shards` to be at most the number of examples ({num_records}), so no "
@@ -217,7 +214,7 @@ def write(
         )
     codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
     if not isinstance(prefix, str) or not prefix or os.sep in prefix:
-        raise ValueError(f"Expected `prefix` to be a plain file name prefix. Received: {prefix!r}")
+        raise ValueError(expected("prefix", "a plain file name prefix", prefix))
     schema = Schema.from_arrays(arrays)
     out_dir = os.fspath(directory)
     tf.io.gfile.makedirs(out_dir)

@@ -1,0 +1,109 @@
+"""What a graph-mode run sets up before its first step.
+
+Shared by ``SessionLoop`` and ``hooked_session``: the hooks the graph's input needs, a
+default ``Saver`` for stock checkpoint hooks, and the initialization of variables not yet
+initialized.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from tfr_hooks.checks import expected
+from tfr_hooks.data_errors import DataErrorHook
+from tfr_hooks.queue_runners import QueueRunnerHook
+from tfr_hooks.tfrecord.read import Batches
+
+__all__ = ["check_data", "input_hooks", "initialize_uninitialized", "ensure_saver", "training_of"]
+
+_v1 = tf.compat.v1
+
+_UNINITIALIZED_KEY = "tfr_hooks_initialized_flags"
+
+
+def check_data(data: object) -> Batches | None:
+    """Return ``data`` if it is ``None`` or a :class:`~tfr_hooks.tfrecord.Batches`."""
+    if data is not None and not isinstance(data, Batches):
+        raise TypeError(
+            expected("data", "a tfr_hooks.tfrecord.Batches (from read_batches) or None", data)
+        )
+    return data
+
+
+def training_of(train_op: Any) -> Any:
+    """``train_op`` if it is a :class:`~tfr_hooks.KerasTrainingGraph`, else ``None``.
+
+    Checked without importing :mod:`tfr_hooks.keras_graph` (and ``tf_keras`` with it):
+    an object of that class exists only once the module is imported.
+    """
+    module = sys.modules.get("tfr_hooks.keras_graph")
+    if module is not None and isinstance(train_op, module.KerasTrainingGraph):
+        return train_op
+    return None
+
+
+def input_hooks(
+    graph: Any,
+    user_hooks: Sequence[Any],
+    data: Batches | None,
+    training: Any = None,
+) -> list[Any]:
+    """The hooks a graph-mode run adds before the user's, in this order.
+
+    A :class:`~tfr_hooks.QueueRunnerHook` when the graph has queue runners (unless the
+    user gave one), the learning-phase feed of a ``KerasTrainingGraph``, and a
+    :class:`~tfr_hooks.DataErrorHook` for the files of ``data``. Also makes the default
+    ``Saver`` a stock ``CheckpointSaverHook`` looks for (see :func:`ensure_saver`).
+    """
+    hooks: list[Any] = []
+    with graph.as_default():
+        has_queues = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)
+        if has_queues and not any(isinstance(h, QueueRunnerHook) for h in user_hooks):
+            hooks.append(QueueRunnerHook())
+        if training is not None:
+            hooks.extend(training.hooks)
+        if data is not None:
+            hooks.append(DataErrorHook.for_batches(data))
+        ensure_saver(user_hooks)
+    return hooks
+
+
+def initialize_uninitialized(session: Any) -> None:
+    """Initialize the graph's variables that are not yet initialized in ``session``.
+
+    A new session gets every variable initialized; a session the user already worked
+    in (restored from a checkpoint, or Keras' own) keeps the values it has.
+    """
+    graph = session.graph
+    variables = graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
+    variables += graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES)
+    if not variables:
+        return
+    report = graph.get_collection(_UNINITIALIZED_KEY)
+    if not report or report[0][1] != len(variables):
+        with graph.as_default():
+            tensor = _v1.is_variable_initialized  # one small op per variable, made once
+            flags = tf.stack([tensor(v) for v in variables])
+        graph.clear_collection(_UNINITIALIZED_KEY)
+        graph.add_to_collection(_UNINITIALIZED_KEY, (flags, len(variables)))
+        report = graph.get_collection(_UNINITIALIZED_KEY)
+    initialized = session.run(report[0][0])
+    todo = [v.initializer for v, done in zip(variables, initialized, strict=True) if not done]
+    if todo:
+        session.run(todo)
+
+
+def ensure_saver(hooks: Sequence[Any]) -> None:
+    """Give a ``CheckpointSaverHook`` the default saver ``MonitoredSession``'s scaffold makes.
+
+    Stock checkpoint hooks built without a saver look for one in the ``SAVERS``
+    collection; ``Scaffold`` puts a sharded saver there, so this does the same.
+    """
+    wants_saver = any(isinstance(h, _v1.train.CheckpointSaverHook) for h in hooks)
+    if wants_saver and not _v1.get_collection(_v1.GraphKeys.SAVERS):
+        saver = _v1.train.Saver(sharded=True, max_to_keep=5, save_relative_paths=True)
+        _v1.add_to_collection(_v1.GraphKeys.SAVERS, saver)
