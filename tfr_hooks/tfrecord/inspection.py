@@ -161,6 +161,7 @@ class FileInfo:
             "scanned_records": self.scanned_records,
             "features": [info.to_dict() for info in self.features.values()],
             "stored_schema": None if self.stored is None else self.stored.schema.to_list(),
+            "examples_per_record": 1 if self.stored is None else self.stored.examples_per_record,
         }
 
 

@@ -183,7 +183,7 @@ def load(
         if per_record == 1:
             parsed = chunks.map(schema.parse_batch)
         else:
-            parsed = chunks.map(lambda serialized: unpack(schema, serialized))
+            parsed = chunks.map(lambda serialized: unpack(schema, serialized, per_record))
         parsed = parsed.prefetch(1)
         iterators = [tf.compat.v1.data.make_initializable_iterator(parsed) for _ in range(workers)]
         nexts = [iterator.get_next() for iterator in iterators]

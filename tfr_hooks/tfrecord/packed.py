@@ -116,58 +116,69 @@ def serialize_blocks(
     return records
 
 
-def _decode_raw(feature: Feature, blocks: Any) -> tuple[Any, Any]:
-    """The values of a batch of raw blocks, and the examples in each block."""
+def _whole_examples(feature: Feature, lengths: Any, unit: int, per_record: int) -> Any:
+    """The examples in each block, after checking the block holds whole examples."""
+    message = (
+        f"Packed tf.train.Example: feature {feature.name!r} does not hold whole examples "
+        f"(at most {per_record} of {unit} value(s) or bytes each)"
+    )
+    checks = [
+        tf.debugging.assert_equal(lengths % unit, tf.zeros_like(lengths), message=message),
+        tf.debugging.assert_less_equal(
+            lengths, tf.constant(unit * per_record, tf.int64), message=message
+        ),
+    ]
+    with tf.control_dependencies(checks):
+        return lengths // unit
+
+
+def _decode_raw(feature: Feature, blocks: Any, per_record: int) -> tuple[Any, Any]:
+    """A batch of raw blocks as ``[records * per_record, *shape]`` (short blocks padded)."""
     decoded, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
     nbytes = feature.raw_nbytes
     lengths = tf.cast(tf.strings.length(blocks), tf.int64)
-    checks = [
-        tf.debugging.assert_equal(
-            lengths % nbytes,
-            tf.zeros_like(lengths),
-            message=f"Packed tf.train.Example: feature {feature.name!r} holds a partial "
-            "example (Reshape)",
-        )
-    ]
-    with tf.control_dependencies(checks):
-        joined = tf.strings.reduce_join(blocks)
-    flat = tf.io.decode_raw(joined, tf.as_dtype(decoded), little_endian=True)
+    counts = _whole_examples(feature, lengths, nbytes, per_record)
+    flat = tf.io.decode_raw(
+        blocks, tf.as_dtype(decoded), little_endian=True, fixed_length=nbytes * per_record
+    )
     value = tf.reshape(flat, [-1, *feature.shape])
     if bitcast_to is not None:
         value = tf.bitcast(value, tf.as_dtype(bitcast_to))
     if feature.dtype == "bool":
         value = tf.not_equal(value, 0)
-    return value, lengths // nbytes
+    return value, counts
 
 
-def _decode_list(feature: Feature, ragged: Any) -> tuple[Any, Any]:
+def _decode_list(feature: Feature, ragged: Any, per_record: int) -> tuple[Any, Any]:
+    """A batch of value-list blocks as ``[records * per_record, *shape]`` (padded)."""
     size = feature.size or 1
-    lengths = ragged.row_lengths()
-    checks = [
-        tf.debugging.assert_equal(
-            lengths % size,
-            tf.zeros_like(lengths),
-            message=f"Packed tf.train.Example: feature {feature.name!r} holds a partial "
-            "example (Reshape)",
-        )
-    ]
-    with tf.control_dependencies(checks):
-        value = tf.reshape(ragged.flat_values, [-1, *feature.shape])
+    counts = _whole_examples(feature, ragged.row_lengths(), size, per_record)
+    rows = tf.cast(ragged.nrows(), tf.int64)
+    dense = ragged.to_tensor(shape=tf.stack([rows, tf.constant(size * per_record, tf.int64)]))
+    value = tf.reshape(dense, [-1, *feature.shape])
     if value.dtype != feature.tf_dtype:
         value = tf.cast(value, feature.tf_dtype)
-    return value, lengths // size
+    return value, counts
 
 
-def unpack(schema: Schema, serialized: Any) -> dict[str, Any]:
+def unpack(
+    schema: Schema, serialized: Any, per_record: int, *, order_seed: Any = None
+) -> dict[str, Any]:
     """Parse a 1-D batch of packed records into tensors of all their examples.
+
+    Each feature is decoded once into a ``[records * per_record, ...]`` tensor (short
+    blocks padded), then one ``tf.gather`` per feature keeps the real examples, in a
+    random order when ``order_seed`` is given: the window's one vectorized permutation.
 
     Args:
         schema: The features (each example's dtype and shape).
         serialized: A string tensor of shape ``[records]``.
+        per_record: Examples per record (``examples_per_record``).
+        order_seed: ``None`` to keep the stored order, else an ``int64`` seed tensor
+            for the permutation of the window's examples.
 
     Returns:
-        A dict of tensors of shape ``[examples, *feature.shape]``, the examples of the
-        records in order.
+        A dict of tensors of shape ``[examples, *feature.shape]``.
     """
     spec = {
         f.name: tf.io.FixedLenFeature([], tf.string)
@@ -180,7 +191,7 @@ def unpack(schema: Schema, serialized: Any) -> dict[str, Any]:
     counts = []
     for feature in schema:
         decode = _decode_raw if feature.encoding == "raw" else _decode_list
-        values[feature.name], count = decode(feature, parsed[feature.name])
+        values[feature.name], count = decode(feature, parsed[feature.name], per_record)
         counts.append(count)
     checks = [
         tf.debugging.assert_equal(
@@ -192,7 +203,13 @@ def unpack(schema: Schema, serialized: Any) -> dict[str, Any]:
         for feature, count in zip(schema.features[1:], counts[1:], strict=True)
     ]
     with tf.control_dependencies(checks):
-        return {name: tf.identity(value) for name, value in values.items()}
+        valid = tf.reshape(tf.sequence_mask(counts[0], per_record), [-1])
+        index = tf.reshape(tf.where(valid), [-1])
+    if order_seed is not None:
+        index = tf.random.experimental.stateless_shuffle(
+            index, seed=tf.stack([order_seed, tf.constant(12, tf.int64)])
+        )
+    return {name: tf.gather(value, index) for name, value in values.items()}
 
 
 def check_block(
@@ -329,19 +346,14 @@ def packed_dataset(
             salts = tf.data.Dataset.random(seed=seed).map(lambda s: s + seed_value)
 
         def unpack_shuffled(serialized: Any, salt: Any) -> dict[str, Any]:
-            values = unpack(schema, serialized)
-            count = tf.shape(next(iter(values.values())), out_type=tf.int64)[0]
-            order = tf.random.experimental.stateless_shuffle(
-                tf.range(count), seed=tf.stack([salt, tf.constant(12, tf.int64)])
-            )
-            return {name: tf.gather(value, order) for name, value in values.items()}
+            return unpack(schema, serialized, per_record, order_seed=salt)
 
         examples = tf.data.Dataset.zip((windows, salts)).map(
             unpack_shuffled, num_parallel_calls=2, deterministic=deterministic
         )
     else:
         examples = windows.map(
-            lambda serialized: unpack(schema, serialized),
+            lambda serialized: unpack(schema, serialized, per_record),
             num_parallel_calls=2,
             deterministic=deterministic,
         )
