@@ -54,6 +54,7 @@ WINDOW_EXAMPLES = 4096
 # dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards), as schema.Feature
 _RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
 _RAW_DECODE["uint64"] = ("int64", "uint64")
+_RAW_DECODE["float16"] = ("uint16", "float16")  # decode_raw with fixed_length has no half
 _STORED = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 
 
