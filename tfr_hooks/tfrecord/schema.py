@@ -504,7 +504,7 @@ class Sidecar:
 
     def to_json(self) -> str:
         """The sidecar as JSON text."""
-        data = {
+        data: dict[str, Any] = {
             "format": SIDECAR_FORMAT,
             "compression": self.compression,
             "num_records": self.num_records,
