@@ -10,6 +10,7 @@ __all__ = [
     "INPUT_CEILINGS",
     "MODEL_CEILINGS",
     "LOOPS",
+    "STREAMING_INPUTS",
 ]
 
 #: (name, description), in table order.
@@ -20,6 +21,11 @@ ROWS: list[tuple[str, str]] = [
     ("keras3_fit", "Keras 3 model.fit on the tf.data pipeline"),
     ("keras3_fit_cb", "Keras 3 model.fit + ModelCheckpoint, EarlyStopping, TensorBoard"),
     ("keras3_fit_spe32", "Keras 3 model.fit, steps_per_execution=32"),
+    ("keras3_fit_spe32_cb", "Keras 3 model.fit, steps_per_execution=32 + 3 callbacks"),
+    (
+        "keras3_fit_arrays",
+        "Keras 3 model.fit on numpy arrays in memory, steps_per_execution=32 + 3 callbacks",
+    ),
     ("bare_queue", "hand-written session loop, queue pipeline"),
     ("bare_dataset", "hand-written session loop, tf.data pipeline"),
     ("session_loop_queue", "SessionLoop, queue pipeline, no hooks"),
@@ -42,19 +48,41 @@ ROWS: list[tuple[str, str]] = [
         "function_loop_32_cached",
         "FunctionLoop, spe=32, no hooks, parsed batches cached in memory after epoch 1",
     ),
+    ("session_loop_memory", "SessionLoop, in-memory pipeline (pipeline='memory'), no hooks"),
+    ("session_loop_memory_cb", "SessionLoop, in-memory pipeline + 3 callbacks"),
+    ("session_loop_packed", "SessionLoop, packed shards (128 a record), tf.data, no hooks"),
+    ("session_loop_packed_cb", "SessionLoop, packed shards + 3 callbacks"),
+    ("function_loop_32_memory", "FunctionLoop, spe=32, in-memory pipeline (in_memory=True)"),
+    ("function_loop_32_memory_cb", "FunctionLoop, spe=32, in-memory pipeline + 3 callbacks"),
+    ("function_loop_32_packed", "FunctionLoop, spe=32, packed shards (128 a record)"),
+    ("function_loop_32_packed_cb", "FunctionLoop, spe=32, packed shards + 3 callbacks"),
     ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
     ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
     ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in a tf.function loop"),
+    ("input_memory", "ceiling: graph in-memory pipeline alone (gather, no model)"),
+    ("input_memory_tf2", "ceiling: TF2 in-memory pipeline alone, in a tf.function loop"),
+    ("input_packed", "ceiling: graph tf.data over packed shards alone (read + unpack)"),
+    ("input_packed_tf2", "ceiling: TF2 tf.data over packed shards alone, tf.function loop"),
     ("model_only", "ceiling: model alone, graph session, one in-memory batch"),
     ("model_only_tf2", "ceiling: model alone, Keras 3 train_step x32 per tf.function call"),
 ]
 DESCRIPTIONS = dict(ROWS)
 
 #: Rows that run no model: measured once, shown under every model.
-MODEL_FREE = ("input_queue", "input_dataset", "input_tf2")
+MODEL_FREE = (
+    "input_queue",
+    "input_dataset",
+    "input_tf2",
+    "input_memory",
+    "input_memory_tf2",
+    "input_packed",
+    "input_packed_tf2",
+)
 #: What a user would pick instead: every row is also shown as a ratio to it.
 REFERENCE = "keras3_fit"
-INPUT_CEILINGS = ("input_queue", "input_dataset", "input_tf2")
+INPUT_CEILINGS = MODEL_FREE
+#: Input rows of the pipelines that existed before the in-memory and packed ones.
+STREAMING_INPUTS = ("input_queue", "input_dataset", "input_tf2")
 MODEL_CEILINGS = ("model_only", "model_only_tf2")
 #: The package's loops.
 LOOPS = (
@@ -69,4 +97,12 @@ LOOPS = (
     "session_loop_dataset_reinit",
     "function_loop_32_reinit",
     "function_loop_32_cached",
+    "session_loop_memory",
+    "session_loop_memory_cb",
+    "session_loop_packed",
+    "session_loop_packed_cb",
+    "function_loop_32_memory",
+    "function_loop_32_memory_cb",
+    "function_loop_32_packed",
+    "function_loop_32_packed_cb",
 )

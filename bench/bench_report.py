@@ -15,6 +15,7 @@ from bench_configs import (
     MODEL_FREE,
     REFERENCE,
     ROWS,
+    STREAMING_INPUTS,
 )
 
 __all__ = ["Row", "ModelTable", "summarize", "check_targets", "render_markdown", "render_png"]
@@ -32,6 +33,8 @@ class Row:
     hook_share: list[float] = field(default_factory=list)  # share of time inside callbacks
     hook_batch_share: list[float] = field(default_factory=list)  # ... in their batch calls
     errors: list[str] = field(default_factory=list)
+    # in-memory rows: (peak RSS, RSS before loading, decoded data), MiB, per repeat
+    memory_use: list[tuple[float, float, float]] = field(default_factory=list)
     median: float | None = None
     low: float | None = None
     high: float | None = None
@@ -42,6 +45,12 @@ class Row:
     def peak_rss_mb(self) -> float | None:
         """The largest peak RSS of the repeats."""
         return max(self.rss_mb) if self.rss_mb else None
+
+    @property
+    def rss_over_data(self) -> float | None:
+        """The largest (peak RSS - RSS before loading) / decoded data of the repeats."""
+        ratios = [(peak - base) / data for peak, base, data in self.memory_use if data > 0]
+        return max(ratios) if ratios else None
 
     @property
     def in_callbacks(self) -> float | None:
@@ -118,6 +127,10 @@ def summarize(
                 if run.get("ok"):
                     row.runs.append(float(run["examples_per_sec"]))
                     row.rss_mb.append(float(run["rss_mb"]))
+                    if "rss_baseline_mb" in run:
+                        row.memory_use.append(
+                            (float(run["rss_mb"]), run["rss_baseline_mb"], run["decoded_mb"])
+                        )
                     if "cpu_seconds" in run:
                         row.cpu_us.append(1e6 * run["cpu_seconds"] / run["examples"])
                     inside = run.get("hook_batch_seconds", 0.0) + run.get("hook_epoch_seconds", 0.0)
@@ -260,7 +273,76 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
             "feed_dict_memory",
             1.0,
         )
+        _issue12_targets(t, add, targets)
     return targets
+
+
+def _issue12_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
+    """The targets of issue 12: in-memory and packed input, fit at equal settings."""
+    by_name = {r.config: r for r in t.rows}
+    with_callbacks = [n for n in LOOPS if n.endswith("_cb")]
+    best, best_name = _best(by_name, with_callbacks)
+    model, model_name = _best(by_name, MODEL_CEILINGS)
+    memory = by_name.get("feed_dict_memory")
+    for label, other, other_name, threshold in (
+        ("best loop + 3 callbacks >= 0.90x the model alone", model, model_name, 0.9),
+        (
+            "best loop + 3 callbacks >= feed_dict from memory",
+            None if memory is None else memory.median,
+            "feed_dict_memory",
+            1.0,
+        ),
+    ):
+        ratio = None if best is None or not other else best / other
+        met = None if ratio is None else ratio >= threshold
+        targets.append(Target(t.model, label, f"{best_name} / {other_name}", ratio, threshold, met))
+    for loop, fit in (
+        ("function_loop_32_cb", "keras3_fit_spe32_cb"),
+        ("function_loop_32_memory_cb", "keras3_fit_arrays"),
+    ):
+        add(t, "FunctionLoop(spe=32) + 3 callbacks >= fit at spe=32", loop, fit, 1.0)
+    streaming, streaming_name = _best(by_name, STREAMING_INPUTS)
+    for names, needed, times in (
+        (("input_memory", "input_memory_tf2"), 1_000_000.0, 3.0),
+        (("input_packed", "input_packed_tf2"), 750_000.0, 2.0),
+    ):
+        value, name = _best(by_name, names)
+        ratio = None if value is None else value / needed
+        targets.append(
+            Target(
+                t.model,
+                f"input alone >= {needed:,.0f} ex/s",
+                f"{name} / {needed:,.0f}",
+                ratio,
+                1.0,
+                None if ratio is None else ratio >= 1.0,
+            )
+        )
+        ratio = None if value is None or not streaming else value / streaming
+        targets.append(
+            Target(
+                t.model,
+                f"input alone >= {times:.0f}x the best streaming input row (same run)",
+                f"{name} / {streaming_name}",
+                ratio,
+                times,
+                None if ratio is None else ratio >= times,
+            )
+        )
+    for row in t.rows:
+        share = row.rss_over_data
+        if share is None:
+            continue
+        targets.append(
+            Target(
+                t.model,
+                "in-memory peak RSS <= 1.5x decoded data + baseline",
+                f"{row.config}: 1.5 / ((peak - baseline) / decoded)",
+                1.5 / share if share > 0 else None,
+                1.0,
+                share <= 1.5,
+            )
+        )
 
 
 def _num(value: float | None, fmt: str = "{:,.0f}") -> str:

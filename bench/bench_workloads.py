@@ -298,8 +298,28 @@ def clock_hook(clock: Clock) -> Any:
 # -- data -----------------------------------------------------------------------------
 
 
-def records(spec: Spec) -> str:
-    return os.path.join(spec.data_dir, "records")
+def records(spec: Spec, source: str = "records") -> str:
+    """The shards of ``source``: ``"records"`` (one example a record) or ``"packed"``."""
+    return os.path.join(spec.data_dir, "packed" if source == "packed" else "records")
+
+
+#: Shuffle window of the packed rows, in examples (32 blocks of 128).
+PACKED_WINDOW = 4096
+#: What the in-memory rows measure for the RSS check (baseline and decoded size, MiB).
+MEMORY_USE: dict[str, float] = {}
+
+
+def _rss_now_mb() -> float:
+    """This process's resident set size now, in MiB (Linux)."""
+    with open("/proc/self/statm", encoding="ascii") as handle:
+        pages = int(handle.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _before_loading(spec: Spec) -> None:
+    """Note the worker's RSS before the in-memory pipeline loads, and the decoded size."""
+    MEMORY_USE["rss_baseline_mb"] = _rss_now_mb()
+    MEMORY_USE["decoded_mb"] = num_examples(spec) * (784 + 8) / 2**20
 
 
 def num_examples(spec: Spec) -> int:
@@ -314,31 +334,54 @@ def steps_per_epoch(spec: Spec) -> int:
 
 
 def read_batches(spec: Spec, pipeline: str, *, reinit: bool = False) -> Any:
-    """The package's graph-mode pipeline; endless enough unless ``reinit`` (one pass)."""
+    """The package's graph-mode pipeline; endless enough unless ``reinit`` (one pass).
+
+    ``pipeline`` is ``"queue"``, ``"dataset"``, ``"memory"`` (full passes of whole
+    batches, a new permutation each) or ``"packed"`` (the tf.data pipeline over the
+    packed shards, shuffled in windows of :data:`PACKED_WINDOW` examples).
+    """
     # the queue is endless with None; the dataset reads num_epochs passes per
     # initialization (one with None): one initialization for the whole run unless reinit
     endless = pipeline == "queue" or reinit
     num_epochs = None if endless else spec.epochs + 2
+    extra: dict[str, Any] = {}
+    if pipeline == "memory":
+        _before_loading(spec)
+        extra["allow_smaller_final_batch"] = False  # every pass: steps_per_epoch batches
+    if pipeline == "packed":
+        extra["min_after_dequeue"] = PACKED_WINDOW
     return tfrecord.read_batches(
-        records(spec),
+        records(spec, pipeline),
         spec.batch_size,
-        pipeline=pipeline,
+        pipeline="dataset" if pipeline == "packed" else pipeline,
         num_epochs=num_epochs,
         shuffle=True,
         seed=spec.seed,
         as_tuple=("image", "label"),
+        **extra,
     )
 
 
-def tf2_dataset(spec: Spec, *, reinit: bool = False) -> Any:
-    """The package's TF2 pipeline: endless (epochs in steps) unless ``reinit`` (one pass)."""
+def tf2_dataset(spec: Spec, *, reinit: bool = False, source: str = "records") -> Any:
+    """The package's TF2 pipeline: endless (epochs in steps) unless ``reinit`` (one pass).
+
+    ``source`` is ``"records"`` (tf.data, shuffle buffer 4 batches), ``"memory"``
+    (``in_memory=True``: a new permutation of all examples each pass, whole batches) or
+    ``"packed"`` (the packed shards, windows of :data:`PACKED_WINDOW` examples).
+    """
+    extra: dict[str, Any] = {"shuffle_buffer": 4 * spec.batch_size}
+    if source == "memory":
+        _before_loading(spec)
+        extra = {"in_memory": True, "shuffle_buffer": 1, "drop_remainder": True}
+    elif source == "packed":
+        extra["shuffle_buffer"] = PACKED_WINDOW
     return tfrecord.dataset(
-        records(spec),
+        records(spec, source),
         spec.batch_size,
-        shuffle_buffer=4 * spec.batch_size,
         seed=spec.seed,
         num_epochs=1 if reinit else None,
         as_tuple=("image", "label"),
+        **extra,
     )
 
 
@@ -553,6 +596,30 @@ def keras3_fit(spec: Spec, with_callbacks: bool, steps_per_execution: int = 1) -
     return clock.result()
 
 
+def keras3_fit_arrays(spec: Spec) -> dict[str, Any]:
+    """Keras 3 ``model.fit`` on the numpy arrays (shuffled by index), spe=32, 3 callbacks."""
+    import keras as k3
+    from bench_data import load_arrays
+
+    clock = Clock(spec)
+    images, labels = load_arrays(spec.data_dir)
+    steps = steps_per_epoch(spec)
+    net = keras3_model(spec.model, 32)
+    cbs = bracket_callbacks(k3, clock, callbacks(k3, spec.workdir))
+    cbs.append(clock_callback(k3, clock, steps * spec.batch_size))
+    net.fit(
+        images,
+        labels,
+        batch_size=spec.batch_size,
+        epochs=spec.epochs + 1,
+        steps_per_epoch=steps,
+        verbose=0,
+        callbacks=cbs,
+        shuffle=True,
+    )
+    return clock.result()
+
+
 def function_loop(
     spec: Spec,
     steps_per_execution: int,
@@ -560,6 +627,7 @@ def function_loop(
     *,
     reinit: bool = False,
     cached: bool = False,
+    source: str = "records",
 ) -> dict[str, Any]:
     """``FunctionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``.
 
@@ -578,7 +646,7 @@ def function_loop(
     if with_callbacks:
         hooks = bracket_hooks(clock, [tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net)])
     hooks.append(clock_hook(clock))
-    data = tf2_dataset(spec, reinit=reinit or cached)
+    data = tf2_dataset(spec, reinit=reinit or cached, source=source)
     if cached:
         data = data.cache().repeat()
     loop = FunctionLoop(
@@ -592,11 +660,11 @@ def function_loop(
     return clock.result()
 
 
-def input_only_tf2(spec: Spec) -> dict[str, Any]:
+def input_only_tf2(spec: Spec, source: str = "records") -> dict[str, Any]:
     """Ceiling: the TF2 pipeline alone, consumed inside a ``tf.function`` (no Python a batch)."""
     clock = Clock(spec)
     steps = steps_per_epoch(spec)
-    iterator = iter(tf2_dataset(spec))
+    iterator = iter(tf2_dataset(spec, source=source))
 
     def consume(n: Any) -> Any:
         def body(i: Any, seen: Any) -> Any:
@@ -651,6 +719,8 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "keras3_fit": lambda s: keras3_fit(s, False),
     "keras3_fit_cb": lambda s: keras3_fit(s, True),
     "keras3_fit_spe32": lambda s: keras3_fit(s, False, 32),
+    "keras3_fit_spe32_cb": lambda s: keras3_fit(s, True, 32),
+    "keras3_fit_arrays": keras3_fit_arrays,
     "bare_queue": lambda s: bare_loop(s, "queue"),
     "bare_dataset": lambda s: bare_loop(s, "dataset"),
     "session_loop_queue": lambda s: session_loop(s, "queue", False),
@@ -664,9 +734,21 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "session_loop_dataset_reinit": lambda s: session_loop(s, "dataset", False, reinit=True),
     "function_loop_32_reinit": lambda s: function_loop(s, 32, False, reinit=True),
     "function_loop_32_cached": lambda s: function_loop(s, 32, False, cached=True),
+    "session_loop_memory": lambda s: session_loop(s, "memory", False),
+    "session_loop_memory_cb": lambda s: session_loop(s, "memory", True),
+    "session_loop_packed": lambda s: session_loop(s, "packed", False),
+    "session_loop_packed_cb": lambda s: session_loop(s, "packed", True),
+    "function_loop_32_memory": lambda s: function_loop(s, 32, False, source="memory"),
+    "function_loop_32_memory_cb": lambda s: function_loop(s, 32, True, source="memory"),
+    "function_loop_32_packed": lambda s: function_loop(s, 32, False, source="packed"),
+    "function_loop_32_packed_cb": lambda s: function_loop(s, 32, True, source="packed"),
     "input_queue": lambda s: input_only(s, "queue"),
     "input_dataset": lambda s: input_only(s, "dataset"),
     "input_tf2": input_only_tf2,
+    "input_memory": lambda s: input_only(s, "memory"),
+    "input_memory_tf2": lambda s: input_only_tf2(s, "memory"),
+    "input_packed": lambda s: input_only(s, "packed"),
+    "input_packed_tf2": lambda s: input_only_tf2(s, "packed"),
     "model_only": model_only,
     "model_only_tf2": model_only_tf2,
 }
@@ -677,8 +759,10 @@ def run_config(spec: Spec) -> dict[str, Any]:
     os.makedirs(spec.workdir, exist_ok=True)
     if spec.config not in FUNCTIONS:
         raise ValueError(f"Expected one of {sorted(FUNCTIONS)}. Received: config={spec.config!r}")
+    MEMORY_USE.clear()
     result = FUNCTIONS[spec.config](spec)
     result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    result.update(MEMORY_USE)  # in-memory rows: the RSS before loading, the decoded size
     result["examples_per_sec"] = result["examples"] / result["seconds"]
     return result
 

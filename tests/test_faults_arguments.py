@@ -181,7 +181,7 @@ CASES = {
     "pipeline unknown": (
         lambda p: tfrecord.read_batches(p["data"], 8, pipeline="queues"),
         ValueError,
-        r"Expected `pipeline` to be 'dataset' or 'queue'. Received: pipeline='queues'",
+        r"Expected `pipeline` to be 'dataset', 'memory' or 'queue'. Received: pipeline='queues'",
     ),
     "capacity below batch": (
         lambda p: tfrecord.read_batches(p["data"], 8, pipeline="queue", capacity=4),

@@ -3,6 +3,7 @@
 Usage::
 
     tfr-hooks convert INPUT.npz OUTDIR --shards 4 [--compression gzip|zlib]
+        [--examples-per-record N]
     tfr-hooks inspect FILE_OR_DIR_OR_GLOB... [--json] [--max-records N]
 
 Only the standard library is imported at module level: :func:`main` imports TensorFlow
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -46,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--compression", choices=_COMPRESSION_CHOICES, default="none", help="default: none"
     )
     convert.add_argument("--prefix", default="data", help="shard file name prefix")
+    convert.add_argument(
+        "--examples-per-record",
+        type=int,
+        default=1,
+        metavar="N",
+        help="pack N examples into each record (packed shards, for data larger than "
+        "memory; default 1)",
+    )
     convert.add_argument(
         "--overwrite", action="store_true", help="replace a dataset already in OUTDIR"
     )
@@ -94,6 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--max-records must be a positive integer, not {args.max_records}")
     if args.command == "convert" and args.shards < 1:
         parser.error(f"--shards must be a positive integer, not {args.shards}")
+    if args.command == "convert" and args.examples_per_record < 1:
+        parser.error(
+            f"--examples-per-record must be a positive integer, not {args.examples_per_record}"
+        )
     from tfr_hooks.quiet import import_tensorflow
 
     import_tensorflow()  # before anything else imports TensorFlow
@@ -143,6 +157,7 @@ def _convert(args: argparse.Namespace) -> int:
             prefix=args.prefix,
             overwrite=args.overwrite,
             progress=progress,
+            examples_per_record=args.examples_per_record,
         )
     finally:
         close()
@@ -151,6 +166,8 @@ def _convert(args: argparse.Namespace) -> int:
         f"{result.directory} (compression: {result.compression or 'none'})"
     )
     print(f"Schema: {result.schema_path}")
+    if args.examples_per_record > 1:
+        print(f"Packed: {args.examples_per_record} examples per record")
     _print_table(
         ["feature", "dtype", "shape", "encoding"],
         [[f.name, f.dtype, _shape_text(f.shape), f.encoding] for f in result.schema],
@@ -260,6 +277,14 @@ def _print_file(info: Any, out: TextIO) -> None:
     except tfrecord.TFRecordError as error:
         schema, origin = None, f"none: {error}"
     print(f"  schema: {origin}", file=out)
+    packing = info.stored.examples_per_record if info.stored is not None else 1
+    if packing > 1:
+        examples = info.stored.examples_of(os.path.basename(info.path))
+        print(
+            f"  packed: {packing} examples per record ({examples} examples); each feature "
+            f"holds a block of up to {packing} examples' values",
+            file=out,
+        )
     rows = []
     names = list(info.features)
     if schema is not None:

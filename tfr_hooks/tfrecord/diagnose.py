@@ -16,7 +16,8 @@ from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.files import Files, check_compression, iter_records, resolve_files
-from tfr_hooks.tfrecord.inspection import infer_schema
+from tfr_hooks.tfrecord.inspection import find_sidecar, infer_schema
+from tfr_hooks.tfrecord.packed import check_block
 from tfr_hooks.tfrecord.schema import Schema
 
 __all__ = ["explain_error", "is_data_error"]
@@ -109,6 +110,8 @@ def explain_error(
 
 
 def _check_file(path: str, compression: str | None, schema: Schema) -> None:
+    sidecar = find_sidecar(path)
+    per_record = 1 if sidecar is None else sidecar.examples_per_record
     example = example_pb2.Example()
     for index, record in enumerate(iter_records(path, compression)):
         try:
@@ -120,4 +123,7 @@ def _check_file(path: str, compression: str | None, schema: Schema) -> None:
                 file=path,
                 record=index,
             ) from error
-        schema.check_example(example, file=path, record=index)
+        if per_record > 1:  # a packed shard: each record a block of examples
+            check_block(schema, example, per_record, file=path, record=index)
+        else:
+            schema.check_example(example, file=path, record=index)

@@ -179,6 +179,7 @@ class FileInfo:
                 for info in self.features.values()
             ],
             "stored_schema": None if self.stored is None else self.stored.schema.to_list(),
+            "examples_per_record": 1 if self.stored is None else self.stored.examples_per_record,
         }
 
 

@@ -7,11 +7,12 @@ the features to return.
 
 * :func:`dataset` returns a ``tf.data.Dataset`` (eager TF2, ``tf.function``, or graph).
 * :func:`read_batches` builds graph-mode tensors with ``pipeline="dataset"`` (an
-  initializable iterator, one pass per initialization) or ``pipeline="queue"``
-  (``string_input_producer`` + ``TFRecordReader`` + ``shuffle_batch_join``). Its
-  :class:`Batches` carry what a loop needs to run them (initializers, batch size, and the
-  files and schema that explain a read error); give them to
-  ``SessionLoop(data=...)``.
+  initializable iterator, one pass per initialization), ``pipeline="memory"`` (the
+  decoded data held in memory, see :mod:`tfr_hooks.tfrecord.memory`) or
+  ``pipeline="queue"`` (``string_input_producer`` + ``TFRecordReader`` +
+  ``shuffle_batch_join``). Its :class:`Batches` carry what a loop needs to run them
+  (initializers, batch size, and the files and schema that explain a read error); give
+  them to ``SessionLoop(data=...)``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ from tfr_hooks.tfrecord.files import (
     resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import find_sidecar, infer_schema
+from tfr_hooks.tfrecord.memory import (
+    count_examples,
+    decoded_nbytes,
+    default_memory_budget,
+    load,
+    memory_dataset,
+)
+from tfr_hooks.tfrecord.packed import check_block, packed_dataset
 from tfr_hooks.tfrecord.schema import Schema, Sidecar, load_schema
 
 __all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
@@ -45,7 +54,7 @@ __all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
 logger = logging.getLogger(__name__)
 
 #: The pipelines :func:`read_batches` can build.
-PIPELINES = ("dataset", "queue")
+PIPELINES = ("dataset", "queue", "memory")
 
 SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
 
@@ -61,10 +70,14 @@ class Batches:
             for the ``"dataset"`` pipeline, none for ``"queue"``.
         files: The files read.
         schema: The schema parsed with (only the features returned).
-        pipeline: ``"dataset"`` or ``"queue"``.
+        pipeline: ``"dataset"``, ``"memory"`` or ``"queue"``.
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
         batch_size: A scalar ``int32`` tensor: the size of the current batch (for
             ``SessionLoop(batch_size=...)``).
+        num_examples: Examples in one pass over the files, when known (from
+            ``schema.json``, or loaded into memory).
+        examples_per_record: Examples stored in each record (more than 1 for packed
+            shards).
     """
 
     tensors: Any
@@ -74,6 +87,8 @@ class Batches:
     pipeline: str
     compression: str
     batch_size: Any = field(default=None)
+    num_examples: int | None = None
+    examples_per_record: int = 1
 
 
 @dataclass
@@ -82,6 +97,15 @@ class _Plan:
     compression: str
     schema: Schema  # the features parsed
     names: tuple[str, ...] | None  # as_tuple
+    counts: list[int | None] = field(default_factory=list)  # examples per file, if known
+    per_record: int = 1  # examples per record (packed shards)
+
+    @property
+    def examples(self) -> int | None:
+        """Examples in one pass over the files, if every file's count is known."""
+        if not self.counts or any(c is None for c in self.counts):
+            return None
+        return sum(c for c in self.counts if c is not None)
 
 
 def _check_as_tuple(as_tuple: object) -> tuple[str, ...] | None:
@@ -152,17 +176,33 @@ def _plan(
         chosen = chosen.select(names)
     example = example_pb2.Example()
     sidecars: dict[str, Sidecar | None] = {}
+    counts: list[int | None] = []
+    packing: dict[str, int] = {}
     for path in paths:
         sidecar = find_sidecar(path, sidecars)
+        per_record = 1
         if sidecar is not None:
             _check_written_size(path, sidecar)
             if schema is not None or decode:
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
+            per_record = sidecar.examples_per_record
+            counts.append(sidecar.examples_of(os.path.basename(path)))
         else:  # TensorFlow would stop silently at a record header cut short
             check_framing(path, codec)
+            counts.append(None)
+        packing[path] = per_record
         example.ParseFromString(first_record(path, codec))
-        chosen.check_example(example, file=path, record=0)
-    return _Plan(paths, codec, chosen, names)
+        if per_record > 1:
+            check_block(chosen, example, per_record, file=path, record=0)
+        else:
+            chosen.check_example(example, file=path, record=0)
+    if len(set(packing.values())) > 1:
+        found = {n: next(p for p, k in packing.items() if k == n) for n in sorted(packing.values())}
+        raise ValueError(
+            "Expected all files to store the same number of examples per record (see "
+            f"schema.json). Received files with different packings: {found}"
+        )
+    return _Plan(paths, codec, chosen, names, counts, next(iter(packing.values())))
 
 
 def _check_decode(decode: object) -> None:
@@ -218,6 +258,8 @@ def dataset(
     compression: str | None = None,
     autotune: bool = False,
     decode: Mapping[str, Any] | None = None,
+    in_memory: bool | str = False,
+    memory_budget: int | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -256,9 +298,23 @@ def dataset(
             takes them: ``{"image_raw": ("uint8", (28, 28, 1))}`` reads a raw bytes
             feature as an image, ``{"trip_seconds": {"default": 0.0}}`` an optional
             feature as a dense tensor; the other features keep their schema.
+        in_memory: ``True`` reads and decodes every shard once, here, and serves the
+            batches from memory by gathering (see :mod:`tfr_hooks.tfrecord.memory`):
+            each epoch (each new iterator) follows a fresh permutation of all the
+            examples when ``shuffle_buffer > 0`` (its size then no longer matters),
+            the stored order when it is 0, and ends with its own final batch.
+            ``"auto"`` does so when the decoded data fits ``memory_budget`` (and no
+            ``map_fn`` is given, and every feature has a fixed shape), and logs its
+            choice. ``False`` (the default) streams from the files, in constant
+            memory, as before: holding a whole data set in memory is a choice about
+            the machine's resources that only the caller can make.
+        memory_budget: Bytes the decoded data may take for ``in_memory="auto"``;
+            ``None`` for half of the memory available at the call.
 
     Returns:
-        The dataset of batches.
+        The dataset of batches. When the number of examples is known (every file is
+        listed in a ``schema.json``, or the data is in memory) and ``num_epochs`` is
+        set, its ``cardinality()`` is exact.
 
     Raises:
         NoFilesError: If no file matches, or a file is missing.
@@ -283,7 +339,28 @@ def dataset(
         check_positive_int(num_epochs, "num_epochs")
     if map_fn is not None and not callable(map_fn):
         raise TypeError(expected("map_fn", "callable or None", map_fn))
+    if not (in_memory is True or in_memory is False or in_memory == "auto"):
+        raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
+    if memory_budget is not None:
+        check_positive_int(memory_budget, "memory_budget")
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
+    if in_memory and _use_memory(plan, in_memory, memory_budget, map_fn):
+        data = memory_dataset(
+            load(
+                plan.files,
+                plan.compression,
+                plan.schema,
+                per_record=plan.per_record,
+                counts=plan.counts,
+            ),
+            batch_size,
+            shuffle=shuffle_buffer > 0,
+            seed=seed,
+            drop_remainder=drop_remainder,
+            num_epochs=num_epochs,
+            prefetch=2 if prefetch else None,
+        )
+        return _finish(data, plan.names, prefetch=None, autotune=autotune)
     return _build_dataset(
         plan,
         batch_size,
@@ -319,6 +396,29 @@ def _build_dataset(
         prefetch = 2
     codec = plan.compression
     schema = plan.schema
+    if plan.per_record > 1:  # packed shards
+        parsed = packed_dataset(
+            plan.files,
+            codec,
+            schema,
+            plan.per_record,
+            batch_size,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed,
+            num_parallel_reads=reads,
+            drop_remainder=drop_remainder,
+            num_epochs=num_epochs,
+            prefetch=None,
+            deterministic=deterministic,
+        )
+        if map_fn is not None:
+            parsed = (
+                parsed.unbatch()
+                .map(map_fn, num_parallel_calls=calls, deterministic=deterministic)
+                .batch(batch_size, drop_remainder=drop_remainder)
+            )
+        parsed = _with_cardinality(parsed, plan, batch_size, num_epochs, drop_remainder)
+        return _finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
     files = tf.data.Dataset.from_tensor_slices(plan.files)
     if shuffle_buffer:
         files = files.shuffle(len(plan.files), seed=seed)
@@ -343,16 +443,81 @@ def _build_dataset(
             .map(map_fn, num_parallel_calls=calls, deterministic=deterministic)
             .batch(batch_size, drop_remainder=drop_remainder)
         )
-    if plan.names is not None:
-        names = plan.names
-        parsed = parsed.map(lambda d: _structure(d, names))
+    parsed = _with_cardinality(parsed, plan, batch_size, num_epochs, drop_remainder)
+    return _finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
+
+
+def _with_cardinality(
+    data: tf.data.Dataset,
+    plan: _Plan,
+    batch_size: int,
+    num_epochs: int | None,
+    drop_remainder: bool,
+) -> tf.data.Dataset:
+    """Tell the dataset its length when ``schema.json`` gives every file's examples."""
+    examples = plan.examples
+    if examples is None or num_epochs is None:
+        return data
+    total = examples * num_epochs
+    batches = total // batch_size if drop_remainder else -(-total // batch_size)
+    return data.apply(tf.data.experimental.assert_cardinality(batches))
+
+
+def _finish(
+    data: tf.data.Dataset, names: tuple[str, ...] | None, *, prefetch: int | None, autotune: bool
+) -> tf.data.Dataset:
+    """The last stages every TF2 pipeline shares: structure, prefetch, options."""
+    if names is not None:
+        data = data.map(lambda d: _structure(d, names))
     if prefetch:
-        parsed = parsed.prefetch(prefetch)
+        data = data.prefetch(prefetch)
     if not autotune:
         options = tf.data.Options()
         options.autotune.enabled = False
-        parsed = parsed.with_options(options)
-    return parsed
+        data = data.with_options(options)
+    return data
+
+
+def _use_memory(
+    plan: _Plan,
+    in_memory: bool | str,
+    memory_budget: int | None,
+    map_fn: Callable[..., Any] | None,
+) -> bool:
+    """Whether to load the data into memory (``in_memory`` is True or ``"auto"``)."""
+    varying = [f.name for f in plan.schema if f.varying]
+    if in_memory is True:
+        if map_fn is not None:
+            raise ValueError(
+                "Expected no `map_fn` with `in_memory=True` (the examples are decoded "
+                "once; map them before writing, or stream). Received: "
+                f"map_fn={map_fn!r}"
+            )
+        if varying:
+            raise ValueError(
+                "Expected every feature to have a fixed shape to hold the data in memory. "
+                f"Received features of varying length: {varying}"
+            )
+        return True
+    if map_fn is not None or varying:
+        why = "a map_fn is given" if map_fn is not None else f"{varying} vary in length"
+        logger.info("in_memory='auto': streaming from the files, as %s.", why)
+        return False
+    examples = plan.examples
+    if examples is None:
+        examples = count_examples(plan.files, plan.compression, plan.per_record)
+    file_bytes = sum(tf.io.gfile.stat(path).length for path in plan.files)
+    size = decoded_nbytes(plan.schema, examples, file_bytes)
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    chosen = size <= budget
+    logger.info(
+        "in_memory='auto': %s (%d examples decode to %.1f MiB; memory_budget %.1f MiB).",
+        "holding the data in memory" if chosen else "streaming from the files",
+        examples,
+        size / 2**20,
+        budget / 2**20,
+    )
+    return chosen
 
 
 def read_batches(
@@ -383,6 +548,12 @@ def read_batches(
     * ``pipeline="dataset"``: an initializable iterator; ``Batches.initializers`` holds
       its initializer, to run at each epoch start. One initialization reads
       ``num_epochs`` passes (one when ``None``), then ``OutOfRangeError``.
+    * ``pipeline="memory"``: every shard is read and decoded once, here; batches are
+      gathered from memory (:mod:`tfr_hooks.tfrecord.memory`) through an
+      initializable iterator as for ``"dataset"``. Each initialization is one pass
+      (``num_epochs`` passes), along a fresh permutation of all the examples when
+      ``shuffle``; each pass ends with its own final batch. The data reaches the graph
+      through a ``tf.numpy_function``, never as a constant.
     * ``pipeline="queue"``: ``string_input_producer(num_epochs=...)``, one
       ``TFRecordReader`` per thread, and ``shuffle_batch_join`` (``batch_join`` without
       ``shuffle``). Queue runners land in the graph's ``QUEUE_RUNNERS`` collection; start
@@ -399,7 +570,7 @@ def read_batches(
         batch_size: Examples per batch.
         schema: A :class:`~tfr_hooks.tfrecord.Schema`, the path of a ``schema.json``, or
             ``None`` to use the stored sidecar or infer it.
-        pipeline: ``"dataset"`` or ``"queue"``.
+        pipeline: ``"dataset"``, ``"memory"`` or ``"queue"``.
         num_epochs: Passes over the files before ``OutOfRangeError`` (see above).
         shuffle: Whether to shuffle files and examples.
         seed: Seed for the shuffles.
@@ -437,7 +608,7 @@ def read_batches(
             ", or use tfrecord.dataset(...) in eager code."
         )
     if pipeline not in PIPELINES:
-        raise ValueError(expected("pipeline", "'dataset' or 'queue'", pipeline))
+        raise ValueError(expected("pipeline", "'dataset', 'memory' or 'queue'", pipeline))
     check_positive_int(batch_size, "batch_size")
     check_positive_int(num_threads, "num_threads")
     if num_epochs is not None:
@@ -453,8 +624,40 @@ def read_batches(
             f"batch_size={batch_size}"
         )
     plan = _plan(files, schema, compression, as_tuple, select=True, decode=decode)
+    if pipeline == "queue" and plan.per_record > 1:
+        raise ValueError(
+            expected(
+                "pipeline",
+                f"'dataset' or 'memory' for packed shards ({plan.per_record} examples per record)",
+                pipeline,
+            )
+        )
+    num_examples = plan.examples
     with tf.name_scope(name):
-        if pipeline == "dataset":
+        if pipeline == "memory":
+            _use_memory(plan, True, None, None)
+            arrays = load(
+                plan.files,
+                plan.compression,
+                plan.schema,
+                per_record=plan.per_record,
+                counts=plan.counts,
+            )
+            num_examples = len(next(iter(arrays.values())))
+            data = memory_dataset(
+                arrays,
+                batch_size,
+                shuffle=shuffle,
+                seed=seed,
+                drop_remainder=not allow_smaller_final_batch,
+                num_epochs=num_epochs or 1,
+                prefetch=2,
+            )
+            data = _finish(data, plan.names, prefetch=None, autotune=False)
+            iterator = tf.compat.v1.data.make_initializable_iterator(data)
+            tensors = iterator.get_next()
+            initializers = [iterator.initializer]
+        elif pipeline == "dataset":
             data = _build_dataset(
                 plan,
                 batch_size,
@@ -487,7 +690,17 @@ def read_batches(
             initializers = []
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
         size = _batch_size_of(first)
-    return Batches(tensors, initializers, plan.files, plan.schema, pipeline, plan.compression, size)
+    return Batches(
+        tensors,
+        initializers,
+        plan.files,
+        plan.schema,
+        pipeline,
+        plan.compression,
+        size,
+        num_examples,
+        plan.per_record,
+    )
 
 
 class _DropDeprecations(logging.Filter):

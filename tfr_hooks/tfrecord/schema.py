@@ -711,12 +711,18 @@ class Sidecar:
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
         shards: ``(file name, record count)`` for each shard, relative to the sidecar.
         sizes: The size in bytes of each shard when written (empty if unknown).
+        examples_per_record: Examples packed into each record (1: one example a record;
+            see :mod:`tfr_hooks.tfrecord.packed`).
+        examples: For packed shards, the examples in each shard (empty when each
+            record is one example).
     """
 
     schema: Schema
     compression: str = ""
     shards: tuple[tuple[str, int], ...] = ()
     sizes: tuple[int, ...] = ()
+    examples_per_record: int = 1
+    examples: tuple[int, ...] = ()
 
     def size_of(self, name: str) -> int | None:
         """The size of shard ``name`` when written, if recorded."""
@@ -730,6 +736,22 @@ class Sidecar:
         """Records in all shards."""
         return sum(count for _, count in self.shards)
 
+    def examples_of(self, name: str) -> int | None:
+        """The examples in shard ``name`` (its records, unless packed), if it is listed."""
+        for index, (shard, count) in enumerate(self.shards):
+            if shard == name:
+                if self.examples_per_record == 1:
+                    return count
+                return self.examples[index] if index < len(self.examples) else None
+        return None
+
+    @property
+    def num_examples(self) -> int:
+        """Examples in all shards."""
+        if self.examples_per_record == 1:
+            return self.num_records
+        return sum(self.examples)
+
     def _sizes_or_none(self) -> list[int | None]:
         if len(self.sizes) == len(self.shards):
             return list(self.sizes)
@@ -737,7 +759,7 @@ class Sidecar:
 
     def to_json(self) -> str:
         """The sidecar as JSON text."""
-        data = {
+        data: dict[str, Any] = {
             "format": SIDECAR_FORMAT,
             "compression": self.compression,
             "num_records": self.num_records,
@@ -747,6 +769,11 @@ class Sidecar:
                 for (name, n), size in zip(self.shards, self._sizes_or_none(), strict=True)
             ],
         }
+        if self.examples_per_record != 1:  # packed shards (tfr_hooks.tfrecord.packed)
+            data["examples_per_record"] = self.examples_per_record
+            data["num_examples"] = self.num_examples
+            for item, count in zip(data["shards"], self.examples, strict=True):
+                item["num_examples"] = count
         return json.dumps(data, indent=2) + "\n"
 
     @classmethod
@@ -766,7 +793,12 @@ class Sidecar:
             sizes = tuple(int(s["bytes"]) for s in items if "bytes" in s)
             if len(sizes) != len(shards):
                 sizes = ()
-            return cls(schema, str(data.get("compression", "")), shards, sizes)
+            packing = int(data.get("examples_per_record", 1))
+            if packing < 1:
+                raise ValueError(f"examples_per_record is {packing}")
+            examples = tuple(int(s["num_examples"]) for s in items) if packing > 1 else ()
+            compression = str(data.get("compression", ""))
+            return cls(schema, compression, shards, sizes, packing, examples)
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(
                 f"Expected {source} to be a schema written by tfr_hooks.tfrecord.write "

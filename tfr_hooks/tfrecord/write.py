@@ -21,6 +21,7 @@ from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_positive_int, expected
 from tfr_hooks.tfrecord.files import SCHEMA_FILENAME, check_compression
+from tfr_hooks.tfrecord.packed import check_packable, serialize_blocks
 from tfr_hooks.tfrecord.schema import Feature, Schema, Sidecar, save_sidecar
 
 __all__ = ["ArrayData", "WriteResult", "write", "shard_name"]
@@ -164,6 +165,7 @@ def write(
     overwrite: bool = False,
     chunk_size: int = 4096,
     progress: Callable[[int], object] | None = None,
+    examples_per_record: int = 1,
 ) -> WriteResult:
     """Write arrays to TFRecord shards of ``tf.train.Example`` records, plus their schema.
 
@@ -184,6 +186,12 @@ def write(
         chunk_size: Examples converted together (affects speed and memory only).
         progress: Called with the number of examples just written, after each chunk
             (for a progress bar).
+        examples_per_record: Examples stored in each record: 1 (the default) writes one
+            ``tf.train.Example`` per example; ``N > 1`` writes packed shards, each
+            record a block of ``N`` consecutive examples (the last of a shard may hold
+            fewer), recorded in ``schema.json`` and unpacked by the readers (see
+            :mod:`tfr_hooks.tfrecord.packed`). Packing cuts the parse cost per example
+            by about ``N``: use it for data larger than memory.
 
     Returns:
         A :class:`WriteResult` with the shard paths and the schema.
@@ -207,6 +215,7 @@ def write(
     num_records = len(next(iter(arrays.values())))
     check_positive_int(shards, "shards")
     check_positive_int(chunk_size, "chunk_size")
+    check_positive_int(examples_per_record, "examples_per_record")
     if shards > num_records:
         raise ValueError(
             f"Expected `shards` to be at most the number of examples ({num_records}), so no "
@@ -216,6 +225,9 @@ def write(
     if not isinstance(prefix, str) or not prefix or os.sep in prefix:
         raise ValueError(expected("prefix", "a plain file name prefix", prefix))
     schema = Schema.from_arrays(arrays)
+    check_packable(schema, examples_per_record)
+    if examples_per_record > 1:  # whole blocks per chunk, so only a shard's last is short
+        chunk_size = max(1, chunk_size // examples_per_record) * examples_per_record
     out_dir = os.fspath(directory)
     tf.io.gfile.makedirs(out_dir)
     _clear(out_dir, prefix, overwrite)
@@ -225,6 +237,7 @@ def write(
     files: list[str] = []
     counts: list[tuple[str, int]] = []
     sizes: list[int] = []
+    examples: list[int] = []
     for index in range(shards):
         name = shard_name(prefix, index, shards, codec)
         path = os.path.join(out_dir, name)
@@ -232,15 +245,23 @@ def write(
         with tf.io.TFRecordWriter(path, options=options) as writer:
             for chunk_start in range(start, stop, chunk_size):
                 chunk_stop = min(stop, chunk_start + chunk_size)
-                for record in _serialize(schema, arrays, chunk_start, chunk_stop):
+                if examples_per_record > 1:
+                    chunk = serialize_blocks(
+                        schema, arrays, chunk_start, chunk_stop, examples_per_record
+                    )
+                else:
+                    chunk = _serialize(schema, arrays, chunk_start, chunk_stop)
+                for record in chunk:
                     writer.write(record)
                 if progress is not None:
                     progress(chunk_stop - chunk_start)
         files.append(path)
-        counts.append((name, stop - start))
+        counts.append((name, -(-(stop - start) // examples_per_record)))
+        examples.append(stop - start)
         sizes.append(tf.io.gfile.stat(path).length)
     schema_path = os.path.join(out_dir, SCHEMA_FILENAME)
-    save_sidecar(schema_path, Sidecar(schema, codec, tuple(counts), tuple(sizes)))
+    packing = (examples_per_record, tuple(examples) if examples_per_record > 1 else ())
+    save_sidecar(schema_path, Sidecar(schema, codec, tuple(counts), tuple(sizes), *packing))
     logger.info("Wrote %d examples to %d shard(s) in %s", num_records, shards, out_dir)
     return WriteResult(out_dir, files, schema, codec, num_records, schema_path)
 

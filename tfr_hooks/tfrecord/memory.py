@@ -1,0 +1,375 @@
+"""The in-memory pipeline: decode the shards once, then gather batches by index.
+
+When the decoded data fits in memory, the fastest parse is the one that never happens:
+:func:`load` reads and decodes every shard once (in parallel, one thread per core), into
+one numpy array per feature, and :func:`memory_dataset` serves batches by gathering rows
+of those arrays, each epoch along a fresh permutation of all the examples (what Keras
+``fit`` does for numpy arrays). There is no per-example ``tf.data`` element: each
+element of the pipeline is a slice of the permutation (several batches' worth), gathered
+with one ``tf.gather`` per feature and cut into batches with ``rebatch``.
+
+The arrays reach TensorFlow through a ``tf.numpy_function`` evaluated once per pass
+(at each new iterator, or each initialization of a graph-mode iterator), which hands
+numpy's 64-byte-aligned buffers over without a copy: the data is never embedded in a
+graph or serialized with the dataset (no ``GraphDef`` 2 GB limit, no copy when tf.data
+rewrites its graph) and lives in memory once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
+from tfr_hooks.tfrecord.packed import pass_seed, unpack
+from tfr_hooks.tfrecord.schema import Schema
+
+__all__ = [
+    "load",
+    "memory_dataset",
+    "decoded_nbytes",
+    "default_memory_budget",
+    "count_examples",
+    "GATHER_EXAMPLES",
+    "LOAD_CHUNK",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Examples gathered by one element of the pipeline (then cut into batches).
+GATHER_EXAMPLES = 4096
+#: Examples decoded together while loading (small: the chunks in flight add to the peak).
+LOAD_CHUNK = 1024
+_ALIGN = 64  # TensorFlow takes a numpy buffer without copying when it is this aligned
+_FALLBACK_BUDGET = 2 << 30
+_WAIT_SECS = 60.0
+
+
+def default_memory_budget() -> int:
+    """Half of the memory available now (``MemAvailable`` on Linux), else 2 GiB.
+
+    Half, because training needs memory of its own (the model, the optimizer state and
+    TensorFlow's buffers), and a pipeline that pushes the machine into swap is far
+    slower than streaming from disk.
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return int(pages) // 2
+    except (AttributeError, ValueError, OSError):
+        return _FALLBACK_BUDGET
+
+
+def decoded_nbytes(schema: Schema, examples: int, file_bytes: int = 0) -> int:
+    """Bytes the decoded examples take in memory.
+
+    Fixed-size numeric features count exactly; string features are counted as the
+    files' size (their bytes are in the files) plus a pointer per value.
+    """
+    total = 0
+    strings = False
+    for feature in schema:
+        if feature.dtype in ("string", "bytes"):
+            strings = True
+            total += examples * (feature.size or 1) * 8
+        else:
+            total += examples * feature.raw_nbytes
+    return total + (file_bytes if strings else 0)
+
+
+def count_examples(files: Sequence[str], compression: str, per_record: int) -> int:
+    """Count the examples of files that have no ``schema.json`` listing them."""
+    from tfr_hooks.tfrecord.files import iter_records
+
+    if per_record != 1:
+        raise ValueError("Packed shards are counted from their schema.json")
+    return sum(sum(1 for _ in iter_records(path, compression)) for path in files)
+
+
+def _empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialized array whose buffer TensorFlow can use without copying."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "O":
+        return np.empty(shape, dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    buffer = np.empty(nbytes + _ALIGN, np.uint8)
+    offset = (-buffer.ctypes.data) % _ALIGN
+    return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def _numpy_dtype(dtype: str) -> Any:
+    return object if dtype in ("string", "bytes") else np.dtype(dtype)
+
+
+class _Progress:
+    """A progress bar on stderr that shows only when loading takes more than 2 s."""
+
+    def __init__(self, total: int | None, enabled: bool) -> None:
+        self.lock = threading.Lock()
+        self.bar: Any = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:  # pragma: no cover - tqdm is a dependency
+                return
+            self.bar = tqdm(
+                total=total, unit="ex", desc="loading", file=sys.stderr, leave=False, delay=2.0
+            )
+
+    def update(self, count: int) -> None:
+        if self.bar is not None:
+            with self.lock:
+                self.bar.update(count)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def load(
+    files: Sequence[str],
+    compression: str,
+    schema: Schema,
+    *,
+    per_record: int = 1,
+    counts: Sequence[int | None] | None = None,
+    progress: bool = True,
+) -> dict[str, np.ndarray]:
+    """Read and decode every example of ``files`` into one numpy array per feature.
+
+    Files are read in parallel (one thread per core, at most 8), in order: the result
+    holds the examples of ``files[0]``, then ``files[1]``... With every file's example
+    count known (from ``schema.json``), the arrays are allocated once and filled in
+    place; otherwise the decoded chunks are joined at the end (twice the memory for a
+    moment).
+
+    Args:
+        files: The shards.
+        compression: Their compression.
+        schema: The features to decode (fixed shapes).
+        per_record: Examples per record (packed shards).
+        counts: Each file's examples, where known.
+        progress: Show a progress bar on stderr when loading takes more than 2 s.
+
+    Returns:
+        Feature name to array of shape ``[examples, *feature.shape]``.
+
+    Raises:
+        CorruptRecordError: If a file is damaged, or holds another number of examples
+            than ``schema.json`` says.
+        SchemaMismatchError: If records do not match the schema.
+    """
+    known = counts is not None and all(c is not None for c in counts)
+    workers = max(1, min(len(files), os.cpu_count() or 1, 8))
+    graph = tf.Graph()
+    with graph.as_default():
+        path = tf.compat.v1.placeholder(tf.string, [], name="path")
+        records = tf.data.TFRecordDataset(path, compression_type=compression)
+        chunks = records.batch(max(1, LOAD_CHUNK // per_record))
+        if per_record == 1:
+            parsed = chunks.map(schema.parse_batch)
+        else:
+            parsed = chunks.map(lambda serialized: unpack(schema, serialized, per_record))
+        iterators = [tf.compat.v1.data.make_initializable_iterator(parsed) for _ in range(workers)]
+        nexts = [iterator.get_next() for iterator in iterators]
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
+    session = tf.compat.v1.Session(graph=graph, config=config)
+    total = sum(c or 0 for c in counts) if known and counts is not None else None
+    bar = _Progress(total, progress)
+    offsets = [0]
+    if known and counts is not None:
+        for count in counts:
+            offsets.append(offsets[-1] + int(count or 0))
+        out = {
+            f.name: _empty((offsets[-1], *f.shape), _numpy_dtype(f.dtype))  # type: ignore[arg-type]
+            for f in schema
+        }
+    parts: list[list[dict[str, np.ndarray]]] = [[] for _ in files]
+
+    def read(worker: int, index: int) -> None:
+        name = files[index]
+        session.run(iterators[worker].initializer, {path: name})
+        got = 0
+        while True:
+            try:
+                values = session.run(nexts[worker])
+            except tf.errors.OutOfRangeError:
+                break
+            except tf.errors.OpError as error:
+                raise _explain(error, name, schema, compression) from error
+            size = len(next(iter(values.values())))
+            if known and counts is not None:
+                expected = int(counts[index] or 0)
+                if got + size > expected:
+                    raise _wrong_count(name, f"more than {expected}", expected)
+                start = offsets[index] + got
+                for key, value in values.items():
+                    out[key][start : start + size] = value
+            else:
+                parts[index].append(values)
+            got += size
+            bar.update(size)
+        if known and counts is not None and got != counts[index]:
+            raise _wrong_count(name, str(got), int(counts[index] or 0))
+
+    def run_group(worker: int) -> None:
+        for index in range(worker, len(files), workers):
+            read(worker, index)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(workers, "tfr_hooks_load") as pool:
+            futures = [pool.submit(run_group, w) for w in range(workers)]
+            pending = set(futures)
+            while pending:
+                done, pending = concurrent.futures.wait(
+                    pending, timeout=_WAIT_SECS, return_when=concurrent.futures.FIRST_EXCEPTION
+                )
+                for future in done:
+                    error = future.exception()
+                    if error is not None:
+                        for other in pending:
+                            other.cancel()
+                        raise error
+    finally:
+        bar.close()
+        session.close()
+    if known:
+        return out
+    sizes = [sum(len(next(iter(p.values()))) for p in chunks_of) for chunks_of in parts]
+    joined = {
+        f.name: _empty((sum(sizes), *f.shape), _numpy_dtype(f.dtype))  # type: ignore[arg-type]
+        for f in schema
+    }
+    start = 0
+    for chunks_of in parts:
+        for values in chunks_of:
+            size = len(next(iter(values.values())))
+            for key, value in values.items():
+                joined[key][start : start + size] = value
+            start += size
+        chunks_of.clear()
+    return joined
+
+
+def _wrong_count(path: str, found: str, expected: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"TFRecord file {path!r} does not hold the examples its schema.json lists: "
+        f"expected {expected} examples; found {found}. It was probably overwritten or "
+        "damaged; write it again.",
+        file=path,
+    )
+
+
+def _explain(error: BaseException, path: str, schema: Schema, compression: str) -> BaseException:
+    from tfr_hooks.tfrecord.diagnose import explain_error
+
+    found = explain_error(error, [path], schema, compression)
+    if found is not None:
+        return found
+    text = (error.message if isinstance(error, tf.errors.OpError) else str(error)).strip()
+    return TFRecordError(
+        f"TFRecord file {path!r} could not be loaded into memory: "
+        f"{text.splitlines()[0] if text else type(error).__name__}",
+        file=path,
+    )
+
+
+def memory_dataset(
+    arrays: dict[str, np.ndarray],
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int | None,
+    drop_remainder: bool,
+    num_epochs: int | None,
+    prefetch: int | None,
+) -> tf.data.Dataset:
+    """Batches gathered from in-memory arrays, a fresh permutation every pass.
+
+    Each pass (epoch) ends with its own final batch (smaller, or dropped with
+    ``drop_remainder``). Shuffled passes follow a sequence of permutations fixed by
+    ``seed``: a new iterator (or, in graph mode, each initialization of the iterator)
+    starts the next pass of that sequence.
+
+    Args:
+        arrays: Feature name to array, all of the same length.
+        batch_size: Examples per batch.
+        shuffle: Whether each pass follows a new permutation (else the stored order).
+        seed: Seed of the sequence of permutations.
+        drop_remainder: Whether to drop each pass's final, smaller batch.
+        num_epochs: Passes; ``None`` for endless.
+        prefetch: Batches to prefetch (0 or ``None`` for none).
+
+    Returns:
+        A dataset of dicts of batch tensors, of exact known cardinality.
+
+    Raises:
+        ValueError: If ``drop_remainder`` leaves no batch.
+    """
+    names = list(arrays)
+    values = [arrays[name] for name in names]
+    count = len(values[0])
+    per_pass = count // batch_size if drop_remainder else math.ceil(count / batch_size)
+    if per_pass == 0:
+        raise ValueError(
+            f"Expected at least `batch_size` examples with `drop_remainder`. Received: "
+            f"batch_size={batch_size} for {count} examples"
+        )
+    dtypes = [tf.string if v.dtype.kind in "OSU" else tf.as_dtype(v.dtype) for v in values]
+    chunk = batch_size * max(1, GATHER_EXAMPLES // batch_size)
+    full = count // chunk
+
+    eager = tf.executing_eagerly()
+
+    def source() -> list[np.ndarray]:
+        return values
+
+    def one_pass(salt: Any) -> tf.data.Dataset:
+        # evaluated once per pass; hands numpy's (aligned) buffers over without a copy
+        data = tf.numpy_function(source, [], dtypes, stateful=True, name="in_memory_data")
+        for tensor, value in zip(data, values, strict=True):
+            tensor.set_shape(value.shape)
+        order = tf.range(count, dtype=tf.int64)
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(
+                order, seed=tf.stack([salt, tf.constant(7, tf.int64)])
+            )
+        slices = tf.data.Dataset.from_tensor_slices(
+            tf.reshape(order[: full * chunk], [full, chunk])
+        )
+        if count % chunk:
+            slices = slices.concatenate(tf.data.Dataset.from_tensors(order[full * chunk :]))
+
+        def gather(index: Any) -> dict[str, Any]:
+            return {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
+
+        return slices.map(gather).rebatch(batch_size, drop_remainder=drop_remainder)
+
+    if eager:
+        salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    else:
+        start = pass_seed(seed)
+        salts = tf.data.Dataset.random(seed=seed).map(lambda s: tf.bitwise.bitwise_xor(s, start))
+    if num_epochs is not None:
+        salts = salts.take(num_epochs)
+    batches = salts.flat_map(one_pass)
+    total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * per_pass
+    batches = batches.apply(tf.data.experimental.assert_cardinality(total))
+    if prefetch:
+        batches = batches.prefetch(prefetch)
+    return batches

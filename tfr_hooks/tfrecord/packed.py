@@ -1,0 +1,364 @@
+"""Packed shards: ``N`` examples per ``tf.train.Example`` record, for data larger than memory.
+
+Parsing costs about as much per record as per value, so storing examples in blocks cuts
+the parse cost per example by the block size. ``tfrecord.write(...,
+examples_per_record=N)`` (``tfr-hooks convert --examples-per-record N``) writes them and
+records ``examples_per_record`` and each shard's example count in ``schema.json``;
+:func:`~tfr_hooks.tfrecord.dataset` and :func:`~tfr_hooks.tfrecord.read_batches` unpack
+them without being told.
+
+Layout of a packed record (still a valid ``tf.train.Example``, readable by any tool):
+it has the features of the schema, and each feature holds the values of ``k``
+consecutive examples, ``k = N`` except in the last record of a shard, where ``k`` may
+be smaller:
+
+* ``"raw"`` features: one ``bytes`` value, the ``k`` examples' raw little-endian bytes
+  concatenated (``k * raw_nbytes`` bytes);
+* ``"int64"``, ``"float"`` and ``"bytes"`` features: a list of ``k * size`` values, the
+  examples' values one after the other (row-major).
+
+``k`` is the same for every feature of a record. Features of varying length cannot be
+packed.
+
+Reading shuffles at three levels, as block formats do (FFCV's quasi-random order,
+WebDataset shards): the order of the files, the order of the blocks (a buffer of whole
+blocks), and within a window of whole blocks whose size in examples is the shuffle
+buffer, with one vectorized permutation per window. Batches are then cut from the
+windows without a per-example ``tf.data`` element.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
+from tfr_hooks.tfrecord.schema import Feature, Schema
+
+__all__ = [
+    "check_packable",
+    "serialize_blocks",
+    "unpack",
+    "check_block",
+    "packed_dataset",
+    "pass_seed",
+    "WINDOW_EXAMPLES",
+]
+
+#: Examples parsed together when not shuffling (the window then only sets the parse size).
+WINDOW_EXAMPLES = 4096
+# dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards), as schema.Feature
+_RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
+_RAW_DECODE["uint64"] = ("int64", "uint64")
+_RAW_DECODE["float16"] = ("uint16", "float16")  # decode_raw with fixed_length has no half
+_STORED = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
+
+
+def check_packable(schema: Schema, examples_per_record: int) -> None:
+    """Raise if ``schema`` cannot be stored ``examples_per_record`` examples a record.
+
+    Raises:
+        ValueError: For a feature of varying length or of no values.
+    """
+    if examples_per_record == 1:
+        return
+    for feature in schema:
+        if feature.varying or not feature.size:
+            raise ValueError(
+                f"Expected every feature to have a fixed, non-empty shape to pack "
+                f"{examples_per_record} examples per record. Received: feature "
+                f"{feature.name!r} of shape {feature.shape}"
+            )
+
+
+def _to_bytes(value: object, name: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(
+        f"Expected the items of string array {name!r} to be str or bytes. "
+        f"Received: {value!r} of type {type(value).__name__}"
+    )
+
+
+def serialize_blocks(
+    schema: Schema, arrays: Mapping[str, np.ndarray], start: int, stop: int, per_record: int
+) -> list[bytes]:
+    """Serialize examples ``start:stop`` as records of ``per_record`` examples each.
+
+    The last record holds the ``(stop - start) % per_record`` examples left, if any.
+    """
+    from tensorflow.core.example import example_pb2
+
+    records = []
+    for first in range(start, stop, per_record):
+        last = min(stop, first + per_record)
+        example = example_pb2.Example()
+        features = example.features.feature
+        for feature in schema:
+            block = arrays[feature.name][first:last]
+            target = getattr(features[feature.name], feature.kind).value
+            if feature.encoding == "raw":
+                dtype = "uint8" if feature.dtype == "bool" else feature.dtype
+                little = np.dtype(dtype).newbyteorder("<")
+                target.append(np.ascontiguousarray(block, dtype=little).tobytes())
+            elif feature.encoding == "int64":
+                target.extend(block.astype(np.int64).ravel().tolist())
+            elif feature.encoding == "float":
+                target.extend(block.astype(np.float32).ravel().tolist())
+            else:
+                target.extend(_to_bytes(v, feature.name) for v in block.ravel().tolist())
+        records.append(example.SerializeToString())
+    return records
+
+
+def _whole_examples(feature: Feature, lengths: Any, unit: int, per_record: int) -> Any:
+    """The examples in each block, after checking the block holds whole examples."""
+    message = (
+        f"Packed tf.train.Example: feature {feature.name!r} does not hold whole examples "
+        f"(at most {per_record} of {unit} value(s) or bytes each)"
+    )
+    checks = [
+        tf.debugging.assert_equal(lengths % unit, tf.zeros_like(lengths), message=message),
+        tf.debugging.assert_less_equal(
+            lengths, tf.constant(unit * per_record, tf.int64), message=message
+        ),
+    ]
+    with tf.control_dependencies(checks):
+        return lengths // unit
+
+
+def _decode_raw(feature: Feature, blocks: Any, per_record: int) -> tuple[Any, Any]:
+    """A batch of raw blocks as ``[records * per_record, *shape]`` (short blocks padded)."""
+    decoded, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
+    nbytes = feature.raw_nbytes
+    lengths = tf.cast(tf.strings.length(blocks), tf.int64)
+    counts = _whole_examples(feature, lengths, nbytes, per_record)
+    flat = tf.io.decode_raw(
+        blocks, tf.as_dtype(decoded), little_endian=True, fixed_length=nbytes * per_record
+    )
+    value = tf.reshape(flat, [-1, *feature.shape])
+    if bitcast_to is not None:
+        value = tf.bitcast(value, tf.as_dtype(bitcast_to))
+    if feature.dtype == "bool":
+        value = tf.not_equal(value, 0)
+    return value, counts
+
+
+def _decode_list(feature: Feature, ragged: Any, per_record: int) -> tuple[Any, Any]:
+    """A batch of value-list blocks as ``[records * per_record, *shape]`` (padded)."""
+    size = feature.size or 1
+    counts = _whole_examples(feature, ragged.row_lengths(), size, per_record)
+    rows = tf.cast(ragged.nrows(), tf.int64)
+    dense = ragged.to_tensor(shape=tf.stack([rows, tf.constant(size * per_record, tf.int64)]))
+    value = tf.reshape(dense, [-1, *feature.shape])
+    if value.dtype != feature.tf_dtype:
+        value = tf.cast(value, feature.tf_dtype)
+    return value, counts
+
+
+def unpack(
+    schema: Schema, serialized: Any, per_record: int, *, order_seed: Any = None
+) -> dict[str, Any]:
+    """Parse a 1-D batch of packed records into tensors of all their examples.
+
+    Each feature is decoded once into a ``[records * per_record, ...]`` tensor (short
+    blocks padded), then one ``tf.gather`` per feature keeps the real examples, in a
+    random order when ``order_seed`` is given: the window's one vectorized permutation.
+
+    Args:
+        schema: The features (each example's dtype and shape).
+        serialized: A string tensor of shape ``[records]``.
+        per_record: Examples per record (``examples_per_record``).
+        order_seed: ``None`` to keep the stored order, else an ``int64`` seed tensor
+            for the permutation of the window's examples.
+
+    Returns:
+        A dict of tensors of shape ``[examples, *feature.shape]``.
+    """
+    spec = {
+        f.name: tf.io.FixedLenFeature([], tf.string)
+        if f.encoding == "raw"
+        else tf.io.RaggedFeature(dtype=_STORED[f.encoding], row_splits_dtype=tf.int64)
+        for f in schema
+    }
+    parsed = tf.io.parse_example(serialized, spec)
+    values: dict[str, Any] = {}
+    counts = []
+    for feature in schema:
+        decode = _decode_raw if feature.encoding == "raw" else _decode_list
+        values[feature.name], count = decode(feature, parsed[feature.name], per_record)
+        counts.append(count)
+    checks = [
+        tf.debugging.assert_equal(
+            count,
+            counts[0],
+            message="Packed tf.train.Example: features hold different numbers of examples "
+            f"({schema.names[0]!r} and {feature.name!r})",
+        )
+        for feature, count in zip(schema.features[1:], counts[1:], strict=True)
+    ]
+    with tf.control_dependencies(checks):
+        valid = tf.reshape(tf.sequence_mask(counts[0], per_record), [-1])
+        index = tf.reshape(tf.where(valid), [-1])
+    if order_seed is not None:
+        index = tf.random.experimental.stateless_shuffle(
+            index, seed=tf.stack([order_seed, tf.constant(12, tf.int64)])
+        )
+    return {name: tf.gather(value, index) for name, value in values.items()}
+
+
+def check_block(
+    schema: Schema,
+    example: Any,
+    per_record: int,
+    *,
+    file: str | None = None,
+    record: int | None = None,
+) -> int:
+    """Check one packed record against the schema; return the examples it holds.
+
+    Raises:
+        MissingFeatureError: If a feature is absent.
+        SchemaMismatchError: If a feature's values are not whole examples, there are more
+            than ``per_record`` of them, or the features disagree on the count.
+    """
+    where = f"record {record} of file {file!r}" if file is not None else f"record {record}"
+    present = example.features.feature
+    count: int | None = None
+    for feature in schema:
+        if feature.name not in present:
+            raise MissingFeatureError(
+                f"Feature {feature.name!r} is missing from packed {where}: expected a "
+                f"block of up to {per_record} examples; found only the features "
+                f"{sorted(present.keys())}.",
+                file=file,
+                record=record,
+                feature=feature.name,
+            )
+        proto = present[feature.name]
+        kind = proto.WhichOneof("kind")
+        values = getattr(proto, kind).value if kind else []
+        if feature.encoding == "raw":
+            unit = feature.raw_nbytes
+            total = len(values[0]) if kind == feature.kind and len(values) == 1 else -1
+            what = f"one bytes value of k * {unit} bytes"
+        else:
+            unit = feature.size or 1
+            total = len(values) if kind in (feature.kind, None) else -1
+            what = f"a {feature.kind} of k * {unit} values"
+        found = (
+            f"{len(values)} value(s) in a {kind}"
+            if total < 0
+            else f"{total} {'bytes' if feature.encoding == 'raw' else 'values'}"
+        )
+        blocks = total // unit if total >= 0 and total % unit == 0 else -1
+        if blocks < 1 or blocks > per_record or (count is not None and blocks != count):
+            expected = f"{what}, 1 <= k <= {per_record}"
+            if count is not None:
+                expected += f" (k = {count}, as for {schema.names[0]!r})"
+            raise SchemaMismatchError(
+                f"Feature {feature.name!r} in packed {where} does not match the schema: "
+                f"expected {expected} ({feature.describe()} per example); found {found}.",
+                file=file,
+                record=record,
+                feature=feature.name,
+            )
+        count = blocks
+    return count or 0
+
+
+def pass_seed(seed: int | None) -> Any:
+    """A seed for one pass: the seed itself in eager code, else new at each initialization.
+
+    In graph mode an initializable iterator rebuilds its dataset at each initialization
+    with the same seeds, so every pass would repeat the same order; a stateful random
+    draw (seeded by ``seed``) gives each initialization its own, reproducibly.
+    """
+    if tf.executing_eagerly():
+        return seed
+    return tf.random.uniform([], maxval=tf.int64.max, dtype=tf.int64, seed=seed)
+
+
+def packed_dataset(
+    files: list[str],
+    compression: str,
+    schema: Schema,
+    per_record: int,
+    batch_size: int,
+    *,
+    shuffle_buffer: int,
+    seed: int | None,
+    num_parallel_reads: int,
+    drop_remainder: bool,
+    num_epochs: int | None,
+    prefetch: int | None,
+    deterministic: bool = True,
+) -> tf.data.Dataset:
+    """A dataset of batches (dicts of tensors) from packed shards.
+
+    Args:
+        files: The packed shards.
+        compression: Their compression.
+        schema: The features to return.
+        per_record: Examples per record (``examples_per_record`` of ``schema.json``).
+        batch_size: Examples per batch.
+        shuffle_buffer: The window of whole blocks shuffled together, in examples; 0
+            keeps the stored order.
+        seed: Seed of every shuffle.
+        num_parallel_reads: Files read at once.
+        drop_remainder: Whether to drop the final, smaller batch.
+        num_epochs: Passes over the files; ``None`` repeats forever.
+        prefetch: Batches to prefetch (0 or ``None`` for none).
+        deterministic: Whether parallel reads and parsing keep a fixed order.
+
+    Returns:
+        The dataset.
+    """
+    window_examples = shuffle_buffer or max(batch_size, WINDOW_EXAMPLES)
+    window = max(1, math.ceil(window_examples / per_record))
+    seed_value = pass_seed(seed) if shuffle_buffer else None
+    paths = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_buffer:
+        paths = paths.shuffle(len(files), seed=seed_value)
+    parallel: dict[str, Any] = {}
+    if num_parallel_reads > 1:
+        parallel = {"num_parallel_calls": num_parallel_reads, "deterministic": deterministic}
+    blocks = paths.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
+        cycle_length=num_parallel_reads,
+        block_length=1,
+        **parallel,
+    )
+    if shuffle_buffer:
+        blocks = blocks.shuffle(max(2 * window, 16), seed=seed_value)
+    if num_epochs != 1:
+        blocks = blocks.repeat(num_epochs)
+    windows = blocks.batch(window)
+    if shuffle_buffer:
+        if tf.executing_eagerly():
+            salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+        else:
+            salts = tf.data.Dataset.random(seed=seed).map(lambda s: s + seed_value)
+
+        def unpack_shuffled(serialized: Any, salt: Any) -> dict[str, Any]:
+            return unpack(schema, serialized, per_record, order_seed=salt)
+
+        examples = tf.data.Dataset.zip((windows, salts)).map(
+            unpack_shuffled, num_parallel_calls=2, deterministic=deterministic
+        )
+    else:
+        examples = windows.map(
+            lambda serialized: unpack(schema, serialized, per_record),
+            num_parallel_calls=2,
+            deterministic=deterministic,
+        )
+    batches = examples.rebatch(batch_size, drop_remainder=drop_remainder)
+    if prefetch:
+        batches = batches.prefetch(prefetch)
+    return batches
