@@ -1,8 +1,9 @@
 """Signals and SIGKILL against a real training process (issue 7, items 3 and 4).
 
-All scenario processes start together (importing TensorFlow takes most of their time),
-run ``tests/_fault_scripts/train.py`` and are killed in a ``finally`` whatever happens.
-Every wait is bounded; the bounds are generous hang detectors, not speed requirements.
+Each scenario test starts its own process running ``tests/_fault_scripts/train.py`` and
+signals it as soon as it reports it is ready, so no test depends on how long the tests
+before it took; the process is killed at the test's end whatever happens. Every wait is
+bounded; the bounds are generous hang detectors, not speed requirements.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from conftest import write_records
 from tfr_hooks.checkpoint import resume_epoch_of
 
 SCRIPT = Path(__file__).parent / "_fault_scripts" / "train.py"
-START_TIMEOUT_S = 240  # four processes import TensorFlow at once on two slow cores
+START_TIMEOUT_S = 240  # importing TensorFlow on two slow, shared cores
 STOP_TIMEOUT_S = 30  # a graceful stop must end the process within this
 BLOCK_S = 2  # after the last step it can take, a process is blocked well within this
 pytestmark = pytest.mark.timeout(600)
@@ -106,19 +107,19 @@ class Proc:
         self._stderr.close()
 
 
-@pytest.fixture(scope="module")
-def procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc]]:
-    root = tmp_path_factory.mktemp("signals")
-    data = write_records(root / "data.tfrecord", 200)
-    started: dict[str, Proc] = {}
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """Start a scenario process for this test only; it is killed when the test ends."""
+    started: list[Proc] = []
+
+    def _start(scenario: str, data: Path | None = None) -> Proc:
+        started.append(Proc(scenario, tmp_path / scenario, data))
+        return started[-1]
+
     try:
-        for scenario in ("graceful", "blocked", "abort", "kill_save"):
-            started[scenario] = Proc(
-                scenario, root / scenario, data if scenario == "abort" else None
-            )
-        yield started
+        yield _start
     finally:
-        for proc in started.values():
+        for proc in started:
             proc.kill()
 
 
@@ -128,8 +129,8 @@ def _load_all(path: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
-def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensorboard(procs):
-    proc = procs["graceful"]
+def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensorboard(start):
+    proc = start("graceful")
     proc.wait_for("READY", START_TIMEOUT_S)  # epoch 1, step 3; the steps are now slow
     proc.signal(signal.SIGINT)
     assert proc.wait(STOP_TIMEOUT_S) == 0, proc.tail()
@@ -141,12 +142,27 @@ def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensor
     assert resume_epoch_of(latest)[0] == 1
     values = _load_all(latest)
     assert any("momentum" in name for name in values)  # optimizer slots are saved
-    # Keras' ModelCheckpoint wrote the final epoch's weights at its end
-    assert (proc.logdir / "weights.02.h5").stat().st_size > 0
-    import h5py
+    # Keras' ModelCheckpoint wrote each epoch's weights at its end, the interrupted one's
+    # too: reloaded, they are the model's weights at that epoch's end
+    assert sorted(p.name for p in proc.logdir.glob("weights.*.h5")) == [
+        "weights.01.h5",
+        "weights.02.h5",
+    ]
+    import tf_keras
 
-    with h5py.File(proc.logdir / "weights.02.h5", "r") as weights:
-        assert len(weights.keys()) > 0
+    inputs = tf_keras.layers.Input((4,))
+    reloaded = tf_keras.Model(inputs, tf_keras.layers.Dense(2, activation="softmax")(inputs))
+    at_epoch_end = result["epoch_weights"]
+    assert len(at_epoch_end) == 2
+    assert not np.allclose(at_epoch_end[0][0], at_epoch_end[1][0])  # it trained in between
+    for epoch, weights in enumerate(at_epoch_end):
+        reloaded.load_weights(str(proc.logdir / f"weights.{epoch + 1:02d}.h5"))
+        for ours, theirs in zip(reloaded.get_weights(), weights, strict=True):
+            np.testing.assert_array_equal(ours, np.asarray(theirs, np.float32))
+    # and our checkpoint holds the same (interrupted epoch's) kernel
+    kernels = [v for name, v in values.items() if name.endswith("kernel")]
+    assert len(kernels) == 1
+    np.testing.assert_array_equal(kernels[0], np.asarray(at_epoch_end[1][0], np.float32))
     # TensorBoard's events for both epochs were flushed
     events = EventAccumulator(str(proc.logdir / "tb"))
     events.Reload()
@@ -154,8 +170,8 @@ def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensor
 
 
 @pytest.mark.slow
-def test_signals_stop_a_step_blocked_on_an_empty_queue(procs):
-    proc = procs["blocked"]
+def test_signals_stop_a_step_blocked_on_an_empty_queue(start):
+    proc = start("blocked")
     proc.wait_for("READY", START_TIMEOUT_S)  # the next step blocks: the queue stays empty
     time.sleep(BLOCK_S)  # let it block (checked below: the watcher had to unblock it)
     proc.signal(signal.SIGTERM)
@@ -180,8 +196,8 @@ def test_signals_stop_a_step_blocked_on_an_empty_queue(procs):
 
 
 @pytest.mark.slow
-def test_a_second_sigint_aborts_at_once_and_still_joins_threads(procs):
-    proc = procs["abort"]
+def test_a_second_sigint_aborts_at_once_and_still_joins_threads(start, tmp_path):
+    proc = start("abort", write_records(tmp_path / "data.tfrecord", 200))
     proc.wait_for("READY", START_TIMEOUT_S)
     proc.signal(signal.SIGINT)
     proc.wait_for("CLOSING", STOP_TIMEOUT_S)  # the epoch end would now take a minute
@@ -193,8 +209,8 @@ def test_a_second_sigint_aborts_at_once_and_still_joins_threads(procs):
 
 
 @pytest.mark.slow
-def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(procs):
-    proc = procs["kill_save"]
+def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(start):
+    proc = start("kill_save")
     assert proc.wait(START_TIMEOUT_S) == -signal.SIGKILL, proc.tail()
     names = os.listdir(proc.logdir)
     # it died mid-write: a file under TensorFlow's temporary name was left behind ...
@@ -203,6 +219,7 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(proc
     # ... and the state file points only at complete checkpoints
     state = tf.train.get_checkpoint_state(str(proc.logdir))
     assert state is not None and len(state.all_model_checkpoint_paths) >= 2
+    assert resume_epoch_of(state.model_checkpoint_path)[0] >= 3  # three saves came first
     for path in state.all_model_checkpoint_paths:
         assert not any(
             n.startswith(os.path.basename(path) + ".") and "tempstate" in n for n in names

@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import tfr_hooks
 from _keras_models import TRAIN, VAL, Recorder, TensorFed, batches, compiled_model
-from tfr_hooks.hooks import LoopState
+from tfr_hooks import FunctionLoop, KerasCallbacks
 
 cb = tf_keras.callbacks
 
@@ -76,6 +76,49 @@ def test_same_calls_logs_and_stopping_epoch_as_model_fit() -> None:
         v for c, v in zip(rec.calls, rec.values, strict=True) if c[0] == "on_train_batch_end"
     ]
     assert all(type(v) is float for logs in batch_values for k, v in logs.items() if k == "loss")
+
+
+@pytest.mark.slow
+def test_epochs_decided_by_the_data_end_as_model_fit_on_data_of_unknown_length() -> None:
+    # graph-mode fit refuses data of unknown length without steps_per_epoch; eager fit
+    # (TF2's default) runs on it, learning the epoch length from the data's end
+    def early() -> cb.EarlyStopping:
+        return cb.EarlyStopping(monitor="val_loss", min_delta=0.02, patience=1)
+
+    def unknown_length(ds: tf.data.Dataset) -> tf.data.Dataset:
+        return ds.filter(lambda x, y: True)
+
+    fit_rec, fit_es = Recorder.make(tf_keras), early()
+    fit_history = (
+        compiled_model()
+        .fit(
+            unknown_length(batches(TRAIN)),
+            validation_data=unknown_length(batches(VAL)),
+            epochs=12,
+            verbose=0,
+            shuffle=False,
+            callbacks=[fit_rec, fit_es],
+        )
+        .history
+    )
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(0)
+        ours = TensorFed()  # steps_per_epoch=None: each epoch ends on OutOfRangeError
+        rec, es = Recorder.make(tf_keras), early()
+        history = ours.run([rec, es], 12)
+
+    # the same calls with the same indices: the first epoch (and validation) announces
+    # the batch that finds the data's end, later ones know their length (4 and 2 batches).
+    # Log keys follow graph-mode fit (checked above), not eager fit's.
+    assert [c[:-1] for c in rec.calls] == [c[:-1] for c in fit_rec.calls]  # c[-1]: keys
+    begins = [c[1] for c in rec.calls if c[0] == "on_train_batch_begin"]
+    assert begins[:9] == [0, 1, 2, 3, 4, 0, 1, 2, 3]
+    assert rec.begin_params["steps"] is fit_rec.begin_params["steps"] is None
+    assert 0 < fit_es.stopped_epoch < 11
+    assert es.stopped_epoch == fit_es.stopped_epoch
+    assert history.keys() == fit_history.keys()
+    for key in history:
+        np.testing.assert_allclose(history[key], fit_history[key], rtol=1e-5, atol=1e-6)
 
 
 def test_epoch_length_learned_without_an_extra_batch_begin(graph: tf.Graph) -> None:
@@ -275,51 +318,93 @@ def test_reduce_lr_on_plateau_changes_the_optimizer_and_logs_lr(graph: tf.Graph)
     assert ours.session.run(ours.optimizer.lr) == pytest.approx(0.025)
 
 
-def test_keras3_callbacks_driven_directly(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_keras3_early_stopping_backup_and_reduce_lr_resume_as_model_fit(tmp_path: Path) -> None:
     import keras
 
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    rec = Recorder.make(keras)
-    stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=0)
-    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
-    plateau = keras.callbacks.ReduceLROnPlateau(monitor="val_loss", patience=0, factor=0.5)
+    def data(arrays: tuple[np.ndarray, np.ndarray]) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensor_slices(arrays).batch(24)  # 4 and 2 batches
 
-    def run(values: list[float], fail_at: int | None = None) -> tuple[LoopState, list]:  # type: ignore[type-arg]
-        hook = tfr_hooks.KerasCallbacks([rec, stop, backup, plateau], model, verbose=1)
-        loop = LoopState()
-        loop.epochs, loop.steps_per_epoch = 10, 2
-        hook.set_loop(loop)
-        hook.begin()
-        hook.after_create_session(None, None)
-        epochs = []
-        for epoch in range(loop.initial_epoch, loop.epochs):
-            if loop.stop_requested:
-                break
-            if epoch == fail_at:
-                loop.error = RuntimeError("preempted")
-                break
-            hook.epoch_begin(epoch)
-            for step in range(2):
-                loop.epoch_steps = step
-                hook.before_run(None)
-                loop.batch_logs = {"loss": 1.0}
-                hook.after_run(None, None)
-            logs = {"loss": 1.0, "val_loss": values[epoch]}
-            hook.epoch_end(epoch, logs)
-            epochs.append((epoch, logs))
-        hook.end(None)
-        return loop, epochs
+    def make_model() -> keras.Model:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+        return model
 
-    loop, epochs = run([3.0, 2.0, 1.0, 0.5], fail_at=2)
-    assert rec.begin_params == {"verbose": 1, "epochs": 10, "steps": 2}
-    assert [e for e, _ in epochs] == [0, 1] and "learning_rate" in epochs[0][1]
-    loop, epochs = run([3.0, 2.0, 1.0, 1.5, 1.0])  # resumes at epoch 2 from the backup
-    assert loop.initial_epoch == 2
-    assert [e for e, _ in epochs] == [2, 3]  # val_loss rose at 3: EarlyStopping stopped
-    assert loop.stop_requested and stop.stopped_epoch == 3
-    assert float(model.optimizer.learning_rate) == pytest.approx(0.05)
-    assert not (tmp_path / "backup").exists()  # a finished run removes its backup
+    class Preempted(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:  # type: ignore[type-arg]
+            if epoch == 2:
+                raise RuntimeError("preempted")
+
+    def train(root: Path, preempt: bool, with_fit: bool) -> dict:  # type: ignore[type-arg]
+        """One process's run (a new model and callbacks) on the backup in ``root``."""
+        model, rec = make_model(), Recorder.make(keras)
+        stop = keras.callbacks.EarlyStopping(monitor="val_loss", min_delta=0.01, patience=1)
+        callbacks = [
+            rec,
+            stop,
+            keras.callbacks.BackupAndRestore(str(root / "backup")),
+            keras.callbacks.ReduceLROnPlateau(
+                monitor="val_loss", factor=0.5, min_delta=0.03, patience=0
+            ),
+            *([Preempted()] if preempt else []),
+        ]
+        history: dict[str, list[float]] = {}
+        try:
+            if with_fit:
+                history = model.fit(
+                    data(TRAIN), validation_data=data(VAL), epochs=20, callbacks=callbacks,
+                    verbose=0,
+                ).history  # fmt: skip
+            else:
+                loop = FunctionLoop(
+                    data(TRAIN), model=model, hooks=[KerasCallbacks(callbacks, model)]
+                )
+                history = loop.run(epochs=20, validation_data=data(VAL))
+        except RuntimeError as exc:
+            assert preempt and str(exc) == "preempted"
+        return {
+            "rec": rec,
+            "history": history,
+            "stopped_epoch": stop.stopped_epoch,
+            "weights": model.get_weights(),
+            "lr": float(model.optimizer.learning_rate),
+            "iterations": int(model.optimizer.iterations),
+        }
+
+    for preempt in (True, False):  # preempted at epoch 2, then resumed from the backup
+        fit = train(tmp_path / "fit", preempt, with_fit=True)
+        ours = train(tmp_path / "loop", preempt, with_fit=False)
+        assert ours["rec"].begin_params == fit["rec"].begin_params
+        assert ours["rec"].calls == fit["rec"].calls  # the same calls with the same log keys
+        for got, want in zip(ours["rec"].values, fit["rec"].values, strict=True):
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+        assert sorted(ours["history"]) == sorted(fit["history"])
+        for key, values in fit["history"].items():
+            assert ours["history"][key] == pytest.approx(values, rel=1e-5, abs=1e-6), key
+        for key in ("stopped_epoch", "lr", "iterations"):
+            assert ours[key] == pytest.approx(fit[key], rel=1e-6), key
+        for got, want in zip(ours["weights"], fit["weights"], strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        epochs = [c[1] for c in ours["rec"].calls if c[0] == "on_epoch_begin"]
+        if preempt:
+            assert epochs == [0, 1, 2]  # the Preempted callback failed epoch 2's begin
+            assert (tmp_path / "loop" / "backup").exists()
+            assert ours["iterations"] == 2 * 4
+        else:
+            # resumed at epoch 2, from the backed-up weights, optimizer and learning rate;
+            # val_loss stopped improving: EarlyStopping ended the run before epoch 19
+            assert epochs[0] == 2 and 3 < ours["stopped_epoch"] == epochs[-1] < 19
+            assert ours["iterations"] == 4 * (ours["stopped_epoch"] + 1)
+            assert ours["lr"] < 0.1  # ReduceLROnPlateau reduced it
+            assert "learning_rate" in ours["history"]
+            assert not (tmp_path / "loop" / "backup").exists()  # removed at a finished run
 
 
 def test_a_failed_run_skips_on_train_end_but_cleans_up(graph: tf.Graph) -> None:

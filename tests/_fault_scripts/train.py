@@ -3,14 +3,16 @@
 Scenarios (``--scenario``):
 
 * ``graceful``: a tf_keras model on ``tf.data`` with EpochCheckpoint, ModelCheckpoint and
-  TensorBoard; prints ``READY`` in the middle of epoch 1, then steps slowly.
+  TensorBoard; prints ``READY`` in the middle of epoch 1, then steps slowly. Its result
+  holds the model's weights at each epoch end.
 * ``blocked``: the input queue runs dry (its source never produces), so the step blocks
   inside ``session.run``; prints ``READY`` just before it blocks, and after the graceful
   stop, ``FIRST <json>``; then runs again and prints ``AGAIN`` before it blocks again.
 * ``abort``: a queue-runner pipeline from a TFRecord file; a stop request makes the epoch
   end take very long (prints ``CLOSING``), so that a second signal has to abort it.
 * ``kill_save``: saves a 32 MB variable at every (one-step) epoch end, and SIGKILLs itself
-  as soon as it sees a checkpoint file being written under its temporary name.
+  as soon as it sees a checkpoint file being written under its temporary name, once
+  ``tf.train.latest_checkpoint`` has named three complete checkpoints.
 
 Prints ``RESULT <json>`` at the end. Every scenario also ends on its own, within about
 a minute and a half, if nobody signals it (``run_timeout_secs`` bounds a blocked step).
@@ -84,11 +86,17 @@ def graceful(logdir: str) -> dict:
         optimizer=tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
         metrics=["accuracy"],
     )
+    epoch_weights: list[list] = []  # the model's weights at each epoch end
     callbacks = [
         tf_keras.callbacks.ModelCheckpoint(
             os.path.join(logdir, "weights.{epoch:02d}.h5"), save_weights_only=True
         ),
         tf_keras.callbacks.TensorBoard(os.path.join(logdir, "tb")),
+        tf_keras.callbacks.LambdaCallback(
+            on_epoch_end=lambda epoch, logs: epoch_weights.append(
+                [w.tolist() for w in model.get_weights()]
+            )
+        ),
     ]
     loop = tfr_hooks.SessionLoop(
         training,
@@ -102,7 +110,8 @@ def graceful(logdir: str) -> dict:
         initializers=[it.initializer],
         run_timeout_secs=60,
     )
-    return {"history": loop.run(epochs=3)}  # ~20 s after READY if no signal comes
+    history = loop.run(epochs=3)  # ~20 s after READY if no signal comes
+    return {"history": history, "epoch_weights": epoch_weights}
 
 
 def blocked(logdir: str) -> dict:
@@ -170,10 +179,14 @@ def kill_save(logdir: str) -> dict:
     ckpt = tfr_hooks.EpochCheckpoint(logdir, max_to_keep=2)
 
     def killer() -> None:  # SIGKILL the process while a checkpoint file is being written
+        saved: set[str] = set()  # the checkpoints seen complete (names are never reused)
         while True:
             names = os.listdir(logdir) if os.path.isdir(logdir) else []
-            if ckpt._counter >= 3 and any("tempstate" in n for n in names):
+            if len(saved) >= 3 and any("tempstate" in n for n in names):
                 os.kill(os.getpid(), signal.SIGKILL)
+            latest = tf.train.latest_checkpoint(logdir) if "checkpoint" in names else None
+            if latest is not None:
+                saved.add(latest)
             time.sleep(0.0005)
 
     threading.Thread(target=killer, daemon=True).start()
