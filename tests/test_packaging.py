@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_tox_runs_the_suite_against_the_installed_wheel() -> None:
     package_dir = Path(tfr_hooks.__file__).resolve().parent
     assert "site-packages" in package_dir.parts, package_dir
-    assert ROOT not in package_dir.parents
+    assert package_dir != ROOT / "tfr_hooks"  # not the checkout's source tree
 
 
 def test_the_distribution_ships_its_license_and_type_marker() -> None:
