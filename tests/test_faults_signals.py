@@ -34,6 +34,17 @@ BLOCK_S = 2  # after the last step it can take, a process is blocked well within
 pytestmark = pytest.mark.timeout(600)
 
 
+def _default_signals() -> None:
+    """Give the child the default SIGINT/SIGTERM dispositions a terminal would.
+
+    A suite started in the background by a non-interactive shell inherits SIGINT ignored,
+    and ``StopOnSignal`` rightly leaves ignored signals alone (as under ``nohup``): reset
+    them so that the scenarios test the handling a user at a terminal gets.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 class Proc:
     """A scenario process, with line waits that never block past their timeout."""
 
@@ -47,7 +58,13 @@ class Proc:
             cmd += ["--data", str(data)]
         self.stderr_path = logdir.parent / f"{scenario}.stderr"
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in kill()
-        self.popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+        self.popen = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            preexec_fn=_default_signals,
+        )
         self.lines: list[str] = []
         self._buffer = b""
 
