@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks import distribute
 from tfr_hooks.engine import StepResult, check_positive, check_steps, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
 from tfr_hooks.signals import with_signal_hook
@@ -299,6 +300,8 @@ class _Executor:
             steps, examples, logs, pending = tf.while_loop(
                 cond, body, (tf.constant(1, tf.int64), examples, logs, pending)
             )
+            if keras_step and not _is_default_strategy(strategy):  # issue 13: global logs
+                logs = distribute.global_metric_results(owner.model)
             return steps, examples, logs, pending, pending.has_value()
 
         def first(iterator: Any) -> Any:

@@ -24,6 +24,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from tfr_hooks import distribute
 from tfr_hooks.hooks import Hook
 
 __all__ = ["TensorBoardLogger"]
@@ -79,11 +80,14 @@ class TensorBoardLogger(Hook):
         self.model = model
         self._writers: dict[str, EventFileWriter] = {}
         self._batches = 0
+        self._chief = True
 
     def begin(self) -> None:
         """Reset the batch count; writers open when first needed."""
         self._writers = {}
         self._batches = 0
+        # issue 13: in a multi-worker cluster only the chief writes events
+        self._chief = distribute.current_task(model=self.model).is_chief
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         """Write ``batch_<name>`` scalars every ``update_freq`` batches."""
@@ -120,6 +124,8 @@ class TensorBoardLogger(Hook):
         self._writers = {}
 
     def _write(self, run: str, step: int, values: dict[str, Any]) -> None:
+        if not self._chief:  # issue 13: the chief writes the run's events, once
+            return
         scalars = []
         for tag, value in values.items():
             try:

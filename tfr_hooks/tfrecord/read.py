@@ -25,6 +25,7 @@ from typing import Any, Union
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks import distribute
 from tfr_hooks.hooks import add_graph_hook
 from tfr_hooks.tfrecord.diagnose import DataErrorHook
 from tfr_hooks.tfrecord.errors import CorruptRecordError
@@ -213,6 +214,7 @@ def dataset(
     as_tuple: Sequence[str] | None = None,
     compression: str | None = None,
     autotune: bool = False,
+    shard: str = "auto",
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -247,6 +249,14 @@ def dataset(
             while tf.data's tuning thread winds down (measured on TensorFlow 2.21); off,
             parsing runs on one thread per core and ``prefetch=AUTOTUNE`` keeps 2
             batches.
+        shard: How a multi-worker strategy (``MultiWorkerMirroredStrategy``) splits the
+            data among its workers: ``"auto"`` by file when there are at least as many
+            files as workers, by data otherwise; ``"file"`` (an error with fewer files
+            than workers), ``"data"``, or ``"off"`` (every worker reads everything).
+            ``batch_size`` is then the global batch size. With more than one worker and
+            ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
+            that every example is read once per epoch (see
+            :func:`tfr_hooks.distribute.shard_dataset`).
 
     Returns:
         The dataset of batches.
@@ -257,6 +267,7 @@ def dataset(
         NotTFRecordError: If a file is not a TFRecord file.
         SchemaMismatchError: If the first record of a file, or the stored schema, does not
             match ``schema``.
+        ValueError: If ``shard`` is unknown, or ``"file"`` with fewer files than workers.
 
     Examples:
         >>> from tfr_hooks import tfrecord
@@ -274,8 +285,11 @@ def dataset(
         _positive("num_epochs", num_epochs)
     if map_fn is not None and not callable(map_fn):
         raise TypeError(f"Expected `map_fn` to be callable or None. Received: map_fn={map_fn!r}")
+    task = distribute.current_task()  # distributed training (issue 13)
+    distribute.check_shard(shard)  # distributed training (issue 13)
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None)
-    return _build_dataset(
+    seed = distribute.shared_seed(seed, shuffle_buffer, task)  # distributed training (issue 13)
+    built = _build_dataset(
         plan,
         batch_size,
         shuffle_buffer=shuffle_buffer,
@@ -288,6 +302,7 @@ def dataset(
         prefetch=prefetch,
         autotune=autotune,
     )
+    return distribute.shard_dataset(built, shard, len(plan.files), task)  # issue 13
 
 
 def _build_dataset(
