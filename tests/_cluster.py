@@ -41,8 +41,11 @@ class Worker:
         return json.loads(lines[-1][len("RESULT ") :])
 
 
-def child_env(tf_config: str | None) -> dict[str, str]:
+def child_env(tf_config: str | None, tmpdir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0")
+    if tmpdir is not None:  # the process's own temporary directory, to check it is left empty
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmpdir)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.pop("TF_CONFIG", None)
     if tf_config is not None:
@@ -55,33 +58,37 @@ def run_cluster(
     num_workers: int,
     *,
     timeout: float = 120,
-    configs: Sequence[str] | None = None,
+    configs: Sequence[str | None] | None = None,
+    tmp_root: Path | None = None,
     while_running: Callable[[list[subprocess.Popen[str]]], None] | None = None,
 ) -> list[Worker]:
     """Run ``python argv...`` as ``num_workers`` workers of one loopback cluster.
 
     Args:
-        argv: The script and its arguments.
+        argv: The script and its arguments; ``{index}`` in them becomes the process index.
         num_workers: How many processes (0: one process without ``TF_CONFIG``).
         timeout: Seconds for the whole cluster; then every process is killed.
-        configs: ``TF_CONFIG`` values to use instead of fresh ones (to restart a cluster).
+        configs: ``TF_CONFIG`` values to use instead of fresh ones (to restart a cluster);
+            ``None`` for a plain process beside the cluster.
+        tmp_root: Give process ``i`` the temporary directory ``tmp_root/tmp<i>``.
         while_running: Called with the processes once started (to signal or kill one).
 
     Returns:
         One :class:`Worker` per process, in task order.
     """
     if configs is None:
-        configs = loopback_cluster(num_workers) if num_workers else [None]  # type: ignore[list-item]
+        configs = list(loopback_cluster(num_workers)) if num_workers else [None]
     procs: list[subprocess.Popen[str]] = []
     try:
-        for config in configs:
+        for index, config in enumerate(configs):
+            tmpdir = None if tmp_root is None else tmp_root / f"tmp{index}"
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, *argv],
+                    [sys.executable, *(a.replace("{index}", str(index)) for a in argv)],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
-                    env=child_env(config),
+                    env=child_env(config, tmpdir),
                     cwd=str(ROOT),
                 )
             )

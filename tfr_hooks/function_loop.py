@@ -250,7 +250,11 @@ class _Executor:
                 return outputs, size
             outputs = _check_outputs(outputs)
             weight = tf.cast(size, tf.float64)
-            return {k: tf.cast(v, tf.float64) * weight for k, v in outputs.items()}, size
+            # issue 13: a worker out of data gets an empty batch (mean NaN): it adds nothing
+            return {
+                k: tf.where(weight > 0, tf.cast(v, tf.float64) * weight, tf.zeros((), tf.float64))
+                for k, v in outputs.items()
+            }, size
 
         def one_step(batch: Any) -> Any:
             outputs, size = strategy.run(replica_step, args=(batch,))
