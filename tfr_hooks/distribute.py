@@ -100,8 +100,8 @@ def _from_tf_config() -> TaskInfo:
         task = dict(config.get("task") or {})
     except (ValueError, TypeError, AttributeError) as error:
         raise ValueError(
-            "Expected `TF_CONFIG` to be JSON like {\"cluster\": {\"worker\": [...]}, "
-            f"\"task\": {{\"type\": \"worker\", \"index\": 0}}}}. Received: TF_CONFIG={raw!r}"
+            'Expected `TF_CONFIG` to be JSON like {"cluster": {"worker": [...]}, '
+            f'"task": {{"type": "worker", "index": 0}}}}. Received: TF_CONFIG={raw!r}'
         ) from error
     return _task_from(cluster, task.get("type"), int(task.get("index", 0)))
 
@@ -341,9 +341,7 @@ def shard_dataset(
             "Sharding %d file(s) across %d workers by %s",
             num_files,
             workers,
-            {policies.OFF: "nothing (off)", policies.DATA: "data", policies.FILE: "file"}[
-                policy
-            ],
+            {policies.OFF: "nothing (off)", policies.DATA: "data", policies.FILE: "file"}[policy],
         )
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = policy
@@ -367,7 +365,8 @@ def loopback_cluster(num_workers: int) -> list[str]:
     """
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise ValueError(
-            f"Expected `num_workers` to be a positive integer. Received: num_workers={num_workers!r}"
+            "Expected `num_workers` to be a positive integer. "
+            f"Received: num_workers={num_workers!r}"
         )
     sockets = []
     try:
