@@ -41,8 +41,10 @@ class Worker:
         return json.loads(lines[-1][len("RESULT ") :])
 
 
-def child_env(tf_config: str | None, tmpdir: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0")
+def child_env(
+    tf_config: str | None, tmpdir: Path | None = None, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", **(extra or {}))
     if tmpdir is not None:  # the process's own temporary directory, to check it is left empty
         tmpdir.mkdir(parents=True, exist_ok=True)
         env["TMPDIR"] = str(tmpdir)
@@ -60,6 +62,7 @@ def run_cluster(
     timeout: float = 120,
     configs: Sequence[str | None] | None = None,
     tmp_root: Path | None = None,
+    env: dict[str, str] | None = None,
     while_running: Callable[[list[subprocess.Popen[str]]], None] | None = None,
 ) -> list[Worker]:
     """Run ``python argv...`` as ``num_workers`` workers of one loopback cluster.
@@ -71,6 +74,7 @@ def run_cluster(
         configs: ``TF_CONFIG`` values to use instead of fresh ones (to restart a cluster);
             ``None`` for a plain process beside the cluster.
         tmp_root: Give process ``i`` the temporary directory ``tmp_root/tmp<i>``.
+        env: More environment variables for every process.
         while_running: Called with the processes once started (to signal or kill one).
 
     Returns:
@@ -88,7 +92,7 @@ def run_cluster(
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
-                    env=child_env(config, tmpdir),
+                    env=child_env(config, tmpdir, env),
                     cwd=str(ROOT),
                 )
             )

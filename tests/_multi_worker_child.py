@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -30,6 +31,11 @@ def _workers() -> int:
         return 0
     cluster = json.loads(raw)["cluster"]
     return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def _task_index() -> int:
+    raw = os.environ.get("TF_CONFIG")
+    return int(json.loads(raw)["task"]["index"]) if raw else 0
 
 
 def _strategy(tf: Any) -> Any:
@@ -87,6 +93,29 @@ def keras_mode(data: str, out: str, extra: list[str]) -> dict[str, Any]:
         keras.callbacks.TensorBoard(os.path.join(out, "tb")),
         keras.callbacks.CSVLogger(os.path.join(out, "log.csv")),
     ]
+    seen: dict[str, Any] = {"epochs": []}
+
+    class Watch(keras.callbacks.Callback):
+        """Records the epochs run; ``KILL_AT_EPOCH`` on task ``KILL_TASK``: SIGKILL itself."""
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            seen["iterations_at_begin"] = int(self.model.optimizer.iterations.numpy())
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            seen["epochs"].append(epoch)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            kill_at = os.environ.get("KILL_AT_EPOCH")
+            if (
+                kill_at is not None
+                and seen["epochs"][-1] == int(kill_at)
+                and batch == 1
+                and _task_index() == int(os.environ.get("KILL_TASK", "1"))
+            ):
+                print(f"KILLING task {_task_index()}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    callbacks.append(Watch())
     counts: list[list[int]] = []
     hooks = [
         KerasCallbacks(callbacks, model, verbose=2),
@@ -100,6 +129,7 @@ def keras_mode(data: str, out: str, extra: list[str]) -> dict[str, Any]:
         "counts": counts,
         "weights": [w.tolist() for w in model.get_weights()],
         "iterations": int(model.optimizer.iterations.numpy()),
+        **seen,
     }
 
 

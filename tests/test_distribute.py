@@ -257,3 +257,21 @@ def test_chief_only_writing_on_the_chief_changes_nothing() -> None:
     writing.restore()
     assert writing.tempdir is None
     assert os.fspath(callbacks[0].filepath).startswith("/nonexistent")
+
+
+def test_a_lost_worker_error_names_the_task() -> None:
+    seen_by_chief = tf.errors.UnavailableError(
+        None,
+        None,
+        "Collective ops is aborted by: recvmsg:Connection reset by peer\n"
+        "Additional GRPC error information from remote target /job:worker/replica:0/task:1 "
+        "while calling /tensorflow.WorkerService/RecvBuf:",
+    )
+    chief = distribute.TaskInfo("worker", 0, 2, True)
+    better = distribute.explain_lost_worker(seen_by_chief, chief)
+    assert isinstance(better, distribute.WorkerLostError)
+    assert better.task == "/job:worker/replica:0/task:1"
+    assert str(better).startswith("Lost task /job:worker/replica:0/task:1 of the cluster")
+    assert "resume from the last backup" in str(better)
+    assert distribute.explain_lost_worker(ValueError("bad value"), chief) is None
+    assert distribute.explain_lost_worker(tf.errors.UnavailableError(None, None, "x"), chief) is None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -35,7 +36,11 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks.hooks import Hook
+
 __all__ = [
+    "WorkerLostError",
+    "LostWorkerHook",
     "TaskInfo",
     "current_task",
     "global_metric_results",
@@ -46,6 +51,7 @@ __all__ = [
     "SHARED_SEED",
     "shard_dataset",
     "is_multi_worker",
+    "explain_lost_worker",
     "loopback_cluster",
 ]
 
@@ -133,6 +139,81 @@ def is_multi_worker(strategy: Any) -> bool:
     """Whether ``strategy`` spans more than one worker process."""
     extended = getattr(strategy, "extended", None)
     return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+class WorkerLostError(RuntimeError):
+    """A worker of the cluster went away (killed, crashed, its host lost) during training.
+
+    Attributes:
+        task: The lost task as TensorFlow names it (``/job:worker/replica:0/task:1``),
+            or ``None`` when the error did not say.
+    """
+
+    def __init__(self, message: str, task: str | None = None) -> None:
+        super().__init__(message)
+        self.task = task
+
+
+_TASK = re.compile(r"/job:[A-Za-z_]+(?:/replica:\d+)?/task:\d+")
+_LOST = ("Connection reset by peer", "unhealthy", "heartbeat", "Socket closed", "connection")
+
+
+def explain_lost_worker(error: BaseException, own: TaskInfo | None = None) -> BaseException | None:
+    """A :class:`WorkerLostError` naming the lost task, for the error a lost worker causes.
+
+    When a worker dies, the collective ops of the others fail with an ``UnavailableError``
+    (or ``Aborted``/``DeadlineExceeded``/``Internal``) buried in gRPC details; this names
+    the task that went away and says what to do.
+
+    Args:
+        error: The error that ended the run.
+        own: This process's task (its name is skipped when looking for the lost one).
+
+    Returns:
+        The clearer error, or ``None`` if ``error`` does not look like a lost worker.
+    """
+    kinds = (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.InternalError,
+        tf.errors.CancelledError,
+    )
+    if not isinstance(error, kinds):
+        return None
+    text = str(error)
+    own_name = None if own is None else own.name
+    tasks = [t for t in _TASK.findall(text) if t.replace("/replica:0", "") != own_name]
+    if not tasks and not any(word.lower() in text.lower() for word in _LOST):
+        return None
+    task = tasks[0] if tasks else None
+    detail = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return WorkerLostError(
+        f"Lost {'task ' + task if task else 'a worker'} of the cluster during training "
+        f"({type(error).__name__}: {detail[:300]}). The other workers stop here; start the "
+        "whole cluster again to resume from the last backup (BackupAndRestore).",
+        task,
+    )
+
+
+class LostWorkerHook(Hook):
+    """Turns the errors a lost worker causes into a :class:`WorkerLostError` naming it.
+
+    :class:`~tfr_hooks.FunctionLoop` adds one by itself under a multi-worker strategy.
+
+    Args:
+        task: This process's task.
+    """
+
+    def __init__(self, task: TaskInfo) -> None:
+        self.task = task
+
+    def translate_error(self, error: BaseException) -> BaseException | None:
+        """Name the lost task, when ``error`` comes from one."""
+        better = explain_lost_worker(error, self.task)
+        if better is not None:
+            logger.error("%s", better)
+        return better
 
 
 def global_metric_results(model: Any) -> dict[str, Any]:

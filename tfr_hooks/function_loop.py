@@ -136,7 +136,10 @@ class FunctionLoop:
         self.steps_per_execution = steps_per_execution
         self.steps_per_epoch = steps_per_epoch
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
-        self.hooks = HookList([_LoopSetup(self), *user_hooks])
+        extra = []  # issue 13: under a multi-worker strategy, name a lost worker
+        if distribute.is_multi_worker(self.strategy):
+            extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
+        self.hooks = HookList([_LoopSetup(self), *user_hooks, *extra])
         self.loop = LoopState()
         self.loop.steps_per_execution = steps_per_execution
         self._executors: dict[bool, _Executor] = {}
