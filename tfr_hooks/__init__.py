@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
-    from tfr_hooks import tfrecord
+    from tfr_hooks import distribute, tfrecord
     from tfr_hooks.checkpoint import EpochCheckpoint
     from tfr_hooks.function_loop import FunctionLoop
     from tfr_hooks.hooks import Hook, LoopState
@@ -46,6 +46,7 @@ _PUBLIC: dict[str, str] = {
     "FunctionLoop": "tfr_hooks.function_loop",
     "StopOnSignal": "tfr_hooks.signals",
     "EpochCheckpoint": "tfr_hooks.checkpoint",
+    "distribute": "tfr_hooks.distribute",
 }
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "FunctionLoop",
     "StopOnSignal",
     "EpochCheckpoint",
+    "distribute",
     "__version__",
 ]
 
