@@ -274,4 +274,5 @@ def test_a_lost_worker_error_names_the_task() -> None:
     assert str(better).startswith("Lost task /job:worker/replica:0/task:1 of the cluster")
     assert "resume from the last backup" in str(better)
     assert distribute.explain_lost_worker(ValueError("bad value"), chief) is None
-    assert distribute.explain_lost_worker(tf.errors.UnavailableError(None, None, "x"), chief) is None
+    unrelated = tf.errors.UnavailableError(None, None, "x")
+    assert distribute.explain_lost_worker(unrelated, chief) is None

@@ -316,7 +316,9 @@ class ChiefOnlyWriting:
         if self.tempdir is None:
             kind = self.task.task_type or "worker"
             self.tempdir = tempfile.mkdtemp(prefix=f"tfr_hooks_{kind}{self.task.task_id}_")
-        return os.path.join(self.tempdir, os.path.basename(os.path.normpath(path)) or "out")
+        # a directory of its own per path: two callbacks' files of one name never collide
+        own = tempfile.mkdtemp(dir=self.tempdir)
+        return os.path.join(own, os.path.basename(os.path.normpath(path)) or "out")
 
     def restore(self) -> None:
         """Put the callbacks' paths back and remove the temporary directory."""
