@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
-    from tfr_hooks import tfrecord
+    from tfr_hooks import distribute, tfrecord
     from tfr_hooks.checkpoint import EpochCheckpoint
     from tfr_hooks.data_errors import DataErrorHook
     from tfr_hooks.drop_in import HookedSession, hooked_session
@@ -50,6 +50,7 @@ _PUBLIC: dict[str, str] = {
     "StopOnSignal": "tfr_hooks.signals",
     "EpochCheckpoint": "tfr_hooks.checkpoint",
     "DataErrorHook": "tfr_hooks.data_errors",
+    "distribute": "tfr_hooks.distribute",
 }
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "StopOnSignal",
     "EpochCheckpoint",
     "DataErrorHook",
+    "distribute",
     "__version__",
 ]
 

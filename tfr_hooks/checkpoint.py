@@ -33,6 +33,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks import distribute
 from tfr_hooks.checks import check_bool, check_positive_int
 from tfr_hooks.hooks import Hook
 
@@ -174,6 +175,8 @@ class EpochCheckpoint(Hook):
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
         """Save every variable; the name records the epoch to resume at."""
         if self._session is None or self._saver is None:
+            return
+        if not distribute.current_task().is_chief:  # the chief saves, once
             return
         loop = self.loop
         if self._steps_known is not None:

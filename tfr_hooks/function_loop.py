@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks import distribute
 from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
 from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
@@ -134,7 +135,10 @@ class FunctionLoop:
         self.steps_per_execution = steps_per_execution
         self.steps_per_epoch = steps_per_epoch
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
-        self.hooks = HookList(user_hooks)
+        extra = []  # under a multi-worker strategy, name a lost worker
+        if distribute.is_multi_worker(self.strategy):
+            extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
+        self.hooks = HookList([*user_hooks, *extra])
         self.loop = LoopState()
         self._executors: dict[bool, _Executor] = {}
         self._built = False
@@ -252,7 +256,11 @@ class _Executor:
                 return outputs, size
             outputs = _check_outputs(outputs)
             weight = tf.cast(size, tf.float64)
-            return {k: tf.cast(v, tf.float64) * weight for k, v in outputs.items()}, size
+            # a worker out of data gets an empty batch (mean NaN): it adds nothing
+            return {
+                k: tf.where(weight > 0, tf.cast(v, tf.float64) * weight, tf.zeros((), tf.float64))
+                for k, v in outputs.items()
+            }, size
 
         def one_step(batch: Any) -> Any:
             outputs, size = strategy.run(replica_step, args=(batch,))
@@ -302,6 +310,8 @@ class _Executor:
             steps, examples, logs, pending = tf.while_loop(
                 cond, body, (tf.constant(1, tf.int64), examples, logs, pending)
             )
+            if keras_step and not _is_default_strategy(strategy):  # global logs
+                logs = distribute.global_metric_results(owner.model)
             return steps, examples, logs, pending, pending.has_value()
 
         def first(iterator: Any) -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks import distribute
 from tfr_hooks.engine import python_value
 from tfr_hooks.hooks import Hook
 
@@ -186,6 +187,8 @@ class KerasCallbacks(Hook):
         self._deferred = self._val_deferred = False
         self._val_steps: int | None = None
         self._val_seen = 0
+        self._writing = distribute.ChiefOnlyWriting(distribute.TaskInfo())
+        self._active: list[Any] = list(self.callbacks)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -222,7 +225,10 @@ class KerasCallbacks(Hook):
             )
         self.params = params
         history = None
-        for callback in self.callbacks:
+        # on non-chief workers, files go to a temporary place; no progress bar
+        self._writing = distribute.ChiefOnlyWriting(distribute.current_task(model=self.model))
+        self._active = self._writing.apply(self.callbacks, self._keras)
+        for callback in self._active:
             callback.set_model(self.model)
             callback.set_params(params)
             if isinstance(callback, self._keras.callbacks.History):
@@ -232,6 +238,7 @@ class KerasCallbacks(Hook):
         self.model.stop_training = False
         self._began = True
         self._call("on_train_begin", {})
+        self._writing.after_train_begin(self._active, self._keras)
         self._pick_up_initial_epoch()
 
     def epoch_begin(self, epoch: int) -> None:
@@ -313,13 +320,15 @@ class KerasCallbacks(Hook):
                 self._call("on_train_end", {} if self.graph_mode else dict(self._last_logs))
         finally:
             self._began = False
+            self._writing.restore()  # original paths back, temporary dir removed
+            self._active = list(self.callbacks)
             while self._contexts:
                 self._contexts.pop().__exit__(None, None, None)
 
     # -- helpers ---------------------------------------------------------------------
 
     def _call(self, method: str, *args: Any) -> None:
-        for callback in self.callbacks:
+        for callback in self._active:  # the callbacks this worker runs
             getattr(callback, method)(*args)
 
     def _batch_logs(self, logs: dict[str, float] | None = None, batch: int | None = None) -> Any:

@@ -27,6 +27,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from tfr_hooks import distribute
 from tfr_hooks.hooks import Hook
 
 __all__ = ["TensorBoardLogger"]
@@ -90,11 +91,14 @@ class TensorBoardLogger(Hook):
         self.write_graph = write_graph
         self._writers: dict[str, EventFileWriter] = {}
         self._batches = 0
+        self._chief = True
 
     def begin(self) -> None:
         """Reset the batch count; writers open when first needed."""
         self._writers = {}
         self._batches = 0
+        # in a multi-worker cluster only the chief writes events
+        self._chief = distribute.current_task(model=self.model).is_chief
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Write the session's graph to ``train/`` (graph mode, with ``write_graph``)."""
@@ -141,6 +145,8 @@ class TensorBoardLogger(Hook):
         self._writers = {}
 
     def _write(self, run: str, step: int, values: dict[str, Any]) -> None:
+        if not self._chief:  # the chief writes the run's events, once
+            return
         scalars = []
         for tag, value in values.items():
             try:

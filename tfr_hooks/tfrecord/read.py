@@ -27,6 +27,7 @@ from typing import Any, Union
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks import cluster
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
@@ -260,6 +261,7 @@ def dataset(
     decode: Mapping[str, Any] | None = None,
     in_memory: bool | str = False,
     memory_budget: int | None = None,
+    shard: str = "auto",
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -310,6 +312,14 @@ def dataset(
             the machine's resources that only the caller can make.
         memory_budget: Bytes the decoded data may take for ``in_memory="auto"``;
             ``None`` for half of the memory available at the call.
+        shard: How a multi-worker strategy (``MultiWorkerMirroredStrategy``) splits the
+            data among its workers: ``"auto"`` by file when there are at least as many
+            files as workers, by data otherwise; ``"file"`` (an error with fewer files
+            than workers), ``"data"``, or ``"off"`` (every worker reads everything).
+            ``batch_size`` is then the global batch size. With more than one worker and
+            ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
+            that every example is read once per epoch (see
+            :func:`tfr_hooks.cluster.shard_dataset`).
 
     Returns:
         The dataset of batches. When the number of examples is known (every file is
@@ -322,6 +332,7 @@ def dataset(
         NotTFRecordError: If a file is not a TFRecord file.
         SchemaMismatchError: If the first record of a file, or the stored schema, does not
             match ``schema``.
+        ValueError: If ``shard`` is unknown, or ``"file"`` with fewer files than workers.
 
     Examples:
         >>> from tfr_hooks import tfrecord
@@ -343,7 +354,10 @@ def dataset(
         raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
     if memory_budget is not None:
         check_positive_int(memory_budget, "memory_budget")
+    task = cluster.current_task()
+    cluster.check_shard(shard)
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
+    seed = cluster.shared_seed(seed, shuffle_buffer, task)
     if in_memory and _use_memory(plan, in_memory, memory_budget, map_fn):
         data = memory_dataset(
             load(
@@ -360,8 +374,12 @@ def dataset(
             num_epochs=num_epochs,
             prefetch=2 if prefetch else None,
         )
-        return _finish(data, plan.names, prefetch=None, autotune=autotune)
-    return _build_dataset(
+        # no files to split: every worker gathers the same batches and keeps its share
+        memory_shard = "data" if shard in ("auto", "file") else shard
+        return cluster.shard_dataset(
+            _finish(data, plan.names, prefetch=None, autotune=autotune), memory_shard, 0, task
+        )
+    built = _build_dataset(
         plan,
         batch_size,
         shuffle_buffer=shuffle_buffer,
@@ -374,6 +392,7 @@ def dataset(
         prefetch=prefetch,
         autotune=autotune,
     )
+    return cluster.shard_dataset(built, shard, len(plan.files), task)
 
 
 def _build_dataset(

@@ -1,0 +1,182 @@
+"""One worker of a loopback MultiWorkerMirroredStrategy cluster (or one plain process).
+
+Run by ``tests/test_distribute_cluster.py`` through ``tests/_cluster.py``: with
+``TF_CONFIG`` set the script trains under ``MultiWorkerMirroredStrategy``, without it in
+one process and no strategy, on the same global batches. It prints one
+``RESULT {json}`` line.
+
+Modes:
+
+* ``keras DATA OUT``: a compiled Keras 3 model through ``FunctionLoop`` with
+  ``KerasCallbacks`` (ModelCheckpoint, BackupAndRestore, TensorBoard, CSVLogger, a
+  progress bar) and ``TensorBoardLogger``, writing under OUT.
+* ``step DATA``: a ``step_fn`` whose logs show which examples each replica read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+GLOBAL_BATCH = 24
+EPOCHS = 3
+
+
+def _workers() -> int:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return 0
+    cluster = json.loads(raw)["cluster"]
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def _task_index() -> int:
+    raw = os.environ.get("TF_CONFIG")
+    return int(json.loads(raw)["task"]["index"]) if raw else 0
+
+
+def _strategy(tf: Any) -> Any:
+    workers = _workers()
+    if not workers:
+        return None
+    # collectives can hang with fewer inter-op threads than workers + 1
+    tf.config.threading.set_inter_op_parallelism_threads(workers + 1)
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+class Counts:
+    """A hook recording each epoch's step and example counts (made lazily, after imports)."""
+
+    @staticmethod
+    def make(seen: list[list[int]]) -> Any:
+        from tfr_hooks import Hook
+
+        class _Counts(Hook):
+            def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+                seen.append([self.loop.epoch_steps, self.loop.epoch_examples])
+
+        return _Counts()
+
+
+def keras_mode(data: str, out: str, extra: list[str]) -> dict[str, Any]:
+    import tensorflow as tf
+
+    strategy = _strategy(tf)
+    import keras
+
+    from tfr_hooks import FunctionLoop, KerasCallbacks, TensorBoardLogger, tfrecord
+
+    shard = extra[0] if extra else "auto"
+    train = tfrecord.dataset(
+        os.path.join(data, "train"), GLOBAL_BATCH, as_tuple=("x", "y"), shard=shard
+    )
+    val = tfrecord.dataset(os.path.join(data, "val"), GLOBAL_BATCH, as_tuple=("x", "y"))
+    scope = strategy.scope() if strategy is not None else _nothing()
+    with scope:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+    callbacks = [
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(out, "ckpt", "model.weights.h5"), save_weights_only=True
+        ),
+        keras.callbacks.BackupAndRestore(os.path.join(out, "backup"), delete_checkpoint=False),
+        keras.callbacks.TensorBoard(os.path.join(out, "tb")),
+        keras.callbacks.CSVLogger(os.path.join(out, "log.csv")),
+    ]
+    seen: dict[str, Any] = {"epochs": []}
+
+    class Watch(keras.callbacks.Callback):
+        """Records the epochs run; ``KILL_AT_EPOCH`` on task ``KILL_TASK``: SIGKILL itself."""
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            seen["iterations_at_begin"] = int(self.model.optimizer.iterations.numpy())
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            seen["epochs"].append(epoch)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            kill_at = os.environ.get("KILL_AT_EPOCH")
+            if (
+                kill_at is not None
+                and seen["epochs"][-1] == int(kill_at)
+                and batch == 1
+                and _task_index() == int(os.environ.get("KILL_TASK", "1"))
+            ):
+                print(f"KILLING task {_task_index()}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    callbacks.append(Watch())
+    counts: list[list[int]] = []
+    hooks = [
+        KerasCallbacks(callbacks, model, verbose=2),
+        TensorBoardLogger(os.path.join(out, "tbl"), model=model),
+        Counts.make(counts),
+    ]
+    loop = FunctionLoop(train, model=model, hooks=hooks, strategy=strategy)
+    history = loop.run(epochs=EPOCHS, validation_data=val)
+    return {
+        "history": history,
+        "counts": counts,
+        "weights": [w.tolist() for w in model.get_weights()],
+        "iterations": int(model.optimizer.iterations.numpy()),
+        **seen,
+    }
+
+
+def step_mode(data: str, extra: list[str]) -> dict[str, Any]:
+    import tensorflow as tf
+
+    strategy = _strategy(tf)
+    from tfr_hooks import FunctionLoop, tfrecord
+
+    shard = extra[0] if extra else "auto"
+    train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shard=shard)
+
+    def step_fn(batch: dict[str, Any]) -> dict[str, Any]:
+        index = tf.cast(batch["index"], tf.float64)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        on_second = tf.cast(replica, tf.float64)
+        return {
+            "index": tf.reduce_mean(index),
+            # the mean over all examples of (index if read by replica 1, else 0)
+            "index_on_replica1": on_second * tf.reduce_mean(index),
+        }
+
+    counts: list[list[int]] = []
+    loop = FunctionLoop(train, step_fn=step_fn, hooks=[Counts.make(counts)], strategy=strategy)
+    history = loop.run(epochs=2)
+    return {"history": history, "counts": counts}
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *args: Any) -> None:
+        return None
+
+
+def main(argv: list[str]) -> None:
+    mode = argv[0]
+    if mode == "keras":
+        result = keras_mode(argv[1], argv[2], argv[3:])
+    elif mode == "step":
+        result = step_mode(argv[1], argv[2:])
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,251 @@
+"""Who this process is in a cluster, and how a dataset is split among the workers.
+
+Knows no hooks and no loops, so that the TFRecord readers can use it:
+
+* :func:`current_task`: this process's task (type, index, chief or not, worker count),
+  from the strategy's cluster resolver or from ``TF_CONFIG``.
+* :func:`shard_dataset`: the sharding policy of :func:`tfr_hooks.tfrecord.dataset`: by
+  file when there are at least as many files as workers, by data otherwise.
+* :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
+  ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
+
+:mod:`tfr_hooks.distribute` re-exports these beside what the loops and hooks need.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = [
+    "TaskInfo",
+    "current_task",
+    "is_multi_worker",
+    "SHARD_POLICIES",
+    "check_shard",
+    "SHARED_SEED",
+    "shared_seed",
+    "shard_dataset",
+    "loopback_cluster",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The values of ``tfrecord.dataset(shard=...)``.
+SHARD_POLICIES = ("auto", "file", "data", "off")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """The task this process runs in a cluster (a single process is the chief of one).
+
+    Attributes:
+        task_type: ``"chief"``, ``"worker"``, ``"ps"``, ... or ``None`` outside a cluster.
+        task_id: The index of the task among those of its type.
+        num_workers: The training tasks of the cluster (``chief`` plus ``worker``).
+        is_chief: Whether this task writes the run's files: the ``chief`` task, or
+            ``worker`` 0 when the cluster has no ``chief``.
+    """
+
+    task_type: str | None = None
+    task_id: int = 0
+    num_workers: int = 1
+    is_chief: bool = True
+
+    @property
+    def name(self) -> str:
+        """``/job:<type>/task:<id>``, as TensorFlow names tasks (``"local"`` outside one)."""
+        if self.task_type is None:
+            return "local"
+        return f"/job:{self.task_type}/task:{self.task_id}"
+
+
+def _task_from(cluster: dict[str, Any], task_type: str | None, task_id: int) -> TaskInfo:
+    workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    if task_type is None or workers == 0:
+        return TaskInfo()
+    chief = task_type == "chief" or (
+        task_type == "worker" and task_id == 0 and not cluster.get("chief")
+    )
+    return TaskInfo(task_type, int(task_id), max(workers, 1), chief)
+
+
+def _from_tf_config() -> TaskInfo:
+    raw = os.environ.get("TF_CONFIG", "")
+    if not raw.strip():
+        return TaskInfo()
+    try:
+        config = json.loads(raw)
+        cluster = dict(config.get("cluster") or {})
+        task = dict(config.get("task") or {})
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(
+            'Expected `TF_CONFIG` to be JSON like {"cluster": {"worker": [...]}, '
+            f'"task": {{"type": "worker", "index": 0}}}}. Received: TF_CONFIG={raw!r}'
+        ) from error
+    return _task_from(cluster, task.get("type"), int(task.get("index", 0)))
+
+
+def current_task(strategy: Any = None, model: Any = None) -> TaskInfo:
+    """The task of this process: from a multi-worker strategy, else from ``TF_CONFIG``.
+
+    Args:
+        strategy: A ``tf.distribute.Strategy``; by default the model's
+            (``model.distribute_strategy``) or the current one.
+        model: A Keras model whose strategy to use.
+
+    Returns:
+        A :class:`TaskInfo`; a process outside any cluster is the chief of one worker.
+    """
+    if strategy is None and model is not None:
+        strategy = getattr(model, "distribute_strategy", None)
+    if strategy is None and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if resolver is not None and task_type is not None:
+        cluster = resolver.cluster_spec().as_dict()
+        return _task_from(cluster, task_type, int(getattr(resolver, "task_id", 0) or 0))
+    return _from_tf_config()
+
+
+def is_multi_worker(strategy: Any) -> bool:
+    """Whether ``strategy`` spans more than one worker process."""
+    extended = getattr(strategy, "extended", None)
+    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def check_shard(shard: object) -> None:
+    """Raise a clear ``ValueError`` unless ``shard`` is one of :data:`SHARD_POLICIES`."""
+    if not isinstance(shard, str) or shard not in SHARD_POLICIES:
+        raise ValueError(
+            "Expected `shard` to be one of 'auto', 'file', 'data' or 'off'. "
+            f"Received: shard={shard!r}"
+        )
+
+
+#: The shuffle seed shared by all workers when the user gives none.
+SHARED_SEED = 1013
+
+
+def shared_seed(seed: int | None, shuffle_buffer: int, task: TaskInfo | None = None) -> int | None:
+    """The shuffle seed to use: one common to every worker when there are several.
+
+    Sharding splits the data after it is read and shuffled, so every worker must shuffle
+    in the same order, or some examples would be read twice and others never.
+
+    Args:
+        seed: The seed asked for (``None`` for none).
+        shuffle_buffer: The shuffle buffer (0: no shuffling, no seed needed).
+        task: The task of this process (by default :func:`current_task`).
+
+    Returns:
+        ``seed``, or :data:`SHARED_SEED` when shuffling on several workers without one.
+    """
+    task = current_task() if task is None else task
+    if seed is None and shuffle_buffer and task.num_workers > 1:
+        logger.info(
+            "Shuffling with seed %d on every one of %d workers, so that each example is "
+            "read once per epoch; pass `seed` to choose another.",
+            SHARED_SEED,
+            task.num_workers,
+        )
+        return SHARED_SEED
+    return seed
+
+
+def shard_dataset(
+    dataset: tf.data.Dataset, shard: str, num_files: int, task: TaskInfo | None = None
+) -> tf.data.Dataset:
+    """Set how a multi-worker strategy splits a TFRecord dataset among its workers.
+
+    ``"auto"`` shards by file when there are at least as many files as workers (each
+    worker reads whole files of its own) and by data otherwise (every worker reads all
+    files and keeps its share of each global batch); ``"file"`` insists on files,
+    ``"data"`` on data, ``"off"`` leaves the splitting to you. Either way every example
+    is read once per epoch by exactly one worker.
+
+    Args:
+        dataset: The dataset of batches.
+        shard: One of :data:`SHARD_POLICIES`.
+        num_files: How many files the dataset reads.
+        task: The task of this process (by default :func:`current_task`).
+
+    Returns:
+        The dataset with its ``experimental_distribute.auto_shard_policy`` set.
+
+    Raises:
+        ValueError: If ``shard`` is unknown, or is ``"file"`` with fewer files than
+            workers.
+    """
+    check_shard(shard)
+    task = current_task() if task is None else task
+    workers = task.num_workers
+    if shard == "file" and num_files < workers:
+        raise ValueError(
+            f"Expected at least as many files as workers to shard by file ({workers} "
+            f"workers in the cluster); the dataset reads {num_files} file(s). Write the data "
+            "in more shards (tfrecord.write(..., shards=N)) or shard by data. "
+            f"Received: shard={shard!r}"
+        )
+    policies = tf.data.experimental.AutoShardPolicy
+    if shard == "auto" and workers == 1:
+        return dataset  # no cluster known yet: TensorFlow's own AUTO policy
+    if shard == "off":
+        policy = policies.OFF
+    elif shard == "data" or (shard == "auto" and num_files < workers):
+        policy = policies.DATA
+    else:
+        policy = policies.FILE
+    if workers > 1:
+        logger.info(
+            "Sharding %d file(s) across %d workers by %s",
+            num_files,
+            workers,
+            {policies.OFF: "nothing (off)", policies.DATA: "data", policies.FILE: "file"}[policy],
+        )
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policy
+    return dataset.with_options(options)
+
+
+def loopback_cluster(num_workers: int) -> list[str]:
+    """``TF_CONFIG`` values for ``num_workers`` workers on free loopback ports.
+
+    The ports are found by binding port 0 on ``127.0.0.1`` (and released at once, so a
+    port may in rare cases be taken by another process before TensorFlow binds it).
+
+    Args:
+        num_workers: How many worker tasks.
+
+    Returns:
+        One JSON ``TF_CONFIG`` string per worker, in task order (worker 0 is the chief).
+
+    Raises:
+        ValueError: If ``num_workers`` is not a positive integer.
+    """
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(
+            "Expected `num_workers` to be a positive integer. "
+            f"Received: num_workers={num_workers!r}"
+        )
+    sockets = []
+    try:
+        for _ in range(num_workers):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        addresses = [f"127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+    return [
+        json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}})
+        for i in range(num_workers)
+    ]
