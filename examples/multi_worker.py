@@ -23,7 +23,7 @@ Writes (the chief only):
 Run:
     python examples/multi_worker.py --workers 2 --data-dir /tmp/digits-mw --logdir /tmp/mw
     # on real hosts, one per host, with TF_CONFIG naming the private addresses of all:
-    TF_CONFIG='{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
+    TF_CONFIG='{"cluster": {"worker": ["host-a.internal:2222", "host-b.internal:2222"]},
                 "task": {"type": "worker", "index": 0}}' python examples/multi_worker.py
 
 TensorFlow's cluster ports take unauthenticated gRPC: use private addresses only.
