@@ -350,7 +350,18 @@ def test_no_out_of_range_lines_in_the_log_of_a_multi_epoch_run(records_100: Path
         (RAISED_ERRORS, ("session", str(records_100))),
     )
     assert ours == again == {"history": {"index": [49.5] * 4, "val_index": [49.5] * 4}}
-    assert "OUT_OF_RANGE" not in err and "End of sequence" not in err
+    lines = [
+        line for line in err.splitlines() if "OUT_OF_RANGE" in line or "End of sequence" in line
+    ]
+    if tf.__version__.startswith("2.17."):
+        # TensorFlow 2.17 itself logs every OutOfRangeError of a session.run at INFO
+        # (local_rendezvous.cc, with the node on the next line); nothing else may show
+        lines = [
+            line
+            for line in lines
+            if ": I tensorflow/core/framework/local_rendezvous.cc" not in line
+        ]
+    assert lines == []
     # the same run with executor.cc at VLOG 1 does show them, one error per pass over the
     # data (4 epochs and 4 validations): the child's stderr holds TensorFlow's lines about
     # these errors when they are logged (TensorFlow 2.21 logs them at VLOG 1 only)
