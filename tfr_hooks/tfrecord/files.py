@@ -11,7 +11,7 @@ import logging
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import tensorflow as tf
 
@@ -35,6 +35,7 @@ __all__ = [
     "first_record",
     "check_framing",
     "FRAMING_CHECK_MAX_BYTES",
+    "record_stream",
 ]
 
 logger = logging.getLogger(__name__)
@@ -403,4 +404,40 @@ def first_record(path: PathLike, compression: str | None = None) -> bytes:
     raise EmptyFileError(
         f"TFRecord file {os.fspath(path)!r} holds no records; expected at least one.",
         file=os.fspath(path),
+    )
+
+
+def record_stream(
+    files: Sequence[str],
+    compression: str,
+    *,
+    reads: int,
+    deterministic: bool,
+    shuffle_files: bool,
+    seed: int | None,
+) -> tf.data.Dataset:
+    """The serialized records of ``files``, ``reads`` files interleaved one record at a time.
+
+    Args:
+        files: The shards.
+        compression: Their compression (``""``, ``"GZIP"``, ``"ZLIB"``).
+        reads: Files read at once (in parallel when more than 1).
+        deterministic: Whether parallel reads keep a fixed order.
+        shuffle_files: Whether to shuffle the order of the files (each pass anew).
+        seed: Seed of that shuffle.
+
+    Returns:
+        A dataset of scalar ``tf.string`` records.
+    """
+    paths = tf.data.Dataset.from_tensor_slices(list(files))
+    if shuffle_files:
+        paths = paths.shuffle(len(files), seed=seed)
+    parallel: dict[str, Any] = {}
+    if reads > 1:
+        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
+    return paths.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
+        cycle_length=reads,
+        block_length=1,
+        **parallel,
     )

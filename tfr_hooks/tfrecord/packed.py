@@ -37,11 +37,13 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
+from tfr_hooks.tfrecord.files import record_stream
 from tfr_hooks.tfrecord.schema import Feature, Schema
 
 __all__ = [
     "check_packable",
     "serialize_blocks",
+    "to_bytes",
     "unpack",
     "check_block",
     "packed_dataset",
@@ -75,14 +77,15 @@ def check_packable(schema: Schema, examples_per_record: int) -> None:
             )
 
 
-def _to_bytes(value: object, name: str) -> bytes:
+def to_bytes(value: object, name: str) -> bytes:
+    """One item of a string array as bytes (``str`` encoded as UTF-8)."""
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode("utf-8")
     raise TypeError(
         f"Expected the items of string array {name!r} to be str or bytes. "
-        f"Received: {value!r} of type {type(value).__name__}"
+        f"Received: item={value!r} of type {type(value).__name__}"
     )
 
 
@@ -112,7 +115,7 @@ def serialize_blocks(
             elif feature.encoding == "float":
                 target.extend(block.astype(np.float32).ravel().tolist())
             else:
-                target.extend(_to_bytes(v, feature.name) for v in block.ravel().tolist())
+                target.extend(to_bytes(v, feature.name) for v in block.ravel().tolist())
         records.append(example.SerializeToString())
     return records
 
@@ -323,17 +326,13 @@ def packed_dataset(
     window_examples = shuffle_buffer or max(batch_size, WINDOW_EXAMPLES)
     window = max(1, math.ceil(window_examples / per_record))
     seed_value = pass_seed(seed) if shuffle_buffer else None
-    paths = tf.data.Dataset.from_tensor_slices(files)
-    if shuffle_buffer:
-        paths = paths.shuffle(len(files), seed=seed_value)
-    parallel: dict[str, Any] = {}
-    if num_parallel_reads > 1:
-        parallel = {"num_parallel_calls": num_parallel_reads, "deterministic": deterministic}
-    blocks = paths.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
-        cycle_length=num_parallel_reads,
-        block_length=1,
-        **parallel,
+    blocks = record_stream(
+        files,
+        compression,
+        reads=num_parallel_reads,
+        deterministic=deterministic,
+        shuffle_files=bool(shuffle_buffer),
+        seed=seed_value,
     )
     if shuffle_buffer:
         blocks = blocks.shuffle(max(2 * window, 16), seed=seed_value)

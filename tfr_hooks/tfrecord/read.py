@@ -37,6 +37,7 @@ from tfr_hooks.tfrecord.files import (
     check_framing,
     detect_compression,
     first_record,
+    record_stream,
     resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import find_sidecar, infer_schema
@@ -430,32 +431,18 @@ def _build_dataset(
             prefetch=None,
             deterministic=deterministic,
         )
-        if map_fn is not None:
-            parsed = (
-                parsed.unbatch()
-                .map(map_fn, num_parallel_calls=calls, deterministic=deterministic)
-                .batch(batch_size, drop_remainder=drop_remainder)
-            )
-        parsed = _with_cardinality(parsed, plan, batch_size, num_epochs, drop_remainder)
-        return _finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
-    files = tf.data.Dataset.from_tensor_slices(plan.files)
-    if shuffle_buffer:
-        files = files.shuffle(len(plan.files), seed=seed)
-    parallel: dict[str, Any] = {}
-    if reads > 1:
-        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    records = files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=codec),
-        cycle_length=reads,
-        block_length=1,
-        **parallel,
-    )
-    if shuffle_buffer:
-        records = records.shuffle(shuffle_buffer, seed=seed)
-    if num_epochs != 1:
-        records = records.repeat(num_epochs)
-    batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    parsed = batches.map(schema.parse_batch, num_parallel_calls=calls, deterministic=deterministic)
+    else:
+        parsed = _stream_batches(
+            plan,
+            batch_size,
+            reads=reads,
+            calls=calls,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed,
+            deterministic=deterministic,
+            num_epochs=num_epochs,
+            drop_remainder=drop_remainder,
+        )
     if map_fn is not None:
         parsed = (
             parsed.unbatch()
@@ -464,6 +451,37 @@ def _build_dataset(
         )
     parsed = _with_cardinality(parsed, plan, batch_size, num_epochs, drop_remainder)
     return _finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
+
+
+def _stream_batches(
+    plan: _Plan,
+    batch_size: int,
+    *,
+    reads: int,
+    calls: int,
+    shuffle_buffer: int,
+    seed: int | None,
+    deterministic: bool,
+    num_epochs: int | None,
+    drop_remainder: bool,
+) -> tf.data.Dataset:
+    """Batches parsed from shards of one example a record."""
+    records = record_stream(
+        plan.files,
+        plan.compression,
+        reads=reads,
+        deterministic=deterministic,
+        shuffle_files=bool(shuffle_buffer),
+        seed=seed,
+    )
+    if shuffle_buffer:
+        records = records.shuffle(shuffle_buffer, seed=seed)
+    if num_epochs != 1:
+        records = records.repeat(num_epochs)
+    batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    return batches.map(
+        plan.schema.parse_batch, num_parallel_calls=calls, deterministic=deterministic
+    )
 
 
 def _with_cardinality(

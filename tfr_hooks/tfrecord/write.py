@@ -21,7 +21,7 @@ from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_positive_int, expected
 from tfr_hooks.tfrecord.files import SCHEMA_FILENAME, check_compression
-from tfr_hooks.tfrecord.packed import check_packable, serialize_blocks
+from tfr_hooks.tfrecord.packed import check_packable, serialize_blocks, to_bytes
 from tfr_hooks.tfrecord.schema import Feature, Schema, Sidecar, save_sidecar
 
 __all__ = ["ArrayData", "WriteResult", "write", "shard_name"]
@@ -98,17 +98,6 @@ def _as_arrays(data: object) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _to_bytes(value: object, name: str) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    raise TypeError(
-        f"Expected the items of string array {name!r} to be str or bytes. "
-        f"Received: item={value!r} of type {type(value).__name__}"
-    )
-
-
 def _chunk_values(feature: Feature, chunk: np.ndarray) -> list[Any]:
     """One Python value (or list of values) per example of ``chunk``, ready for a proto."""
     count = len(chunk)
@@ -123,8 +112,8 @@ def _chunk_values(feature: Feature, chunk: np.ndarray) -> list[Any]:
         return list(chunk.astype(np.float32).tolist())
     flat = chunk.reshape(count, -1)
     if feature.shape == ():
-        return [_to_bytes(v, feature.name) for v in flat[:, 0].tolist()]
-    return [[_to_bytes(v, feature.name) for v in row] for row in flat.tolist()]
+        return [to_bytes(v, feature.name) for v in flat[:, 0].tolist()]
+    return [[to_bytes(v, feature.name) for v in row] for row in flat.tolist()]
 
 
 def _serialize(
