@@ -72,6 +72,8 @@ def parsed_csv(path: Path) -> list[dict[str, Any]]:
             cells: dict[str, Any] = {}
             for key, text in row.items():
                 text = text.strip('"')
+                if text.startswith("tf.Tensor("):  # older Keras writes the tensor's repr
+                    text = text[text.index("[") : text.index("]") + 1]
                 if text.startswith("["):
                     cells[key] = [float(v) for v in text.strip("[]").replace(",", " ").split()]
                 else:

@@ -119,8 +119,9 @@ _NUMBERS = (float, int, np.floating, np.integer)  # a bool is an int: 1.0, as in
 def python_value(value: Any) -> Any:
     """A log value as Keras ``fit`` hands it to callbacks: a float when it is a scalar.
 
-    Numbers and 0-d arrays or tensors become Python floats; arrays of other shapes (a
-    per-class metric, ``F1Score`` on one class) stay numpy arrays; other objects stay.
+    Numbers and 0-d arrays or tensors become Python floats, as ``float()`` makes them
+    (on numpy < 2 a one-element array too); arrays of other shapes (a per-class metric,
+    ``F1Score`` on one class on numpy 2) stay numpy arrays; other objects stay.
     """
     if isinstance(value, _NUMBERS):  # the common case, first
         return float(value)
@@ -130,8 +131,11 @@ def python_value(value: Any) -> Any:
         array = np.asarray(value)
     except Exception:  # not array-like: leave it as it is
         return value
-    if array.ndim == 0 and array.dtype.kind in "biuf":
-        return float(array)
+    if array.size == 1 and array.dtype.kind in "biuf":
+        try:  # fit's own float(): numpy < 2 also turns a (1,) array into a float
+            return float(array)
+        except TypeError:
+            pass
     return array if array.dtype.kind in "biufc" else value
 
 
