@@ -45,6 +45,9 @@ def child_env(
     tf_config: str | None, tmpdir: Path | None = None, extra: dict[str, str] | None = None
 ) -> dict[str, str]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", **(extra or {}))
+    # TensorFlow's preemption handler asks the GCE metadata server whether it runs on
+    # GCP: a refused loopback port answers "no" at once, without a DNS lookup
+    env.setdefault("GCE_METADATA_IP", "127.0.0.1:9")
     if tmpdir is not None:  # the process's own temporary directory, to check it is left empty
         tmpdir.mkdir(parents=True, exist_ok=True)
         env["TMPDIR"] = str(tmpdir)

@@ -9,7 +9,10 @@ Modes:
 
 * ``keras DATA OUT``: a compiled Keras 3 model through ``FunctionLoop`` with
   ``KerasCallbacks`` (ModelCheckpoint, BackupAndRestore, TensorBoard, CSVLogger, a
-  progress bar) and ``TensorBoardLogger``, writing under OUT.
+  progress bar), ``PreemptionCheckpoint`` and ``TensorBoardLogger``, writing under OUT.
+  ``KILL_AT_EPOCH``/``TERM_AT_EPOCH`` (with ``..._AT_BATCH``, ``..._TASK``): the task
+  sends itself SIGKILL/SIGTERM after that batch. A preempted worker prints
+  ``PREEMPTED {json}`` and exits with the hook's code.
 * ``step DATA``: a ``step_fn`` whose logs show which examples each replica read.
 """
 
@@ -19,6 +22,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 GLOBAL_BATCH = 24
@@ -67,7 +71,14 @@ def keras_mode(data: str, out: str, extra: list[str]) -> dict[str, Any]:
     strategy = _strategy(tf)
     import keras
 
-    from tfr_hooks import FunctionLoop, KerasCallbacks, TensorBoardLogger, tfrecord
+    from tfr_hooks import (
+        FunctionLoop,
+        KerasCallbacks,
+        Preempted,
+        PreemptionCheckpoint,
+        TensorBoardLogger,
+        tfrecord,
+    )
 
     shard = extra[0] if extra else "auto"
     train = tfrecord.dataset(
@@ -98,32 +109,44 @@ def keras_mode(data: str, out: str, extra: list[str]) -> dict[str, Any]:
     class Watch(keras.callbacks.Callback):
         """Records the epochs run; ``KILL_AT_EPOCH`` on task ``KILL_TASK``: SIGKILL itself."""
 
-        def on_train_begin(self, logs: Any = None) -> None:
-            seen["iterations_at_begin"] = int(self.model.optimizer.iterations.numpy())
-
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             seen["epochs"].append(epoch)
 
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            # the state the run really starts from (after every hook restored its part)
+            if "first_batch" not in seen:
+                seen["first_batch"] = batch
+                seen["iterations_at_begin"] = int(self.model.optimizer.iterations.numpy())
+
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            kill_at = os.environ.get("KILL_AT_EPOCH")
-            if (
-                kill_at is not None
-                and seen["epochs"][-1] == int(kill_at)
-                and batch == 1
-                and _task_index() == int(os.environ.get("KILL_TASK", "1"))
-            ):
-                print(f"KILLING task {_task_index()}", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
+            for kind, sig in (("KILL", signal.SIGKILL), ("TERM", signal.SIGTERM)):
+                at = os.environ.get(f"{kind}_AT_EPOCH")
+                if (
+                    at is not None
+                    and seen["epochs"][-1] == int(at)
+                    and batch == int(os.environ.get(f"{kind}_AT_BATCH", "1"))
+                    and _task_index() == int(os.environ.get(f"{kind}_TASK", "1"))
+                ):
+                    print(f"{kind} task {_task_index()}", flush=True)
+                    os.kill(os.getpid(), sig)
+                    time.sleep(2.0)  # TensorFlow's handler polls for SIGTERM once a second
 
     callbacks.append(Watch())
     counts: list[list[int]] = []
     hooks = [
         KerasCallbacks(callbacks, model, verbose=2),
+        # after KerasCallbacks: its mid-epoch state wins over BackupAndRestore's
+        PreemptionCheckpoint(os.path.join(out, "preemption"), model=model),
         TensorBoardLogger(os.path.join(out, "tbl"), model=model),
         Counts.make(counts),
     ]
     loop = FunctionLoop(train, model=model, hooks=hooks, strategy=strategy)
-    history = loop.run(epochs=EPOCHS, validation_data=val)
+    try:
+        history = loop.run(epochs=EPOCHS, validation_data=val)
+    except Preempted as stop:
+        state = {"epoch": stop.epoch, "step": stop.step, "path": stop.path, **seen}
+        print("PREEMPTED " + json.dumps(state), flush=True)
+        raise
     return {
         "history": history,
         "counts": counts,

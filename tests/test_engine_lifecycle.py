@@ -466,3 +466,32 @@ def test_each_run_starts_from_a_fresh_loop_state() -> None:
     assert loop.global_step == 6 and loop.epoch == 1
     assert len(history["loss"]) == 2
     assert hooks.hooks[0].loop is loop  # hooks keep seeing the loop's own state
+
+
+class ResumeMidEpoch(tfr_hooks.Hook):
+    """Moves the start to step ``step`` of epoch ``epoch``, as a restored checkpoint does."""
+
+    def __init__(self, epoch: int, step: int) -> None:
+        self.at = (epoch, step)
+        self.batches: list[tuple[int, int]] = []
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.loop.initial_epoch, self.loop.initial_step = self.at
+
+    def before_run(self, run_context: Any) -> None:
+        self.batches.append((self.loop.epoch, self.loop.epoch_steps))
+
+
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_a_run_resumed_mid_epoch_runs_only_the_steps_left(lookahead: bool) -> None:
+    runner = FakeRunner(batches=(1.0, 2.0, 3.0, 4.0), val=None, lookahead=lookahead)
+    hook = ResumeMidEpoch(epoch=1, step=3)
+    loop = tfr_hooks.LoopState()
+    history = run_loop(runner, HookList([hook]), loop, epochs=3, known_steps=4)
+    # epoch 1 counts its first 3 steps as run and runs the 4th (on fresh data), then
+    # epoch 2 runs in full (without look-ahead, a 5th step finds the data run out)
+    found_out = [] if lookahead else [(2, 4)]
+    assert hook.batches == [(1, 3), (2, 0), (2, 1), (2, 2), (2, 3), *found_out]
+    assert history["loss"] == [1.0, 2.5]  # epoch 1's mean is of the step it ran
+    assert loop.global_step == 5  # steps of this run
+    assert runner.calls.count("start_epoch(restart=True)") == 2

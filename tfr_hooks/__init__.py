@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks.hooks import Hook, LoopState
     from tfr_hooks.keras_callbacks import KerasCallbacks
     from tfr_hooks.keras_graph import KerasTrainingGraph, keras_training_graph
+    from tfr_hooks.preemption import Preempted, PreemptionCheckpoint
     from tfr_hooks.queue_runners import QueueRunnerHook
     from tfr_hooks.session_loop import SessionLoop
     from tfr_hooks.signals import StopOnSignal
@@ -49,6 +50,8 @@ _PUBLIC: dict[str, str] = {
     "FunctionLoop": "tfr_hooks.function_loop",
     "StopOnSignal": "tfr_hooks.signals",
     "EpochCheckpoint": "tfr_hooks.checkpoint",
+    "PreemptionCheckpoint": "tfr_hooks.preemption",
+    "Preempted": "tfr_hooks.preemption",
     "DataErrorHook": "tfr_hooks.data_errors",
     "distribute": "tfr_hooks.distribute",
 }
@@ -69,6 +72,8 @@ __all__ = [
     "FunctionLoop",
     "StopOnSignal",
     "EpochCheckpoint",
+    "PreemptionCheckpoint",
+    "Preempted",
     "DataErrorHook",
     "distribute",
     "__version__",

@@ -256,29 +256,33 @@ def _run_epoch(
 ) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     loop.epoch = epoch
-    loop.epoch_steps = loop.epoch_examples = 0
+    first = epoch == loop.initial_epoch
+    # a run resumed mid-epoch: the steps already run count, and only the rest are run
+    done = loop.initial_step if first else 0
+    length = steps_per_epoch if steps_per_epoch is not None or not done else loop.steps_per_epoch
+    loop.epoch_steps, loop.epoch_examples = done, 0
     loop.batch_logs = {}
-    runner.start_epoch(restart_data=epoch == loop.initial_epoch or steps_per_epoch is None)
+    runner.start_epoch(restart_data=first or steps_per_epoch is None)
     hooks.epoch_begin(epoch)
     exhausted = False
-    while steps_per_epoch is None or loop.epoch_steps < steps_per_epoch:
+    while length is None or loop.epoch_steps < length:
         if runner.ran_out:
             exhausted = True
             break
         limit = loop.steps_per_execution
-        if steps_per_epoch is not None:
-            limit = min(limit, steps_per_epoch - loop.epoch_steps)
+        if length is not None:
+            limit = min(limit, length - loop.epoch_steps)
         step = functools.partial(runner.run_step, limit=limit)
         result = run_hooked_step(hooks, loop, runner.run_args, runner.session, step)
         loop.epoch_steps += result.steps
         loop.global_step += result.steps
         loop.epoch_examples += result.examples
-        if result.exhausted and (steps_per_epoch is None or loop.epoch_steps < steps_per_epoch):
+        if result.exhausted and (length is None or loop.epoch_steps < length):
             exhausted = True
             break
         if loop.stop_requested:
             break
-    if loop.epoch_steps == 0:
+    if loop.epoch_steps == done:
         logger.warning(
             "Epoch %d got no data: the input ran out before its first step; training ends.",
             epoch,

@@ -72,7 +72,8 @@ class FunctionLoop:
         strategy: A ``tf.distribute.Strategy``; ``None`` uses the current one (the
             default strategy outside any ``strategy.scope()``).
         handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
-            one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it.
+            one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it
+            (SIGTERM is left to a :class:`~tfr_hooks.PreemptionCheckpoint` in ``hooks``).
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -356,7 +357,9 @@ class _FunctionRunner:
     def start(self) -> None:
         owner = self.owner
         distributed = not _is_default_strategy(self.strategy)
-        if self.model is not None and not owner._built and distributed:
+        # a hook that saves or restores the model's state needs its variables up front
+        wanted = any(getattr(h, "needs_model_state", False) for h in owner.hooks)
+        if self.model is not None and not owner._built and (distributed or wanted):
             # like model.fit under a strategy: build the model's state from one batch
             owner._build_model(next(iter(owner.dataset)))
         owner._built = True

@@ -46,6 +46,11 @@ class LoopState:
         initial_epoch: The first epoch of this run (non-zero when resuming). A hook may
             raise it in ``begin`` or ``after_create_session`` (for example after restoring
             a backup); the loop starts there.
+        initial_step: Steps of ``initial_epoch`` already run before this run (a run
+            resumed from a mid-epoch checkpoint, such as a
+            :class:`~tfr_hooks.PreemptionCheckpoint`'s); 0 otherwise. A hook may set it
+            where it may move ``initial_epoch``; the first epoch then counts from it and
+            runs only the steps left of the epoch's known length (``steps_per_epoch``).
         epoch: The current epoch, counted from 0.
         global_step: Steps run since ``run`` started (this run only).
         epoch_steps: Steps run so far in the current epoch.
@@ -80,6 +85,7 @@ class LoopState:
         """Start afresh for a new run (the loop calls it before ``begin``)."""
         self.epochs = epochs
         self.initial_epoch = initial_epoch
+        self.initial_step = 0
         self.epoch = initial_epoch
         self.global_step = 0
         self.epoch_steps = 0

@@ -309,15 +309,31 @@ def with_signal_hook(hooks: list[Any], handle_signals: object) -> list[Any]:
     Args:
         hooks: The user's hooks (already checked).
         handle_signals: Whether to handle SIGINT/SIGTERM; a hook list that has a
-            :class:`StopOnSignal` of its own is left as it is.
+            :class:`StopOnSignal` of its own is left as it is. A signal that a hook
+            handles itself (its ``owns_signals``, such as
+            :class:`~tfr_hooks.PreemptionCheckpoint`'s SIGTERM) is left to that hook.
 
     Returns:
         The hooks, with a :class:`StopOnSignal` last when one was added.
 
     Raises:
         TypeError: If ``handle_signals`` is not a bool.
+        ValueError: If the hooks' own :class:`StopOnSignal` handles a signal that
+            another hook owns.
     """
     check_bool(handle_signals, "handle_signals")
+    owned = {int(sig): type(h).__name__ for h in hooks for sig in getattr(h, "owns_signals", ())}
+    for hook in hooks:
+        if not isinstance(hook, StopOnSignal):
+            continue
+        for sig in hook.signals:
+            if int(sig) in owned:
+                raise ValueError(
+                    f"Expected the StopOnSignal in `hooks` to leave {sig.name} to "
+                    f"{owned[int(sig)]}, which handles it itself. Received: "
+                    f"StopOnSignal(signals={[s.name for s in hook.signals]})"
+                )
     if handle_signals and not any(isinstance(h, StopOnSignal) for h in hooks):
-        return [*hooks, StopOnSignal()]
+        left = [sig for sig in DEFAULT_SIGNALS if int(sig) not in owned]
+        return [*hooks, StopOnSignal(left)] if left else list(hooks)
     return hooks

@@ -1,0 +1,181 @@
+"""PreemptionCheckpoint in one process: a real SIGTERM saves, stops with code 42, resumes.
+
+The multi-worker case (a SIGTERM to one worker of a loopback cluster) is in
+``tests/test_distribute_faults.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfr_hooks import FunctionLoop, Hook, KerasCallbacks, Preempted, PreemptionCheckpoint
+from tfr_hooks.signals import StopOnSignal, with_signal_hook
+
+STEPS, EPOCHS = 8, 3
+
+
+@pytest.fixture(autouse=True)
+def _no_cloud_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TensorFlow's handler asks the GCE metadata server whether it runs on GCP: answer
+    # "no" at once (a refused loopback port) instead of waiting on a DNS lookup
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+
+
+def _data() -> tf.data.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(STEPS * 4, 3)).astype(np.float32)
+    y = x.sum(axis=1, keepdims=True)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+
+
+def _model() -> Any:
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    return model
+
+
+class SigtermAt(Hook):
+    """Sends this process a real SIGTERM after step ``step`` of epoch ``epoch``."""
+
+    def __init__(self, epoch: int, step: int) -> None:
+        self.at = (epoch, step)
+        self.sent: tuple[int, int] | None = None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self.sent is None and (self.loop.epoch, self.loop.epoch_steps) == self.at:
+            self.sent = self.at
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.5)  # TensorFlow's handler polls for the signal once a second
+        elif self.sent is not None:
+            time.sleep(0.2)  # in case the machine is slow to run the polling thread
+
+
+class Record(Hook):
+    """What a resumed run starts from: its epochs, first batch and optimizer state."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.epochs: list[int] = []
+        self.first_batch: int | None = None
+        self.weights_at_start: list[np.ndarray] | None = None
+        self.iterations_at_start: int | None = None
+
+    def epoch_begin(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+    def before_run(self, run_context: Any) -> None:
+        if self.first_batch is None:
+            self.first_batch = self.loop.epoch_steps
+            self.weights_at_start = self.model.get_weights()
+            self.iterations_at_start = int(self.model.optimizer.iterations.numpy())
+
+
+def test_sigterm_saves_stops_with_code_42_and_a_restart_resumes_mid_epoch(tmp_path) -> None:
+    import keras
+
+    directory = tmp_path / "preemption"
+    keras.utils.set_random_seed(0)
+    model = _model()
+    preemption = PreemptionCheckpoint(directory, model=model)
+    csv = tmp_path / "log.csv"
+    callbacks = KerasCallbacks([keras.callbacks.CSVLogger(str(csv))], model)
+    sigterm = SigtermAt(epoch=1, step=2)
+    loop = FunctionLoop(_data(), model=model, hooks=[callbacks, sigterm, preemption])
+    handler_before = signal.getsignal(signal.SIGTERM)
+
+    with pytest.raises(Preempted) as caught:
+        loop.run(epochs=EPOCHS)
+    stop = caught.value
+    assert stop.code == 42 and preemption.preempted
+    assert stop.epoch == 1 and 3 < stop.step < STEPS  # two calls after the signal, or so
+    assert stop.path is not None and stop.path.startswith(str(directory))
+    assert signal.getsignal(signal.SIGTERM) is handler_before  # given back
+    saved_weights = model.get_weights()
+    saved_iterations = int(model.optimizer.iterations.numpy())
+    assert saved_iterations == STEPS + stop.step
+    # the interrupted epoch was not closed: the CSV has epoch 0 only
+    assert [line.split(",")[0] for line in csv.read_text().splitlines()[1:]] == ["0"]
+
+    # a new process would build a new model: its weights start elsewhere
+    keras.utils.set_random_seed(1)
+    fresh = _model()
+    record = Record(fresh)
+    again = PreemptionCheckpoint(directory, model=fresh)
+    history = FunctionLoop(_data(), model=fresh, hooks=[record, again]).run(epochs=EPOCHS)
+    assert again.restored == (1, stop.step) and not again.preempted
+    assert record.epochs == [1, 2]
+    assert record.first_batch == stop.step  # only the steps left of epoch 1
+    assert record.iterations_at_start == saved_iterations
+    for ours, theirs in zip(record.weights_at_start or [], saved_weights, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    assert int(fresh.optimizer.iterations.numpy()) == EPOCHS * STEPS  # ends as asked
+    assert len(history["loss"]) == 2
+
+
+def test_a_step_fn_loop_saves_its_objects(tmp_path) -> None:
+    total = tf.Variable(0.0, dtype=tf.float64)
+
+    def step_fn(batch: Any) -> dict[str, Any]:
+        total.assign_add(tf.reduce_sum(tf.cast(batch[0], tf.float64)))
+        return {"total": total}
+
+    preemption = PreemptionCheckpoint(tmp_path / "p", objects={"total": total})
+    sigterm = SigtermAt(epoch=0, step=1)
+    with pytest.raises(Preempted) as caught:
+        FunctionLoop(_data(), step_fn=step_fn, hooks=[sigterm, preemption]).run(epochs=2)
+    at_save = total.numpy()
+    total.assign(-1.0)
+    again = PreemptionCheckpoint(tmp_path / "p", objects={"total": total})
+    seen: list[float] = []
+
+    class First(Hook):
+        def before_run(self, run_context: Any) -> None:
+            seen.append(float(total.numpy()))
+
+    FunctionLoop(_data(), step_fn=step_fn, hooks=[First(), again]).run(epochs=2)
+    assert again.restored == (0, caught.value.step)
+    assert seen[0] == at_save
+
+
+def test_sigterm_is_left_to_it_and_sigint_to_stop_on_signal() -> None:
+    preemption = PreemptionCheckpoint("/tmp/unused", objects={"v": tf.Variable(1)})
+    hooks = with_signal_hook([preemption], True)
+    stop = [h for h in hooks if isinstance(h, StopOnSignal)]
+    assert len(stop) == 1 and stop[0].signals == (signal.SIGINT,)
+    with pytest.raises(ValueError, match="leave SIGTERM to PreemptionCheckpoint"):
+        with_signal_hook([preemption, StopOnSignal()], True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({}, ValueError, "Expected `model`.*or `objects`"),
+        ({"objects": [1]}, TypeError, "Expected `objects` to be a dict"),
+        ({"model": object(), "exit_code": 300}, TypeError, "exit_code=300"),
+        ({"model": object(), "exit_code": True}, TypeError, "exit_code=True"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        PreemptionCheckpoint("/tmp/x", **kwargs)
+
+
+def test_graph_mode_is_refused_with_the_alternative(tmp_path) -> None:
+    from tfr_hooks import SessionLoop
+
+    with tf.Graph().as_default():
+        v = tf.compat.v1.Variable(0, name="v")
+        op = v.assign_add(1)
+        hook = PreemptionCheckpoint(tmp_path, objects={"v": v})
+        loop = SessionLoop(op, hooks=[hook], steps_per_epoch=1)
+        with pytest.raises(ValueError, match=r"In graph mode .*EpochCheckpoint"):
+            loop.run(epochs=1)

@@ -1,0 +1,287 @@
+"""PreemptionCheckpoint: a SIGTERM to any worker saves one checkpoint all workers agree on.
+
+Cluster schedulers (Kubernetes, Slurm, spot and preemptible VMs) take a machine back by
+sending ``SIGTERM`` to its process and killing it a little later. On a multi-worker
+cluster, one worker stopping on its own leaves the others waiting in a collective until
+they fail. This hook hands the signal to TensorFlow's own
+``tf.distribute.experimental.PreemptionCheckpointHandler``, which tells every worker
+through the cluster's coordination service and picks the call of the step function at
+which all of them save. So:
+
+1. ``SIGTERM`` reaches one worker (any of them). Training goes on for a call or two while
+   the workers agree on when to save.
+2. At the start of the agreed call, every worker saves the model, the optimizer and the
+   position in the run (epoch and step within it): the chief to ``directory``, the others
+   to a temporary place that is removed at once (saving may read synchronized variables,
+   which needs every worker).
+3. Every worker stops there: the epoch is left open (no ``epoch_end``, no
+   ``on_train_end``), every hook's ``end`` runs, and the loop raises :class:`Preempted`,
+   a ``SystemExit`` with ``exit_code`` (42 by default, TensorFlow's own), so the process
+   exits cleanly with a code the launcher can read as "restart me".
+4. Started again with the same ``directory``, the hook restores the checkpoint before the
+   first step and the loop resumes at the saved epoch, running only the steps left of it
+   (as Keras' ``BackupAndRestore`` resumes a mid-epoch backup); the run ends after the
+   epochs asked for.
+
+It works in one process too (no cluster: the signal is this process's own). It needs
+:class:`~tfr_hooks.FunctionLoop` (TF2): graph-mode runs have
+:class:`~tfr_hooks.EpochCheckpoint` with :class:`~tfr_hooks.StopOnSignal`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from tfr_hooks import distribute
+from tfr_hooks.checks import expected
+from tfr_hooks.hooks import Hook
+
+__all__ = ["PreemptionCheckpoint", "Preempted", "PREEMPTION_EXIT_CODE"]
+
+logger = logging.getLogger(__name__)
+
+#: The exit code of a preempted worker, as TensorFlow's handler uses by default.
+PREEMPTION_EXIT_CODE = 42
+
+
+class Preempted(SystemExit):
+    """Training stopped on a preemption, after every worker saved the agreed checkpoint.
+
+    A ``SystemExit``: uncaught, the process exits with :attr:`code` and no traceback.
+
+    Attributes:
+        code: The exit code (``PreemptionCheckpoint(exit_code=...)``).
+        epoch: The epoch the checkpoint resumes at.
+        step: The steps of that epoch already run.
+        path: The checkpoint this worker wrote (the chief's), or ``None`` on the others.
+    """
+
+    def __init__(self, code: int, epoch: int, step: int, path: str | None) -> None:
+        super().__init__(code)
+        self.epoch = epoch
+        self.step = step
+        self.path = path
+
+
+class PreemptionCheckpoint(Hook):
+    """On SIGTERM to any worker, save a checkpoint all workers agree on, then exit.
+
+    Add it to a :class:`~tfr_hooks.FunctionLoop`'s hooks on every worker (after
+    :class:`~tfr_hooks.KerasCallbacks`, so that its mid-epoch state wins over an older
+    ``BackupAndRestore`` epoch backup). SIGTERM is then this hook's: the loop's
+    :class:`~tfr_hooks.StopOnSignal` handles SIGINT only.
+
+    Args:
+        directory: Where the chief keeps the checkpoint (the latest one only); the same
+            path on every worker, as with Keras' ``BackupAndRestore``.
+        model: A compiled Keras 3 model: its weights and optimizer state are saved.
+        objects: Instead of (or beside) ``model``: name to trackable object
+            (``tf.Variable``, ``tf.Module``, a Keras model or optimizer) to save, for a
+            ``step_fn`` loop.
+        exit_code: The code the process exits with after a preemption.
+
+    Attributes:
+        preempted: Whether the last run stopped on a preemption.
+        restored: The ``(epoch, step)`` the run resumed at, or ``None``.
+
+    Raises:
+        TypeError: If an argument has the wrong type.
+        ValueError: If nothing is given to save.
+
+    Examples:
+        >>> hooks = [KerasCallbacks(callbacks, model),
+        ...          PreemptionCheckpoint("/shared/run1/preemption", model=model)]
+        >>> FunctionLoop(train_ds, model=model, hooks=hooks).run(epochs=10)  # doctest: +SKIP
+    """
+
+    #: The signals this hook handles itself (the loop's ``StopOnSignal`` leaves them).
+    owns_signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)
+    #: ``FunctionLoop`` creates the model's variables before ``after_create_session``.
+    needs_model_state = True
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        model: Any = None,
+        objects: Mapping[str, Any] | None = None,
+        exit_code: int = PREEMPTION_EXIT_CODE,
+    ) -> None:
+        if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+            raise TypeError(expected("directory", "a path (str or os.PathLike)", directory))
+        if objects is not None and (
+            not isinstance(objects, Mapping) or not all(isinstance(k, str) for k in objects)
+        ):
+            raise TypeError(expected("objects", "a dict from names to trackable objects", objects))
+        if model is None and not objects:
+            raise ValueError(
+                "Expected `model` (a compiled Keras 3 model) or `objects` (name to "
+                "tf.Variable, tf.Module or Keras object) to save. Received: model=None, "
+                f"objects={objects!r}"
+            )
+        if isinstance(exit_code, bool) or not isinstance(exit_code, int) or exit_code >> 8:
+            raise TypeError(expected("exit_code", "an int from 0 to 255", exit_code))
+        self.directory = os.fspath(directory)
+        self.model = model
+        self.objects = dict(objects or {})
+        self.exit_code = exit_code
+        self.preempted = False
+        self.restored: tuple[int, int] | None = None
+        self._signalled = threading.Event()
+        self._previous: Any = None
+        self._handler: Any = None
+        self._manager: Any = None
+        self._checkpoint: Any = None
+        self._position: Any = None
+        self._task = distribute.TaskInfo()
+        self._saved_path: str | None = None
+        self._saved = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Take SIGTERM (main thread only, unless it is ignored)."""
+        self.preempted = self._saved = False
+        self._saved_path = None
+        self._signalled.clear()
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("Not in the main thread: SIGTERM is left to its handler.")
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is signal.SIG_IGN:
+            return
+        self._previous = previous
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Create TensorFlow's handler (once), which restores the checkpoint; resume there."""
+        if session is not None:
+            raise ValueError(
+                "Expected PreemptionCheckpoint in a FunctionLoop (TF2): it saves eager "
+                "state through tf.distribute's PreemptionCheckpointHandler. In graph mode "
+                "(SessionLoop), use EpochCheckpoint with StopOnSignal. Received: a "
+                f"tf.compat.v1.Session ({session!r})"
+            )
+        if self._handler is not None:
+            return  # a further run in this process: the state is already in memory
+        strategy = self._strategy()
+        self._task = distribute.current_task(strategy)
+        self._position = tf.Variable([0, 0], dtype=tf.int64, trainable=False)
+        objects = dict(self.objects)
+        if self.model is not None:
+            objects.setdefault("model", self.model)
+            if getattr(self.model, "optimizer", None) is not None:
+                objects.setdefault("optimizer", self.model.optimizer)
+        self._checkpoint = tf.train.Checkpoint(**objects, tfr_hooks_position=self._position)
+        # one manager on the chief's directory: every worker restores the chief's state
+        self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory, max_to_keep=1)
+        config = tf.distribute.experimental.TerminationConfig(
+            termination_watcher_fn=self._signalled.is_set,
+            exit_fn=self._on_saved,
+            save_fn=self._save,
+        )
+        resolver = getattr(strategy, "cluster_resolver", None)
+        with strategy.scope():
+            self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+                resolver, self._manager, termination_config=config
+            )
+        if self._manager.latest_checkpoint is not None:
+            epoch, step = (int(v) for v in self._position.numpy())
+            self._resume_at(epoch, step)
+
+    def before_run(self, run_context: Any) -> None:
+        """Save and stop at the agreed call, on every worker; else go on."""
+        if self._handler is None:
+            return None
+        loop = self.loop
+        self._position.assign([loop.epoch, loop.epoch_steps])
+        self._handler.save_checkpoint_if_preempted()
+        if self._saved:
+            self.preempted = True
+            logger.warning(
+                "Preempted: every worker saved the checkpoint at epoch %d, step %d%s; "
+                "exiting with code %d. Start the cluster again to resume there.",
+                loop.epoch,
+                loop.epoch_steps,
+                f" ({self._saved_path})" if self._saved_path else "",
+                self.exit_code,
+            )
+            raise Preempted(self.exit_code, loop.epoch, loop.epoch_steps, self._saved_path)
+        return None
+
+    def end(self, session: Any) -> None:
+        """Give SIGTERM back to its previous handler."""
+        if self._previous is not None and threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signal.SIGTERM, self._previous)
+        self._previous = None
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _strategy(self) -> Any:
+        strategy = getattr(self.model, "distribute_strategy", None)
+        if strategy is None:
+            strategy = tf.distribute.get_strategy()
+        return strategy
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        logger.warning(
+            "SIGTERM received: every worker saves a checkpoint at a step they agree on, "
+            "then exits with code %d.",
+            self.exit_code,
+        )
+        self._signalled.set()  # TensorFlow's handler polls this and tells the cluster
+
+    def _save(self, *args: Any, **kwargs: Any) -> None:
+        """The handler's save: the chief to ``directory``, the others to a removed place."""
+        if self._task.is_chief:
+            self._saved_path = self._manager.save(*args, **kwargs)
+            return
+        scratch = tempfile.mkdtemp(prefix=f"tfr_hooks_preemption_{self._task.task_id}_")
+        try:
+            self._checkpoint.write(os.path.join(scratch, "ckpt"))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _on_saved(self) -> None:
+        self._saved = True  # the handler's exit_fn: before_run stops the run
+
+    def _resume_at(self, epoch: int, step: int) -> None:
+        loop = self.loop
+        if epoch < loop.initial_epoch:
+            logger.info(
+                "The preemption checkpoint in %s is at epoch %d, before epoch %d where "
+                "this run starts; starting there.",
+                self.directory,
+                epoch,
+                loop.initial_epoch,
+            )
+            return
+        known = loop.steps_per_epoch
+        if step and (known is None or step >= known):
+            logger.warning(
+                "The preemption checkpoint is at step %d of epoch %d, but the epoch's "
+                "length is not known up front: the epoch runs again in full.",
+                step,
+                epoch,
+            )
+            step = 0
+        loop.initial_epoch = epoch
+        loop.initial_step = step
+        self.restored = (epoch, step)
+        logger.info(
+            "Resuming at epoch %d, step %d from the preemption checkpoint in %s",
+            epoch,
+            step,
+            self.directory,
+        )
