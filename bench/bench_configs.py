@@ -11,6 +11,7 @@ __all__ = [
     "MODEL_CEILINGS",
     "LOOPS",
     "STREAMING_INPUTS",
+    "MULTI_WORKER",
 ]
 
 #: (name, description), in table order.
@@ -65,6 +66,14 @@ ROWS: list[tuple[str, str]] = [
     ("input_packed_tf2", "ceiling: TF2 tf.data over packed shards alone, tf.function loop"),
     ("model_only", "ceiling: model alone, graph session, one in-memory batch"),
     ("model_only_tf2", "ceiling: model alone, Keras 3 train_step x32 per tf.function call"),
+    (
+        "multi_worker_1",
+        "FunctionLoop, spe=32 + 3 callbacks, MultiWorkerMirroredStrategy, 1 worker",
+    ),
+    (
+        "multi_worker_2",
+        "the same on 2 worker processes on loopback (this machine's 2 cores shared)",
+    ),
 ]
 DESCRIPTIONS = dict(ROWS)
 
@@ -84,6 +93,8 @@ INPUT_CEILINGS = MODEL_FREE
 #: Input rows of the pipelines that existed before the in-memory and packed ones.
 STREAMING_INPUTS = ("input_queue", "input_dataset", "input_tf2")
 MODEL_CEILINGS = ("model_only", "model_only_tf2")
+#: Rows run as a cluster of N worker processes on loopback ports: row -> N.
+MULTI_WORKER = {"multi_worker_1": 1, "multi_worker_2": 2}
 #: The package's loops.
 LOOPS = (
     "session_loop_queue",

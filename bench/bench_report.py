@@ -427,10 +427,43 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             f"| {t.model} | {t.target} | `{t.comparison}` | {_num(t.ratio, '{:.2f}')} | "
             f">= {t.threshold:.2f} | {met} |"
         )
+    lines += _multi_worker_lines(tables)
     missing = [name for name in DESCRIPTIONS if name not in meta.get("configs", DESCRIPTIONS)]
     if missing:
         lines += ["", "Rows not run in this invocation: " + ", ".join(f"`{m}`" for m in missing)]
     return "\n".join(lines) + "\n"
+
+
+def _multi_worker_lines(tables: Sequence[ModelTable]) -> list[str]:
+    """1 vs 2 workers: the cost of the collectives on loopback (2 cores show no speed-up)."""
+    rows = []
+    for t in tables:
+        one, two, alone = (
+            t.median(n) for n in ("multi_worker_1", "multi_worker_2", "function_loop_32_cb")
+        )
+        if one is None and two is None:
+            continue
+        rows.append(
+            f"| {t.model} | {_num(alone)} | {_num(one)} | {_num(two)} | "
+            f"{_num(_ratio(t, 'multi_worker_2', 'multi_worker_1'), '{:.2f}')} | "
+            f"{_num(_ratio(t, 'multi_worker_1', 'function_loop_32_cb'), '{:.2f}')} |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "## Multi-worker: the cost of the collectives on loopback",
+        "",
+        "`function_loop_32_cb` under `MultiWorkerMirroredStrategy` (same global batch, data "
+        "and callbacks): 1 worker, then 2 worker processes on this machine's 2 cores, which "
+        "share the cores, so this is the price of the all-reduce and the strategy, not a "
+        "speed-up.",
+        "",
+        "| model | no strategy ex/s | 1 worker ex/s | 2 workers ex/s | 2 / 1 workers "
+        "| 1 worker / no strategy |",
+        "|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 def render_png(tables: Sequence[ModelTable], path: str, title: str = "") -> None:

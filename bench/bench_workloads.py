@@ -68,6 +68,8 @@ class Spec:
     seed: int = 0
     repeat: int = 0
     profile: str | None = None
+    #: this worker's ``TF_CONFIG`` in a multi-worker row (set before the strategy exists)
+    tf_config: str | None = None
 
 
 def quiet() -> None:
@@ -660,6 +662,45 @@ def function_loop(
     return clock.result()
 
 
+def multi_worker(spec: Spec) -> dict[str, Any]:
+    """``function_loop_32_cb`` under ``MultiWorkerMirroredStrategy``, on this worker.
+
+    The same global batch, steps, data and 3 callbacks; each of the N workers (processes
+    on this machine, ``TF_CONFIG`` on loopback ports) reads its share of the shards and
+    computes half of each global batch, and the gradients are all-reduced every step.
+    Logs and example counts are global, so the chief's clock is the cluster's.
+    """
+    import json
+
+    import keras as k3
+
+    import tfr_hooks
+    from tfr_hooks.function_loop import FunctionLoop
+
+    if spec.tf_config is None:
+        raise ValueError("Expected a TF_CONFIG for a multi-worker row. Received: None")
+    os.environ["TF_CONFIG"] = spec.tf_config
+    workers = len(json.loads(spec.tf_config)["cluster"]["worker"])
+    # collectives can hang with fewer inter-op threads than workers + 1
+    tf.config.threading.set_inter_op_parallelism_threads(workers + 1)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    clock = Clock(spec)
+    with strategy.scope():
+        net = keras3_model(spec.model)
+    cbs = [tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net)]
+    hooks = [*bracket_hooks(clock, cbs), clock_hook(clock)]
+    loop = FunctionLoop(
+        tf2_dataset(spec),
+        model=net,
+        hooks=hooks,
+        steps_per_execution=32,
+        steps_per_epoch=steps_per_epoch(spec),
+        strategy=strategy,
+    )
+    loop.run(epochs=spec.epochs + 1)
+    return {**clock.result(), "workers": workers}
+
+
 def input_only_tf2(spec: Spec, source: str = "records") -> dict[str, Any]:
     """Ceiling: the TF2 pipeline alone, consumed inside a ``tf.function`` (no Python a batch)."""
     clock = Clock(spec)
@@ -751,6 +792,8 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "input_packed_tf2": lambda s: input_only_tf2(s, "packed"),
     "model_only": model_only,
     "model_only_tf2": model_only_tf2,
+    "multi_worker_1": multi_worker,
+    "multi_worker_2": multi_worker,
 }
 
 

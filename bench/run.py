@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 if (ROOT / "tfr_hooks").is_dir():  # a checkout: benchmark the working tree
     sys.path.insert(0, str(ROOT))
 
-from bench_configs import DESCRIPTIONS, MODEL_FREE, ROWS  # noqa: E402
+from bench_configs import DESCRIPTIONS, MODEL_FREE, MULTI_WORKER, ROWS  # noqa: E402
 from bench_report import render_markdown, render_png, summarize  # noqa: E402
 
 DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 2}
@@ -126,15 +126,36 @@ class Pool:
         self.ctx.set_forkserver_preload(["bench_workloads"])
         self.timeout = timeout
 
-    def call(self, target_name: str, *args: Any) -> dict[str, Any]:
-        """Run ``bench_entry.<target_name>(*args, conn)`` in a new worker; return its dict."""
+    def call_cluster(self, spec: dict[str, Any], workers: int) -> dict[str, Any]:
+        """Run ``spec`` as ``workers`` processes of one loopback cluster; the chief's result.
+
+        Each worker gets its own ``TF_CONFIG``; all start before any is waited for, and
+        the result is the chief's (its logs and counts are global), with every worker's
+        examples/s beside it.
+        """
         import bench_entry as entries
 
-        target = getattr(entries, target_name)
-        receive, send = self.ctx.Pipe(duplex=False)
-        process = self.ctx.Process(target=target, args=(*args, send), daemon=True)
-        process.start()
-        send.close()
+        from tfr_hooks.cluster import loopback_cluster  # no TensorFlow import
+
+        started = []
+        for config in loopback_cluster(workers):
+            receive, send = self.ctx.Pipe(duplex=False)
+            process = self.ctx.Process(
+                target=entries.worker_entry, args=({**spec, "tf_config": config}, send), daemon=True
+            )
+            process.start()
+            send.close()
+            started.append((process, receive))
+        results = [self._collect(process, receive) for process, receive in started]
+        chief = dict(results[0])
+        if all(r.get("ok") for r in results):
+            chief["worker_examples_per_sec"] = [r["examples_per_sec"] for r in results]
+        else:
+            failed = next(r for r in results if not r.get("ok"))
+            chief = {**failed, "ok": False}
+        return chief
+
+    def _collect(self, process: Any, receive: Any) -> dict[str, Any]:
         try:
             if receive.poll(self.timeout):
                 result: dict[str, Any] = receive.recv()
@@ -151,6 +172,17 @@ class Pool:
         if result.get("ok") is not True and process.exitcode not in (0, None):
             result.setdefault("error", f"exit code {process.exitcode}")
         return result
+
+    def call(self, target_name: str, *args: Any) -> dict[str, Any]:
+        """Run ``bench_entry.<target_name>(*args, conn)`` in a new worker; return its dict."""
+        import bench_entry as entries
+
+        target = getattr(entries, target_name)
+        receive, send = self.ctx.Pipe(duplex=False)
+        process = self.ctx.Process(target=target, args=(*args, send), daemon=True)
+        process.start()
+        send.close()
+        return self._collect(process, receive)
 
 
 def machine() -> dict[str, Any]:
@@ -223,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         for i, (config, model) in enumerate(pairs):
             t0 = time.perf_counter()
             spec = spec_for(args, config, model, repeat)
-            result = pool.call("worker_entry", spec)
+            if config in MULTI_WORKER:
+                result = pool.call_cluster(spec, MULTI_WORKER[config])
+            else:
+                result = pool.call("worker_entry", spec)
             results.setdefault((config, model), []).append(result)
             if result.get("ok"):
                 status = (

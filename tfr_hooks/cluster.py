@@ -1,6 +1,8 @@
 """Who this process is in a cluster, and how a dataset is split among the workers.
 
-Knows no hooks and no loops, so that the TFRecord readers can use it:
+Knows no hooks and no loops, so that the TFRecord readers can use it, and imports
+TensorFlow only where a function needs it, so that a launcher (``--workers N``, the
+benchmark's parent) can pick ports without paying for TensorFlow's import:
 
 * :func:`current_task`: this process's task (type, index, chief or not, worker count),
   from the strategy's cluster resolver or from ``TF_CONFIG``.
@@ -21,7 +23,11 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-import tensorflow as tf
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 __all__ = [
     "TaskInfo",
@@ -105,7 +111,8 @@ def current_task(strategy: Any = None, model: Any = None) -> TaskInfo:
     """
     if strategy is None and model is not None:
         strategy = getattr(model, "distribute_strategy", None)
-    if strategy is None and tf.distribute.has_strategy():
+    tf = sys.modules.get("tensorflow")  # no strategy can exist before it is imported
+    if strategy is None and tf is not None and tf.distribute.has_strategy():
         strategy = tf.distribute.get_strategy()
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)
@@ -184,6 +191,8 @@ def shard_dataset(
         ValueError: If ``shard`` is unknown, or is ``"file"`` with fewer files than
             workers.
     """
+    import tensorflow as tf
+
     check_shard(shard)
     task = current_task() if task is None else task
     workers = task.num_workers
