@@ -17,6 +17,9 @@ below, the other workers write theirs to a temporary directory that is removed.
 Writes (the chief only):
     LOGDIR/checkpoints/best.weights.h5   weights of the epoch with the lowest val_loss
     LOGDIR/backup/                       BackupAndRestore: run again to resume
+    LOGDIR/preemption/                   on SIGTERM to any worker, every worker saves
+                                         here at one agreed step and exits with code 42:
+                                         run again to resume at that step
     LOGDIR/tensorboard/{train,validation}/
     LOGDIR/log.csv                       one row of global logs per epoch
 
@@ -47,6 +50,7 @@ from tfr_hooks.quiet import import_tensorflow
 tf = import_tensorflow()  # before anything imports TensorFlow: drops its start-up notices
 
 TRAIN_SHARDS = 4
+PREEMPTED = 42  # the exit code of tfr_hooks.PreemptionCheckpoint
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -105,19 +109,22 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
                 )
             )
         deadline = time.monotonic() + args.timeout
-        failed = 0
+        codes = []
         for index, proc in enumerate(procs):
             try:
                 _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 print(f"worker {index} timed out after {args.timeout:.0f} s", file=sys.stderr)
                 return 1
-            if proc.returncode != 0:
-                failed += 1
+            codes.append(proc.returncode)
+            if proc.returncode not in (0, PREEMPTED):
                 print(f"worker {index} failed (exit code {proc.returncode})", file=sys.stderr)
                 if err:
                     print(err[-3000:], file=sys.stderr)
-        return 1 if failed else 0
+        if codes and all(code == PREEMPTED for code in codes):
+            print("preempted: every worker saved the same step; run again to resume there")
+            return PREEMPTED
+        return 0 if all(code == 0 for code in codes) else 1
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -196,7 +203,12 @@ def train(args: argparse.Namespace) -> dict[str, list[float]]:
     loop = tfr_hooks.FunctionLoop(  # --- tfr_hooks: the same loop on 1 or N workers ---
         train_data,
         model=model,
-        hooks=[tfr_hooks.KerasCallbacks(callbacks, model, verbose=2), CountExamples()],
+        hooks=[
+            tfr_hooks.KerasCallbacks(callbacks, model, verbose=2),
+            # SIGTERM (a preemption) to any worker: one agreed checkpoint, then exit 42
+            tfr_hooks.PreemptionCheckpoint(str(logdir / "preemption"), model=model),
+            CountExamples(),
+        ],
         steps_per_execution=args.steps_per_execution,
         strategy=strategy,
     )
