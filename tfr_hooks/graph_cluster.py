@@ -34,6 +34,7 @@ __all__ = [
     "drop_writers",
     "is_writer",
     "loop_device",
+    "worker_device",
     "warn_local_variables_on_ps",
 ]
 
@@ -104,14 +105,16 @@ def checkpoint_dir_of(hooks: Sequence[Any]) -> str | None:
     return None
 
 
-def train_op_device(train_op: Any) -> str:
-    """The device of ``train_op`` (or of the first op of a list), ``""`` if unplaced."""
-    items = train_op if isinstance(train_op, (list, tuple)) else [train_op]
-    for item in items:
-        device = getattr(item, "device", None)
-        if device is not None:
-            return str(device)
-    return ""
+def worker_device(graph: Any) -> str:
+    """The device an op that is not a variable gets here: the worker's, under a setter.
+
+    Under ``replica_device_setter(worker_device=...)`` that is ``worker_device``, under
+    ``tf.device(d)`` it is ``d``, outside any device scope ``""`` (the session's own
+    task). Found by making one ``NoOp`` in ``graph``. (The train op is no guide: with a
+    ``global_step``, ``minimize`` returns its increment, colocated with it on a ps.)
+    """
+    with graph.as_default():
+        return str(tf.no_op(name="tfr_hooks_device_probe").device)
 
 
 @contextlib.contextmanager
@@ -120,8 +123,8 @@ def loop_device(graph: Any, device: str) -> Iterator[None]:
 
     The loop's own variables (running means) are local to each worker: built under a
     ``replica_device_setter`` scope they would land on a ``ps`` task and be shared by
-    every worker that names them alike. Pinned to the train op's device (the worker's,
-    under ``replica_device_setter(worker_device=...)``), they stay on the worker.
+    every worker that names them alike. Pinned to :func:`worker_device`, they stay on
+    the worker.
 
     Args:
         graph: The graph the ops are created in.
@@ -228,7 +231,7 @@ class ClusterSession:
                 config=self.config,
             )
         logger.info(
-            "Waiting up to %s s for the chief to initialize on %s", self.wait_secs, self.master
+            "Waiting up to %g s for the chief to initialize on %s", self.wait_secs, self.master
         )
         try:
             return manager.wait_for_session(
@@ -255,12 +258,16 @@ class ClusterSession:
             # variable, as for a Scaffold made outside the replica_device_setter block
             with graph.as_default(), loop_device(graph, ""):
                 global_variables = _v1.global_variables()
+                ready = _v1.report_uninitialized_variables(name="tfr_hooks_ready")
+                ready_for_local_init = _v1.report_uninitialized_variables(
+                    global_variables, name="tfr_hooks_ready_for_local_init"
+                )
+                for report in (ready, ready_for_local_init):  # unused if the wait fails
+                    getattr(report, "mark_used", lambda: None)()
                 self._ops = {
                     "init": _v1.variables_initializer(global_variables, name="tfr_hooks_init"),
-                    "ready": _v1.report_uninitialized_variables(name="tfr_hooks_ready"),
-                    "ready_for_local_init": _v1.report_uninitialized_variables(
-                        global_variables, name="tfr_hooks_ready_for_local_init"
-                    ),
+                    "ready": ready,
+                    "ready_for_local_init": ready_for_local_init,
                     "local_init": tf.group(
                         _v1.local_variables_initializer(),
                         _v1.tables_initializer(),

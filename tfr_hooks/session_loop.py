@@ -23,8 +23,8 @@ from tfr_hooks.graph_cluster import (
     checkpoint_dir_of,
     drop_writers,
     loop_device,
-    train_op_device,
     warn_local_variables_on_ps,
+    worker_device,
 )
 from tfr_hooks.graph_setup import (
     check_data,
@@ -114,7 +114,7 @@ class SessionLoop:
         >>> server = tf.compat.v1.train.Server(cluster, "worker", index)  # doctest: +SKIP
         >>> setter = tf.compat.v1.train.replica_device_setter(  # doctest: +SKIP
         ...     cluster=cluster, worker_device=f"/job:worker/task:{index}")
-        >>> with tf.device(setter):  # doctest: +SKIP
+        >>> with tf.compat.v1.device(setter):  # doctest: +SKIP
         ...     train_op, loss = build_model(batches)
         >>> loop = SessionLoop(  # doctest: +SKIP
         ...     train_op, {"loss": loss}, data=batches, master=server.target,
@@ -184,9 +184,10 @@ class SessionLoop:
             checkpoint_dir = checkpoint_dir_of(user_hooks)
         self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
         self.wait_for_chief_secs = float(wait_for_chief_secs)
-        # the loop's own variables are each worker's: on the train op's device, never
-        # on a ps task an enclosing replica_device_setter would send them to
-        with self.graph.as_default(), loop_device(self.graph, train_op_device(train_op)):
+        # the loop's own variables are each worker's: on the device of a plain op here,
+        # never on a ps task an enclosing replica_device_setter would send them to
+        device = worker_device(self.graph)
+        with self.graph.as_default(), loop_device(self.graph, device):
             self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
             self._batch_size = _as_tensor_or_none(batch_size)
             self._val_means = None
