@@ -176,8 +176,9 @@ class EpochCheckpoint(Hook):
         """Save every variable; the name records the epoch to resume at."""
         if self._session is None or self._saver is None:
             return
-        if not distribute.current_task().is_chief:  # the chief saves, once
-            return
+        told = self.loop.is_chief  # SessionLoop(is_chief=...), else the strategy/TF_CONFIG
+        if not (told if told is not None else distribute.current_task().is_chief):
+            return  # the chief saves, once
         loop = self.loop
         if self._steps_known is not None:
             complete = loop.epoch_steps >= self._steps_known

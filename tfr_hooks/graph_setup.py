@@ -85,7 +85,9 @@ def initialize_uninitialized(session: Any) -> None:
         return
     report = graph.get_collection(_UNINITIALIZED_KEY)
     if not report or report[0][1] != len(variables):
-        with graph.as_default():
+        # outside any enclosing device scope (a replica_device_setter's, when the loop
+        # runs inside one): the placer puts each check beside its variable
+        with graph.as_default(), graph.device(None):
             tensor = _v1.is_variable_initialized  # one small op per variable, made once
             flags = tf.stack([tensor(v) for v in variables])
         graph.clear_collection(_UNINITIALIZED_KEY)
@@ -97,13 +99,18 @@ def initialize_uninitialized(session: Any) -> None:
         session.run(todo)
 
 
-def ensure_saver(hooks: Sequence[Any]) -> None:
+def ensure_saver(hooks: Sequence[Any], *, needed: bool = False) -> None:
     """Give a ``CheckpointSaverHook`` the default saver ``MonitoredSession``'s scaffold makes.
 
     Stock checkpoint hooks built without a saver look for one in the ``SAVERS``
     collection; ``Scaffold`` puts a sharded saver there, so this does the same.
+
+    Args:
+        hooks: The run's hooks.
+        needed: Make the saver even without a checkpoint hook (a cluster chief restores
+            its ``checkpoint_dir`` with it).
     """
-    wants_saver = any(isinstance(h, _v1.train.CheckpointSaverHook) for h in hooks)
+    wants_saver = needed or any(isinstance(h, _v1.train.CheckpointSaverHook) for h in hooks)
     if wants_saver and not _v1.get_collection(_v1.GraphKeys.SAVERS):
         saver = _v1.train.Saver(sharded=True, max_to_keep=5, save_relative_paths=True)
         _v1.add_to_collection(_v1.GraphKeys.SAVERS, saver)

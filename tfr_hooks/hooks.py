@@ -69,10 +69,14 @@ class LoopState:
             failed run from a finished one.
         input_cancels: The ``cancel`` methods of the run's hooks that own blocking input
             (:class:`~tfr_hooks.QueueRunnerHook`); see :meth:`cancel_input`.
+        is_chief: Whether this process writes the run's files, when the loop was told
+            (``SessionLoop(master=..., is_chief=...)``); ``None`` lets a hook decide from
+            the strategy or ``TF_CONFIG``. Kept across runs.
     """
 
     def __init__(self) -> None:
         self.reset()
+        self.is_chief: bool | None = None
 
     def reset(
         self,

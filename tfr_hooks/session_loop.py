@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks import distribute
 from tfr_hooks.checks import (
     check_fetches,
     check_optional_positive_int,
@@ -15,8 +17,18 @@ from tfr_hooks.checks import (
     expected,
 )
 from tfr_hooks.engine import StepResult, run_loop
+from tfr_hooks.graph_cluster import (
+    DEFAULT_WAIT_FOR_CHIEF_SECS,
+    ClusterSession,
+    checkpoint_dir_of,
+    drop_writers,
+    loop_device,
+    warn_local_variables_on_ps,
+    worker_device,
+)
 from tfr_hooks.graph_setup import (
     check_data,
+    ensure_saver,
     initialize_uninitialized,
     input_hooks,
     training_of,
@@ -68,12 +80,46 @@ class SessionLoop:
             queue nobody fills) with ``DeadlineExceededError``; ``None`` waits forever.
         handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
             one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it.
+        master: The session target of this worker on a ``tf.compat.v1.train.Server``
+            cluster (``server.target``, ``"grpc://host:port"``), for between-graph
+            replication as ``MonitoredTrainingSession`` runs it: the chief restores the
+            global variables from ``checkpoint_dir`` or initializes them, the other
+            workers wait for it, every worker initializes its own local variables.
+            ``""`` (the default): an in-process session, as without a cluster.
+        is_chief: Whether this worker is the chief, which initializes the global
+            variables and alone writes checkpoints and events: on other workers the
+            stock ``CheckpointSaverHook`` and ``SummarySaverHook`` and the package's
+            :class:`~tfr_hooks.TensorBoardLogger` and :class:`~tfr_hooks.EpochCheckpoint`
+            in ``hooks`` are dropped. ``None``: with a ``master``, from ``TF_CONFIG``
+            (:func:`tfr_hooks.distribute.current_task`; no ``TF_CONFIG`` is a chief);
+            without one, the loop is a single process's and drops nothing. ``False``
+            needs a ``master``.
+        chief_only_hooks: Hooks run after ``hooks``, on the chief only.
+        checkpoint_dir: Where the chief restores the global variables from (the latest
+            checkpoint, if any) when it creates its session on ``master``; ``None``
+            takes the directory of the first stock ``CheckpointSaverHook`` in the hooks,
+            if any.
+        wait_for_chief_secs: How long a non-chief waits for the chief to initialize the
+            global variables before failing with ``DeadlineExceededError`` (by default
+            two hours, as ``MonitoredTrainingSession``); it checks every second.
 
     Examples:
         >>> batches = tfrecord.read_batches("data/train", 128)  # doctest: +SKIP
         >>> loop = SessionLoop(train_op, fetches={"loss": loss}, data=batches)  # doctest: +SKIP
         >>> history = loop.run(epochs=3)  # doctest: +SKIP
         >>> history["loss"]  # one mean per epoch  # doctest: +SKIP
+
+        Worker ``index`` of a cluster with a ``ps`` job (see ``docs/distributed.md``):
+
+        >>> server = tf.compat.v1.train.Server(cluster, "worker", index)  # doctest: +SKIP
+        >>> setter = tf.compat.v1.train.replica_device_setter(  # doctest: +SKIP
+        ...     cluster=cluster, worker_device=f"/job:worker/task:{index}")
+        >>> with tf.compat.v1.device(setter):  # doctest: +SKIP
+        ...     train_op, loss = build_model(batches)
+        >>> loop = SessionLoop(  # doctest: +SKIP
+        ...     train_op, {"loss": loss}, data=batches, master=server.target,
+        ...     is_chief=index == 0, hooks=[CheckpointSaverHook("ckpt", save_steps=100)])
+        >>> loop.run(epochs=1)  # doctest: +SKIP
     """
 
     def __init__(
@@ -90,6 +136,11 @@ class SessionLoop:
         session_config: Any = None,
         run_timeout_secs: float | None = None,
         handle_signals: bool = True,
+        master: str | bytes = "",
+        is_chief: bool | None = None,
+        chief_only_hooks: Sequence[Any] | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        wait_for_chief_secs: float = DEFAULT_WAIT_FOR_CHIEF_SECS,
     ) -> None:
         if train_op is None:
             raise TypeError(expected("train_op", "a tf.Operation or tf.Tensor", train_op))
@@ -109,6 +160,11 @@ class SessionLoop:
         if validation is not None and not isinstance(validation, Validation):
             raise TypeError(expected("validation", "a tfr_hooks.Validation or None", validation))
         check_positive_number(run_timeout_secs, "run_timeout_secs", optional=True)
+        master, is_chief = _check_cluster(master, is_chief)
+        chief_hooks = check_hooks(chief_only_hooks, argument="chief_only_hooks")
+        if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, os.PathLike)):
+            raise TypeError(expected("checkpoint_dir", "a directory path or None", checkpoint_dir))
+        check_positive_number(wait_for_chief_secs, "wait_for_chief_secs")
         self.graph = _graph_of(train_op)
         self.train_op = train_op
         self.steps_per_epoch = steps_per_epoch
@@ -116,7 +172,22 @@ class SessionLoop:
         self.validation = validation
         self.session_config = session_config
         self.run_timeout_secs = run_timeout_secs
-        with self.graph.as_default():
+        self.master = master
+        self.is_chief = is_chief
+        if is_chief is not None:  # told who the chief is: drop the writers elsewhere
+            user_hooks = drop_writers(user_hooks, is_chief)
+            if is_chief:
+                user_hooks += chief_hooks
+        elif chief_hooks:  # a single process (no master) is its own chief
+            user_hooks += chief_hooks
+        if checkpoint_dir is None:
+            checkpoint_dir = checkpoint_dir_of(user_hooks)
+        self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        self.wait_for_chief_secs = float(wait_for_chief_secs)
+        # the loop's own variables are each worker's: on the device of a plain op here,
+        # never on a ps task an enclosing replica_device_setter would send them to
+        device = worker_device(self.graph)
+        with self.graph.as_default(), loop_device(self.graph, device):
             self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
             self._batch_size = _as_tensor_or_none(batch_size)
             self._val_means = None
@@ -125,8 +196,22 @@ class SessionLoop:
                     validation.fetches, validation.batch_size, name="tfr_hooks_val_means"
                 )
         auto = input_hooks(self.graph, user_hooks, data, training)
+        self._cluster: ClusterSession | None = None
+        if master:
+            with self.graph.as_default():
+                ensure_saver(user_hooks, needed=bool(is_chief and self.checkpoint_dir))
+            warn_local_variables_on_ps(self.graph)
+            self._cluster = ClusterSession(
+                self.graph,
+                master,
+                bool(is_chief),
+                session_config,
+                self.checkpoint_dir if is_chief else None,
+                self.wait_for_chief_secs,
+            )
         self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
         self.loop = LoopState()
+        self.loop.is_chief = is_chief
 
     def run(
         self,
@@ -152,6 +237,14 @@ class SessionLoop:
         if session is not None and getattr(session, "graph", None) is not self.graph:
             raise ValueError(
                 expected("session", "a tf.compat.v1.Session on the train op's graph", session)
+            )
+        if session is not None and self._cluster is not None:
+            raise ValueError(
+                expected(
+                    "session",
+                    f"None when the loop creates its session on master={self.master!r}",
+                    session,
+                )
             )
         runner = _SessionRunner(self, session)
         validation = self.validation
@@ -190,9 +283,12 @@ class _SessionRunner:
 
     def start(self) -> None:
         owner = self.owner
-        if self.session is None:
-            self.session = _v1.Session(graph=owner.graph, config=owner.session_config)
-        initialize_uninitialized(self.session)
+        if owner._cluster is not None:  # the chief initializes or restores, others wait
+            self.session = owner._cluster.create()
+        else:
+            if self.session is None:
+                self.session = _v1.Session(graph=owner.graph, config=owner.session_config)
+            initialize_uninitialized(self.session)
         self.coord = _v1.train.Coordinator()  # the run's one coordinator
         self.fast_run = prepared_run(self.session, self.fetches, self.options)
 
@@ -241,6 +337,30 @@ class _SessionRunner:
             self.coord.request_stop()  # threads a user hook started on it
         if self.owns_session and self.session is not None:
             self.session.close()
+
+
+def _check_cluster(master: object, is_chief: object) -> tuple[str, bool | None]:
+    """``master`` as a string and ``is_chief`` resolved (from ``TF_CONFIG`` if ``None``)."""
+    if isinstance(master, bytes):  # server.target is bytes
+        master = master.decode()
+    if not isinstance(master, str):
+        raise TypeError(
+            expected("master", "a session target string such as server.target or ''", master)
+        )
+    if is_chief is not None and not isinstance(is_chief, bool):
+        raise TypeError(expected("is_chief", "a bool or None", is_chief))
+    if is_chief is False and not master:
+        raise ValueError(
+            expected(
+                "is_chief",
+                "True or None without a `master` (a non-chief waits for the chief on the "
+                "cluster of its master)",
+                is_chief,
+            )
+        )
+    if is_chief is None and master:
+        is_chief = distribute.current_task().is_chief
+    return master, is_chief
 
 
 def _graph_of(train_op: Any) -> Any:

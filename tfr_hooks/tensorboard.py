@@ -97,8 +97,12 @@ class TensorBoardLogger(Hook):
         """Reset the batch count; writers open when first needed."""
         self._writers = {}
         self._batches = 0
-        # in a multi-worker cluster only the chief writes events
-        self._chief = distribute.current_task(model=self.model).is_chief
+        # in a multi-worker cluster only the chief writes events; a loop told who the
+        # chief is (SessionLoop(is_chief=...)) says so, else the strategy or TF_CONFIG
+        told = getattr(getattr(self, "loop", None), "is_chief", None)
+        self._chief = (
+            told if told is not None else distribute.current_task(model=self.model).is_chief
+        )
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Write the session's graph to ``train/`` (graph mode, with ``write_graph``)."""
