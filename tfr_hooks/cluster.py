@@ -20,11 +20,9 @@ import json
 import logging
 import os
 import socket
-from dataclasses import dataclass
-from typing import Any
-
 import sys
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import tensorflow as tf
