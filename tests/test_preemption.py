@@ -179,3 +179,73 @@ def test_graph_mode_is_refused_with_the_alternative(tmp_path) -> None:
         loop = SessionLoop(op, hooks=[hook], steps_per_epoch=1)
         with pytest.raises(ValueError, match=r"In graph mode .*EpochCheckpoint"):
             loop.run(epochs=1)
+
+
+class StopAfterEpoch(Hook):
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        if epoch == self.epoch:
+            self.loop.request_stop("the test's stop")
+
+
+def _preempt(directory: Any, model: Any, at: tuple[int, int], hooks: list[Any]) -> Preempted:
+    loop = FunctionLoop(
+        _data(),
+        model=model,
+        hooks=[*hooks, SigtermAt(*at), PreemptionCheckpoint(directory, model=model)],
+    )
+    with pytest.raises(Preempted) as caught:
+        loop.run(epochs=EPOCHS)
+    return caught.value
+
+
+def test_a_newer_epoch_backup_wins_over_an_older_preemption_checkpoint(tmp_path) -> None:
+    import keras
+
+    directory, backup = tmp_path / "preemption", str(tmp_path / "backup")
+    model = _model()
+    _preempt(directory, model, (0, 2), [])  # a checkpoint in epoch 0
+    # resumed from it, with a backup each epoch, then stopped after epoch 1 (not preempted)
+    restore = keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)
+    hooks = [KerasCallbacks([restore], model), PreemptionCheckpoint(directory, model=model)]
+    FunctionLoop(_data(), model=model, hooks=[*hooks, StopAfterEpoch(1)]).run(epochs=EPOCHS)
+    at_backup = model.get_weights()
+
+    fresh = _model()
+    record = Record(fresh)
+    restore = keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)
+    later = PreemptionCheckpoint(directory, model=fresh)
+    hooks = [KerasCallbacks([restore], fresh), later, record]
+    FunctionLoop(_data(), model=fresh, hooks=hooks).run(epochs=EPOCHS)
+    assert later.restored is None  # its epoch-0 checkpoint is older than the backup
+    assert record.epochs == [2] and record.first_batch == 0
+    assert record.iterations_at_start == 2 * STEPS
+    for ours, theirs in zip(record.weights_at_start or [], at_backup, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_a_hook_restoring_after_it_has_the_last_word(tmp_path, caplog) -> None:
+    import keras
+
+    directory, backup = tmp_path / "preemption", str(tmp_path / "backup")
+    model = _model()
+    restore = keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)
+    # a backup at the end of epoch 0, and a preemption checkpoint in epoch 1
+    stop = _preempt(directory, model, (1, 2), [KerasCallbacks([restore], model)])
+    assert stop.epoch == 1 and stop.step > 0
+
+    fresh = _model()
+    record = Record(fresh)
+    restore = keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)
+    # in the wrong order: BackupAndRestore restores its epoch-0 backup over the checkpoint
+    hooks = [PreemptionCheckpoint(directory, model=fresh), KerasCallbacks([restore], fresh)]
+    with caplog.at_level("WARNING", logger="tfr_hooks.preemption"):
+        FunctionLoop(_data(), model=fresh, hooks=[*hooks, record]).run(epochs=EPOCHS)
+    assert "Put PreemptionCheckpoint after KerasCallbacks" in caplog.text
+    # epoch 1 in full from the backup: a consistent state, not the backup's weights at
+    # the checkpoint's step
+    assert record.epochs == [1, 2] and record.first_batch == 0
+    assert record.iterations_at_start == STEPS
+    assert int(fresh.optimizer.iterations.numpy()) == EPOCHS * STEPS

@@ -257,13 +257,15 @@ def _run_epoch(
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     loop.epoch = epoch
     first = epoch == loop.initial_epoch
-    # a run resumed mid-epoch: the steps already run count, and only the rest are run
-    done = loop.initial_step if first else 0
-    length = steps_per_epoch if steps_per_epoch is not None or not done else loop.steps_per_epoch
-    loop.epoch_steps, loop.epoch_examples = done, 0
+    loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
     runner.start_epoch(restart_data=first or steps_per_epoch is None)
     hooks.epoch_begin(epoch)
+    # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
+    # only the rest are run
+    done = loop.initial_step if first else 0
+    length = steps_per_epoch if steps_per_epoch is not None or not done else loop.steps_per_epoch
+    loop.epoch_steps = done
     exhausted = False
     while length is None or loop.epoch_steps < length:
         if runner.ran_out:

@@ -49,8 +49,9 @@ class LoopState:
         initial_step: Steps of ``initial_epoch`` already run before this run (a run
             resumed from a mid-epoch checkpoint, such as a
             :class:`~tfr_hooks.PreemptionCheckpoint`'s); 0 otherwise. A hook may set it
-            where it may move ``initial_epoch``; the first epoch then counts from it and
-            runs only the steps left of the epoch's known length (``steps_per_epoch``).
+            where it may move ``initial_epoch`` (or in the first ``epoch_begin``); the
+            first epoch then counts from it and runs only the steps left of the epoch's
+            known length (``steps_per_epoch``).
         epoch: The current epoch, counted from 0.
         global_step: Steps run since ``run`` started (this run only).
         epoch_steps: Steps run so far in the current epoch.

@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 #: The exit code of a preempted worker, as TensorFlow's handler uses by default.
 PREEMPTION_EXIT_CODE = 42
+# where the position in the run is kept in the checkpoint
+_POSITION_KEY = "tfr_hooks_position/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class Preempted(SystemExit):
@@ -146,6 +148,7 @@ class PreemptionCheckpoint(Hook):
         self._task = distribute.TaskInfo()
         self._saved_path: str | None = None
         self._saved = False
+        self._iterations: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -153,6 +156,7 @@ class PreemptionCheckpoint(Hook):
         """Take SIGTERM (main thread only, unless it is ignored)."""
         self.preempted = self._saved = False
         self._saved_path = None
+        self._iterations = None
         self._signalled.clear()
         if threading.current_thread() is not threading.main_thread():
             logger.warning("Not in the main thread: SIGTERM is left to its handler.")
@@ -191,13 +195,58 @@ class PreemptionCheckpoint(Hook):
             save_fn=self._save,
         )
         resolver = getattr(strategy, "cluster_resolver", None)
-        with strategy.scope():
-            self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-                resolver, self._manager, termination_config=config
+        # the handler restores the latest checkpoint its manager finds: hand it an empty
+        # directory instead when there is none to restore, or only one older than the
+        # start another hook (BackupAndRestore) has already restored
+        saved = self._saved_position()
+        fresh = saved is not None and saved[0] >= self.loop.initial_epoch
+        scratch = None if fresh else tempfile.mkdtemp(prefix="tfr_hooks_preemption_read_")
+        reader = self._manager
+        if scratch is not None:
+            reader = tf.train.CheckpointManager(self._checkpoint, scratch, max_to_keep=1)
+        try:
+            with strategy.scope():
+                self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+                    resolver, reader, termination_config=config
+                )
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+        if saved is not None and not fresh:
+            logger.info(
+                "The preemption checkpoint in %s (epoch %d, step %d) is older than epoch "
+                "%d, where another hook restored this run: not restored.",
+                self.directory,
+                *saved,
+                self.loop.initial_epoch,
             )
-        if self._manager.latest_checkpoint is not None:
+        if fresh:
             epoch, step = (int(v) for v in self._position.numpy())
             self._resume_at(epoch, step)
+
+    def epoch_begin(self, epoch: int) -> None:
+        """Start the resumed epoch from its first step if a later hook restored others.
+
+        A hook after this one (``KerasCallbacks`` with ``BackupAndRestore``) that restored
+        its own backup over this checkpoint's weights has the last word: the optimizer's
+        step count tells, and the epoch then runs in full from that backup.
+        """
+        if self._iterations is None or epoch != self.loop.initial_epoch:
+            return
+        iterations, self._iterations = self._iterations, None
+        optimizer = getattr(self.model, "optimizer", None)
+        now = None if optimizer is None else int(optimizer.iterations.numpy())
+        if now is not None and now != iterations and self.loop.initial_step:
+            logger.warning(
+                "A hook after PreemptionCheckpoint restored other weights (optimizer "
+                "step %d, not %d): epoch %d runs from its first step. Put "
+                "PreemptionCheckpoint after KerasCallbacks.",
+                now,
+                iterations,
+                epoch,
+            )
+            self.loop.initial_step = 0
+            self.restored = None
 
     def before_run(self, run_context: Any) -> None:
         """Save and stop at the agreed call, on every worker; else go on."""
@@ -233,6 +282,21 @@ class PreemptionCheckpoint(Hook):
         if strategy is None:
             strategy = tf.distribute.get_strategy()
         return strategy
+
+    def _saved_position(self) -> tuple[int, int] | None:
+        """The (epoch, step) of the latest checkpoint in ``directory``, without restoring."""
+        latest = tf.train.latest_checkpoint(self.directory)
+        if latest is None:
+            return None
+        try:
+            value = tf.train.load_variable(latest, _POSITION_KEY)
+        except (tf.errors.NotFoundError, ValueError) as error:
+            raise ValueError(
+                f"Expected {latest} to be a checkpoint written by PreemptionCheckpoint "
+                f"(with the variable {_POSITION_KEY!r}); give the hook a directory of its "
+                f"own. Received: directory={self.directory!r}"
+            ) from error
+        return int(value[0]), int(value[1])
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         logger.warning(
@@ -279,6 +343,9 @@ class PreemptionCheckpoint(Hook):
         loop.initial_epoch = epoch
         loop.initial_step = step
         self.restored = (epoch, step)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:  # to tell, at the epoch's start, that nobody restored after
+            self._iterations = int(optimizer.iterations.numpy())
         logger.info(
             "Resuming at epoch %d, step %d from the preemption checkpoint in %s",
             epoch,
