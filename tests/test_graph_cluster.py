@@ -107,9 +107,9 @@ def test_the_non_chief_waits_for_the_chief_to_initialize(cluster_run: dict[str, 
     # worker 1 started first and waited: it saw the chief's random initial value
     assert other["ready_after"] >= 1.0, other
     assert other["marker_at_start"] == chief["marker_at_start"]
-    # the chief initialized the step (worker 1 may have run some steps by the time the
-    # chief's hooks look)
-    assert 0 <= chief["global_step_start"] < _steps(1)
+    # the chief initialized the step (worker 1 may have run some or all of its steps by
+    # the time the chief's hooks look: the chief's checkpoint hook saves first)
+    assert 0 <= chief["global_step_start"] <= _steps(1)
     waiting = cluster_run["workers"][1].stderr
     assert "Waiting up to 60 s for the chief" in waiting
 
