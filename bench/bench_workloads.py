@@ -630,6 +630,7 @@ def function_loop(
     reinit: bool = False,
     cached: bool = False,
     source: str = "records",
+    strategy: Any = None,
 ) -> dict[str, Any]:
     """``FunctionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``.
 
@@ -643,7 +644,11 @@ def function_loop(
     from tfr_hooks.function_loop import FunctionLoop
 
     clock = Clock(spec)
-    net = keras3_model(spec.model)
+    if strategy is None:
+        net = keras3_model(spec.model)
+    else:
+        with strategy.scope():
+            net = keras3_model(spec.model)
     hooks = []
     if with_callbacks:
         hooks = bracket_hooks(clock, [tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net)])
@@ -657,6 +662,7 @@ def function_loop(
         hooks=hooks,
         steps_per_execution=steps_per_execution,
         steps_per_epoch=None if reinit else steps_per_epoch(spec),
+        strategy=strategy,
     )
     loop.run(epochs=spec.epochs + 1)
     return clock.result()
@@ -672,11 +678,6 @@ def multi_worker(spec: Spec) -> dict[str, Any]:
     """
     import json
 
-    import keras as k3
-
-    import tfr_hooks
-    from tfr_hooks.function_loop import FunctionLoop
-
     if spec.tf_config is None:
         raise ValueError("Expected a TF_CONFIG for a multi-worker row. Received: None")
     os.environ["TF_CONFIG"] = spec.tf_config
@@ -684,21 +685,8 @@ def multi_worker(spec: Spec) -> dict[str, Any]:
     # collectives can hang with fewer inter-op threads than workers + 1
     tf.config.threading.set_inter_op_parallelism_threads(workers + 1)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    clock = Clock(spec)
-    with strategy.scope():
-        net = keras3_model(spec.model)
-    cbs = [tfr_hooks.KerasCallbacks(callbacks(k3, spec.workdir), net)]
-    hooks = [*bracket_hooks(clock, cbs), clock_hook(clock)]
-    loop = FunctionLoop(
-        tf2_dataset(spec),
-        model=net,
-        hooks=hooks,
-        steps_per_execution=32,
-        steps_per_epoch=steps_per_epoch(spec),
-        strategy=strategy,
-    )
-    loop.run(epochs=spec.epochs + 1)
-    return {**clock.result(), "workers": workers}
+    result = function_loop(spec, 32, True, strategy=strategy)
+    return {**result, "workers": workers}
 
 
 def input_only_tf2(spec: Spec, source: str = "records") -> dict[str, Any]:
