@@ -253,7 +253,6 @@ class PreemptionCheckpoint(Hook):
         if self._handler is None:
             return None
         loop = self.loop
-        self._position.assign([loop.epoch, loop.epoch_steps])
         self._handler.save_checkpoint_if_preempted()
         if self._saved:
             self.preempted = True
@@ -308,6 +307,8 @@ class PreemptionCheckpoint(Hook):
 
     def _save(self, *args: Any, **kwargs: Any) -> None:
         """The handler's save: the chief to ``directory``, the others to a removed place."""
+        # where the run is, only when saving: nothing added to the calls of other steps
+        self._position.assign([self.loop.epoch, self.loop.epoch_steps])
         if self._task.is_chief:
             self._saved_path = self._manager.save(*args, **kwargs)
             return
