@@ -38,7 +38,13 @@ if (ROOT / "tfr_hooks").is_dir():  # a checkout: benchmark the working tree
     sys.path.insert(0, str(ROOT))
 
 from bench_configs import DESCRIPTIONS, MODEL_FREE, MULTI_WORKER, ROWS  # noqa: E402
-from bench_report import render_markdown, render_png, summarize  # noqa: E402
+from bench_report import (  # noqa: E402
+    render_markdown,
+    render_png,
+    render_readme_summary,
+    replace_readme_summary,
+    summarize,
+)
 
 DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 2}
 QUICK = {"examples": 2048, "repeats": 1, "epochs": 1}
@@ -221,6 +227,11 @@ def write_report(
     render_png(tables, str(args.out / "latest.png"), title)
     raw = {f"{c}|{m}": runs for (c, m), runs in results.items()}
     (args.out / "latest.json").write_text(json.dumps({"meta": meta, "runs": raw}, indent=1))
+    if args.out.resolve() == (HERE / "results").resolve() and not args.only:
+        # the full run of record: the README quotes it (its figures are written nowhere else)
+        readme = HERE.parent / "README.md"
+        summary = render_readme_summary(tables, meta)
+        readme.write_text(replace_readme_summary(readme.read_text(), summary))
     return md
 
 

@@ -47,7 +47,7 @@ def blocks(document: Path, *languages: str) -> list[tuple[int, str]]:
     found = []
     for match in FENCE.finditer(text):
         if match.group(1) in languages:
-            found.append((text.count("\n", 0, match.start()) + 2, match.group(2)))
+            found.append((text.count("\n", 0, match.start()) + 1, match.group(2)))
     return found
 
 
@@ -244,3 +244,19 @@ def test_documented_signatures_are_the_codes() -> None:
                 assert ast.literal_eval(defaults[p.name]) == p.default, f"{where}: {p.name}"
         checked += 1
     assert checked == len(SIGNATURES)
+
+
+def test_readme_benchmark_figures_are_generated_from_the_results_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The README quotes the latest full run: regenerated from latest.json, it is unchanged."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    for name in ("bench_configs", "bench_report"):
+        sys.modules.pop(name, None)
+    import bench_report
+
+    tables, meta = bench_report.load_results(str(ROOT / "bench" / "results" / "latest.json"))
+    readme = (ROOT / "README.md").read_text()
+    summary = bench_report.render_readme_summary(tables, meta)
+    assert bench_report.replace_readme_summary(readme, summary) == readme
+    assert f"{meta['write_rate']:,.0f} examples/s" in summary  # the figures are the run's
