@@ -361,3 +361,137 @@ def test_defaults_are_checked_and_kept_in_json():
     assert Schema.from_list(schema.to_list()) == schema
     assert schema.to_list()[2]["default"] == [1, 2]
     assert hash(schema["xy"]) == hash(Feature("xy", "int64", (2,), default=[1, 2]))
+
+
+# --- issue 17 item 4: a feature some records lack, whichever record that is -------------
+# The rule: a feature of varying length (what inference gives one that some records
+# lack) reads as a ragged row, empty where a record lacks it, as tf.io.RaggedFeature
+# reads it; a feature of fixed shape without a default must be in every record, and the
+# error says how to give it a default. Record 0 is no exception.
+
+LACKING_RECORDS = 50
+
+
+def write_file_lacking_t(path, missing: int) -> str:
+    """``id`` in every record, float ``t`` (one value) in all but record ``missing``."""
+    records = []
+    for i in range(LACKING_RECORDS):
+        features = {"id": int64_feature([i])}
+        if i != missing:
+            features["t"] = float_feature([i / 2])
+        records.append(example(**features))
+    return write_records(path, records)
+
+
+def expected_t(missing: int, default: float | None = None) -> list:
+    if default is None:  # ragged rows
+        return [[] if i == missing else [i / 2] for i in range(LACKING_RECORDS)]
+    return [default if i == missing else i / 2 for i in range(LACKING_RECORDS)]
+
+
+def column(batches, name: str) -> list:
+    """One feature's values over all batches (eager tensors or session results)."""
+    values = []
+    for batch in batches:
+        value = batch[name]
+        if isinstance(value, (tf.RaggedTensor, tf.compat.v1.ragged.RaggedTensorValue)):
+            values.extend(value.to_list())
+        else:
+            values.extend(np.asarray(value).tolist())
+    return values
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_a_feature_some_records_lack_reads_as_ragged_whichever_record(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+
+    (info,) = tfrecord.inspect(path)
+    assert info.features["t"].records == LACKING_RECORDS - 1
+    assert info.features["t"].is_optional(info.scanned_records)
+    assert tfrecord.infer_schema(path)["t"] == Feature("t", "float32", (None,), "float")
+
+    batches = list(tfrecord.dataset(path, 16))
+
+    assert all(isinstance(b["t"], tf.RaggedTensor) for b in batches)
+    assert column(batches, "t") == expected_t(missing)
+    assert column(batches, "id") == list(range(LACKING_RECORDS))
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+@pytest.mark.parametrize("pipeline", ["dataset", "queue"])
+def test_a_feature_some_records_lack_reads_as_ragged_in_graph_mode(tmp_path, missing, pipeline):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            path, 16, pipeline=pipeline, num_epochs=1, shuffle=False, num_threads=1
+        )
+        assert isinstance(batches.tensors["t"], tf.RaggedTensor)
+        with new_session() as session:
+            results = run_graph_batches(session, batches.tensors, batches.initializers)
+    assert column(results, "t") == expected_t(missing)
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_memory_refuses_a_feature_some_records_lack_the_same_way(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    with (
+        tf.Graph().as_default(),
+        pytest.raises(
+            ValueError,
+            match=r"give one that some records lack a default: "
+            r"decode=\{'t': \{'default': \.\.\.\}\}.*Received features of varying length: "
+            r"\['t'\]",
+        ),
+    ):
+        tfrecord.read_batches(path, 16, pipeline="memory")
+    with pytest.raises(ValueError, match=r"decode=\{'t': \{'default': \.\.\.\}\}"):
+        tfrecord.dataset(path, 16, in_memory=True)
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_a_feature_some_records_lack_reads_its_default_whichever_record(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    decode = {"t": {"default": -1.0}}
+
+    got = column(tfrecord.dataset(path, 16, decode=decode), "t")
+    assert got == expected_t(missing, -1.0)
+    for pipeline in ("dataset", "memory", "queue"):
+        with tf.Graph().as_default():
+            batches = tfrecord.read_batches(
+                path,
+                16,
+                pipeline=pipeline,
+                num_epochs=1,
+                shuffle=False,
+                num_threads=1,
+                decode=decode,
+            )
+            assert batches.tensors["t"].shape.as_list() == [None], pipeline
+            with new_session() as session:
+                results = run_graph_batches(session, batches.tensors, batches.initializers)
+        assert column(results, "t") == expected_t(missing, -1.0), pipeline
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_a_fixed_shape_feature_some_records_lack_says_to_give_a_default(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    schema = Schema([Feature("id", "int64"), Feature("t", "float32")])  # t required
+    message = (
+        rf"Feature 't' is missing from record {missing} of file '.*lacks-{missing}.tfrecord': "
+        r"expected a float_list of 1 value\(s\); found only the features \['id'\]\. If some "
+        r"records hold no value for it, give it a default: decode=\{'t': \{'default': \.\.\.\}\}"
+    )
+    if missing == 0:  # seen when the pipeline is built
+        with pytest.raises(tfrecord.MissingFeatureError, match=message) as caught:
+            tfrecord.dataset(path, 16, schema=schema)
+        found = caught.value
+    else:  # seen while reading, explained naming the file, record and feature
+        with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+            list(tfrecord.dataset(path, 16, schema=schema))
+        found = tfrecord.explain_error(caught.value, path, schema)
+        with pytest.raises(tfrecord.MissingFeatureError, match=message):
+            raise found or caught.value
+    assert (found.file, found.record, found.feature) == (path, missing, "t")
+    # and the default it suggests reads the file
+    got = column(tfrecord.dataset(path, 16, schema=schema, decode={"t": {"default": 0.0}}), "t")
+    assert got == expected_t(missing, 0.0)

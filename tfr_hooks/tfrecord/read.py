@@ -531,9 +531,11 @@ def _use_memory(
                 f"map_fn={map_fn!r}"
             )
         if varying:
+            hint = ", ".join(f"{name!r}: {{'default': ...}}" for name in varying)
             raise ValueError(
-                "Expected every feature to have a fixed shape to hold the data in memory. "
-                f"Received features of varying length: {varying}"
+                "Expected every feature to have a fixed shape to hold the data in memory "
+                "(give one that some records lack a default: decode={" + hint + "}, or "
+                f"stream). Received features of varying length: {varying}"
             )
         return True
     if map_fn is not None or varying:

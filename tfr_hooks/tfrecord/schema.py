@@ -23,8 +23,9 @@ absent, or an empty list, as TFX writes missing values), and the default is read
 place, so the batch stays a dense tensor.
 
 A shape may be ``(None,)`` for a feature whose length varies between records (found
-when inferring the schema of files written by other tools); it is read as a
-``tf.RaggedTensor``.
+when inferring the schema of files written by other tools, also for one that some
+records lack); it is read as a ``tf.RaggedTensor``, with an empty row for a record that
+holds no value, whichever record that is (as ``tf.io.RaggedFeature`` reads it).
 """
 
 from __future__ import annotations
@@ -582,20 +583,27 @@ class Schema:
             file: The file it came from, for the message.
             record: Its index in that file, for the message.
 
+        A feature of varying length may be absent from any record (it reads as an empty
+        row, as ``tf.io.RaggedFeature`` reads it), and so may one with a default (the
+        default is read); any other feature must be in every record.
+
         Raises:
-            MissingFeatureError: If a feature of the schema is absent.
+            MissingFeatureError: If a feature of the schema that has a fixed shape and no
+                default is absent.
             SchemaMismatchError: If a feature has the wrong kind or length.
         """
         where = _where(file, record)
         present = example.features.feature
         for feature in self.features:
-            if feature.name not in present and feature.optional:
-                continue  # its default is read
+            if feature.name not in present and (feature.optional or feature.varying):
+                continue  # its default is read, or an empty row (as tf.io.RaggedFeature)
             if feature.name not in present:
                 found = sorted(present.keys())
                 raise MissingFeatureError(
                     f"Feature {feature.name!r} is missing from {where}: expected "
-                    f"{feature.expected_values()}; found only the features {found}.",
+                    f"{feature.expected_values()}; found only the features {found}. "
+                    f"If some records hold no value for it, give it a default: "
+                    f"decode={{{feature.name!r}: {{'default': ...}}}}.",
                     file=file,
                     record=record,
                     feature=feature.name,
