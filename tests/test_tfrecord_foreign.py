@@ -495,3 +495,82 @@ def test_a_fixed_shape_feature_some_records_lack_says_to_give_a_default(tmp_path
     # and the default it suggests reads the file
     got = column(tfrecord.dataset(path, 16, schema=schema, decode={"t": {"default": 0.0}}), "t")
     assert got == expected_t(missing, 0.0)
+
+
+# --- issue 17 item 5: the docs' Feature("xy", "float32", (2,), default=[0.0, 0.0]) -------
+
+DOCS_XY = Feature("xy", "float32", (2,), default=[0.0, 0.0])
+
+
+def xy_records(n: int) -> list[bytes]:
+    """``xy`` as a float_list of 2, absent from records 0 and 5, an empty list in 3."""
+    records = []
+    for i in range(n):
+        features = {"id": int64_feature([i])}
+        if i == 3:
+            features["xy"] = float_feature([])
+        elif i not in (0, 5):
+            features["xy"] = float_feature([i, -i])
+        records.append(example(**features))
+    return records
+
+
+def expected_xy(n: int) -> list:
+    return [[0.0, 0.0] if i in (0, 3, 5) else [float(i), float(-i)] for i in range(n)]
+
+
+def test_docs_float_feature_with_a_default_reads_a_foreign_float_list(tmp_path):
+    assert DOCS_XY.encoding == "float"
+    path = write_records(tmp_path / "xy.tfrecord", xy_records(10))
+    schema = Schema([Feature("id", "int64"), DOCS_XY])
+
+    assert column(tfrecord.dataset(path, 4, schema=schema), "xy") == expected_xy(10)
+    # the same declared on the inferred schema, where xy is of varying length
+    decode = {"xy": {"default": [0.0, 0.0], "shape": (2,)}}
+    assert tfrecord.infer_schema(path).replace(**decode)["xy"] == DOCS_XY
+    for pipeline in ("dataset", "memory", "queue"):
+        with tf.Graph().as_default():
+            batches = tfrecord.read_batches(
+                path,
+                4,
+                pipeline=pipeline,
+                num_epochs=1,
+                shuffle=False,
+                num_threads=1,
+                decode=decode,
+            )
+            assert batches.tensors["xy"].shape.as_list() == [None, 2], pipeline
+            with new_session() as session:
+                results = run_graph_batches(session, batches.tensors, batches.initializers)
+        assert column(results, "xy") == expected_xy(10), pipeline
+
+
+def test_docs_float_feature_with_a_default_reads_what_write_stores(tmp_path):
+    # tfrecord.write stores a float array as raw bytes (schema.json says so): a feature
+    # declared without an encoding reads it as stored
+    xy = np.arange(20, dtype=np.float32).reshape(10, 2)
+    tfrecord.write({"xy": xy, "id": np.arange(10)}, tmp_path / "data")
+    assert tfrecord.load_schema(tmp_path / "data")["xy"].encoding == "raw"
+    schema = Schema([DOCS_XY])
+
+    got = column(tfrecord.dataset(tmp_path / "data", 4, schema=schema), "xy")
+    assert got == xy.tolist()
+    for pipeline in ("dataset", "memory"):
+        with tf.Graph().as_default():
+            batches = tfrecord.read_batches(
+                tmp_path / "data",
+                4,
+                pipeline=pipeline,
+                schema=schema,
+                num_epochs=1,
+                shuffle=False,
+            )
+            assert batches.schema["xy"].encoding == "raw"
+            with new_session() as session:
+                results = run_graph_batches(session, batches.tensors, batches.initializers)
+        assert column(results, "xy") == xy.tolist(), pipeline
+    # a declared encoding is kept, and checked against the stored one
+    with pytest.raises(tfrecord.SchemaMismatchError, match=r"The 'raw' encoding would match"):
+        tfrecord.dataset(
+            tmp_path / "data", 4, schema=Schema([Feature("xy", "float32", (2,), "float", 0.0)])
+        )

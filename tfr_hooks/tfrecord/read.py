@@ -186,6 +186,7 @@ def _plan(
         if sidecar is not None:
             _check_written_size(path, sidecar)
             if schema is not None or decode:
+                chosen = chosen.with_stored_encodings(sidecar.schema)
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
             per_record = sidecar.examples_per_record
             counts.append(sidecar.examples_of(os.path.basename(path)))
