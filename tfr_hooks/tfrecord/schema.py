@@ -596,14 +596,14 @@ class Schema:
     ) -> None:
         """Raise a clear error if one ``tf.train.Example`` does not match the schema.
 
+        A feature of varying length may be absent from any record (it reads as an empty
+        row, as ``tf.io.RaggedFeature`` reads it), and so may one with a default (the
+        default is read); any other feature must be in every record.
+
         Args:
             example: A ``tf.train.Example`` proto.
             file: The file it came from, for the message.
             record: Its index in that file, for the message.
-
-        A feature of varying length may be absent from any record (it reads as an empty
-        row, as ``tf.io.RaggedFeature`` reads it), and so may one with a default (the
-        default is read); any other feature must be in every record.
 
         Raises:
             MissingFeatureError: If a feature of the schema that has a fixed shape and no
