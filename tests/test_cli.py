@@ -233,3 +233,20 @@ def test_inspect_says_optional_for_a_feature_of_0_or_1_values(tmp_path, capsys):
         ("seconds", True),
         ("trip", False),
     ]
+
+
+def test_inspect_shows_a_feature_lacking_in_record_0_as_in_record_30(tmp_path, capsys):
+    # issue 17 item 4: which record lacks the feature changes neither inspect nor reading
+    tables = []
+    for missing in (0, 30):
+        records = [
+            example(id=int64_feature([i]), **({} if i == missing else {"t": float_feature([i])}))
+            for i in range(50)
+        ]
+        path = write_records(tmp_path / f"lacks-{missing}.tfrecord", records)
+        assert cli.main(["inspect", path]) == 0
+        tables.append(capsys.readouterr().out.splitlines()[1:])
+        (batch,) = tfrecord.dataset(path, 50)
+        assert batch["t"].row_lengths().numpy().tolist() == [int(i != missing) for i in range(50)]
+    assert tables[0] == tables[1]
+    assert tables[0][-1] == "  t        float  1              float32  optional  49/50"

@@ -361,3 +361,216 @@ def test_defaults_are_checked_and_kept_in_json():
     assert Schema.from_list(schema.to_list()) == schema
     assert schema.to_list()[2]["default"] == [1, 2]
     assert hash(schema["xy"]) == hash(Feature("xy", "int64", (2,), default=[1, 2]))
+
+
+# --- issue 17 item 4: a feature some records lack, whichever record that is -------------
+# The rule: a feature of varying length (what inference gives one that some records
+# lack) reads as a ragged row, empty where a record lacks it, as tf.io.RaggedFeature
+# reads it; a feature of fixed shape without a default must be in every record, and the
+# error says how to give it a default. Record 0 is no exception.
+
+LACKING_RECORDS = 50
+
+
+def write_file_lacking_t(path, missing: int) -> str:
+    """``id`` in every record, float ``t`` (one value) in all but record ``missing``."""
+    records = []
+    for i in range(LACKING_RECORDS):
+        features = {"id": int64_feature([i])}
+        if i != missing:
+            features["t"] = float_feature([i / 2])
+        records.append(example(**features))
+    return write_records(path, records)
+
+
+def expected_t(missing: int, default: float | None = None) -> list:
+    if default is None:  # ragged rows
+        return [[] if i == missing else [i / 2] for i in range(LACKING_RECORDS)]
+    return [default if i == missing else i / 2 for i in range(LACKING_RECORDS)]
+
+
+def column(batches, name: str) -> list:
+    """One feature's values over all batches (eager tensors or session results)."""
+    values = []
+    for batch in batches:
+        value = batch[name]
+        if isinstance(value, (tf.RaggedTensor, tf.compat.v1.ragged.RaggedTensorValue)):
+            values.extend(value.to_list())
+        else:
+            values.extend(np.asarray(value).tolist())
+    return values
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_a_feature_some_records_lack_reads_as_ragged_whichever_record(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+
+    (info,) = tfrecord.inspect(path)
+    assert info.features["t"].records == LACKING_RECORDS - 1
+    assert info.features["t"].is_optional(info.scanned_records)
+    assert tfrecord.infer_schema(path)["t"] == Feature("t", "float32", (None,), "float")
+
+    batches = list(tfrecord.dataset(path, 16))
+
+    assert all(isinstance(b["t"], tf.RaggedTensor) for b in batches)
+    assert column(batches, "t") == expected_t(missing)
+    assert column(batches, "id") == list(range(LACKING_RECORDS))
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+@pytest.mark.parametrize("pipeline", ["dataset", "queue"])
+def test_a_feature_some_records_lack_reads_as_ragged_in_graph_mode(tmp_path, missing, pipeline):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            path, 16, pipeline=pipeline, num_epochs=1, shuffle=False, num_threads=1
+        )
+        assert isinstance(batches.tensors["t"], tf.RaggedTensor)
+        with new_session() as session:
+            results = run_graph_batches(session, batches.tensors, batches.initializers)
+    assert column(results, "t") == expected_t(missing)
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_memory_refuses_a_feature_some_records_lack_the_same_way(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    with (
+        tf.Graph().as_default(),
+        pytest.raises(
+            ValueError,
+            match=r"give one that some records lack a default: "
+            r"decode=\{'t': \{'default': \.\.\.\}\}.*Received features of varying length: "
+            r"\['t'\]",
+        ),
+    ):
+        tfrecord.read_batches(path, 16, pipeline="memory")
+    with pytest.raises(ValueError, match=r"decode=\{'t': \{'default': \.\.\.\}\}"):
+        tfrecord.dataset(path, 16, in_memory=True)
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_a_feature_some_records_lack_reads_its_default_whichever_record(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    decode = {"t": {"default": -1.0}}
+
+    got = column(tfrecord.dataset(path, 16, decode=decode), "t")
+    assert got == expected_t(missing, -1.0)
+    for pipeline in ("dataset", "memory", "queue"):
+        with tf.Graph().as_default():
+            batches = tfrecord.read_batches(
+                path,
+                16,
+                pipeline=pipeline,
+                num_epochs=1,
+                shuffle=False,
+                num_threads=1,
+                decode=decode,
+            )
+            assert batches.tensors["t"].shape.as_list() == [None], pipeline
+            with new_session() as session:
+                results = run_graph_batches(session, batches.tensors, batches.initializers)
+        assert column(results, "t") == expected_t(missing, -1.0), pipeline
+
+
+@pytest.mark.parametrize("missing", [0, 30])
+def test_a_fixed_shape_feature_some_records_lack_says_to_give_a_default(tmp_path, missing):
+    path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
+    schema = Schema([Feature("id", "int64"), Feature("t", "float32")])  # t required
+    message = (
+        rf"Feature 't' is missing from record {missing} of file '.*lacks-{missing}.tfrecord': "
+        r"expected a float_list of 1 value\(s\); found only the features \['id'\]\. If some "
+        r"records hold no value for it, give it a default: decode=\{'t': \{'default': \.\.\.\}\}"
+    )
+    if missing == 0:  # seen when the pipeline is built
+        with pytest.raises(tfrecord.MissingFeatureError, match=message) as caught:
+            tfrecord.dataset(path, 16, schema=schema)
+        found = caught.value
+    else:  # seen while reading, explained naming the file, record and feature
+        with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+            list(tfrecord.dataset(path, 16, schema=schema))
+        found = tfrecord.explain_error(caught.value, path, schema)
+        with pytest.raises(tfrecord.MissingFeatureError, match=message):
+            raise found or caught.value
+    assert (found.file, found.record, found.feature) == (path, missing, "t")
+    # and the default it suggests reads the file
+    got = column(tfrecord.dataset(path, 16, schema=schema, decode={"t": {"default": 0.0}}), "t")
+    assert got == expected_t(missing, 0.0)
+
+
+# --- issue 17 item 5: the docs' Feature("xy", "float32", (2,), default=[0.0, 0.0]) -------
+
+DOCS_XY = Feature("xy", "float32", (2,), default=[0.0, 0.0])
+
+
+def xy_records(n: int) -> list[bytes]:
+    """``xy`` as a float_list of 2, absent from records 0 and 5, an empty list in 3."""
+    records = []
+    for i in range(n):
+        features = {"id": int64_feature([i])}
+        if i == 3:
+            features["xy"] = float_feature([])
+        elif i not in (0, 5):
+            features["xy"] = float_feature([i, -i])
+        records.append(example(**features))
+    return records
+
+
+def expected_xy(n: int) -> list:
+    return [[0.0, 0.0] if i in (0, 3, 5) else [float(i), float(-i)] for i in range(n)]
+
+
+def test_docs_float_feature_with_a_default_reads_a_foreign_float_list(tmp_path):
+    assert DOCS_XY.encoding == "float"
+    path = write_records(tmp_path / "xy.tfrecord", xy_records(10))
+    schema = Schema([Feature("id", "int64"), DOCS_XY])
+
+    assert column(tfrecord.dataset(path, 4, schema=schema), "xy") == expected_xy(10)
+    # the same declared on the inferred schema, where xy is of varying length
+    decode = {"xy": {"default": [0.0, 0.0], "shape": (2,)}}
+    assert tfrecord.infer_schema(path).replace(**decode)["xy"] == DOCS_XY
+    for pipeline in ("dataset", "memory", "queue"):
+        with tf.Graph().as_default():
+            batches = tfrecord.read_batches(
+                path,
+                4,
+                pipeline=pipeline,
+                num_epochs=1,
+                shuffle=False,
+                num_threads=1,
+                decode=decode,
+            )
+            assert batches.tensors["xy"].shape.as_list() == [None, 2], pipeline
+            with new_session() as session:
+                results = run_graph_batches(session, batches.tensors, batches.initializers)
+        assert column(results, "xy") == expected_xy(10), pipeline
+
+
+def test_docs_float_feature_with_a_default_reads_what_write_stores(tmp_path):
+    # tfrecord.write stores a float array as raw bytes (schema.json says so): a feature
+    # declared without an encoding reads it as stored
+    xy = np.arange(20, dtype=np.float32).reshape(10, 2)
+    tfrecord.write({"xy": xy, "id": np.arange(10)}, tmp_path / "data")
+    assert tfrecord.load_schema(tmp_path / "data")["xy"].encoding == "raw"
+    schema = Schema([DOCS_XY])
+
+    got = column(tfrecord.dataset(tmp_path / "data", 4, schema=schema), "xy")
+    assert got == xy.tolist()
+    for pipeline in ("dataset", "memory"):
+        with tf.Graph().as_default():
+            batches = tfrecord.read_batches(
+                tmp_path / "data",
+                4,
+                pipeline=pipeline,
+                schema=schema,
+                num_epochs=1,
+                shuffle=False,
+            )
+            assert batches.schema["xy"].encoding == "raw"
+            with new_session() as session:
+                results = run_graph_batches(session, batches.tensors, batches.initializers)
+        assert column(results, "xy") == xy.tolist(), pipeline
+    # a declared encoding is kept, and checked against the stored one
+    with pytest.raises(tfrecord.SchemaMismatchError, match=r"The 'raw' encoding would match"):
+        tfrecord.dataset(
+            tmp_path / "data", 4, schema=Schema([Feature("xy", "float32", (2,), "float", 0.0)])
+        )

@@ -166,3 +166,21 @@ def test_check_example_names_record_file_and_feature():
         r"found one bytes value of 3 bytes",
     ):
         schema.check_example(proto, file="f.rec", record=3)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "default", "encoding"),
+    [
+        ("float32", (2,), [0.0, 0.0], "float"),  # docs/tfrecord.md: a float_list of 2
+        ("float16", (2, 3), 0.0, "float"),
+        ("float32", (), 0.0, "float"),
+        ("float32", (2,), None, "raw"),  # without a default: as write stores arrays
+        ("float64", (2,), 0.0, "raw"),  # a float_list would lose precision
+        ("uint8", (2, 2), 7, "raw"),  # optional raw images stay raw
+    ],
+)
+def test_a_float_feature_with_a_default_is_a_float_list(dtype, shape, default, encoding):
+    feature = Feature("xy", dtype, shape, default=default)
+    assert feature.encoding == encoding
+    assert feature == Feature("xy", dtype, shape, encoding, default)
+    assert Feature.from_dict(feature.to_dict()) == feature

@@ -316,8 +316,10 @@ def infer_schema(
     When the files were written by :func:`~tfr_hooks.tfrecord.write`, the sidecar gives
     the exact dtypes and shapes. Otherwise the first ``max_records`` records of each file
     are examined: a feature with the same number of values in all of them gets a fixed
-    shape (``()`` for one value), any other a varying length (read as ragged); int64
-    lists read as ``int64``, float lists as ``float32``, bytes lists as ``tf.string``.
+    shape (``()`` for one value), any other a varying length (read as ragged), also one
+    that some records lack, whichever records they are (an empty row where it is
+    missing; give it a default to read it dense); int64 lists read as ``int64``, float
+    lists as ``float32``, bytes lists as ``tf.string``.
 
     Args:
         files: Paths, directories or glob patterns.

@@ -186,6 +186,7 @@ def _plan(
         if sidecar is not None:
             _check_written_size(path, sidecar)
             if schema is not None or decode:
+                chosen = chosen.with_stored_encodings(sidecar.schema)
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
             per_record = sidecar.examples_per_record
             counts.append(sidecar.examples_of(os.path.basename(path)))
@@ -531,9 +532,11 @@ def _use_memory(
                 f"map_fn={map_fn!r}"
             )
         if varying:
+            hint = ", ".join(f"{name!r}: {{'default': ...}}" for name in varying)
             raise ValueError(
-                "Expected every feature to have a fixed shape to hold the data in memory. "
-                f"Received features of varying length: {varying}"
+                "Expected every feature to have a fixed shape to hold the data in memory "
+                "(give one that some records lack a default: decode={" + hint + "}, or "
+                f"stream). Received features of varying length: {varying}"
             )
         return True
     if map_fn is not None or varying:

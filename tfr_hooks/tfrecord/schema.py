@@ -11,7 +11,8 @@ Encodings:
   Used for every numeric array with at least one dimension (images, vectors): the
   fastest to write and parse, and the smallest for ``uint8`` images.
 * ``"int64"``: an ``int64_list``, used for integer and boolean scalars.
-* ``"float"``: a ``float_list``, used for ``float16``/``float32`` scalars.
+* ``"float"``: a ``float_list``, used for ``float16``/``float32`` scalars, and for
+  ``float16``/``float32`` values of any shape declared with a ``default``.
 * ``"bytes"``: a ``bytes_list`` of strings or bytes.
 
 A :class:`Feature` declared without an encoding gets the one :func:`~tfr_hooks.tfrecord.write`
@@ -23,8 +24,9 @@ absent, or an empty list, as TFX writes missing values), and the default is read
 place, so the batch stays a dense tensor.
 
 A shape may be ``(None,)`` for a feature whose length varies between records (found
-when inferring the schema of files written by other tools); it is read as a
-``tf.RaggedTensor``.
+when inferring the schema of files written by other tools, also for one that some
+records lack); it is read as a ``tf.RaggedTensor``, with an empty row for a record that
+holds no value, whichever record that is (as ``tf.io.RaggedFeature`` reads it).
 """
 
 from __future__ import annotations
@@ -100,7 +102,11 @@ class Feature:
             scalars, ``"float"`` for ``float16``/``float32`` scalars, ``"bytes"`` for
             strings, ``"raw"`` for other numeric values (arrays, ``float64`` and
             ``uint64`` scalars); a varying length gets a list (``"int64"`` or
-            ``"float"``).
+            ``"float"``), and so does a ``float16``/``float32`` value of any shape with
+            a ``default`` (``"float"``: optional values are lists, as
+            ``tf.io.FixedLenFeature(default_value=...)`` reads them). When the files
+            have a ``schema.json``, a feature of the stored dtype and shape takes the
+            stored encoding instead.
         default: The value to read when a record holds none for this feature (the key
             absent or its list empty), like ``tf.io.FixedLenFeature(default_value=...)``;
             broadcast to ``shape``. ``None`` (the default) makes the feature required.
@@ -116,6 +122,8 @@ class Feature:
         'raw'
         >>> Feature("trip_seconds", "float32", default=0.0).describe()
         'float32 of shape () (optional, default 0.0)'
+        >>> Feature("xy", "float32", (2,), default=[0.0, 0.0]).encoding
+        'float'
     """
 
     name: str
@@ -123,6 +131,8 @@ class Feature:
     shape: tuple[int | None, ...] = ()
     encoding: str = AUTO
     default: Any = None
+    # whether the encoding was chosen (``"auto"``), not declared: a stored one may replace it
+    _auto_encoded: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -135,7 +145,9 @@ class Feature:
                 f"{', '.join(_NUMERIC + _STRINGS)}. Received: dtype={self.dtype!r}"
             )
         if self.encoding == AUTO:
-            object.__setattr__(self, "encoding", _auto_encoding(self.dtype, self.shape))
+            chosen = _auto_encoding(self.dtype, self.shape, self.default is not None)
+            object.__setattr__(self, "encoding", chosen)
+            object.__setattr__(self, "_auto_encoded", True)
         if self.encoding not in ENCODINGS:
             raise ValueError(
                 f"Expected `encoding` of feature {self.name!r} to be one of "
@@ -424,10 +436,17 @@ class Feature:
         return cls(name, dtype, shape)  # the encoding chosen by _auto_encoding
 
 
-def _auto_encoding(dtype: str, shape: Any) -> str:
-    """The encoding ``write`` gives a value of ``dtype`` and ``shape``."""
+def _auto_encoding(dtype: str, shape: Any, has_default: bool = False) -> str:
+    """The encoding ``write`` gives a value of ``dtype`` and ``shape``.
+
+    With a default, a ``float16``/``float32`` value of any shape is a ``float_list``:
+    optional values come from other tools (TFX, ``tf.io.FixedLenFeature`` users), which
+    store them as lists, not as raw bytes.
+    """
     if dtype in _STRINGS:
         return "bytes"
+    if has_default and dtype in ("float16", "float32"):
+        return "float"
     scalar_or_varying = tuple(shape) in ((), (None,))
     if scalar_or_varying and np.dtype(dtype).kind in "biu" and dtype != "uint64":
         return "int64"
@@ -577,25 +596,32 @@ class Schema:
     ) -> None:
         """Raise a clear error if one ``tf.train.Example`` does not match the schema.
 
+        A feature of varying length may be absent from any record (it reads as an empty
+        row, as ``tf.io.RaggedFeature`` reads it), and so may one with a default (the
+        default is read); any other feature must be in every record.
+
         Args:
             example: A ``tf.train.Example`` proto.
             file: The file it came from, for the message.
             record: Its index in that file, for the message.
 
         Raises:
-            MissingFeatureError: If a feature of the schema is absent.
+            MissingFeatureError: If a feature of the schema that has a fixed shape and no
+                default is absent.
             SchemaMismatchError: If a feature has the wrong kind or length.
         """
         where = _where(file, record)
         present = example.features.feature
         for feature in self.features:
-            if feature.name not in present and feature.optional:
-                continue  # its default is read
+            if feature.name not in present and (feature.optional or feature.varying):
+                continue  # its default is read, or an empty row (as tf.io.RaggedFeature)
             if feature.name not in present:
                 found = sorted(present.keys())
                 raise MissingFeatureError(
                     f"Feature {feature.name!r} is missing from {where}: expected "
-                    f"{feature.expected_values()}; found only the features {found}.",
+                    f"{feature.expected_values()}; found only the features {found}. "
+                    f"If some records hold no value for it, give it a default: "
+                    f"decode={{{feature.name!r}: {{'default': ...}}}}.",
                     file=file,
                     record=record,
                     feature=feature.name,
@@ -610,6 +636,31 @@ class Schema:
                     record=record,
                     feature=feature.name,
                 )
+
+    def with_stored_encodings(self, stored: Schema) -> Schema:
+        """The schema with each chosen (``"auto"``) encoding replaced by the stored one.
+
+        A feature declared without an encoding and of the stored dtype and shape reads the
+        records as they were written (``Feature("xy", "float32", (2,), default=...)``
+        reads the raw bytes :func:`~tfr_hooks.tfrecord.write` stores for a float array);
+        declared encodings are kept, for :meth:`check_compatible` to check.
+
+        Args:
+            stored: The schema the files were written with.
+
+        Returns:
+            A new schema, in the same order.
+        """
+
+        def adopted(feature: Feature) -> Feature:
+            if not feature._auto_encoded or feature.name not in stored:
+                return feature
+            other = stored[feature.name]
+            if (other.dtype, other.shape) != (feature.dtype, feature.shape):
+                return feature
+            return dataclasses.replace(feature, encoding=other.encoding)
+
+        return Schema(adopted(f) for f in self.features)
 
     def check_compatible(self, stored: Schema, *, source: str) -> None:
         """Raise if this (requested) schema disagrees with the ``stored`` one.
