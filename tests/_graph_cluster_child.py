@@ -7,10 +7,11 @@ on the ``ps`` task. Workers print one ``RESULT {json}`` line.
 Usage: ``_graph_cluster_child.py ROLE INDEX CLUSTER_JSON OUT`` where ROLE is
 
 * ``ps``: serve the variables until killed;
-* ``worker``: train one loop epoch (``num_epochs`` passes over ``OUT/data/w<INDEX>``,
-  ended by ``OutOfRangeError``), with checkpoint and summary hooks writing to shared
-  directories under OUT; worker 1 creates ``OUT/gate`` just before its run, the chief
-  waits for that file and then ``CHIEF_DELAY`` seconds, so that worker 1 is waiting;
+* ``worker``: train ``num_epochs`` loop epochs (one pass each over ``OUT/data/w<INDEX>``,
+  a queue stream the loop splits by its schema.json's count), with checkpoint and
+  summary hooks writing to shared directories under OUT; worker 1 creates ``OUT/gate``
+  just before its run, the chief waits for that file and then ``CHIEF_DELAY`` seconds,
+  so that worker 1 is waiting;
 * ``restart``: the chief again, after the first run: it first reads the global step
   held by the ``ps`` task, then trains as ``worker`` does (restoring the checkpoint).
 """
@@ -150,8 +151,8 @@ def train(index: int, cluster: dict[str, Any], out: str, restart: bool) -> dict[
         open(gate, "w").close()
     seen["run_start"] = time.monotonic()
     logging.info("timing: run at %.1f s", seen["run_start"] - STARTED)
-    # a one-shot input: its OutOfRangeError ends the run before the second epoch
-    history = loop.run(epochs=2)
+    # a queue stream of NUM_EPOCHS passes, one per epoch
+    history = loop.run(epochs=NUM_EPOCHS)
     logging.info("timing: trained at %.1f s", time.monotonic() - STARTED)
     result.update(
         steps=loop.loop.global_step,

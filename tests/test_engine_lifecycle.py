@@ -42,12 +42,14 @@ class FakeRunner:
         lookahead: bool = False,
         reinitializable: bool = True,
         fail_at_step: int | None = None,
+        fail_start: bool = False,
     ) -> None:
         self.batches = list(batches)
         self.val = None if val is None else list(val)
         self.lookahead = lookahead
         self.reinitializable = reinitializable
         self.fail_at_step = fail_at_step
+        self.fail_start = fail_start
         self.calls: list[str] = []
         self.hook_args: list[Sequence[Any]] = []
         self.position = 0
@@ -66,6 +68,8 @@ class FakeRunner:
 
     def start(self) -> None:
         self.calls.append("start")
+        if self.fail_start:
+            raise RuntimeError("the session could not be created")
 
     def start_epoch(self, restart_data: bool) -> None:
         self.calls.append(f"start_epoch(restart={restart_data})")
@@ -345,6 +349,89 @@ def test_a_failed_step_wins_over_end_errors_which_are_logged(
     assert events[-1] == "end(fake-session)"
     assert "epoch_end(0)" not in events
     assert any("end failed too" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+
+
+class FailsIn(tfr_hooks.Hook):
+    """Raises in ``event``; records its ``end`` calls in ``events``."""
+
+    def __init__(self, events: list[Any], event: str) -> None:
+        self.events = events
+        self.event = event
+
+    def begin(self) -> None:
+        if self.event == "begin":
+            raise RuntimeError("Global step should be created to use CheckpointSaverHook.")
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        if self.event == "after_create_session":
+            raise RuntimeError("restoring failed")
+
+    def end(self, session: Any) -> None:
+        self.events.append(f"failing:end({session})")
+
+
+class PlainRecorder(v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
+    """A TensorFlow-style hook: its ``end`` needs the session, as CheckpointSaverHook's."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+
+    def end(self, session: Any) -> None:
+        self.events.append(f"plain:end({session})")
+        if session is None:  # as CheckpointSaverHook's end fails on session.run
+            raise AttributeError("'NoneType' object has no attribute 'run'")
+
+
+def test_a_hook_whose_begin_raised_and_those_after_it_get_no_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events: list[Any] = []
+    hooks = [
+        Recorder(events, "a:"),
+        PlainRecorder(events),
+        FailsIn(events, "begin"),
+        Recorder(events, "c:"),
+    ]
+    runner = FakeRunner()
+    with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError, match="Global step"):
+        run(runner, hooks, epochs=1)
+    # no session was created: the Hook that began ends without one, the plain
+    # SessionRunHook (which MonitoredSession never ends without a session) does not
+    assert events == ["a:begin", "a:end(None)"]
+    assert runner.calls == ["close"]  # no start, no finish; resources still released
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # the one error
+
+
+def test_a_session_that_could_not_be_created_ends_only_hooks_that_need_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events: list[Any] = []
+    hooks = [Recorder(events, "a:"), PlainRecorder(events), Recorder(events, "c:")]
+    runner = FakeRunner(fail_start=True)
+    with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError, match="could not be"):
+        run(runner, hooks, epochs=1)
+    assert events == ["a:begin", "c:begin", "a:end(None)", "c:end(None)"]
+    assert runner.calls == ["start", "close"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_once_the_session_exists_every_hook_that_began_gets_end() -> None:
+    events: list[Any] = []
+    hooks = [
+        Recorder(events, "a:"),
+        FailsIn(events, "after_create_session"),
+        PlainRecorder(events),
+        Recorder(events, "c:"),
+    ]
+    runner = FakeRunner()
+    with pytest.raises(RuntimeError, match="restoring failed"):
+        run(runner, hooks, epochs=1)
+    assert [e for e in events if "end(" in e] == [
+        "a:end(fake-session)",
+        "failing:end(fake-session)",
+        "plain:end(fake-session)",
+        "c:end(fake-session)",
+    ]
 
 
 def test_an_epoch_cut_short_by_the_data_is_closed_and_ends_training(

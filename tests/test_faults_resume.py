@@ -10,6 +10,9 @@ the weights of a run that was never interrupted.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -104,6 +107,47 @@ def test_session_loop_resumes_at_the_right_epoch_step_and_optimizer_state(tmp_pa
     # and training continues as if nothing happened
     _assert_same(second.at_epoch_end[5], reference.at_epoch_end[5])
     assert second.at_epoch_end[5]["global_step"] == EPOCHS * STEPS
+
+
+@pytest.mark.parametrize("as_path", [False, True], ids=["str", "Path"])
+def test_a_relative_logdir_resumes_at_the_right_epoch(tmp_path, monkeypatch, as_path):
+    # the README's EpochCheckpoint("runs/1"): tf.train.get_checkpoint_state already
+    # joins the state file's relative names to the directory; joining again failed
+    monkeypatch.chdir(tmp_path)
+    logdir = Path("runs/1") if as_path else "runs/1"
+    first, _, error = _session_run(logdir, Crash())
+    assert str(error) == "the machine went away"
+    second, history, error = _session_run(logdir)
+    assert error is None
+    assert second.initial_epoch == 3 and second.epochs == [3, 4, 5]
+    assert len(history["loss"]) == 3
+    _assert_same(second.at_start, first.at_epoch_end[2])
+    assert not (tmp_path / "runs" / "1" / "runs").exists()
+
+
+def test_a_moved_logdir_whose_state_file_has_absolute_paths_resumes(tmp_path):
+    first, _, _ = _session_run(tmp_path / "run", Crash())
+    # a state file written with absolute paths (save_relative_paths=False, other tools)
+    state = tf.train.get_checkpoint_state(str(tmp_path / "run"))
+    v1.train.update_checkpoint_state(
+        str(tmp_path / "run"),
+        os.path.abspath(state.model_checkpoint_path),
+        [os.path.abspath(p) for p in state.all_model_checkpoint_paths],
+    )
+    os.rename(tmp_path / "run", tmp_path / "moved")
+    second, history, error = _session_run(tmp_path / "moved")
+    assert error is None
+    assert second.initial_epoch == 3 and len(history["loss"]) == 3
+    _assert_same(second.at_start, first.at_epoch_end[2])
+
+
+def test_a_latest_checkpoint_whose_files_are_gone_is_not_blamed_on_the_model(tmp_path):
+    _session_run(tmp_path / "run")
+    latest = tf.train.latest_checkpoint(str(tmp_path / "run"))
+    for file in tf.io.gfile.glob(latest + ".*"):
+        os.remove(file)
+    with pytest.raises(FileNotFoundError, match=r"ckpt-epoch6-5', to exist.*files are missing"):
+        _session_run(tmp_path / "run")
 
 
 @pytest.mark.slow

@@ -86,15 +86,12 @@ def test_workers_train_shared_variables_and_end_at_their_data(
 ) -> None:
     chief, other = (_result(w) for w in cluster_run["workers"])
     for result in (chief, other):
-        # each worker read its own file num_epochs times: the epoch ended at its
-        # OutOfRangeError, after exactly the batches it holds
+        # each worker read its own file num_epochs times, one epoch a pass (its
+        # schema.json counts the examples), after exactly the batches it holds
         assert result["steps"] == _steps(result["index"]), result
-        assert len(result["loss"]) == 1 and np.isfinite(result["loss"][0])  # of 2 epochs
+        assert len(result["loss"]) == NUM_EPOCHS and np.isfinite(result["loss"]).all()
         # the loop's own variables stayed on the worker, though built in the setter's scope
         assert f"/job:worker/task:{result['index']}" in result["means_device"], result
-    for worker in cluster_run["workers"]:
-        steps = _steps(worker.index)
-        assert f"One-shot input exhausted after {steps} steps; training ends." in worker.stderr
     # one global step on the ps, counted up by both workers (asynchronous updates)
     restart = _result(cluster_run["restart"])
     assert restart["ps_global_step"] == _steps(0) + _steps(1)

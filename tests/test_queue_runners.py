@@ -8,11 +8,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfr_hooks
 from conftest import queue_batches, write_records
+from tfr_hooks import tfrecord
 
 v1 = tf.compat.v1
 
@@ -174,3 +176,97 @@ def test_hooked_session_stops_the_users_loop_on_sigint(
             assert steps < 50, "SIGINT did not stop the loop"
     assert steps in (3, 4)
     assert signal.getsignal(signal.SIGINT) is previous
+
+
+# -- read_batches(pipeline="queue") as SessionLoop(data=...): one stream of passes --------
+
+PASS, QBATCH = 100, 16  # 6.25 batches a pass: batches cross the epoch boundaries
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shards written by tfrecord.write: their schema.json counts the examples."""
+    x = np.arange(PASS * 2, dtype=np.float32).reshape(PASS, 2)
+    directory = tmp_path_factory.mktemp("counted")
+    tfrecord.write({"x": x, "label": np.arange(PASS)}, directory, shards=2)
+    return directory
+
+
+class EpochExamples(tfr_hooks.Hook):
+    """Notes each epoch's examples; stops a run that would never end (so a bug fails)."""
+
+    def begin(self) -> None:
+        self.examples: list[int] = []
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self.loop.global_step >= 200:
+            self.loop.request_stop("the test's guard: the loop never ended an epoch")
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        self.examples.append(self.loop.epoch_examples)
+
+
+def _queue_loop(files: Path, num_epochs: int | None, **loop_kwargs: Any) -> Any:
+    batches = tfrecord.read_batches(
+        files, QBATCH, pipeline="queue", num_epochs=num_epochs, num_threads=2, seed=1
+    )
+    x = batches.tensors["x"]
+    seen = tf.Variable(0.0, name="seen")
+    train_op = seen.assign_add(tf.cast(tf.shape(x)[0], tf.float32))
+    return tfr_hooks.SessionLoop(
+        train_op, {"mean_x": tf.reduce_mean(x)}, data=batches, **loop_kwargs
+    )
+
+
+@pytest.mark.timeout(60)
+def test_a_queue_pipeline_of_num_epochs_passes_gives_one_epoch_a_pass(
+    graph: tf.Graph, counted: Path, no_leaked_threads: None
+) -> None:
+    # docs/tfrecord.md: pipeline="dataset" switched to "queue", with num_epochs=5
+    probe = EpochExamples()
+    loop = _queue_loop(counted, 5, hooks=[probe])
+    history = loop.run(epochs=5)
+    assert len(history["mean_x"]) == 5
+    assert sum(probe.examples) == 5 * PASS  # the whole stream, nothing left over
+    # each epoch ends with the batch that reaches the next multiple of a pass
+    assert probe.examples == [112, 96, 96, 96, 100]
+    assert loop.loop.global_step == -(-5 * PASS // QBATCH)
+
+
+@pytest.mark.timeout(60)
+def test_an_endless_queue_pipeline_of_counted_files_ends_after_epochs(
+    graph: tf.Graph, counted: Path, no_leaked_threads: None
+) -> None:
+    # docs/tfrecord.md's comment taken literally: "queue", and no num_epochs
+    probe = EpochExamples()
+    history = _queue_loop(counted, None, hooks=[probe]).run(epochs=3)
+    assert len(history["mean_x"]) == 3
+    assert probe.examples == [112, 96, 96]
+
+
+@pytest.mark.timeout(60)
+def test_a_queue_pipeline_that_could_never_end_an_epoch_is_refused(
+    graph: tf.Graph, records_100: Path, no_leaked_threads: None
+) -> None:
+    # no schema.json: nothing counts a pass, and num_epochs=None never runs out
+    with pytest.raises(ValueError, match=r"Pass steps_per_epoch=\.\.\. .*num_epochs=\.\.\."):
+        _queue_loop(records_100, None)
+    probe = EpochExamples()
+    history = _queue_loop(records_100, None, steps_per_epoch=3, hooks=[probe]).run(epochs=2)
+    assert len(history["mean_x"]) == 2 and probe.examples == [48, 48]
+
+
+@pytest.mark.timeout(60)
+def test_epochs_a_queue_stream_cannot_give_are_refused_at_run_start(
+    graph: tf.Graph, counted: Path, records_100: Path, no_leaked_threads: None
+) -> None:
+    loop = _queue_loop(counted, 2)
+    with pytest.raises(ValueError, match=r"Pass num_epochs=3 .*Received: epochs=3"):
+        loop.run(epochs=3)
+    assert len(loop.run(epochs=3, initial_epoch=1)["mean_x"]) == 2  # resuming: 2 passes
+    # uncounted files: the stream's passes cannot be told apart
+    uncounted = _queue_loop(records_100, 2)
+    with pytest.raises(ValueError, match=r"Pass steps_per_epoch=.*Received: epochs=2"):
+        uncounted.run(epochs=2)
+    history = uncounted.run(epochs=1)  # the whole stream is the one epoch asked for
+    assert len(history["mean_x"]) == 1 and uncounted.loop.epoch_examples == 2 * PASS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,44 @@ def test_checkpoint_saver_hook_writes_loadable_checkpoints(
     np.testing.assert_allclose(reader.get_tensor("w"), trained_w)
     steps = sorted(int(p.name.split("-")[1].split(".")[0]) for p in tmp_path.glob("*.index"))
     assert steps == [0, 5, 10, 15, 20]
+
+
+@pytest.mark.parametrize("drop_in", [False, True], ids=["SessionLoop", "hooked_session"])
+def test_checkpoint_saver_hook_without_a_global_step_reports_only_its_error(
+    graph: tf.Graph,
+    records_100: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    drop_in: bool,
+) -> None:
+    # the README's first example before it created a global step: the user saw an
+    # AttributeError from CheckpointSaverHook.end(None) first, then the real error
+    batch, init = dataset_batches(records_100, 10)
+    w = v1.get_variable("w", [4], initializer=tf.zeros_initializer())
+    loss = tf.reduce_mean(tf.square(tf.reduce_sum(batch["x"] * w, axis=1)))
+    train_op = v1.train.AdamOptimizer(1e-3).minimize(loss)
+    ended: list[Any] = []
+
+    class Ends(tfr_hooks.Hook):
+        def end(self, session: Any) -> None:
+            ended.append(session)
+
+    previous = signal.getsignal(signal.SIGINT)
+    hooks = [
+        Ends(),
+        tfr_hooks.StopOnSignal(),  # began: it must give SIGINT back
+        v1.train.CheckpointSaverHook(str(tmp_path), save_steps=5),
+    ]
+    with caplog.at_level(logging.WARNING), pytest.raises(RuntimeError, match="Global step"):
+        if drop_in:
+            with tfr_hooks.hooked_session(hooks) as session:
+                session.run(train_op)
+        else:
+            loop = tfr_hooks.SessionLoop(train_op, {"loss": loss}, hooks, initializers=[init])
+            loop.run(epochs=1)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert ended == [None]  # the hook that began ends, without a session
+    assert signal.getsignal(signal.SIGINT) is previous
 
 
 def test_summary_saver_hook_writes_scalars(

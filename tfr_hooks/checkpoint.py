@@ -76,7 +76,8 @@ class EpochCheckpoint(Hook):
     epoch ``N - 1`` as asked. ``logdir`` holding no checkpoint starts from scratch.
 
     Args:
-        logdir: The directory of the checkpoints (created when needed).
+        logdir: The directory of the checkpoints (created when needed), absolute or
+            relative to the working directory.
         max_to_keep: How many recent checkpoints to keep.
         restore: Whether to restore the latest checkpoint when a run starts.
         var_list: The variables to save (default: all global variables, with the
@@ -90,6 +91,8 @@ class EpochCheckpoint(Hook):
         TypeError: If ``logdir`` is not a path.
         ValueError: If ``max_to_keep`` is not a positive integer; when a run starts, if
             the latest checkpoint in ``logdir`` does not match the graph's variables.
+        FileNotFoundError: When a run starts, if the ``checkpoint`` state file in
+            ``logdir`` names a latest checkpoint whose files are missing.
 
     Examples:
         >>> loop = SessionLoop(train_op, fetches, initializers=[it.initializer],
@@ -140,13 +143,20 @@ class EpochCheckpoint(Hook):
         if state is None or not state.model_checkpoint_path:
             logger.info("No checkpoint in %s: training starts from scratch.", self.logdir)
             return
-        path = state.model_checkpoint_path
-        if not os.path.isabs(path):
-            path = os.path.join(self.logdir, path)
+        # get_checkpoint_state has already joined a relative path to logdir
+        path = self._located(state.model_checkpoint_path)
         epoch, counter = resume_epoch_of(path)
         self._counter = counter + 1  # names are never reused, even without restoring
         if not self.restore:
             return
+        if not _exists(path):
+            state_file = os.path.join(self.logdir, "checkpoint")
+            raise FileNotFoundError(
+                f"Expected the latest checkpoint that {state_file!r} names, {path!r}, to "
+                "exist, to resume from it; its files are missing (deleted, or the state "
+                "file was written elsewhere). Restore them, or delete the state file to "
+                f"start from scratch. Received: logdir={self.logdir!r}"
+            )
         try:
             saver.restore(session, path)
         except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, ValueError) as error:
@@ -157,10 +167,7 @@ class EpochCheckpoint(Hook):
                 f"`logdir` for a different model. Received: logdir={self.logdir!r}"
             ) from error
         saver.recover_last_checkpoints(
-            [
-                p if os.path.isabs(p) else os.path.join(self.logdir, p)
-                for p in state.all_model_checkpoint_paths
-            ]
+            [p for p in map(self._located, state.all_model_checkpoint_paths) if _exists(p)]
         )
         self.restored_from = path
         loop = self.loop
@@ -197,6 +204,18 @@ class EpochCheckpoint(Hook):
         """Forget the session."""
         self._session = None
 
+    def _located(self, path: str) -> str:
+        """A checkpoint path from the state file, found in ``logdir`` if moved there.
+
+        ``tf.train.get_checkpoint_state`` joins a relative path to ``logdir`` itself. An
+        absolute path (a state file written by another saver) that no longer exists,
+        because the directory was moved or copied, is looked up by name in ``logdir``.
+        """
+        if _exists(path):
+            return path
+        moved = os.path.join(self.logdir, os.path.basename(path))
+        return moved if _exists(moved) else path
+
     def _saver_for(self, graph: Any) -> Any:
         """One saver per graph, built once (no ops are added per run or per epoch)."""
         if self._saver is None or self._graph is not graph:
@@ -212,3 +231,8 @@ class EpochCheckpoint(Hook):
 
     def __repr__(self) -> str:
         return f"EpochCheckpoint(logdir={self.logdir!r})"
+
+
+def _exists(path: str) -> bool:
+    """Whether a checkpoint prefix has its files (V2 ``.index``, or a V1 file)."""
+    return bool(tf.io.gfile.exists(path + ".index") or tf.io.gfile.exists(path))

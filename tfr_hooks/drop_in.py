@@ -2,8 +2,9 @@
 
 For scripts that keep their loop and only want what hooks bring (checkpoints, logging,
 queue threads started and joined, Ctrl-C handled). The run is torn down as the engine
-tears down its own: every hook's ``end`` even when one raises, the first error raised and
-the later ones logged.
+tears down its own: the ``end`` of every hook that began even when one raises (see
+:mod:`tfr_hooks.hooks` for a run that fails before its session is ready), the first error
+raised and the later ones logged.
 
 (The module is not named ``hooked_session``: importing it would then replace the
 function ``tfr_hooks.hooked_session`` by the module of that name.)
@@ -127,10 +128,12 @@ def hooked_session(
     hook_list.set_loop(hooked.loop)
     coord = _v1.train.Coordinator()  # the run's one coordinator
     error: BaseException | None = None
+    started = False  # whether the session is ready for the hooks (as the engine's)
     try:
         with g.as_default():
             hook_list.begin()
         initialize_uninitialized(session)
+        started = True
         hook_list.after_create_session(session, coord)
         yield hooked
     except tf.errors.OutOfRangeError as exc:
@@ -144,4 +147,4 @@ def hooked_session(
         if owns:
             session.close()
 
-    end_run(hook_list, hooked.loop, session, error, after=close)
+    end_run(hook_list, hooked.loop, session, error, started=started, after=close)

@@ -35,7 +35,7 @@ from tfr_hooks.checks import (
     check_optional_positive_int,
     check_positive_int,
 )
-from tfr_hooks.hooks import HookList, LoopState, SessionRunContext, call_all
+from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_all
 
 __all__ = [
     "Runner",
@@ -221,9 +221,11 @@ def run_loop(
     hooks.set_loop(loop)
     history: dict[str, list[Any]] = {}
     error: BaseException | None = None
+    started = False
     try:
         hooks.begin()
         runner.start()
+        started = True
         loop.session = runner.session
         hooks.after_create_session(runner.session, runner.coord)
         # a hook may move the start in begin/after_create_session (Keras' BackupAndRestore)
@@ -243,7 +245,15 @@ def run_loop(
                 break
     except BaseException as exc:  # re-raised by end_run, after cleanup
         error = exc
-    end_run(hooks, loop, runner.session, error, before=runner.finish, after=runner.close)
+    end_run(
+        hooks,
+        loop,
+        runner.session,
+        error,
+        started=started,
+        before=runner.finish,
+        after=runner.close,
+    )
     return history
 
 
@@ -346,20 +356,39 @@ def end_run(
     session: Any,
     error: BaseException | None,
     *,
+    started: bool = True,
     before: Callable[[], object] | None = None,
     after: Callable[[], object] | None = None,
 ) -> None:
     """The teardown every run shares; raises the error that ended the run, if any.
 
-    Runs ``before``, every hook's ``end`` (each one even when another raises), then
-    ``after``. The run's own ``error`` wins and is set as ``loop.error`` before any
-    ``end``; otherwise the first teardown error is raised; later ones are logged. The
-    error raised is the clearer one a hook's ``translate_error`` offers, if any.
+    Runs ``before``, the ``end`` of every hook that began (each one even when another
+    raises), then ``after``. A hook whose ``begin`` raised, and those after it, get no
+    ``end``. With ``started=False`` (the run failed before its session existed) only
+    hooks that can end without one get ``end(None)``: :class:`~tfr_hooks.Hook`
+    subclasses without ``requires_session``, not plain ``SessionRunHook`` instances (whose
+    ``end`` would fail on ``None`` and hide the real error, as ``MonitoredSession``
+    never calls it so). The run's own ``error`` wins and is set as ``loop.error`` before
+    any ``end``; otherwise the first teardown error is raised; later ones are logged.
+    The error raised is the clearer one a hook's ``translate_error`` offers, if any.
+
+    Args:
+        hooks: The run's hooks; ``hooks.begun`` are those to end.
+        loop: The run's state.
+        session: What the hooks' ``end`` gets once the run ``started``.
+        error: The error that ended the run, or ``None``.
+        started: Whether the session was created (the runner's ``start`` returned).
+        before: Called before the hooks' ``end`` (the runner's ``finish``).
+        after: Called after them (the runner's ``close``).
     """
     if error is not None:
         loop.error = error  # lets hooks' end() tell a failed run from a finished one
-    calls = [before] if before is not None else []
-    calls += [functools.partial(hook.end, session) for hook in hooks]
+    calls = [before] if before is not None and started else []
+    for hook in hooks.begun:
+        if started:
+            calls.append(functools.partial(hook.end, session))
+        elif isinstance(hook, Hook) and not getattr(hook, "requires_session", False):
+            calls.append(functools.partial(hook.end, None))
     calls += [after] if after is not None else []
     end_error = call_all(calls)
     if error is not None and end_error is not None and end_error is not error:

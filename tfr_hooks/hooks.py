@@ -9,11 +9,22 @@ Every loop in this package drives its hooks through one lifecycle, fired by
         -> [ validation_begin -> (validation_batch_begin -> validation_batch_end)* ->
              validation_end ]
         -> epoch_end(epoch, logs) ]*
-    -> end(session)   # always, for every hook, even when one of them raises
+    -> end(session)   # always, for every hook that began, even when one of them raises
 
 ``before_run``/``after_run`` keep the exact meaning they have in
 ``tf.compat.v1.train.MonitoredSession``, so TensorFlow's stock hooks run unchanged.
 The epoch and validation events only reach subclasses of :class:`Hook`.
+
+Which hooks get ``end`` when a run fails early: ``end`` is for hooks that have something
+to end, so a hook whose ``begin`` raised, and the hooks after it (which never began), get
+none. Once the loop's session exists (created and initialized, just before
+``after_create_session``), every hook that began gets ``end(session)``, whatever fails
+later. If the run fails before that (in a ``begin``, or creating the session), only the
+hooks that can end without a session get ``end(None)``: :class:`Hook` subclasses that do
+not set ``requires_session`` (so that, say, :class:`~tfr_hooks.StopOnSignal` gives the
+signals back); other ``SessionRunHook`` instances (TensorFlow's own), which
+``MonitoredSession`` never ends without a session, get none. Only the error that ended
+the run is reported, not a hook's ``end`` failing for want of what never began.
 """
 
 from __future__ import annotations
@@ -155,7 +166,9 @@ class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
     """
 
     #: Whether the hook needs a ``tf.compat.v1.Session`` (graph mode). A loop without a
-    #: session refuses such hooks at construction with a clear error.
+    #: session refuses such hooks at construction with a clear error, and a run that
+    #: fails before its session exists does not call their ``end`` (other hooks that
+    #: began get ``end(None)``).
     requires_session = False
 
     loop: LoopState
@@ -254,6 +267,8 @@ class HookList:
     def __init__(self, hooks: Sequence[Any]) -> None:
         self.hooks: list[Any] = list(hooks)
         self._ours: list[Hook] = [h for h in self.hooks if isinstance(h, Hook)]
+        #: The hooks whose ``begin`` returned in the current (or last) run, in order.
+        self.begun: list[Any] = []
 
     def __iter__(self) -> Any:
         return iter(self.hooks)
@@ -271,9 +286,11 @@ class HookList:
         )
 
     def begin(self) -> None:
-        """Call ``begin`` on every hook."""
+        """Call ``begin`` on every hook; those whose ``begin`` returned are ``begun``."""
+        self.begun = []
         for hook in self.hooks:
             hook.begin()
+            self.begun.append(hook)
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Call ``after_create_session`` on every hook."""

@@ -12,7 +12,9 @@ import tensorflow as tf
 from tfr_hooks import distribute
 from tfr_hooks.checks import (
     check_fetches,
+    check_non_negative_int,
     check_optional_positive_int,
+    check_positive_int,
     check_positive_number,
     expected,
 )
@@ -37,6 +39,7 @@ from tfr_hooks.hooked_run import merged_run, prepared_run
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
 from tfr_hooks.metrics import RunningMeans
 from tfr_hooks.signals import with_signal_hook
+from tfr_hooks.tfrecord.read import Batches
 from tfr_hooks.validation import Validation
 
 __all__ = ["SessionLoop"]
@@ -52,10 +55,21 @@ class SessionLoop:
     Each step is one ``session.run`` of the train op, the running means of ``fetches`` and
     whatever the hooks add in ``before_run``. An ``OutOfRangeError`` from the input ends
     the epoch: with ``initializers`` (a re-initializable source) the next epoch restarts
-    the data; without them (a one-shot source such as a queue pipeline with
-    ``num_epochs``) training ends after closing the epoch. With ``steps_per_epoch``,
-    epochs are counted in steps. Queue runners in the graph are started and joined by a
+    the data; without them (a one-shot source such as queues the loop was not told
+    about) training ends after closing the epoch. With ``steps_per_epoch``, epochs are
+    counted in steps. Queue runners in the graph are started and joined by a
     :class:`~tfr_hooks.QueueRunnerHook` added automatically.
+
+    A queue pipeline given as ``data`` (``read_batches(..., pipeline="queue")``) is one
+    stream of ``num_epochs`` passes that cannot be restarted. When the number of examples
+    in a pass is known (every file listed in a ``schema.json``, as ``tfrecord.write``
+    writes), the loop splits the stream into epochs of that many examples (the batch
+    that crosses a boundary counts in the epoch it ends, as the queue mixes the passes
+    when it shuffles), so ``run(epochs=5)`` on ``num_epochs=5`` gives five epochs; with
+    ``num_epochs=None`` the stream is endless and the run ends after ``epochs``. A queue
+    pipeline that could never end an epoch (``num_epochs=None`` and no count) is refused
+    here, and ``run`` refuses epochs the stream cannot give; ``steps_per_epoch`` counts
+    epochs in steps instead, whatever the pipeline.
 
     Args:
         train_op: The op (or tensor, or list of them) to run each step, or a
@@ -156,6 +170,10 @@ class SessionLoop:
         fetches = {} if fetches is None else fetches
         check_fetches(fetches, "fetches")
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
+        #: the queue pipeline the loop splits into epochs itself (no steps_per_epoch)
+        self._stream = data if _is_queue(data) and steps_per_epoch is None else None
+        if self._stream is not None:
+            _check_stream(self._stream)
         user_hooks = check_hooks(hooks)
         if validation is not None and not isinstance(validation, Validation):
             raise TypeError(expected("validation", "a tfr_hooks.Validation or None", validation))
@@ -233,6 +251,12 @@ class SessionLoop:
         Returns:
             A dict from each fetch name (and ``val_<name>``, and anything hooks add to the
             epoch logs) to its list of per-epoch values, like Keras' ``History.history``.
+
+        Raises:
+            ValueError: If ``session`` is on another graph (or given with a ``master``);
+                if ``data`` is a queue pipeline (without ``steps_per_epoch``) that cannot
+                give ``epochs - initial_epoch`` epochs: more than its ``num_epochs``, or
+                more than one when its files do not count their examples.
         """
         if session is not None and getattr(session, "graph", None) is not self.graph:
             raise ValueError(
@@ -246,6 +270,8 @@ class SessionLoop:
                     session,
                 )
             )
+        if self._stream is not None:
+            _check_stream_epochs(self._stream, epochs, initial_epoch)
         runner = _SessionRunner(self, session)
         validation = self.validation
         with self.graph.as_default():  # hooks look things up in the default graph
@@ -264,11 +290,18 @@ class SessionLoop:
 class _SessionRunner:
     """The engine's runner for :class:`SessionLoop`: one ``session.run`` per step."""
 
-    ran_out = False  # a session finds the end of the data only by an OutOfRangeError
-
     def __init__(self, owner: SessionLoop, session: Any) -> None:
         self.owner = owner
         self.reinitializable = bool(owner.initializers)
+        # a session finds the end of the data only by an OutOfRangeError, except for the
+        # end of an epoch of a queue stream the loop splits: a pass's worth of examples
+        self.ran_out = False
+        stream = owner._stream
+        self.pass_examples = None if stream is None else stream.num_examples
+        if self.pass_examples is not None:
+            self.reinitializable = True  # each epoch goes on with the stream's next pass
+        self.seen = 0  # examples of the stream run so far
+        self.boundary = 0  # where the current epoch ends in the stream
         self.session = session
         self.owns_session = session is None
         self.coord: Any = None
@@ -293,6 +326,9 @@ class _SessionRunner:
         self.fast_run = prepared_run(self.session, self.fetches, self.options)
 
     def start_epoch(self, restart_data: bool) -> None:
+        if self.pass_examples is not None:
+            self.boundary += self.pass_examples
+            self.ran_out = self.seen >= self.boundary
         ops = [self.owner._means.reset]
         if restart_data:
             ops.extend(self.owner.initializers)
@@ -312,9 +348,13 @@ class _SessionRunner:
             return StepResult(exhausted=True)
         result.logs = result.results["logs"]
         result.examples = int(result.results.get("batch_size", 1))
+        if self.pass_examples is not None:
+            self.seen += result.examples
+            self.ran_out = self.seen >= self.boundary
         return result
 
     def start_validation(self) -> bool:
+        self.ran_out = False  # the validation data's end is found by its OutOfRangeError
         validation, means = self.owner.validation, self.owner._val_means
         if validation is None or means is None:
             return False
@@ -337,6 +377,48 @@ class _SessionRunner:
             self.coord.request_stop()  # threads a user hook started on it
         if self.owns_session and self.session is not None:
             self.session.close()
+
+
+def _is_queue(data: Batches | None) -> bool:
+    return data is not None and data.pipeline == "queue"
+
+
+def _check_stream(data: Batches) -> None:
+    """Refuse a queue pipeline that could never end an epoch."""
+    if data.num_epochs is None and data.num_examples is None:
+        raise ValueError(
+            "Expected `data` from read_batches(pipeline='queue') to end its epochs: with "
+            "num_epochs=None the queue never runs out, and its files have no schema.json "
+            "to count the examples of a pass. Pass steps_per_epoch=... to SessionLoop, "
+            "or num_epochs=... to read_batches (or write the files with tfrecord.write, "
+            "whose schema.json counts them). Received: pipeline='queue', num_epochs=None, "
+            f"num_examples=None, steps_per_epoch=None, files={data.files[:3]!r}"
+        )
+
+
+def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None:
+    """Refuse ``run`` epochs that a queue stream cannot give, one pass each."""
+    check_positive_int(epochs, "epochs")
+    check_non_negative_int(initial_epoch, "initial_epoch")
+    wanted = epochs - initial_epoch
+    if data.num_examples is None and wanted > 1:
+        raise ValueError(
+            f"Expected `epochs` to be at most initial_epoch + 1 = {initial_epoch + 1} for "
+            "data from read_batches(pipeline='queue') whose files have no schema.json: "
+            f"the loop cannot tell where one of its num_epochs={data.num_epochs} passes "
+            "ends, so the whole stream is one epoch. Pass steps_per_epoch=... to "
+            "SessionLoop (examples per pass // batch size), or write the files with "
+            f"tfrecord.write (its schema.json counts the examples). Received: epochs={epochs}"
+        )
+    if data.num_epochs is not None and wanted > data.num_epochs:
+        raise ValueError(
+            f"Expected `epochs` to be at most initial_epoch + num_epochs = "
+            f"{initial_epoch + data.num_epochs}: data from read_batches(pipeline='queue', "
+            f"num_epochs={data.num_epochs}) gives {data.num_epochs} passes, one per epoch, "
+            f"and a queue cannot be restarted. Pass num_epochs={wanted} (or None, endless) "
+            f"to read_batches, or run fewer epochs. Received: epochs={epochs}, "
+            f"initial_epoch={initial_epoch}"
+        )
 
 
 def _check_cluster(master: object, is_chief: object) -> tuple[str, bool | None]:

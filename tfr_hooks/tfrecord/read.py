@@ -80,6 +80,9 @@ class Batches:
             ``schema.json``, or loaded into memory).
         examples_per_record: Examples stored in each record (more than 1 for packed
             shards).
+        num_epochs: The ``num_epochs`` the pipeline was built with (``None``: one pass
+            per initialization for ``"dataset"`` and ``"memory"``, endless for
+            ``"queue"``).
     """
 
     tensors: Any
@@ -91,6 +94,7 @@ class Batches:
     batch_size: Any = field(default=None)
     num_examples: int | None = None
     examples_per_record: int = 1
+    num_epochs: int | None = None
 
 
 @dataclass
@@ -599,7 +603,9 @@ def read_batches(
       ``shuffle``). Queue runners land in the graph's ``QUEUE_RUNNERS`` collection; start
       them (``SessionLoop`` does) and run ``tf.compat.v1.local_variables_initializer()``
       when ``num_epochs`` is set. ``OutOfRangeError`` comes after ``num_epochs`` passes
-      (never when ``None``).
+      (never when ``None``). ``SessionLoop(data=...)`` splits this one stream into
+      epochs of ``num_examples`` examples when the count is known (see
+      :class:`~tfr_hooks.SessionLoop`).
 
     Either way, give the :class:`Batches` to ``SessionLoop(data=...)`` (or
     ``hooked_session(data=...)``): the loop runs its initializers, weighs by its batch
@@ -740,6 +746,7 @@ def read_batches(
         size,
         num_examples,
         plan.per_record,
+        num_epochs,
     )
 
 
