@@ -43,10 +43,6 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 import tfr_hooks  # noqa: E402
-import tfr_hooks.function_loop  # noqa: E402
-import tfr_hooks.keras_callbacks  # noqa: E402
-import tfr_hooks.keras_graph  # noqa: E402
-import tfr_hooks.session_loop  # noqa: E402, F401
 from tfr_hooks import tfrecord  # noqa: E402
 
 __all__ = ["Spec", "FUNCTIONS", "run_config", "worker_entry", "write_entry"]
@@ -169,8 +165,6 @@ def graph_training(model: str, x: Any, y: Any) -> tuple[Any, Any, dict[Any, Any]
     ``feeds`` is the learning-phase feed the package's hook adds to every step; the
     hand-written loops feed it too, so every session row runs the same step.
     """
-    import tfr_hooks
-
     net = graph_model(model, x)
     training = tfr_hooks.keras_training_graph(
         net,
@@ -255,7 +249,6 @@ def bracket_callbacks(keras_module: Any, clock: Clock, cbs: list[Any]) -> list[A
 
 def bracket_hooks(clock: Clock, hooks: list[Any]) -> list[Any]:
     """``hooks`` between two hooks that time every call into them (step and epoch)."""
-    import tfr_hooks
 
     class First(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
         def before_run(self, run_context: Any) -> None:
@@ -288,7 +281,6 @@ def bracket_hooks(clock: Clock, hooks: list[Any]) -> list[Any]:
 
 def clock_hook(clock: Clock) -> Any:
     """A ``tfr_hooks.Hook`` (last in the list) that marks the clock at each epoch end."""
-    import tfr_hooks
 
     class ClockHook(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
         def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
@@ -503,8 +495,6 @@ def session_loop(
     spec: Spec, pipeline: str, with_callbacks: bool, *, reinit: bool = False
 ) -> dict[str, Any]:
     """``SessionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``."""
-    import tfr_hooks
-
     clock = Clock(spec)
     with tf.Graph().as_default():
         v1.set_random_seed(spec.seed)
@@ -640,8 +630,7 @@ def function_loop(
     """
     import keras as k3
 
-    import tfr_hooks
-    from tfr_hooks.function_loop import FunctionLoop
+    from tfr_hooks.tf2.function_loop import FunctionLoop
 
     clock = Clock(spec)
     if strategy is None:

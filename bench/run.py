@@ -141,7 +141,7 @@ class Pool:
         """
         import bench_entry as entries
 
-        from tfr_hooks.cluster import loopback_cluster  # no TensorFlow import
+        from tfr_hooks.tfrecord.sharding import loopback_cluster  # no TensorFlow import
 
         started = []
         for config in loopback_cluster(workers):

@@ -1,6 +1,6 @@
 """Start a cluster of worker processes on loopback ports, each with a timeout.
 
-Every process gets its own ``TF_CONFIG`` (from :func:`tfr_hooks.distribute.loopback_cluster`,
+Every process gets its own ``TF_CONFIG`` (from :func:`tfr_hooks.tf2.distribute.loopback_cluster`,
 so only ``127.0.0.1`` ports) and is killed in a ``finally`` if still running.
 
 The processes are real ones, forked from a ``multiprocessing`` fork server that imported
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfr_hooks.distribute import loopback_cluster
+from tfr_hooks.tf2.distribute import loopback_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def _context() -> Any:
     global _SERVER
     if _SERVER is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["tensorflow", "keras", "tfr_hooks.function_loop"])
+        ctx.set_forkserver_preload(["tensorflow", "keras", "tfr_hooks.tf2.function_loop"])
         # what the server is started with, every worker inherits: quiet C++ logs, a fixed
         # hash seed, and the path to this directory and the package (Python 3.11 does
         # not hand sys.path to the server)

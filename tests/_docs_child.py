@@ -77,7 +77,7 @@ def write_data() -> None:
     tfrecord.write({"image": images[:1200], "label": labels[:1200]}, "data/train", shards=2)
     tfrecord.write({"image": images[1200:], "label": labels[1200:]}, "data/validation")
     with tf.io.TFRecordWriter("train.tfrecord") as writer:  # the same, by a plain writer
-        for image, label in zip(images[:1200], labels[:1200]):
+        for image, label in zip(images[:1200], labels[:1200], strict=True):
             writer.write(_example({"image": image.tolist(), "label": [int(label)]}))
 
     rng = np.random.default_rng(0)

@@ -9,7 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 import tfr_hooks
-from tfr_hooks.metrics import RunningMeans
+from tfr_hooks.graph.metrics import RunningMeans
 
 v1 = tf.compat.v1
 

@@ -1,4 +1,4 @@
-"""tfr_hooks.distribute in one process: roles from TF_CONFIG, sharding, chief-only writing.
+"""tfr_hooks.tf2.distribute in one process: roles from TF_CONFIG, sharding, chief-only writing.
 
 A process's role in a cluster comes from ``TF_CONFIG`` (what cluster launchers set), so
 these tests set it in the environment and run the real loops, callbacks and writers in
@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import tfr_hooks
 from tfr_hooks import distribute, tfrecord
+from tfr_hooks.chief_only import ChiefOnlyWriting
 
 v1 = tf.compat.v1
 Policy = tf.data.experimental.AutoShardPolicy
@@ -252,7 +253,7 @@ def test_epoch_checkpoint_saves_on_the_chief_only(tmp_path, as_task) -> None:
 
 def test_chief_only_writing_on_the_chief_changes_nothing() -> None:
     callbacks = _callbacks(Path("/nonexistent"))
-    writing = distribute.ChiefOnlyWriting(distribute.TaskInfo())
+    writing = ChiefOnlyWriting(distribute.TaskInfo())
     assert writing.apply(callbacks, keras) == callbacks
     writing.restore()
     assert writing.tempdir is None

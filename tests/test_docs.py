@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _cluster import ROOT, run_cluster
 
 import tfr_hooks
+from _cluster import ROOT, run_cluster
 
 DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
@@ -103,9 +103,7 @@ def tox_environments() -> set[str]:
         entry = entry.strip()
         match = re.match(r"^(.*)\{([^}]*)\}(.*)$", entry)
         options = match.group(2).split(",") if match else [""]
-        names.update(
-            f"{match.group(1)}{o}{match.group(3)}" if match else entry for o in options
-        )
+        names.update(f"{match.group(1)}{o}{match.group(3)}" if match else entry for o in options)
     return names
 
 
@@ -219,9 +217,7 @@ def test_documented_signatures_are_the_codes() -> None:
         tree = ast.parse(f"def f({rest.rsplit(')', 1)[0]}): pass")
         documented = tree.body[0].args  # type: ignore[attr-defined]
         actual = [
-            p
-            for p in inspect.signature(SIGNATURES[name]).parameters.values()
-            if p.name != "self"
+            p for p in inspect.signature(SIGNATURES[name]).parameters.values() if p.name != "self"
         ]
         positional = [a.arg for a in documented.args]
         keyword = [a.arg for a in documented.kwonlyargs]
@@ -229,11 +225,15 @@ def test_documented_signatures_are_the_codes() -> None:
         assert positional + keyword == [p.name for p in actual], where
         assert keyword == [p.name for p in actual if p.kind is p.KEYWORD_ONLY], where
         defaults = dict(
-            zip(positional[len(positional) - len(documented.defaults) :], documented.defaults)
+            zip(
+                positional[len(positional) - len(documented.defaults) :],
+                documented.defaults,
+                strict=True,
+            )
         )
         defaults.update(
             (a.arg, d)
-            for a, d in zip(documented.kwonlyargs, documented.kw_defaults)
+            for a, d in zip(documented.kwonlyargs, documented.kw_defaults, strict=True)
             if d is not None
         )
         for p in actual:

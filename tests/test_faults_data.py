@@ -23,7 +23,7 @@ import tfr_hooks
 from _faults import LinearModel, Recorder
 from conftest import write_records
 from tfr_hooks import tfrecord
-from tfr_hooks.checkpoint import resume_epoch_of
+from tfr_hooks.graph.checkpoint import resume_epoch_of
 
 v1 = tf.compat.v1
 pytestmark = pytest.mark.timeout(120)

@@ -25,7 +25,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import tfr_hooks
 from conftest import write_records
-from tfr_hooks.checkpoint import resume_epoch_of
+from tfr_hooks.graph.checkpoint import resume_epoch_of
 
 SCRIPT = Path(__file__).parent / "_fault_scripts" / "train.py"
 START_TIMEOUT_S = 240  # importing TensorFlow on two slow, shared cores

@@ -1,10 +1,103 @@
-"""Data flows one way: the TFRecord layer knows nothing of hooks or loops."""
+"""The file list shows the two modes, and data flows one way between the layers.
+
+- ``tfr_hooks/tfrecord/`` (file I/O and its sharding policy) imports nothing of the
+  package above it but the argument checks (``tfr_hooks.checks``);
+- the shared core (``engine``, ``hooks``, ``checks``, ``signals``, ``keras_callbacks``,
+  ``tensorboard``, ...) imports neither mode;
+- ``tfr_hooks/graph/`` (graph mode) and ``tfr_hooks/tf2/`` (TensorFlow 2) never import
+  each other.
+
+Checked twice: statically, on every module's imports, and at run time, on what importing
+the TFRecord readers loads.
+"""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tfr_hooks"
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("tfrecord", "graph", "tf2"):
+        return parts[1]
+    return "core"
+
+
+#: layer -> the layers it may import from
+ALLOWED = {
+    "tfrecord": {"tfrecord"},
+    "core": {"core", "tfrecord"},
+    "graph": {"graph", "core", "tfrecord"},
+    "tf2": {"tf2", "core", "tfrecord"},
+}
+#: the only modules of the core the tfrecord layer may use
+TFRECORD_MAY_USE = {"tfr_hooks.checks"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(path: Path) -> set[str]:
+    """The ``tfr_hooks`` modules ``path`` imports (at any depth of its code)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("tfr_hooks"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfr_hooks"):
+            module = node.module or ""
+            for alias in node.names:  # `from tfr_hooks.tfrecord import sharding` is a module
+                candidate = f"{module}.{alias.name}"
+                names.add(candidate if candidate in MODULES else module)
+    return names
+
+
+MODULES = modules()
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_each_module_imports_only_the_layers_below_or_beside_it(module: str) -> None:
+    if module == "tfr_hooks":
+        return  # the package's public names, imported on first use
+    own = layer(module)
+    for imported in imports(MODULES[module]):
+        if imported == "tfr_hooks":  # `from tfr_hooks import X`: resolve X's module
+            continue
+        if own == "tfrecord" and imported in TFRECORD_MAY_USE:
+            continue
+        assert layer(imported) in ALLOWED[own], f"{module} ({own}) imports {imported}"
+
+
+def test_no_module_reaches_another_through_the_package_namespace() -> None:
+    """``from tfr_hooks import X`` inside the package hides which layer X comes from."""
+    for module, path in MODULES.items():
+        if module == "tfr_hooks":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "tfr_hooks":
+                names = [a.name for a in node.names]
+                assert names == ["tfrecord"], f"{module}: from tfr_hooks import {names}"
+
+
+def test_the_two_modes_have_their_own_folders() -> None:
+    graph = {p.stem for p in (PACKAGE / "graph").glob("*.py")}
+    tf2 = {p.stem for p in (PACKAGE / "tf2").glob("*.py")}
+    assert {"session_loop", "hooked_session", "queue_runners", "checkpoint"} <= graph
+    assert {"function_loop", "preemption", "distribute"} <= tf2
+
 
 SCRIPT = """
 import sys
@@ -15,19 +108,8 @@ loaded = sorted(m for m in sys.modules if m.startswith("tfr_hooks"))
 print("\\n".join(loaded))
 """
 
-HOOK_LAYER = {
-    "tfr_hooks.hooks",
-    "tfr_hooks.engine",
-    "tfr_hooks.data_errors",
-    "tfr_hooks.distribute",
-    "tfr_hooks.session_loop",
-    "tfr_hooks.function_loop",
-    "tfr_hooks.queue_runners",
-    "tfr_hooks.signals",
-}
 
-
-def test_the_tfrecord_layer_imports_no_hook_or_loop_module() -> None:
+def test_the_tfrecord_layer_loads_no_hook_or_loop_module() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -39,4 +121,5 @@ def test_the_tfrecord_layer_imports_no_hook_or_loop_module() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = set(result.stdout.split())
     assert "tfr_hooks.tfrecord.read" in loaded
-    assert not loaded & HOOK_LAYER, sorted(loaded & HOOK_LAYER)
+    outside = {m for m in loaded if layer(m) != "tfrecord" and m != "tfr_hooks"}
+    assert outside <= TFRECORD_MAY_USE, sorted(outside)

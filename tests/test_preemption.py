@@ -241,7 +241,7 @@ def test_a_hook_restoring_after_it_has_the_last_word(tmp_path, caplog) -> None:
     restore = keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)
     # in the wrong order: BackupAndRestore restores its epoch-0 backup over the checkpoint
     hooks = [PreemptionCheckpoint(directory, model=fresh), KerasCallbacks([restore], fresh)]
-    with caplog.at_level("WARNING", logger="tfr_hooks.preemption"):
+    with caplog.at_level("WARNING", logger="tfr_hooks.tf2.preemption"):
         FunctionLoop(_data(), model=fresh, hooks=[*hooks, record]).run(epochs=EPOCHS)
     assert "Put PreemptionCheckpoint after KerasCallbacks" in caplog.text
     # epoch 1 in full from the backup: a consistent state, not the backup's weights at

@@ -16,20 +16,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
-    from tfr_hooks import distribute, tfrecord
-    from tfr_hooks.checkpoint import EpochCheckpoint
+    from tfr_hooks import tfrecord
     from tfr_hooks.data_errors import DataErrorHook
-    from tfr_hooks.drop_in import HookedSession, hooked_session
-    from tfr_hooks.function_loop import FunctionLoop
+    from tfr_hooks.graph.checkpoint import EpochCheckpoint
+    from tfr_hooks.graph.hooked_session import HookedSession, hooked_session
+    from tfr_hooks.graph.keras_graph import KerasTrainingGraph, keras_training_graph
+    from tfr_hooks.graph.queue_runners import QueueRunnerHook
+    from tfr_hooks.graph.session_loop import SessionLoop
+    from tfr_hooks.graph.validation import Validation
     from tfr_hooks.hooks import Hook, LoopState
     from tfr_hooks.keras_callbacks import KerasCallbacks
-    from tfr_hooks.keras_graph import KerasTrainingGraph, keras_training_graph
-    from tfr_hooks.preemption import Preempted, PreemptionCheckpoint
-    from tfr_hooks.queue_runners import QueueRunnerHook
-    from tfr_hooks.session_loop import SessionLoop
     from tfr_hooks.signals import StopOnSignal
     from tfr_hooks.tensorboard import TensorBoardLogger
-    from tfr_hooks.validation import Validation
+    from tfr_hooks.tf2 import distribute
+    from tfr_hooks.tf2.function_loop import FunctionLoop
+    from tfr_hooks.tf2.preemption import Preempted, PreemptionCheckpoint
 
 __version__ = "0.1.0"
 
@@ -37,24 +38,27 @@ __version__ = "0.1.0"
 _PUBLIC: dict[str, str] = {
     "Hook": "tfr_hooks.hooks",
     "LoopState": "tfr_hooks.hooks",
-    "SessionLoop": "tfr_hooks.session_loop",
-    "Validation": "tfr_hooks.validation",
-    "HookedSession": "tfr_hooks.drop_in",
-    "hooked_session": "tfr_hooks.drop_in",
-    "QueueRunnerHook": "tfr_hooks.queue_runners",
+    "SessionLoop": "tfr_hooks.graph.session_loop",
+    "Validation": "tfr_hooks.graph.validation",
+    "HookedSession": "tfr_hooks.graph.hooked_session",
+    "hooked_session": "tfr_hooks.graph.hooked_session",
+    "QueueRunnerHook": "tfr_hooks.graph.queue_runners",
     "tfrecord": "tfr_hooks.tfrecord",
     "KerasCallbacks": "tfr_hooks.keras_callbacks",
-    "keras_training_graph": "tfr_hooks.keras_graph",
-    "KerasTrainingGraph": "tfr_hooks.keras_graph",
+    "keras_training_graph": "tfr_hooks.graph.keras_graph",
+    "KerasTrainingGraph": "tfr_hooks.graph.keras_graph",
     "TensorBoardLogger": "tfr_hooks.tensorboard",
-    "FunctionLoop": "tfr_hooks.function_loop",
+    "FunctionLoop": "tfr_hooks.tf2.function_loop",
     "StopOnSignal": "tfr_hooks.signals",
-    "EpochCheckpoint": "tfr_hooks.checkpoint",
-    "PreemptionCheckpoint": "tfr_hooks.preemption",
-    "Preempted": "tfr_hooks.preemption",
+    "EpochCheckpoint": "tfr_hooks.graph.checkpoint",
+    "PreemptionCheckpoint": "tfr_hooks.tf2.preemption",
+    "Preempted": "tfr_hooks.tf2.preemption",
     "DataErrorHook": "tfr_hooks.data_errors",
-    "distribute": "tfr_hooks.distribute",
+    "distribute": "tfr_hooks.tf2.distribute",
 }
+
+# the public names that are modules, not names defined in one
+_MODULES = {"tfrecord", "distribute"}
 
 __all__ = [
     "Hook",
@@ -85,7 +89,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module 'tfr_hooks' has no attribute {name!r}")
     module = importlib.import_module(module_name)
-    value = module if module_name.endswith(f".{name}") else getattr(module, name)
+    value = module if name in _MODULES else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -27,9 +27,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks import distribute
+from tfr_hooks.chief_only import ChiefOnlyWriting
 from tfr_hooks.engine import python_value
 from tfr_hooks.hooks import Hook
+from tfr_hooks.tfrecord import sharding
 
 __all__ = ["KerasCallbacks"]
 
@@ -187,7 +188,7 @@ class KerasCallbacks(Hook):
         self._deferred = self._val_deferred = False
         self._val_steps: int | None = None
         self._val_seen = 0
-        self._writing = distribute.ChiefOnlyWriting(distribute.TaskInfo())
+        self._writing = ChiefOnlyWriting(sharding.TaskInfo())
         self._active: list[Any] = list(self.callbacks)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -226,7 +227,7 @@ class KerasCallbacks(Hook):
         self.params = params
         history = None
         # on non-chief workers, files go to a temporary place; no progress bar
-        self._writing = distribute.ChiefOnlyWriting(distribute.current_task(model=self.model))
+        self._writing = ChiefOnlyWriting(sharding.current_task(model=self.model))
         self._active = self._writing.apply(self.callbacks, self._keras)
         for callback in self._active:
             callback.set_model(self.model)

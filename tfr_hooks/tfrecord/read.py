@@ -27,8 +27,8 @@ from typing import Any, Union
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks import cluster
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
+from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
     SCHEMA_FILENAME,
@@ -325,7 +325,7 @@ def dataset(
             ``batch_size`` is then the global batch size. With more than one worker and
             ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
             that every example is read once per epoch (see
-            :func:`tfr_hooks.cluster.shard_dataset`).
+            :func:`tfr_hooks.tfrecord.sharding.shard_dataset`).
 
     Returns:
         The dataset of batches. When the number of examples is known (every file is
@@ -360,10 +360,10 @@ def dataset(
         raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
     if memory_budget is not None:
         check_positive_int(memory_budget, "memory_budget")
-    task = cluster.current_task()
-    cluster.check_shard(shard)
+    task = sharding.current_task()
+    sharding.check_shard(shard)
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
-    seed = cluster.shared_seed(seed, shuffle_buffer, task)
+    seed = sharding.shared_seed(seed, shuffle_buffer, task)
     if in_memory and _use_memory(plan, in_memory, memory_budget, map_fn):
         data = memory_dataset(
             load(
@@ -382,7 +382,7 @@ def dataset(
         )
         # no files to split: every worker gathers the same batches and keeps its share
         memory_shard = "data" if shard in ("auto", "file") else shard
-        return cluster.shard_dataset(
+        return sharding.shard_dataset(
             _finish(data, plan.names, prefetch=None, autotune=autotune), memory_shard, 0, task
         )
     built = _build_dataset(
@@ -398,7 +398,7 @@ def dataset(
         prefetch=prefetch,
         autotune=autotune,
     )
-    return cluster.shard_dataset(built, shard, len(plan.files), task)
+    return sharding.shard_dataset(built, shard, len(plan.files), task)
 
 
 def _build_dataset(

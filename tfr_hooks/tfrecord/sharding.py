@@ -11,7 +11,7 @@ benchmark's parent) can pick ports without paying for TensorFlow's import:
 * :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
   ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
 
-:mod:`tfr_hooks.distribute` re-exports these beside what the loops and hooks need.
+:mod:`tfr_hooks.tf2.distribute` re-exports these beside what the loops and hooks need.
 """
 
 from __future__ import annotations

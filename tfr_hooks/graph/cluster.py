@@ -51,7 +51,7 @@ _POLL_SECS = 1.0
 # the package's own writing hooks, by module, checked without importing the modules
 _OWN_WRITERS = (
     ("tfr_hooks.tensorboard", "TensorBoardLogger"),
-    ("tfr_hooks.checkpoint", "EpochCheckpoint"),
+    ("tfr_hooks.graph.checkpoint", "EpochCheckpoint"),
 )
 
 

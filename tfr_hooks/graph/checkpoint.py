@@ -33,9 +33,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks import distribute
 from tfr_hooks.checks import check_bool, check_positive_int
 from tfr_hooks.hooks import Hook
+from tfr_hooks.tfrecord import sharding
 
 __all__ = ["EpochCheckpoint", "CHECKPOINT_PREFIX", "resume_epoch_of"]
 
@@ -184,7 +184,7 @@ class EpochCheckpoint(Hook):
         if self._session is None or self._saver is None:
             return
         told = self.loop.is_chief  # SessionLoop(is_chief=...), else the strategy/TF_CONFIG
-        if not (told if told is not None else distribute.current_task().is_chief):
+        if not (told if told is not None else sharding.current_task().is_chief):
             return  # the chief saves, once
         loop = self.loop
         if self._steps_known is not None:

@@ -42,9 +42,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks import distribute
 from tfr_hooks.checks import expected
 from tfr_hooks.hooks import Hook
+from tfr_hooks.tf2 import distribute
 
 __all__ = ["PreemptionCheckpoint", "Preempted", "PREEMPTION_EXIT_CODE"]
 

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks import distribute
 from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
 from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
 from tfr_hooks.signals import with_signal_hook
+from tfr_hooks.tf2 import distribute
 
 __all__ = ["FunctionLoop"]
 

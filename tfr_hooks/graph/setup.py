@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.data_errors import DataErrorHook
-from tfr_hooks.queue_runners import QueueRunnerHook
+from tfr_hooks.graph.queue_runners import QueueRunnerHook
 from tfr_hooks.tfrecord.read import Batches
 
 __all__ = ["check_data", "input_hooks", "initialize_uninitialized", "ensure_saver", "training_of"]
@@ -37,10 +37,10 @@ def check_data(data: object) -> Batches | None:
 def training_of(train_op: Any) -> Any:
     """``train_op`` if it is a :class:`~tfr_hooks.KerasTrainingGraph`, else ``None``.
 
-    Checked without importing :mod:`tfr_hooks.keras_graph` (and ``tf_keras`` with it):
+    Checked without importing :mod:`tfr_hooks.graph.keras_graph` (and ``tf_keras`` with it):
     an object of that class exists only once the module is imported.
     """
-    module = sys.modules.get("tfr_hooks.keras_graph")
+    module = sys.modules.get("tfr_hooks.graph.keras_graph")
     if module is not None and isinstance(train_op, module.KerasTrainingGraph):
         return train_op
     return None

@@ -22,9 +22,9 @@ import tensorflow as tf
 import tf_keras
 
 from tfr_hooks.checks import expected
+from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import Hook
 from tfr_hooks.keras_callbacks import KerasCallbacks
-from tfr_hooks.validation import Validation
 
 __all__ = ["KerasTrainingGraph", "keras_training_graph"]
 

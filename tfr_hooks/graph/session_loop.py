@@ -9,7 +9,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks import distribute
 from tfr_hooks.checks import (
     check_fetches,
     check_non_negative_int,
@@ -19,7 +18,7 @@ from tfr_hooks.checks import (
     expected,
 )
 from tfr_hooks.engine import StepResult, run_loop
-from tfr_hooks.graph_cluster import (
+from tfr_hooks.graph.cluster import (
     DEFAULT_WAIT_FOR_CHIEF_SECS,
     ClusterSession,
     checkpoint_dir_of,
@@ -28,19 +27,20 @@ from tfr_hooks.graph_cluster import (
     warn_local_variables_on_ps,
     worker_device,
 )
-from tfr_hooks.graph_setup import (
+from tfr_hooks.graph.hooked_run import merged_run, prepared_run
+from tfr_hooks.graph.metrics import RunningMeans
+from tfr_hooks.graph.setup import (
     check_data,
     ensure_saver,
     initialize_uninitialized,
     input_hooks,
     training_of,
 )
-from tfr_hooks.hooked_run import merged_run, prepared_run
+from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
-from tfr_hooks.metrics import RunningMeans
 from tfr_hooks.signals import with_signal_hook
+from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.read import Batches
-from tfr_hooks.validation import Validation
 
 __all__ = ["SessionLoop"]
 
@@ -105,7 +105,7 @@ class SessionLoop:
             stock ``CheckpointSaverHook`` and ``SummarySaverHook`` and the package's
             :class:`~tfr_hooks.TensorBoardLogger` and :class:`~tfr_hooks.EpochCheckpoint`
             in ``hooks`` are dropped. ``None``: with a ``master``, from ``TF_CONFIG``
-            (:func:`tfr_hooks.distribute.current_task`; no ``TF_CONFIG`` is a chief);
+            (:func:`tfr_hooks.tfrecord.sharding.current_task`; no ``TF_CONFIG`` is a chief);
             without one, the loop is a single process's and drops nothing. ``False``
             needs a ``master``.
         chief_only_hooks: Hooks run after ``hooks``, on the chief only.
@@ -441,7 +441,7 @@ def _check_cluster(master: object, is_chief: object) -> tuple[str, bool | None]:
             )
         )
     if is_chief is None and master:
-        is_chief = distribute.current_task().is_chief
+        is_chief = sharding.current_task().is_chief
     return master, is_chief
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.engine import end_run, run_hooked_step
-from tfr_hooks.graph_setup import check_data, initialize_uninitialized, input_hooks
-from tfr_hooks.hooked_run import merged_run
+from tfr_hooks.graph.hooked_run import merged_run
+from tfr_hooks.graph.setup import check_data, initialize_uninitialized, input_hooks
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
 from tfr_hooks.signals import with_signal_hook
 
