@@ -68,11 +68,33 @@ def records(path: Path, batch_size: int, *, shuffle: bool = False) -> tf.data.Da
 
 def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("data/digits"))
-    parser.add_argument("--logdir", type=Path, default=Path("logs/keras3_tfrecord"))
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--steps-per-execution", type=int, default=4)
-    parser.add_argument("--patience", type=int, default=3)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data/digits"),
+        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logdir",
+        type=Path,
+        default=Path("logs/keras3_tfrecord"),
+        help="where checkpoints and logs are written (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=30, help="epochs to train (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=4,
+        help="training steps per tf.function call (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=3,
+        help="EarlyStopping patience, in epochs without a better val_loss (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()

@@ -32,9 +32,24 @@ v1 = tf.compat.v1
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("data/digits"))
-    parser.add_argument("--logdir", type=Path, default=Path("logs/legacy_script"))
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data/digits"),
+        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logdir",
+        type=Path,
+        default=Path("logs/legacy_script"),
+        help="where the checkpoints and summaries are written (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=5,
+        help="passes of the input queue over the data (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     paths = write_digits(args.data_dir)
 

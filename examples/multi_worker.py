@@ -55,15 +55,43 @@ PREEMPTED = 42  # the exit code of tfr_hooks.PreemptionCheckpoint
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("data/digits-sharded"))
-    parser.add_argument("--logdir", type=Path, default=Path("logs/multi_worker"))
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64, help="the global batch size")
-    parser.add_argument("--steps-per-execution", type=int, default=4)
     parser.add_argument(
-        "--workers", type=int, default=0, help="start this many workers on loopback ports"
+        "--data-dir",
+        type=Path,
+        default=Path("data/digits-sharded"),
+        help="where the sharded digits TFRecords are written, or reused (default: %(default)s)",
     )
-    parser.add_argument("--timeout", type=float, default=600, help="seconds, with --workers")
+    parser.add_argument(
+        "--logdir",
+        type=Path,
+        default=Path("logs/multi_worker"),
+        help="where the chief writes checkpoints and logs (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=10, help="epochs to train (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="the global batch size (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=4,
+        help="training steps per tf.function call (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="start this many worker processes on loopback ports; 0: this process "
+        "trains alone, or as the TF_CONFIG worker (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        help="seconds to wait for the workers, with --workers (default: %(default)s)",
+    )
     return parser.parse_args(argv)
 
 

@@ -48,9 +48,24 @@ def loss_and_accuracy(probs: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("data/digits"))
-    parser.add_argument("--logdir", type=Path, default=Path("logs/queue_runners_keras"))
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data/digits"),
+        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logdir",
+        type=Path,
+        default=Path("logs/queue_runners_keras"),
+        help="where the checkpoints are written (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=10,
+        help="epochs to train, also the queue's num_epochs (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()

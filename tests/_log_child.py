@@ -14,6 +14,13 @@ Modes:
   ``steps_per_execution`` 1 and then 32.
 * ``exhaust``: the control: a ``tf.function`` that calls ``iterator.get_next()`` until the
   data raises ``OutOfRangeError``, for 3 epochs (what ``FunctionLoop`` is built to avoid).
+* ``normal``: a new user's first runs, which must log no warning (``RECORDS`` is a
+  directory to write a dataset into): a tf_keras model through ``keras_training_graph``
+  on the queue pipeline (``num_epochs`` set, epochs shorter than the data, so the queue
+  threads are still feeding when the run ends) with Keras callbacks, ``EpochCheckpoint``
+  and a stock ``CheckpointSaverHook``; the same on the memory pipeline with validation;
+  a Keras 3 model in a ``FunctionLoop`` with validation data and Keras callbacks.
+  ``warnings.warn`` goes to Python logging as well.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+#: The worktree's root: children import its ``tfr_hooks``, not an installed copy.
+ROOT = Path(__file__).resolve().parent.parent
 
 #: Every C++ log line, INFO and up (what a user sees at TensorFlow's most verbose level).
 ALL_LEVELS = {"TF_CPP_MIN_LOG_LEVEL": "0"}
@@ -43,7 +53,13 @@ def run_logged(*runs: tuple[dict[str, str], tuple[str, ...]]) -> list[tuple[dict
     procs = [
         subprocess.Popen(
             [sys.executable, str(Path(__file__)), *args],
-            env={**os.environ, **env},
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+                ),
+                **env,
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -78,7 +94,10 @@ def main(argv: list[str]) -> None:
 
     mode, path = argv[0], argv[1]
     result: dict[str, Any] = {}
-    if mode == "session":
+    if mode == "normal":
+        logging.captureWarnings(True)
+        result = _normal_runs(Path(path))
+    elif mode == "session":
         with tf.Graph().as_default():
             batch, init = dataset_batches(path, 30)  # 100 records: 30, 30, 30, 10
             val_batch, val_init = dataset_batches(path, 40)
@@ -129,6 +148,82 @@ def main(argv: list[str]) -> None:
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def _normal_runs(directory: Path) -> dict[str, Any]:
+    """The ``normal`` mode's three runs; their histories."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    import tfr_hooks
+    from tfr_hooks import tfrecord
+
+    v1 = tf.compat.v1
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64)
+    data = directory / "data"
+    tfrecord.write({"x": x, "y": y}, data, shards=2)
+    result: dict[str, Any] = {}
+    for pipeline in ("queue", "memory"):
+        with tf.Graph().as_default():
+            v1.set_random_seed(0)
+            v1.train.get_or_create_global_step()  # for the CheckpointSaverHook
+            queue = pipeline == "queue"
+            batches = tfrecord.read_batches(
+                data, 20, pipeline=pipeline, num_epochs=3 if queue else None, seed=0,
+                as_tuple=("x", "y"),
+            )  # fmt: skip
+            features, labels = batches.tensors
+            inputs = tf_keras.layers.Input(tensor=features)
+            hidden = tf_keras.layers.Dense(8, activation="relu")(inputs)
+            model = tf_keras.Model(inputs, tf_keras.layers.Dense(2, activation="softmax")(hidden))
+            training = tfr_hooks.keras_training_graph(
+                model,
+                labels,
+                loss="sparse_categorical_crossentropy",
+                optimizer=tf_keras.optimizers.legacy.SGD(0.1),
+                metrics=["accuracy"],
+            )
+            validation = None
+            if not queue:
+                val = tfrecord.read_batches(data, 50, pipeline="memory", shuffle=False,
+                                            as_tuple=("x", "y"), name="validation")  # fmt: skip
+                validation = training.validation(*val.tensors, initializers=val.initializers)
+            logdir = directory / pipeline
+            callbacks = [tf_keras.callbacks.EarlyStopping(monitor="loss", patience=5)]
+            loop = tfr_hooks.SessionLoop(
+                training,
+                data=batches,
+                validation=validation,
+                steps_per_epoch=4 if queue else None,  # 80 of the 200 records an epoch
+                hooks=[
+                    training.keras_callbacks(callbacks, verbose=0),
+                    tfr_hooks.EpochCheckpoint(logdir / "epochs"),
+                    v1.train.CheckpointSaverHook(str(logdir / "steps"), save_steps=3),
+                ],
+            )
+            result[pipeline] = _history(loop.run(epochs=2))
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    loop = tfr_hooks.FunctionLoop(
+        tfrecord.dataset(data, 20, shuffle_buffer=200, seed=0, as_tuple=("x", "y")),
+        model=model,
+        hooks=[tfr_hooks.KerasCallbacks([keras.callbacks.EarlyStopping(patience=5)], model)],
+        steps_per_execution=2,
+    )
+    history = loop.run(epochs=2, validation_data=tfrecord.dataset(data, 50, as_tuple=("x", "y")))
+    result["function"] = _history(history)
+    return result
 
 
 if __name__ == "__main__":

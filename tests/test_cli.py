@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +22,7 @@ except ImportError:  # tests imported as a package
     from tests._tfrecord_data import example, float_feature, int64_feature, write_records
 
 SRC = Path(cli.__file__).resolve().parents[1]
+EXAMPLES = sorted((SRC / "examples").glob("[a-z]*.py"))
 
 
 @pytest.fixture
@@ -67,9 +70,67 @@ def test_convert_writes_shards_and_prints_the_schema(tmp_path, npz, capsys):
     assert sorted(labels.tolist()) == sorted((np.arange(30) % 10).tolist())
 
 
-def test_convert_shows_a_progress_bar_on_stderr(tmp_path, npz, capsys):
+def test_convert_shows_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, npz, capsys):
+    # a log file or a pipe would keep every redraw of the bar, and a bar left at 0%
     assert cli.main(["convert", str(npz), str(tmp_path / "out")]) == 0
-    assert "writing" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.startswith("Wrote 30 examples")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_convert_progress_bar_on_a_terminal_ends_at_the_final_count(tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    path = tmp_path / "big.npz"
+    np.savez(path, x=np.zeros((1000, 3), np.float32), y=np.arange(1000))
+    leader, follower = pty.openpty()
+    # 24 rows of 100 columns: a new pseudo-terminal has none, and tqdm would draw no bar
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfr_hooks.cli", "convert", str(path), str(tmp_path / "out")],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            env=env,
+        )
+        os.close(follower)
+        terminal = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the pseudo-terminal closes with the process (EIO)
+                break
+            if not chunk:
+                break
+            terminal += chunk
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0, terminal.decode(errors="replace")
+    assert out.decode().startswith("Wrote 1000 examples")
+    last = terminal.decode(errors="replace").replace("\r\n", "\n").split("\r")[-1]
+    # the bar stays on screen, at the final count
+    assert "writing: 100%" in last and "1000/1000" in last, repr(terminal[-300:])
+
+
+def test_convert_into_an_existing_dataset_names_the_overwrite_flag(tmp_path, npz, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(npz), str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli.main(["convert", str(npz), str(out), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "tfr-hooks convert: error: Expected OUTDIR to hold no dataset. Received: "
+        f"OUTDIR={str(out)!r}, which holds 'schema.json' and 1 more file(s). "
+        "Pass --overwrite to replace it.\n"
+    )
+    assert cli.main(["convert", str(npz), str(out), "--no-progress", "--overwrite"]) == 0
 
 
 def test_inspect_prints_a_table(tmp_path, npz, capsys):
@@ -139,9 +200,33 @@ def test_inspect_reports_bad_files_and_keeps_going(tmp_path, capsys):
 
     captured = capsys.readouterr()
     assert "  label    int64  1" in captured.out
-    assert f"  error: File '{bad}' is not a TFRecord file" in captured.out
     assert "Total: 1 records in 1 readable file(s) of 2" in captured.out
+    # the error is printed once, on stderr
+    assert str(bad) not in captured.out and "error" not in captured.out
+    assert len(captured.err.splitlines()) == 1
     assert captured.err.startswith(f"tfr-hooks inspect: error: File '{bad}' is not a TFRecord")
+
+
+def test_inspect_of_one_bad_file_prints_its_error_once_on_stderr(tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a tfrecord\n" * 5)
+    assert cli.main(["inspect", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("is not a TFRecord file") == 1
+    assert captured.err.startswith(f"tfr-hooks inspect: error: File '{bad}' is not a TFRecord")
+
+
+def test_the_top_level_help_describes_the_commands_there_are(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(commands.choices) == ["convert", "inspect"]
+    description = parser.description or ""
+    assert "check" not in description  # there is no check command
+    assert all(name in description.lower() for name in commands.choices), description
 
 
 def test_inspect_without_matching_files(tmp_path, capsys):
@@ -250,3 +335,39 @@ def test_inspect_shows_a_feature_lacking_in_record_0_as_in_record_30(tmp_path, c
         assert batch["t"].row_lengths().numpy().tolist() == [int(i != missing) for i in range(50)]
     assert tables[0] == tables[1]
     assert tables[0][-1] == "  t        float  1              float32  optional  49/50"
+
+
+def _undescribed(parser: argparse.ArgumentParser) -> list[str]:
+    """The flags and arguments of ``parser`` and its subcommands without a help string."""
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += [f"{name} {flag}" for flag in _undescribed(sub)]
+        elif not (action.help or "").strip():
+            missing.append("/".join(action.option_strings) or action.dest)
+    return missing
+
+
+def test_every_cli_flag_has_a_help_string():
+    assert _undescribed(cli.build_parser()) == []
+
+
+class _Parsed(Exception):
+    """Raised instead of parsing: carries the parser an example built."""
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_flag_has_a_help_string(script, monkeypatch):
+    def keep(parser, *args, **kwargs):
+        raise _Parsed(parser)
+
+    spec = importlib.util.spec_from_file_location(f"_example_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", keep)  # stops main there
+    with pytest.raises(_Parsed) as parsed:
+        module.main([])
+    parser = parsed.value.args[0]
+    assert [a for a in parser._actions if a.option_strings != ["-h", "--help"]]
+    assert _undescribed(parser) == [], f"{script.name} --help"

@@ -1,10 +1,17 @@
-"""tfr_hooks.quiet drops TensorFlow's known start-up notices and keeps everything else."""
+"""tfr_hooks.quiet keeps all but the start-up notices; a normal run logs no warning."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+from _log_child import run_logged
+from tfr_hooks.quiet import NOISE
 
 SCRIPT = r"""
 import os
@@ -44,3 +51,30 @@ def test_quiet_imports_only_the_standard_library() -> None:
         check=True,
     )
     assert result.stdout.strip() == "False"
+
+
+#: A warning or error from Python logging ("WARNING:name:message", logging's default
+#: format), or from TensorFlow's C++ runtime ("W0000 00:00:...", absl's format).
+_PROBLEM = re.compile(r"^(WARNING|ERROR|CRITICAL):|^[WEF]\d{4} ")
+
+
+@pytest.mark.slow
+def test_a_normal_run_logs_no_warning(tmp_path: Path) -> None:
+    # a new user's first runs (queue, memory and tf.data pipelines, both loops, tf_keras
+    # and Keras 3 models, callbacks and checkpoints), with Python logging at DEBUG, at
+    # TensorFlow's default C++ log level and at 1: nothing but the start-up notices
+    # tfr_hooks.quiet filters may show as a warning or error
+    runs = run_logged(
+        ({"TF_CPP_MIN_LOG_LEVEL": "0"}, ("normal", str(tmp_path / "level0"))),
+        ({"TF_CPP_MIN_LOG_LEVEL": "1"}, ("normal", str(tmp_path / "level1"))),
+    )
+    for result, stderr in runs:
+        assert set(result) == {"queue", "memory", "function"}
+        assert len(result["queue"]["loss"]) == len(result["function"]["val_loss"]) == 2
+        lines = stderr.splitlines()
+        problems = [
+            "\n".join(lines[i : i + 3])  # with what follows: the node, the reason
+            for i, line in enumerate(lines)
+            if _PROBLEM.search(line) and not NOISE.search(line)
+        ]
+        assert problems == [], "\n".join(problems)

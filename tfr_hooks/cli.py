@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tfr-hooks`` command."""
     parser = argparse.ArgumentParser(
         prog="tfr-hooks",
-        description="Write, inspect and check TFRecord files for tfr_hooks.",
+        description="Convert .npz arrays to TFRecord shards with a stored schema, and "
+        "inspect TFRecord files written by any tool.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -59,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--overwrite", action="store_true", help="replace a dataset already in OUTDIR"
     )
-    convert.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    convert.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide the progress bar (shown only when stderr is a terminal)",
+    )
 
     inspect = commands.add_parser(
         "inspect",
@@ -127,8 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _convert(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from tfr_hooks import tfrecord
-
     try:
         with np.load(args.input, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
@@ -149,16 +152,7 @@ def _convert(args: argparse.Namespace) -> int:
     total = len(next(iter(arrays.values())))
     progress, close = _progress_bar(total, enabled=not args.no_progress)
     try:
-        result = tfrecord.write(
-            arrays,
-            args.outdir,
-            shards=args.shards,
-            compression=args.compression,
-            prefix=args.prefix,
-            overwrite=args.overwrite,
-            progress=progress,
-            examples_per_record=args.examples_per_record,
-        )
+        result = _write(args, arrays, progress)
     finally:
         close()
     print(
@@ -176,9 +170,36 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write(args: argparse.Namespace, arrays: dict[str, Any], progress: Any) -> Any:
+    """``tfrecord.write`` with the options of ``convert``, its errors in the CLI's terms."""
+    from tfr_hooks import tfrecord
+
+    try:
+        return tfrecord.write(
+            arrays,
+            args.outdir,
+            shards=args.shards,
+            compression=args.compression,
+            prefix=args.prefix,
+            overwrite=args.overwrite,
+            progress=progress,
+            examples_per_record=args.examples_per_record,
+        )
+    except FileExistsError as error:  # the library names its argument, overwrite=True
+        held = str(error).partition(", which holds ")[2]
+        raise FileExistsError(
+            f"Expected OUTDIR to hold no dataset. Received: OUTDIR={args.outdir!r}, which "
+            f"holds {held or 'one'}. Pass --overwrite to replace it."
+        ) from error
+
+
 def _progress_bar(total: int, *, enabled: bool) -> tuple[Any, Callable[[], None]]:
-    """A callback advancing a progress bar on stderr, and a function closing it."""
-    if not enabled:
+    """A callback advancing a progress bar on stderr, and a function closing it.
+
+    As tqdm's own command line does: a bar only when stderr is a terminal (a log file
+    would keep every redraw), left on screen at the final count when closed.
+    """
+    if not enabled or not _is_terminal(sys.stderr):
         return None, lambda: None
     try:
         from tqdm import tqdm
@@ -190,8 +211,15 @@ def _progress_bar(total: int, *, enabled: bool) -> tuple[Any, Callable[[], None]
             print(f"\rwriting: {done[0]}/{total} examples", end="", file=sys.stderr)
 
         return update, lambda: print(file=sys.stderr) if done[0] else None
-    bar = tqdm(total=total, unit="ex", desc="writing", file=sys.stderr, leave=False)
+    bar = tqdm(total=total, unit="ex", desc="writing", file=sys.stderr, leave=True)
     return bar.update, bar.close
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -215,16 +243,13 @@ def _inspect(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(items, indent=2))
     else:
-        for number, (path, info, failure) in enumerate(results):
+        # the files that could not be read are reported once, on stderr, below
+        readable = [info for _, info, failure in results if failure is None]
+        for number, info in enumerate(readable):
             if number:
                 print()
-            if failure is None:
-                _print_file(info, sys.stdout)
-            else:
-                print(path)
-                print(f"  error: {failure}")
+            _print_file(info, sys.stdout)
         if len(results) > 1:
-            readable = [info for _, info, failure in results if failure is None]
             total = sum(info.num_records for info in readable)
             print(f"\nTotal: {total} records in {len(readable)} readable file(s) of {len(results)}")
     failures = [failure for _, _, failure in results if failure is not None]

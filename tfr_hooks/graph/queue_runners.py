@@ -1,20 +1,35 @@
 """QueueRunnerHook: the one owner of a graph's input queues and their threads for a run.
 
-Starts every runner under the run's ``tf.compat.v1.train.Coordinator`` (the one the loop
-gives ``after_create_session``) once the session exists; on any end (normal, stop request,
-exception, KeyboardInterrupt) requests a stop, closes the queues with pending enqueues
-cancelled so that no thread stays blocked, and joins the threads within a grace period.
-Its :meth:`~QueueRunnerHook.cancel` closes the queues from any thread, for
-:class:`~tfr_hooks.StopOnSignal`'s watcher. An exception raised in a queue thread (a
-corrupt record, say) is raised in the main thread: as soon as a step notices it, or at the
-latest in ``end``.
+Starts every runner's threads under the run's ``tf.compat.v1.train.Coordinator`` (the one
+the loop gives ``after_create_session``) once the session exists, and joins them within a
+grace period on any end (normal, stop request, exception, KeyboardInterrupt).
+
+A normal end is quiet: the threads are told to stop after their current enqueue, a full
+queue is drained one element at a time so that a blocked enqueue completes, and a queue
+whose threads have all exited is closed *without* cancelling anything, so that the threads
+reading from it end on ``OutOfRangeError``. Cancelling pending enqueues
+(``close(cancel_pending_enqueues=True)``) aborts their steps with ``CANCELLED``, which
+TensorFlow's C++ runtime logs as a warning ("Local rendezvous is aborting with status:
+CANCELLED: Enqueue operation was cancelled") even at ``TF_CPP_MIN_LOG_LEVEL=1``; only
+``OUT_OF_RANGE`` aborts are not logged. So the hook cancels only when it must: after an
+error, when the threads make no progress for a moment while draining (a pipeline that can
+never finish its enqueues), and in :meth:`~QueueRunnerHook.cancel`, which closes the queues
+from any thread for :class:`~tfr_hooks.StopOnSignal`'s watcher. This is also why the hook
+runs its own threads instead of ``QueueRunner.create_threads``: those come with a thread
+that cancels the queues as soon as the coordinator is asked to stop.
+
+An exception raised in a queue thread (a corrupt record, say) is raised in the main
+thread: as soon as a step notices it, or at the latest in ``end``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
@@ -25,6 +40,33 @@ from tfr_hooks.hooks import Hook
 __all__ = ["QueueRunnerHook"]
 
 logger = logging.getLogger(__name__)
+
+#: How long a normal end lets the threads drain without any progress (a thread exiting, a
+#: queue drained or closed) before it cancels the pending enqueues instead.
+DRAIN_PATIENCE_SECS = 1.0
+
+_DRAIN_TIMEOUT_MS = 2000  # one drain step; only a queue that cannot give an element waits
+_DRAIN_POLL_SECS = 0.002
+
+#: Per graph, per queue name: the ``(size, is_closed, dequeue)`` ops a quiet end runs. Made
+#: once per graph in ``begin`` (the graph may be finalized later), not in a collection.
+_DRAIN_OPS: weakref.WeakKeyDictionary[Any, dict[str, tuple[Any, Any, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+_DRAIN_OPS_LOCK = threading.Lock()
+
+
+@dataclass
+class _Queue:
+    """One queue, the runners that feed it and how many of their threads still run."""
+
+    name: str
+    runners: list[Any]
+    capacity: int
+    drain: tuple[Any, Any, Any] | None
+    alive: int = 0
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class QueueRunnerHook(Hook):
@@ -64,14 +106,24 @@ class QueueRunnerHook(Hook):
         self._session: Any = None
         self._lock = threading.Lock()
         self._cancelled = False
+        self._stopping = threading.Event()
+        self._queues: list[_Queue] = []
 
     def begin(self) -> None:
-        """Forget the threads of an earlier run."""
+        """Forget the threads of an earlier run; make the ops a quiet end needs."""
         self.threads = []
         self.coord = None
         self._runners = []
         self._session = None
         self._cancelled = False
+        self._stopping = threading.Event()
+        self._queues = []
+        if self._given is not None:
+            runners = self._given
+        else:
+            runners = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        for runner in runners:
+            _drain_ops(runner.queue)
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Start every runner's threads under the run's coordinator ``coord``.
@@ -89,10 +141,32 @@ class QueueRunnerHook(Hook):
         # end of num_epochs are not errors
         self.coord = coord if coord is not None else tf.compat.v1.train.Coordinator()
         self._session = session
+        queues: dict[str, _Queue] = {}
         for runner in self._runners:
-            self.threads.extend(
-                runner.create_threads(session, coord=self.coord, daemon=True, start=True)
-            )
+            queue = runner.queue
+            if queue.name not in queues:
+                queues[queue.name] = _Queue(
+                    queue.name,
+                    [],
+                    _capacity(queue),
+                    _DRAIN_OPS.get(session.graph, {}).get(queue.name),
+                )
+            queues[queue.name].runners.append(runner)
+        self._queues = list(queues.values())
+        for state in self._queues:
+            for runner in state.runners:
+                for enqueue_op in runner.enqueue_ops:
+                    thread = threading.Thread(
+                        target=self._feed,
+                        args=(session, state, runner, enqueue_op),
+                        name=f"tfr_hooks-queue-{state.name}",
+                        daemon=True,
+                    )
+                    state.alive += 1
+                    self.coord.register_thread(thread)
+                    self.threads.append(thread)
+        for thread in self.threads:
+            thread.start()
         logger.debug("Started %d queue-runner threads", len(self.threads))
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
@@ -125,6 +199,9 @@ class QueueRunnerHook(Hook):
                 return False
             if not self._cancelled:
                 self._cancelled = True
+                for state in self._queues:
+                    with state.lock:
+                        state.closed = True  # cancel_op closes it: never close it again
                 for runner in runners:
                     if runner.cancel_op is None:
                         continue
@@ -135,12 +212,19 @@ class QueueRunnerHook(Hook):
             return True
 
     def end(self, session: Any) -> None:
-        """Stop the threads, unblock them, join them, and raise a thread's error."""
+        """Stop the threads, unblock them, join them, and raise a thread's error.
+
+        The threads are drained quietly (see the module docstring) unless a thread failed
+        or they make no progress for :data:`DRAIN_PATIENCE_SECS`; then the queues are
+        closed with their pending enqueues cancelled.
+        """
         if self.coord is None:
             return
         coord, threads = self.coord, self.threads
+        quiet = not coord.should_stop() and self._drain()
         coord.request_stop()
-        self.cancel()
+        if not quiet:
+            self.cancel()
         try:
             coord.join(threads, stop_grace_period_secs=self.grace_period_secs)
         finally:
@@ -148,6 +232,80 @@ class QueueRunnerHook(Hook):
                 self.coord = None
                 self.threads = []
                 self._session = None
+
+    def _feed(self, session: Any, state: _Queue, runner: Any, enqueue_op: Any) -> None:
+        """One queue thread: run ``enqueue_op`` until told to stop or the queue closes.
+
+        What a ``QueueRunner`` thread does, without its companion that cancels the queue
+        when the coordinator stops: the last thread of a queue to see it (or the queue
+        before it) closed closes it, gently; an error stops the coordinator and cancels
+        the queues, so that neither the step nor another thread stays blocked.
+        """
+        closed_errors = tuple(runner.queue_closed_exception_types)
+        try:
+            run = session.make_callable(enqueue_op)
+            while not (self._stopping.is_set() or self.coord.should_stop()):
+                try:
+                    run()
+                except closed_errors:
+                    break
+                except tf.errors.CancelledError:
+                    if self._cancelled or self._stopping.is_set() or self.coord.should_stop():
+                        break  # cancelled by this hook, or the session closed under a stop
+                    raise
+        except Exception as exc:
+            logger.debug("Queue thread for %s failed: %s", state.name, exc)
+            self.coord.request_stop(exc)
+            self.cancel()
+        finally:
+            with state.lock:
+                state.alive -= 1
+                close = state.alive == 0 and not state.closed
+                state.closed = state.closed or close
+            if close:
+                _run_quietly(session, runner.close_op, f"Closing queue {state.name}")
+
+    def _drain(self) -> bool:
+        """Let every thread finish its enqueue and exit, cancelling nothing.
+
+        Returns:
+            Whether all threads exited; ``False`` after :data:`DRAIN_PATIENCE_SECS`
+            without progress, or if the session fails.
+        """
+        session = self._session
+        self._stopping.set()
+        options = tf.compat.v1.RunOptions(timeout_in_ms=_DRAIN_TIMEOUT_MS)
+        last_progress = time.monotonic()
+        try:
+            while True:
+                progress, running = False, False
+                for state in self._queues:
+                    with state.lock:
+                        alive, close = state.alive, state.alive == 0 and not state.closed
+                        state.closed = state.closed or close
+                    if close:  # no thread left to enqueue: the readers get OutOfRangeError
+                        session.run(state.runners[0].close_op)
+                        progress = True
+                    if alive == 0:
+                        continue
+                    running = True
+                    if state.drain is not None and state.capacity > 0:
+                        size, is_closed, dequeue = state.drain
+                        now_size, now_closed = session.run([size, is_closed], options=options)
+                        if now_size >= state.capacity and not now_closed:
+                            session.run(dequeue, options=options)  # frees a blocked enqueue
+                            progress = True
+                if not running:
+                    return True
+                if progress:
+                    last_progress = time.monotonic()
+                elif time.monotonic() - last_progress > DRAIN_PATIENCE_SECS:
+                    logger.debug("Queue threads made no progress; cancelling their enqueues")
+                    return False
+                time.sleep(_DRAIN_POLL_SECS)
+        except Exception as exc:  # a broken or closed session: cancel as before
+            logger.debug("Draining the queues: %s", exc)
+            return False
 
     def _raise_thread_error(self) -> None:
         if self.coord is not None:
@@ -165,3 +323,34 @@ def _thread_error(coord: Any) -> BaseException | None:
     except Exception as exc:
         return exc
     return None
+
+
+def _capacity(queue: Any) -> int:
+    """The queue's capacity, or ``-1`` when unbounded or unknown."""
+    try:
+        return int(queue.queue_ref.op.get_attr("capacity"))
+    except (AttributeError, ValueError):
+        return -1
+
+
+def _drain_ops(queue: Any) -> None:
+    """Make the ops :meth:`QueueRunnerHook._drain` runs on ``queue``, once per graph."""
+    graph = queue.queue_ref.graph
+    with _DRAIN_OPS_LOCK:
+        ops = _DRAIN_OPS.setdefault(graph, {})
+        if queue.name in ops or graph.finalized:
+            return
+        with (
+            graph.as_default(),
+            graph.device(None),
+            tf.name_scope(f"tfr_hooks_drain/{queue.name}/"),
+        ):
+            dequeue = tf.nest.flatten(queue.dequeue())[0].op
+            ops[queue.name] = (queue.size(), queue.is_closed(), dequeue)
+
+
+def _run_quietly(session: Any, op: Any, what: str) -> None:
+    try:
+        session.run(op)
+    except Exception as exc:  # the session may already be closed or broken
+        logger.debug("%s: %s", what, exc)

@@ -8,6 +8,8 @@ initialized.
 from __future__ import annotations
 
 import sys
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +24,12 @@ __all__ = ["check_data", "input_hooks", "initialize_uninitialized", "ensure_save
 
 _v1 = tf.compat.v1
 
-_UNINITIALIZED_KEY = "tfr_hooks_initialized_flags"
+#: Per graph, the stacked ``is_variable_initialized`` flags and how many variables they
+#: cover. Not a graph collection: a collection of tuples cannot go into a ``MetaGraphDef``,
+#: and every ``Saver.export_meta_graph`` (a ``CheckpointSaverHook`` at session creation,
+#: each checkpoint) would log "Issue encountered when serializing" about it.
+_INITIALIZED_FLAGS: weakref.WeakKeyDictionary[Any, tuple[Any, int]] = weakref.WeakKeyDictionary()
+_FLAGS_LOCK = threading.Lock()
 
 
 def check_data(data: object) -> Batches | None:
@@ -83,17 +90,16 @@ def initialize_uninitialized(session: Any) -> None:
     variables += graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES)
     if not variables:
         return
-    report = graph.get_collection(_UNINITIALIZED_KEY)
-    if not report or report[0][1] != len(variables):
-        # outside any enclosing device scope (a replica_device_setter's, when the loop
-        # runs inside one): the placer puts each check beside its variable
-        with graph.as_default(), graph.device(None):
-            tensor = _v1.is_variable_initialized  # one small op per variable, made once
-            flags = tf.stack([tensor(v) for v in variables])
-        graph.clear_collection(_UNINITIALIZED_KEY)
-        graph.add_to_collection(_UNINITIALIZED_KEY, (flags, len(variables)))
-        report = graph.get_collection(_UNINITIALIZED_KEY)
-    initialized = session.run(report[0][0])
+    with _FLAGS_LOCK:
+        report = _INITIALIZED_FLAGS.get(graph)
+        if report is None or report[1] != len(variables):
+            # outside any enclosing device scope (a replica_device_setter's, when the loop
+            # runs inside one): the placer puts each check beside its variable
+            with graph.as_default(), graph.device(None):
+                tensor = _v1.is_variable_initialized  # one small op per variable, made once
+                report = (tf.stack([tensor(v) for v in variables]), len(variables))
+            _INITIALIZED_FLAGS[graph] = report
+    initialized = session.run(report[0])
     todo = [v.initializer for v, done in zip(variables, initialized, strict=True) if not done]
     if todo:
         session.run(todo)
