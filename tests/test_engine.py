@@ -456,9 +456,11 @@ def test_bad_validation_arguments_fail_at_run(
 
 
 def test_one_validation_is_built_once_across_runs(graph: tf.Graph, records_100: Path) -> None:
-    _, init = dataset_batches(records_100, 50)
+    batch, init = dataset_batches(records_100, 50)
     val_batch, val_init = dataset_batches(records_100, 30)
-    loop = tfr_hooks.SessionLoop(tf.no_op(), initializers=[init])
+    loop = tfr_hooks.SessionLoop(
+        tf.no_op(), {"n": tf.cast(tf.size(batch["y"]), tf.float32)}, initializers=[init]
+    )
     validation = tfr_hooks.Validation(
         {"n": tf.cast(tf.size(val_batch["y"]), tf.float32)}, initializers=[val_init]
     )

@@ -81,10 +81,10 @@ CASES = {
         TypeError,
         r"Expected `handle_signals` to be a bool. Received: handle_signals='yes'",
     ),
-    "validation a dict": (
-        lambda p: _loop(p, validation={"loss": p["loss"]}),
+    "validation_data a dict": (
+        lambda p: _loop(p).run(validation_data={"loss": p["loss"]}),
         TypeError,
-        r"Expected `validation` to be a tfr_hooks.Validation or None",
+        r"Expected `validation_data` to be a tfr_hooks.Validation or None",
     ),
     "epochs 0": (
         lambda p: _loop(p).run(epochs=0),
@@ -264,7 +264,7 @@ def test_function_loop_refuses_bad_arguments():
     with pytest.raises(ValueError, match=r"Expected `model` to be compiled"):
         tfr_hooks.FunctionLoop(data, model=model)
     model.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(TypeError, match=r"Expected `dataset` to be a tf.data.Dataset of batches"):
+    with pytest.raises(TypeError, match=r"Expected `data` to be a tf.data.Dataset of batches"):
         tfr_hooks.FunctionLoop([1, 2, 3], model=model)
     with pytest.raises(ValueError, match=r"Expected exactly one of `model`"):
         tfr_hooks.FunctionLoop(data)
