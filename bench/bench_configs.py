@@ -49,7 +49,7 @@ ROWS: list[tuple[str, str]] = [
         "function_loop_32_cached",
         "FunctionLoop, spe=32, no hooks, parsed batches cached in memory after epoch 1",
     ),
-    ("session_loop_memory", "SessionLoop, in-memory pipeline (pipeline='memory'), no hooks"),
+    ("session_loop_memory", "SessionLoop, in-memory pipeline (in_memory=True), no hooks"),
     ("session_loop_memory_cb", "SessionLoop, in-memory pipeline + 3 callbacks"),
     ("session_loop_packed", "SessionLoop, packed shards (128 a record), tf.data, no hooks"),
     ("session_loop_packed_cb", "SessionLoop, packed shards + 3 callbacks"),

@@ -123,10 +123,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
                 tfr_hooks.TensorBoardLogger(args.logdir / "tensorboard", model=model),
             ],
             steps_per_epoch=steps_per_epoch,
-            validation=validation,
         )
         with v1.Session(graph=graph) as session:
-            history = loop.run(epochs=args.epochs, session=session)
+            history = loop.run(epochs=args.epochs, validation_data=validation, session=session)
 
     best = min(range(len(history["val_loss"])), key=history["val_loss"].__getitem__)
     print(

@@ -95,7 +95,8 @@ def train(index: int, cluster: dict[str, Any], out: str, restart: bool) -> dict[
                 BATCH,
                 pipeline="queue",
                 num_epochs=NUM_EPOCHS,
-                num_threads=1,
+                shuffle_buffer=4 * BATCH,
+                num_parallel_reads=1,
                 as_tuple=("x", "y"),
                 seed=index,
             )

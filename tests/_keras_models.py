@@ -80,9 +80,8 @@ class TensorFed:
         if validation:
             val_it = v1.data.make_initializable_iterator(batches(VAL))
             vx, vy = val_it.get_next()
-            self.validation = self.training.validation(
-                vx, vy, initializers=[val_it.initializer], steps=validation_steps
-            )
+            self.validation = self.training.validation(vx, vy, initializers=[val_it.initializer])
+        self.validation_steps = validation_steps
         self.initializer = it.initializer
         self.steps_per_epoch = steps_per_epoch
         self.session = v1.Session()
@@ -95,12 +94,20 @@ class TensorFed:
             hooks=hooks,
             steps_per_epoch=self.steps_per_epoch,
             initializers=[self.initializer],
-            validation=self.validation,
         )
+
+    @property
+    def run_kwargs(self) -> dict[str, Any]:
+        """What ``loop.run`` takes besides ``epochs``: the session and the validation."""
+        return {
+            "session": self.session,
+            "validation_data": self.validation,
+            "validation_steps": self.validation_steps,
+        }
 
     def run(self, callbacks: list[Any], epochs: int, **kwargs: Any) -> dict[str, list[float]]:
         hook = self.training.keras_callbacks(callbacks, **kwargs)
-        return self.loop([hook]).run(epochs, session=self.session)
+        return self.loop([hook]).run(epochs, **self.run_kwargs)
 
     def weights(self) -> list[np.ndarray]:
         with self.session.as_default():

@@ -106,13 +106,13 @@ def main(argv: list[str]) -> None:
                 {"index": tf.reduce_mean(tf.cast(batch["index"], tf.float32))},
                 initializers=[init],
                 batch_size=tf.size(batch["y"]),
-                validation=tfr_hooks.Validation(
-                    {"index": tf.reduce_mean(tf.cast(val_batch["index"], tf.float32))},
-                    initializers=[val_init],
-                    batch_size=tf.size(val_batch["y"]),
-                ),
             )
-            result["history"] = _history(loop.run(epochs=4))
+            validation = tfr_hooks.Validation(
+                {"index": tf.reduce_mean(tf.cast(val_batch["index"], tf.float32))},
+                initializers=[val_init],
+                batch_size=tf.size(val_batch["y"]),
+            )
+            result["history"] = _history(loop.run(epochs=4, validation_data=validation))
     elif mode in ("function", "exhaust"):
 
         def records() -> tf.data.Dataset:

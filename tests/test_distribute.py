@@ -239,7 +239,7 @@ def test_epoch_checkpoint_saves_on_the_chief_only(tmp_path, as_task) -> None:
             loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
             step = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
             loop = tfr_hooks.SessionLoop(
-                step, {"loss": loss}, [tfr_hooks.EpochCheckpoint(logdir)], steps_per_epoch=2
+                step, {"loss": loss}, hooks=[tfr_hooks.EpochCheckpoint(logdir)], steps_per_epoch=2
             )
             loop.run(epochs=2)
 

@@ -78,9 +78,9 @@ def test_hook_events_come_in_lifecycle_order(graph: tf.Graph, records_100: Path)
         {"loss": loss},
         hooks=[rec],
         initializers=[init],
-        validation=tfr_hooks.Validation({"loss": val_loss}, initializers=[val_init]),
     )
-    history = loop.run(epochs=2)
+    validation = tfr_hooks.Validation({"loss": val_loss}, initializers=[val_init])
+    history = loop.run(epochs=2, validation_data=validation)
 
     # as in MonitoredSession, the step that finds the data exhausted gets a before_run
     # and no after_run
@@ -299,7 +299,10 @@ def test_loop_is_reusable_and_state_resets(graph: tf.Graph, records_100: Path) -
     batch, init = dataset_batches(records_100, 25)
     rec = Recorder()
     loop = tfr_hooks.SessionLoop(
-        tf.no_op(), {"n": tf.cast(tf.size(batch["y"]), tf.float32)}, [rec], initializers=[init]
+        tf.no_op(),
+        {"n": tf.cast(tf.size(batch["y"]), tf.float32)},
+        hooks=[rec],
+        initializers=[init],
     )
     with v1.Session() as session:
         first = loop.run(epochs=2, session=session)
@@ -328,11 +331,11 @@ def test_validation_every_n_epochs_like_model_fit(graph: tf.Graph, records_100: 
         {"n": tf.cast(tf.size(batch["y"]), tf.float32)},
         hooks=[rec],
         initializers=[init],
-        validation=tfr_hooks.Validation(
-            {"n": val_n}, initializers=[val_init], batch_size=tf.size(val_batch["y"]), freq=2
-        ),
     )
-    history = loop.run(epochs=3)
+    validation = tfr_hooks.Validation(
+        {"n": val_n}, initializers=[val_init], batch_size=tf.size(val_batch["y"])
+    )
+    history = loop.run(epochs=3, validation_data=validation, validation_freq=2)
     val = [e[4].get("val_n") for e in rec.events if e[0] == "epoch_end"]
     # weighted by batch size: (30*30*3 + 10*10) / 100 = 28
     assert val == [None, pytest.approx(28.0), None]
@@ -391,7 +394,6 @@ def test_run_timeout_fails_a_step_that_blocks(graph: tf.Graph) -> None:
         ({"hooks": ["nope"]}, TypeError, r"hooks\[0\]='nope' of type str"),
         ({"hooks": object()}, TypeError, r"Expected `hooks` to be a list"),
         ({"steps_per_epoch": 0}, ValueError, r"Received: steps_per_epoch=0"),
-        ({"validation": {"loss": 1}}, TypeError, r"tfr_hooks.Validation or None"),
         ({"run_timeout_secs": -1}, ValueError, r"Received: run_timeout_secs=-1"),
     ],
 )
@@ -419,5 +421,53 @@ def test_train_op_must_be_a_graph_tensor() -> None:
 
 
 def test_validation_needs_a_way_to_restart(graph: tf.Graph) -> None:
-    with pytest.raises(ValueError, match=r"give `initializers`.* or `steps`"):
-        tfr_hooks.Validation({"loss": tf.constant(1.0)})
+    rec = Recorder()
+    loop = tfr_hooks.SessionLoop(tf.no_op(), hooks=[rec], steps_per_epoch=1)
+    once = tfr_hooks.Validation({"loss": tf.constant(1.0)})
+    with pytest.raises(
+        ValueError, match=r"Expected `validation_steps` .* Received: validation_steps=None"
+    ):
+        loop.run(epochs=1, validation_data=once)
+    assert rec.events == []  # refused before anything ran
+    history = loop.run(epochs=2, validation_data=once, validation_steps=1)
+    assert history["val_loss"] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"validation_data": {"loss": 1}},
+            TypeError,
+            r"Expected `validation_data` to be a tfr_hooks.Validation or None",
+        ),
+        ({"validation_steps": 0}, ValueError, r"Received: validation_steps=0"),
+        ({"validation_freq": 0}, ValueError, r"Received: validation_freq=0"),
+    ],
+)
+def test_bad_validation_arguments_fail_at_run(
+    graph: tf.Graph, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    rec = Recorder()
+    loop = tfr_hooks.SessionLoop(tf.no_op(), hooks=[rec], steps_per_epoch=1)
+    with pytest.raises(error, match=match):
+        loop.run(epochs=1, **kwargs)
+    assert rec.events == []
+
+
+def test_one_validation_is_built_once_across_runs(graph: tf.Graph, records_100: Path) -> None:
+    batch, init = dataset_batches(records_100, 50)
+    val_batch, val_init = dataset_batches(records_100, 30)
+    loop = tfr_hooks.SessionLoop(
+        tf.no_op(), {"n": tf.cast(tf.size(batch["y"]), tf.float32)}, initializers=[init]
+    )
+    validation = tfr_hooks.Validation(
+        {"n": tf.cast(tf.size(val_batch["y"]), tf.float32)}, initializers=[val_init]
+    )
+    with v1.Session() as session:
+        loop.run(epochs=1, validation_data=validation, session=session)
+        ops = len(tf.compat.v1.get_default_graph().get_operations())
+        history = loop.run(epochs=1, validation_data=validation, session=session)
+        assert len(tf.compat.v1.get_default_graph().get_operations()) == ops
+        assert history["val_n"] == [pytest.approx(25.0)]  # 30, 30, 30, 10 equally weighted
+        assert "val_n" not in loop.run(epochs=1, session=session)

@@ -81,10 +81,10 @@ CASES = {
         TypeError,
         r"Expected `handle_signals` to be a bool. Received: handle_signals='yes'",
     ),
-    "validation a dict": (
-        lambda p: _loop(p, validation={"loss": p["loss"]}),
+    "validation_data a dict": (
+        lambda p: _loop(p).run(validation_data={"loss": p["loss"]}),
         TypeError,
-        r"Expected `validation` to be a tfr_hooks.Validation or None",
+        r"Expected `validation_data` to be a tfr_hooks.Validation or None",
     ),
     "epochs 0": (
         lambda p: _loop(p).run(epochs=0),
@@ -181,12 +181,12 @@ CASES = {
     "pipeline unknown": (
         lambda p: tfrecord.read_batches(p["data"], 8, pipeline="queues"),
         ValueError,
-        r"Expected `pipeline` to be 'dataset', 'memory' or 'queue'. Received: pipeline='queues'",
+        r"Expected `pipeline` to be 'dataset' or 'queue'. Received: pipeline='queues'",
     ),
     "capacity below batch": (
         lambda p: tfrecord.read_batches(p["data"], 8, pipeline="queue", capacity=4),
         ValueError,
-        r"Expected `capacity` to exceed `min_after_dequeue` and be at least `batch_size`",
+        r"Expected `capacity` to exceed `shuffle_buffer` and be at least `batch_size`",
     ),
     "no files": (
         lambda p: tfrecord.read_batches(str(p["data"]) + ".missing*", 8),
@@ -214,10 +214,10 @@ CASES = {
         ValueError,
         r"Expected `unblock_after_secs` to be a positive number. Received: unblock_after_secs=0",
     ),
-    "EpochCheckpoint no logdir": (
+    "EpochCheckpoint no log_dir": (
         lambda p: tfr_hooks.EpochCheckpoint(None),
         TypeError,
-        r"Expected `logdir` to be a directory path. Received: logdir=None",
+        r"Expected `log_dir` to be a directory path. Received: log_dir=None",
     ),
     "EpochCheckpoint max_to_keep 0": (
         lambda p: tfr_hooks.EpochCheckpoint("ckpt", max_to_keep=0),
@@ -264,7 +264,7 @@ def test_function_loop_refuses_bad_arguments():
     with pytest.raises(ValueError, match=r"Expected `model` to be compiled"):
         tfr_hooks.FunctionLoop(data, model=model)
     model.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(TypeError, match=r"Expected `dataset` to be a tf.data.Dataset of batches"):
+    with pytest.raises(TypeError, match=r"Expected `data` to be a tf.data.Dataset of batches"):
         tfr_hooks.FunctionLoop([1, 2, 3], model=model)
     with pytest.raises(ValueError, match=r"Expected exactly one of `model`"):
         tfr_hooks.FunctionLoop(data)

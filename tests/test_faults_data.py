@@ -89,18 +89,18 @@ def test_bad_record_stops_the_run_naming_the_file(graph, tmp_path, defect, pipel
     bad = _bad_shard(tmp_path / "b_bad.tfrecord", defect)
     logdir = tmp_path / "ckpt"
     before = threading.active_count()
-    options = dict(pipeline=pipeline, shuffle=False, num_threads=1, as_tuple=("x", "y"))
-    if pipeline == "queue":  # a small queue: the reader is at most a few batches ahead
-        options.update(capacity=20, min_after_dequeue=0)
+    options = dict(pipeline=pipeline, num_parallel_reads=1, as_tuple=("x", "y"))
+    if pipeline == "queue":  # a small endless queue: the reader is a few batches ahead
+        options.update(capacity=20, num_epochs=None)
     schema = tfrecord.infer_schema(str(good))  # as stored; inferring would scan the bad file
-    batches = tfrecord.read_batches([good, bad], 10, schema=schema, num_epochs=None, **options)
+    batches = tfrecord.read_batches([good, bad], 10, schema=schema, **options)
     x, y = batches.tensors
     model = LinearModel(x, y)
     rec = Recorder()
     loop = tfr_hooks.SessionLoop(
         model.train_op,
         {"loss": model.loss},
-        [tfr_hooks.EpochCheckpoint(logdir), rec],
+        hooks=[tfr_hooks.EpochCheckpoint(logdir), rec],
         steps_per_epoch=STEPS,
         data=batches,
         run_timeout_secs=30,  # a hang fails the test instead of blocking it

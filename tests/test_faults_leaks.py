@@ -78,16 +78,16 @@ def test_fifty_epochs_with_all_callbacks_keep_threads_ops_and_memory_flat(graph,
     loop = tfr_hooks.SessionLoop(
         training,
         None,
-        [
+        hooks=[
             tfr_hooks.EpochCheckpoint(tmp_path / "ckpt", max_to_keep=2),
             tfr_hooks.KerasCallbacks(callbacks, model),
             probe,
         ],
         initializers=[train_it.initializer],
-        validation=training.validation(val_x, val_y, initializers=[val_it.initializer]),
     )
+    validation = training.validation(val_x, val_y, initializers=[val_it.initializer])
     before = threading.active_count()
-    history = loop.run(epochs=EPOCHS)
+    history = loop.run(epochs=EPOCHS, validation_data=validation)
 
     assert len(history["val_loss"]) == EPOCHS
     assert len((tmp_path / "log.csv").read_text().splitlines()) == EPOCHS + 1

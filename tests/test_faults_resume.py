@@ -70,7 +70,7 @@ def _session_run(logdir, *extra_hooks, with_checkpoint=True):
         loop = tfr_hooks.SessionLoop(
             model.train_op,
             {"loss": model.loss},
-            [*hooks, snap, *extra_hooks],
+            hooks=[*hooks, snap, *extra_hooks],
             initializers=[it.initializer],
             batch_size=model.batch_size,
         )
@@ -218,9 +218,9 @@ def test_a_checkpoint_of_another_model_is_refused_clearly(tmp_path):
         loop = tfr_hooks.SessionLoop(
             other.assign_add(tf.ones([3])),
             {},
-            [tfr_hooks.EpochCheckpoint(tmp_path / "run"), End()],
+            hooks=[tfr_hooks.EpochCheckpoint(tmp_path / "run"), End()],
             steps_per_epoch=1,
         )
-        with pytest.raises(ValueError, match=r"does not match the graph .*Received: logdir="):
+        with pytest.raises(ValueError, match=r"does not match the graph .*Received: log_dir="):
             loop.run(epochs=2)
     assert ended == [True]

@@ -274,7 +274,7 @@ def _handlers() -> list[object]:
 
 def _tiny_loop(*hooks):
     v = tf.Variable(0.0)
-    return tfr_hooks.SessionLoop(v.assign_add(1.0), {}, list(hooks), steps_per_epoch=10)
+    return tfr_hooks.SessionLoop(v.assign_add(1.0), {}, hooks=list(hooks), steps_per_epoch=10)
 
 
 def test_first_sigint_in_a_run_stops_after_the_current_step(graph):
@@ -342,7 +342,9 @@ def test_no_handler_is_installed_outside_the_main_thread(graph):
 def test_handle_signals_false_adds_no_handler(graph):
     watch = _Watch()
     v = tf.Variable(0.0)
-    loop = tfr_hooks.SessionLoop(v.assign_add(1.0), {}, [watch], 2, handle_signals=False)
+    loop = tfr_hooks.SessionLoop(
+        v.assign_add(1.0), {}, hooks=[watch], steps_per_epoch=2, handle_signals=False
+    )
     loop.run(epochs=1)
     assert watch.seen == _handlers()
 

@@ -33,7 +33,7 @@ def test_a_hook_error_ends_the_run_and_every_other_hook_ends(graph, records_100,
     model = LinearModel(batch["x"], batch["y"])
     first, failing, last = Recorder("first"), Recorder("bad", fail_in=where, at_step=3), Recorder()
     loop = tfr_hooks.SessionLoop(
-        model.train_op, {"loss": model.loss}, [first, failing, last], steps_per_epoch=5
+        model.train_op, {"loss": model.loss}, hooks=[first, failing, last], steps_per_epoch=5
     )
     with pytest.raises(RuntimeError, match=f"bad failed in {where}") as info:
         loop.run(epochs=3)
@@ -50,7 +50,10 @@ def test_the_first_error_wins_over_later_errors_in_end(graph, records_100, caplo
     end_fails = [Recorder(f"end{i}", fail_in="end") for i in range(2)]
     survivor = Recorder("survivor")
     loop = tfr_hooks.SessionLoop(
-        model.train_op, {"loss": model.loss}, [*end_fails, failing, survivor], steps_per_epoch=5
+        model.train_op,
+        {"loss": model.loss},
+        hooks=[*end_fails, failing, survivor],
+        steps_per_epoch=5,
     )
     with (
         caplog.at_level(logging.ERROR, logger="tfr_hooks"),
@@ -69,7 +72,7 @@ def test_an_error_in_end_alone_is_raised_after_every_end_ran(graph, records_100)
     model = LinearModel(x["x"], x["y"])
     bad, good = Recorder("bad", fail_in="end"), Recorder("good")
     loop = tfr_hooks.SessionLoop(
-        model.train_op, {"loss": model.loss}, [bad, good], initializers=[init]
+        model.train_op, {"loss": model.loss}, hooks=[bad, good], initializers=[init]
     )
     with pytest.raises(RuntimeError, match="bad failed in end") as info:
         loop.run(epochs=2)
@@ -87,7 +90,7 @@ def test_a_failing_train_op_assertion_is_raised_with_threads_joined(graph, recor
     with tf.control_dependencies([check]):
         train_op = tf.group(model.train_op)
     rec = Recorder()
-    loop = tfr_hooks.SessionLoop(train_op, {"loss": model.loss}, [rec], steps_per_epoch=4)
+    loop = tfr_hooks.SessionLoop(train_op, {"loss": model.loss}, hooks=[rec], steps_per_epoch=4)
     with pytest.raises(tf.errors.InvalidArgumentError, match="bad idx"):
         loop.run(epochs=5)
     assert rec.events == ["begin", "epoch_end 0", "end"]  # epoch 1 failed at its 2nd step
@@ -120,7 +123,7 @@ def test_an_error_in_a_keras_callback_ends_the_run_cleanly(graph, records_100):
     rec = Recorder()
     hook = tfr_hooks.KerasCallbacks([Broken(), Ends()], model)
     loop = tfr_hooks.SessionLoop(
-        training.train_op, training.fetches, [hook, rec], steps_per_epoch=5
+        training.train_op, training.fetches, hooks=[hook, rec], steps_per_epoch=5
     )
     with pytest.raises(ZeroDivisionError, match="callback bug") as info:
         loop.run(epochs=2)
@@ -142,7 +145,7 @@ def test_keyboard_interrupt_in_a_step_still_joins_threads(graph, records_100):
 
     rec = Recorder()
     loop = tfr_hooks.SessionLoop(
-        model.train_op, {"loss": model.loss}, [Interrupt(), rec], steps_per_epoch=10
+        model.train_op, {"loss": model.loss}, hooks=[Interrupt(), rec], steps_per_epoch=10
     )
     with pytest.raises(KeyboardInterrupt):
         loop.run(epochs=2)

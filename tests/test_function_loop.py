@@ -284,7 +284,7 @@ def test_session_hooks_are_refused_at_construction(records_100: Path, tmp_path: 
 
 def test_argument_errors(records_100: Path) -> None:
     ds = records(records_100, 10)
-    with pytest.raises(TypeError, match=r"Expected `dataset` to be a tf.data.Dataset"):
+    with pytest.raises(TypeError, match=r"Expected `data` to be a tf.data.Dataset"):
         FunctionLoop([1, 2], step_fn=index_step)
     with pytest.raises(ValueError, match=r"Expected exactly one of `model`"):
         FunctionLoop(ds)

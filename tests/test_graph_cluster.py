@@ -178,7 +178,7 @@ def _graph(name: str) -> tuple[tf.Graph, Any, Any]:
             r"Expected `is_chief` to be True or None without a `master`",
         ),
         ({"chief_only_hooks": [object()]}, TypeError, r"Expected `chief_only_hooks\[0\]`"),
-        ({"checkpoint_dir": 3}, TypeError, r"Expected `checkpoint_dir` to be a directory path"),
+        ({"log_dir": 3}, TypeError, r"Expected `log_dir` to be a directory path"),
         ({"wait_for_chief_secs": 0}, ValueError, r"Received: wait_for_chief_secs=0"),
     ],
 )
@@ -204,15 +204,20 @@ def test_a_non_chief_that_waits_too_long_names_the_master(local_server: Any) -> 
         loop.run(session=_v1.Session(graph=loop.graph))
 
 
-def test_the_chief_restores_checkpoint_dir_on_its_master(local_server: Any, tmp_path: Path) -> None:
+def test_the_chief_restores_log_dir_on_its_master(local_server: Any, tmp_path: Path) -> None:
     saved = str(tmp_path / "ckpt")
     for run in range(2):
         graph, train_op, loss = _graph("restored")
         hook = _v1.train.CheckpointSaverHook(saved, save_steps=100)
         loop = SessionLoop(
-            train_op, {"loss": loss}, [hook], 3, master=local_server.target, is_chief=True
+            train_op,
+            {"loss": loss},
+            hooks=[hook],
+            steps_per_epoch=3,
+            master=local_server.target,
+            is_chief=True,
         )
-        assert loop.checkpoint_dir == saved  # taken from the hook
+        assert loop.log_dir == saved  # taken from the hook
         loop.run(epochs=1)
         with graph.as_default(), _v1.Session(local_server.target) as session:
             step = int(session.run(_v1.train.get_global_step()))
@@ -229,13 +234,13 @@ def test_writers_are_dropped_on_a_non_chief_and_chief_only_hooks_added(tmp_path:
     chief_only = _v1.train.StepCounterHook(output_dir=str(tmp_path))
     kept = _v1.train.StopAtStepHook(last_step=1)
     common = {"master": "grpc://127.0.0.1:9", "chief_only_hooks": [chief_only]}
-    other = SessionLoop(train_op, {"loss": loss}, [*writers, kept], is_chief=False, **common)
+    other = SessionLoop(train_op, {"loss": loss}, hooks=[*writers, kept], is_chief=False, **common)
     assert kept in other.hooks.hooks
     assert not set(map(id, [*writers, chief_only])) & set(map(id, other.hooks.hooks))
-    chief = SessionLoop(train_op, {"loss": loss}, [*writers, kept], is_chief=True, **common)
+    chief = SessionLoop(train_op, {"loss": loss}, hooks=[*writers, kept], is_chief=True, **common)
     assert all(h in chief.hooks.hooks for h in [*writers, kept, chief_only])
     assert chief.hooks.hooks.index(chief_only) > chief.hooks.hooks.index(kept)
-    assert chief.checkpoint_dir == str(tmp_path)
+    assert chief.log_dir == str(tmp_path)
 
 
 def test_tensorboard_logger_follows_the_loop_s_is_chief(tmp_path: Path) -> None:

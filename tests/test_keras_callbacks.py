@@ -227,7 +227,7 @@ def test_tensorboard_logger_writes_train_and_validation_runs(
     ours = TensorFed()
     hook = ours.training.keras_callbacks([])
     logger = tfr_hooks.TensorBoardLogger(tmp_path, update_freq="batch", model=ours.model)
-    history = ours.loop([hook, logger]).run(2, session=ours.session)
+    history = ours.loop([hook, logger]).run(2, **ours.run_kwargs)
     train, val = tmp_path / "train", tmp_path / "validation"
     assert scalars(train, "epoch_loss") == [
         (0, pytest.approx(history["loss"][0])),
@@ -255,7 +255,7 @@ def test_tensorboard_logger_writes_the_graph_once_per_run(graph: tf.Graph, tmp_p
     ours = TensorFed()
     hook = ours.training.keras_callbacks([])
     logger = tfr_hooks.TensorBoardLogger(tmp_path, model=ours.model)
-    ours.loop([hook, logger]).run(2, session=ours.session)
+    ours.loop([hook, logger]).run(2, **ours.run_kwargs)
 
     acc = EventAccumulator(str(tmp_path / "train"))
     acc.Reload()
@@ -264,7 +264,7 @@ def test_tensorboard_logger_writes_the_graph_once_per_run(graph: tf.Graph, tmp_p
     assert nodes == {op.name for op in graph.get_operations()}
     assert len(graph_events(tmp_path / "train")) == 1  # once for the run, not per epoch
 
-    ours.loop([hook, logger]).run(1, session=ours.session)  # the hook reused: a new run
+    ours.loop([hook, logger]).run(1, **ours.run_kwargs)  # the hook reused: a new run
     assert len(graph_events(tmp_path / "train")) == 2
 
 
@@ -272,7 +272,7 @@ def test_tensorboard_logger_without_write_graph(graph: tf.Graph, tmp_path: Path)
     ours = TensorFed()
     hook = ours.training.keras_callbacks([])
     logger = tfr_hooks.TensorBoardLogger(tmp_path, write_graph=False)
-    ours.loop([hook, logger]).run(1, session=ours.session)
+    ours.loop([hook, logger]).run(1, **ours.run_kwargs)
     acc = EventAccumulator(str(tmp_path / "train"))
     acc.Reload()
     assert acc.Tags()["graph"] is False and "epoch_loss" in acc.Tags()["scalars"]

@@ -104,9 +104,9 @@ def test_update_ops_run_in_training_mode_and_validation_shares_weights(graph: tf
     val_it = v1.data.make_initializable_iterator(batches(VAL))
     vx, vy = val_it.get_next()
     validation = training.validation(vx, vy, initializers=[val_it.initializer])
-    loop = tfr_hooks.SessionLoop(training, initializers=[init], validation=validation)
+    loop = tfr_hooks.SessionLoop(training, initializers=[init])
     with v1.Session() as session:
-        history = loop.run(2, session=session)
+        history = loop.run(2, validation_data=validation, session=session)
         moving_mean = session.run(bn.moving_mean)
     assert set(history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
     # BatchNorm's moving averages moved: its update ops ran, in training mode (the

@@ -208,7 +208,13 @@ class EpochExamples(tfr_hooks.Hook):
 
 def _queue_loop(files: Path, num_epochs: int | None, **loop_kwargs: Any) -> Any:
     batches = tfrecord.read_batches(
-        files, QBATCH, pipeline="queue", num_epochs=num_epochs, num_threads=2, seed=1
+        files,
+        QBATCH,
+        pipeline="queue",
+        num_epochs=num_epochs,
+        shuffle_buffer=4 * QBATCH,
+        num_parallel_reads=2,
+        seed=1,
     )
     x = batches.tensors["x"]
     seen = tf.Variable(0.0, name="seen")

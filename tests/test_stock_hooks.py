@@ -150,7 +150,7 @@ def test_checkpoint_saver_hook_without_a_global_step_reports_only_its_error(
             with tfr_hooks.hooked_session(hooks) as session:
                 session.run(train_op)
         else:
-            loop = tfr_hooks.SessionLoop(train_op, {"loss": loss}, hooks, initializers=[init])
+            loop = tfr_hooks.SessionLoop(train_op, {"loss": loss}, hooks=hooks, initializers=[init])
             loop.run(epochs=1)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     assert ended == [None]  # the hook that began ends, without a session

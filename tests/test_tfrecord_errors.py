@@ -285,7 +285,7 @@ def test_explain_error_ignores_errors_that_are_not_about_data(tmp_path):
 def test_hook_translates_graph_mode_dataset_errors(tmp_path):
     path = _damaged_copy(tmp_path, "bad.rec", 12 * RECORD_BYTES + 20)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(path, 4, schema=SCHEMA, shuffle=False)
+        batches = tfrecord.read_batches(path, 4, schema=SCHEMA)
         with new_session() as session, pytest.raises(tf.errors.DataLossError) as info:
             run_graph_batches(session, batches.tensors, batches.initializers)
     hook = tfr_hooks.DataErrorHook.for_batches(batches)
@@ -300,7 +300,13 @@ def test_hook_translates_graph_mode_queue_errors_without_hanging(tmp_path):
     bad = _damaged_copy(tmp_path, "bad.rec", 12 * RECORD_BYTES + 20)
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            [good, bad], 4, schema=SCHEMA, pipeline="queue", num_epochs=1, num_threads=2
+            [good, bad],
+            4,
+            schema=SCHEMA,
+            pipeline="queue",
+            num_epochs=1,
+            shuffle_buffer=16,
+            num_parallel_reads=2,
         )
         with new_session() as session, pytest.raises(tf.errors.DataLossError) as info:
             run_graph_batches(session, batches.tensors)
@@ -313,9 +319,7 @@ def test_hook_translates_graph_mode_queue_errors_without_hanging(tmp_path):
 def test_session_loop_raises_the_clear_error(tmp_path, pipeline):
     path = _damaged_copy(tmp_path, "bad.rec", 12 * RECORD_BYTES + 20)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(
-            path, 4, schema=SCHEMA, pipeline=pipeline, num_epochs=1, shuffle=False
-        )
+        batches = tfrecord.read_batches(path, 4, schema=SCHEMA, pipeline=pipeline, num_epochs=1)
         total = tf.reduce_sum(tf.cast(batches.tensors["image"], tf.float32))
         step = tf.compat.v1.train.get_or_create_global_step()
         loop = tfr_hooks.SessionLoop(

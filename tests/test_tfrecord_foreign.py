@@ -39,6 +39,13 @@ except ImportError:  # tests imported as a package
 SIDE = 28
 
 
+def reader(name: str) -> dict[str, object]:
+    """The read_batches arguments of a graph-mode pipeline: dataset, in memory or queue."""
+    if name == "memory":
+        return {"pipeline": "dataset", "in_memory": True}
+    return {"pipeline": name}
+
+
 def seed_images(n: int) -> np.ndarray:
     rng = np.random.default_rng(0)
     return rng.integers(0, 256, size=(n, SIDE, SIDE, 1), dtype=np.uint8)
@@ -176,10 +183,9 @@ def test_decode_argument_in_both_readers(tmp_path):
             batches = tfrecord.read_batches(
                 path,
                 10,
-                pipeline=pipeline,
+                **reader(pipeline),
                 num_epochs=1,
-                shuffle=False,
-                num_threads=1,
+                num_parallel_reads=1,
                 decode=decode,
                 as_tuple=("image_raw", "label"),
             )
@@ -285,10 +291,9 @@ def test_optional_features_read_dense_in_graph_mode(tfx_file, pipeline):
         batches = tfrecord.read_batches(
             tfx_file,
             4,
-            pipeline=pipeline,
+            **reader(pipeline),
             num_epochs=1,
-            shuffle=False,
-            num_threads=1,
+            num_parallel_reads=1,
             decode=DEFAULTS,
         )
         assert batches.compression == "GZIP"
@@ -423,7 +428,7 @@ def test_a_feature_some_records_lack_reads_as_ragged_in_graph_mode(tmp_path, mis
     path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            path, 16, pipeline=pipeline, num_epochs=1, shuffle=False, num_threads=1
+            path, 16, **reader(pipeline), num_epochs=1, num_parallel_reads=1
         )
         assert isinstance(batches.tensors["t"], tf.RaggedTensor)
         with new_session() as session:
@@ -443,7 +448,7 @@ def test_memory_refuses_a_feature_some_records_lack_the_same_way(tmp_path, missi
             r"\['t'\]",
         ),
     ):
-        tfrecord.read_batches(path, 16, pipeline="memory")
+        tfrecord.read_batches(path, 16, in_memory=True)
     with pytest.raises(ValueError, match=r"decode=\{'t': \{'default': \.\.\.\}\}"):
         tfrecord.dataset(path, 16, in_memory=True)
 
@@ -460,10 +465,9 @@ def test_a_feature_some_records_lack_reads_its_default_whichever_record(tmp_path
             batches = tfrecord.read_batches(
                 path,
                 16,
-                pipeline=pipeline,
+                **reader(pipeline),
                 num_epochs=1,
-                shuffle=False,
-                num_threads=1,
+                num_parallel_reads=1,
                 decode=decode,
             )
             assert batches.tensors["t"].shape.as_list() == [None], pipeline
@@ -533,10 +537,9 @@ def test_docs_float_feature_with_a_default_reads_a_foreign_float_list(tmp_path):
             batches = tfrecord.read_batches(
                 path,
                 4,
-                pipeline=pipeline,
+                **reader(pipeline),
                 num_epochs=1,
-                shuffle=False,
-                num_threads=1,
+                num_parallel_reads=1,
                 decode=decode,
             )
             assert batches.tensors["xy"].shape.as_list() == [None, 2], pipeline
@@ -560,10 +563,9 @@ def test_docs_float_feature_with_a_default_reads_what_write_stores(tmp_path):
             batches = tfrecord.read_batches(
                 tmp_path / "data",
                 4,
-                pipeline=pipeline,
+                **reader(pipeline),
                 schema=schema,
                 num_epochs=1,
-                shuffle=False,
             )
             assert batches.schema["xy"].encoding == "raw"
             with new_session() as session:

@@ -68,7 +68,7 @@ def test_function_loop_epochs_are_exact_in_memory(source, request):
 @pytest.mark.parametrize("source", ["shards", "packed_shards"])
 def test_session_loop_epochs_are_exact_in_memory(source, request):
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(request.getfixturevalue(source), 128, pipeline="memory")
+        batches = tfrecord.read_batches(request.getfixturevalue(source), 128, in_memory=True)
         total = tf.reduce_sum(tf.cast(batches.tensors["index"], tf.float32))
         step = v1.train.get_or_create_global_step()
         counter = EpochCounts()
@@ -121,7 +121,7 @@ def test_no_shuffle_keeps_file_order(shards):
 
 def _graph_orders(directory: Path, seed: int, epochs: int) -> list[np.ndarray]:
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(directory, 128, pipeline="memory", seed=seed)
+        batches = tfrecord.read_batches(directory, 128, in_memory=True, shuffle_buffer=1, seed=seed)
         orders = []
         with v1.Session() as session:
             for _ in range(epochs):
@@ -149,7 +149,7 @@ def test_graph_mode_data_is_not_a_graph_constant(tmp_path):
     big = {"x": np.ones((4000, 256), np.float32), "y": np.arange(4000)}  # 4 MB decoded
     tfrecord.write(big, tmp_path, shards=2)
     with tf.Graph().as_default() as graph:
-        batches = tfrecord.read_batches(tmp_path, 100, pipeline="memory", as_tuple=("x", "y"))
+        batches = tfrecord.read_batches(tmp_path, 100, in_memory=True, as_tuple=("x", "y"))
         assert graph.as_graph_def().ByteSize() < 200_000
         with v1.Session() as session:
             session.run(batches.initializers)

@@ -66,9 +66,7 @@ def test_round_trip_every_dtype_and_shape_with_short_blocks(tmp_path, compressio
     _check_equal(_collect(tfrecord.dataset(tmp_path, 10, in_memory=True)), arrays)
     # graph mode, tf.data pipeline
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(
-            tmp_path, 10, pipeline="dataset", shuffle=False, num_threads=1
-        )
+        batches = tfrecord.read_batches(tmp_path, 10, pipeline="dataset", num_parallel_reads=1)
         with v1.Session() as session:
             session.run(batches.initializers)
             got = []
@@ -121,9 +119,7 @@ def test_shuffle_by_file_block_and_window_each_epoch_reproducibly(tmp_path):
 def test_graph_dataset_pipeline_reshuffles_each_initialization(tmp_path):
     tfrecord.write({"i": np.arange(500)}, tmp_path, shards=2, examples_per_record=16)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(
-            tmp_path, 50, pipeline="dataset", seed=1, min_after_dequeue=64
-        )
+        batches = tfrecord.read_batches(tmp_path, 50, pipeline="dataset", seed=1, shuffle_buffer=64)
         orders = []
         with v1.Session() as session:
             for _ in range(2):
@@ -143,9 +139,7 @@ def test_queue_pipeline_refuses_packed_shards(tmp_path):
     tfrecord.write({"i": np.arange(50)}, tmp_path, examples_per_record=8)
     with (
         tf.Graph().as_default(),
-        pytest.raises(
-            ValueError, match=r"Expected `pipeline` to be 'dataset' or 'memory' for packed shards"
-        ),
+        pytest.raises(ValueError, match=r"Expected `pipeline` to be 'dataset' for packed shards"),
     ):
         tfrecord.read_batches(tmp_path, 8, pipeline="queue")
 
@@ -198,7 +192,7 @@ def test_corrupt_packed_shard_is_named_by_the_session_loop(tmp_path):
 
     path = _corrupt_second_block(tmp_path)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(tmp_path, 8, pipeline="dataset", shuffle=False)
+        batches = tfrecord.read_batches(tmp_path, 8, pipeline="dataset")
         step = v1.train.get_or_create_global_step()
         loop = tfr_hooks.SessionLoop(
             v1.assign_add(step, 1),

@@ -81,7 +81,7 @@ def test_per_example_map_and_epochs(shards):
 def test_graph_mode_dataset_pipeline_one_epoch_per_initialization(shards):
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            shards, BATCH, pipeline="dataset", as_tuple=("image", "label")
+            shards, BATCH, pipeline="dataset", shuffle_buffer=4 * BATCH, as_tuple=("image", "label")
         )
         x, y = batches.tensors
         assert x.shape.as_list() == [None, 4, 4]
@@ -99,7 +99,13 @@ def test_graph_mode_dataset_pipeline_one_epoch_per_initialization(shards):
 def test_graph_mode_queue_pipeline_reads_num_epochs(shards):
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            shards, BATCH, pipeline="queue", num_epochs=3, num_threads=2, seed=3
+            shards,
+            BATCH,
+            pipeline="queue",
+            num_epochs=3,
+            shuffle_buffer=4 * BATCH,
+            num_parallel_reads=2,
+            seed=3,
         )
         assert batches.initializers == []
         assert set(batches.tensors) == {"image", "label"}
@@ -120,8 +126,7 @@ def test_graph_mode_queue_pipeline_without_smaller_final_batch(shards):
             BATCH,
             pipeline="queue",
             num_epochs=1,
-            shuffle=False,
-            allow_smaller_final_batch=False,
+            drop_remainder=True,
             as_tuple=("image", "label"),
         )
         x, y = batches.tensors
@@ -160,8 +165,27 @@ def test_read_batches_needs_a_graph(shards):
     ("kwargs", "error", "match"),
     [
         ({"pipeline": "threads"}, ValueError, r"Received: pipeline='threads'"),
-        ({"num_threads": 0}, ValueError, r"Received: num_threads=0"),
-        ({"capacity": 10, "min_after_dequeue": 20}, ValueError, r"capacity=10"),
+        ({"num_parallel_reads": 0}, ValueError, r"Received: num_parallel_reads=0"),
+        ({"shuffle_buffer": -1}, ValueError, r"Received: shuffle_buffer=-1"),
+        ({"num_epochs": 0}, ValueError, r"Received: num_epochs=0"),
+        (
+            {"pipeline": "queue", "capacity": 10, "shuffle_buffer": 20},
+            ValueError,
+            r"Expected `capacity` to exceed `shuffle_buffer` .* capacity=10, shuffle_buffer=20",
+        ),
+        ({"capacity": 10}, ValueError, r"Expected `capacity` to be None with pipeline='dataset'"),
+        ({"pipeline": "memory"}, ValueError, r"Expected `pipeline` to be 'dataset' or 'queue'"),
+        ({"in_memory": "yes"}, ValueError, r"Received: in_memory='yes'"),
+        (
+            {"pipeline": "queue", "in_memory": True},
+            ValueError,
+            r"Expected `in_memory` to be False with pipeline='queue' .* Received: in_memory=True",
+        ),
+        (
+            {"pipeline": "queue", "in_memory": "auto"},
+            ValueError,
+            r"Received: in_memory='auto'",
+        ),
         ({"as_tuple": "image"}, TypeError, r"Received: as_tuple='image'"),
         ({"as_tuple": ("image", "mask")}, ValueError, r"features of the schema"),
     ],

@@ -117,8 +117,8 @@ class KerasCallbacks(Hook):
     Examples:
         >>> stop = tf_keras.callbacks.EarlyStopping(monitor="val_loss")  # doctest: +SKIP
         >>> hook = KerasCallbacks([stop], model)  # doctest: +SKIP
-        >>> loop = SessionLoop(train_op, fetches, hooks=[hook], validation=val)  # doctest: +SKIP
-        >>> history = loop.run(epochs=20)  # doctest: +SKIP
+        >>> loop = SessionLoop(train_op, fetches, hooks=[hook])  # doctest: +SKIP
+        >>> history = loop.run(epochs=20, validation_data=val)  # doctest: +SKIP
     """
 
     def __init__(

@@ -101,7 +101,7 @@ def graceful(logdir: str) -> dict:
     loop = tfr_hooks.SessionLoop(
         training,
         None,
-        [
+        hooks=[
             tfr_hooks.EpochCheckpoint(os.path.join(logdir, "ckpt")),
             tfr_hooks.KerasCallbacks(callbacks, model),
             Ready(epoch=1, at=3, pace=1.0),
@@ -129,7 +129,7 @@ def blocked(logdir: str) -> dict:
     loop = tfr_hooks.SessionLoop(
         train_op,
         {"loss": loss},
-        [tfr_hooks.EpochCheckpoint(os.path.join(logdir, "ckpt")), Ready(epoch=0, at=4)],
+        hooks=[tfr_hooks.EpochCheckpoint(os.path.join(logdir, "ckpt")), Ready(epoch=0, at=4)],
         initializers=[prefill],
         run_timeout_secs=90,  # ends a forgotten process; the test waits less than this
     )
@@ -139,7 +139,7 @@ def blocked(logdir: str) -> dict:
     again = tfr_hooks.SessionLoop(
         train_op,
         {"loss": loss},
-        [Ready(epoch=0, at=4, label="AGAIN")],
+        hooks=[Ready(epoch=0, at=4, label="AGAIN")],
         initializers=[prefill],
         run_timeout_secs=90,
     )
@@ -152,7 +152,7 @@ def blocked(logdir: str) -> dict:
 
 def abort(logdir: str, data: str) -> dict:
     batches = tfrecord.read_batches(
-        data, 10, pipeline="queue", num_epochs=None, as_tuple=("x", "y")
+        data, 10, pipeline="queue", num_epochs=None, shuffle_buffer=40, as_tuple=("x", "y")
     )
     x, y = batches.tensors
     w = tf.Variable(tf.zeros([4]))
@@ -161,7 +161,7 @@ def abort(logdir: str, data: str) -> dict:
     loop = tfr_hooks.SessionLoop(
         train_op,
         {"loss": loss},
-        [SlowClose(), Ready(epoch=0, at=5, pace=0.2)],
+        hooks=[SlowClose(), Ready(epoch=0, at=5, pace=0.2)],
         steps_per_epoch=100,
         data=batches,
         run_timeout_secs=60,
@@ -190,7 +190,7 @@ def kill_save(logdir: str) -> dict:
             time.sleep(0.0005)
 
     threading.Thread(target=killer, daemon=True).start()
-    loop = tfr_hooks.SessionLoop(train_op, {}, [ckpt], steps_per_epoch=1, run_timeout_secs=60)
+    loop = tfr_hooks.SessionLoop(train_op, {}, hooks=[ckpt], steps_per_epoch=1, run_timeout_secs=60)
     return {"history": loop.run(epochs=200)}
 
 

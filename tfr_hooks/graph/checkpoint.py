@@ -2,7 +2,7 @@
 
 The hook saves a ``tf.compat.v1.train.Saver`` checkpoint of all global variables (the
 model's weights, the optimizer's slots and iteration count, a global step) at the end of
-every epoch, and at the start of a run restores the latest one it finds in ``logdir`` and
+every epoch, and at the start of a run restores the latest one it finds in ``log_dir`` and
 moves ``loop.initial_epoch`` so the loop continues where the last run stopped.
 
 The epoch to resume at is part of the checkpoint's name, ``ckpt-epoch<E>-<N>`` (``E`` the
@@ -71,12 +71,12 @@ class EpochCheckpoint(Hook):
     """Save all variables at each epoch end; restore the latest and resume at its epoch.
 
     Put it in a :class:`~tfr_hooks.SessionLoop`'s hooks and call ``loop.run(epochs=N)``
-    again with the same ``logdir`` after a crash or a Ctrl-C: the run restores the
+    again with the same ``log_dir`` after a crash or a Ctrl-C: the run restores the
     weights, optimizer state and global step, starts at the right epoch and ends after
-    epoch ``N - 1`` as asked. ``logdir`` holding no checkpoint starts from scratch.
+    epoch ``N - 1`` as asked. ``log_dir`` holding no checkpoint starts from scratch.
 
     Args:
-        logdir: The directory of the checkpoints (created when needed), absolute or
+        log_dir: The directory of the checkpoints (created when needed), absolute or
             relative to the working directory.
         max_to_keep: How many recent checkpoints to keep.
         restore: Whether to restore the latest checkpoint when a run starts.
@@ -88,11 +88,11 @@ class EpochCheckpoint(Hook):
         last_saved: The checkpoint written last, or ``None``.
 
     Raises:
-        TypeError: If ``logdir`` is not a path.
+        TypeError: If ``log_dir`` is not a path.
         ValueError: If ``max_to_keep`` is not a positive integer; when a run starts, if
-            the latest checkpoint in ``logdir`` does not match the graph's variables.
+            the latest checkpoint in ``log_dir`` does not match the graph's variables.
         FileNotFoundError: When a run starts, if the ``checkpoint`` state file in
-            ``logdir`` names a latest checkpoint whose files are missing.
+            ``log_dir`` names a latest checkpoint whose files are missing.
 
     Examples:
         >>> loop = SessionLoop(train_op, fetches, initializers=[it.initializer],
@@ -104,19 +104,19 @@ class EpochCheckpoint(Hook):
 
     def __init__(
         self,
-        logdir: str | os.PathLike[str],
+        log_dir: str | os.PathLike[str],
         *,
         max_to_keep: int = 3,
         restore: bool = True,
         var_list: Any = None,
     ) -> None:
-        if not isinstance(logdir, (str, os.PathLike)) or not os.fspath(logdir):
+        if not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir):
             raise TypeError(
-                f"Expected `logdir` to be a directory path. Received: logdir={logdir!r}"
+                f"Expected `log_dir` to be a directory path. Received: log_dir={log_dir!r}"
             )
         check_positive_int(max_to_keep, "max_to_keep")
         check_bool(restore, "restore")
-        self.logdir = os.fspath(logdir)
+        self.log_dir = os.fspath(log_dir)
         self.max_to_keep = max_to_keep
         self.restore = restore
         self.var_list = var_list
@@ -139,23 +139,23 @@ class EpochCheckpoint(Hook):
         """Restore the latest checkpoint, if any, and move ``loop.initial_epoch`` there."""
         self._session = session
         saver = self._saver_for(session.graph)
-        state = tf.train.get_checkpoint_state(self.logdir)
+        state = tf.train.get_checkpoint_state(self.log_dir)
         if state is None or not state.model_checkpoint_path:
-            logger.info("No checkpoint in %s: training starts from scratch.", self.logdir)
+            logger.info("No checkpoint in %s: training starts from scratch.", self.log_dir)
             return
-        # get_checkpoint_state has already joined a relative path to logdir
+        # get_checkpoint_state has already joined a relative path to log_dir
         path = self._located(state.model_checkpoint_path)
         epoch, counter = resume_epoch_of(path)
         self._counter = counter + 1  # names are never reused, even without restoring
         if not self.restore:
             return
         if not _exists(path):
-            state_file = os.path.join(self.logdir, "checkpoint")
+            state_file = os.path.join(self.log_dir, "checkpoint")
             raise FileNotFoundError(
                 f"Expected the latest checkpoint that {state_file!r} names, {path!r}, to "
                 "exist, to resume from it; its files are missing (deleted, or the state "
                 "file was written elsewhere). Restore them, or delete the state file to "
-                f"start from scratch. Received: logdir={self.logdir!r}"
+                f"start from scratch. Received: log_dir={self.log_dir!r}"
             )
         try:
             saver.restore(session, path)
@@ -164,7 +164,7 @@ class EpochCheckpoint(Hook):
             raise ValueError(
                 f"Expected the checkpoint {path!r} to hold this model's variables, to resume "
                 f"from it; it does not match the graph ({first_line}). Use another "
-                f"`logdir` for a different model. Received: logdir={self.logdir!r}"
+                f"`log_dir` for a different model. Received: log_dir={self.log_dir!r}"
             ) from error
         saver.recover_last_checkpoints(
             [p for p in map(self._located, state.all_model_checkpoint_paths) if _exists(p)]
@@ -192,8 +192,8 @@ class EpochCheckpoint(Hook):
         else:  # the epoch's length is unknown (or was learned from this very epoch)
             complete = not loop.stop_requested
         resume = epoch + 1 if complete else epoch
-        os.makedirs(self.logdir, exist_ok=True)
-        prefix = os.path.join(self.logdir, f"{CHECKPOINT_PREFIX}{resume}")
+        os.makedirs(self.log_dir, exist_ok=True)
+        prefix = os.path.join(self.log_dir, f"{CHECKPOINT_PREFIX}{resume}")
         self.last_saved = self._saver.save(
             self._session, prefix, global_step=self._counter, write_meta_graph=False
         )
@@ -205,15 +205,15 @@ class EpochCheckpoint(Hook):
         self._session = None
 
     def _located(self, path: str) -> str:
-        """A checkpoint path from the state file, found in ``logdir`` if moved there.
+        """A checkpoint path from the state file, found in ``log_dir`` if moved there.
 
-        ``tf.train.get_checkpoint_state`` joins a relative path to ``logdir`` itself. An
+        ``tf.train.get_checkpoint_state`` joins a relative path to ``log_dir`` itself. An
         absolute path (a state file written by another saver) that no longer exists,
-        because the directory was moved or copied, is looked up by name in ``logdir``.
+        because the directory was moved or copied, is looked up by name in ``log_dir``.
         """
         if _exists(path):
             return path
-        moved = os.path.join(self.logdir, os.path.basename(path))
+        moved = os.path.join(self.log_dir, os.path.basename(path))
         return moved if _exists(moved) else path
 
     def _saver_for(self, graph: Any) -> Any:
@@ -230,7 +230,7 @@ class EpochCheckpoint(Hook):
         return self._saver
 
     def __repr__(self) -> str:
-        return f"EpochCheckpoint(logdir={self.logdir!r})"
+        return f"EpochCheckpoint(log_dir={self.log_dir!r})"
 
 
 def _exists(path: str) -> bool:

@@ -5,7 +5,7 @@ every worker builds its own graph (its variables placed on the ``ps`` tasks by
 ``tf.compat.v1.train.replica_device_setter``) and opens a session on its own server.
 
 * The chief creates its session with ``SessionManager.prepare_session``: it restores the
-  global variables from the latest checkpoint of ``checkpoint_dir``, or initializes them.
+  global variables from the latest checkpoint of ``log_dir``, or initializes them.
 * Every other worker waits with ``SessionManager.wait_for_session`` until the chief has
   initialized the global variables, and never initializes them itself.
 * Every worker initializes its own local variables (the loop's running means, the epoch

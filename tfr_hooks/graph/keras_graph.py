@@ -83,10 +83,11 @@ class KerasTrainingGraph:
         >>> training = keras_training_graph(  # doctest: +SKIP
         ...     model, label, loss="sparse_categorical_crossentropy",
         ...     optimizer=tf_keras.optimizers.legacy.Adam(0.01), metrics=["accuracy"])
+        >>> val = training.validation(val_image, val_label, initializers=[init])  # doctest: +SKIP
         >>> loop = SessionLoop(  # doctest: +SKIP
         ...     training, data=batches,
-        ...     validation=training.validation(val_image, val_label, initializers=[init]),
         ...     hooks=[training.keras_callbacks([checkpoint, early_stopping])])
+        >>> loop.run(epochs=10, validation_data=val)  # doctest: +SKIP
     """
 
     def __init__(
@@ -142,8 +143,6 @@ class KerasTrainingGraph:
         labels: Any,
         *,
         initializers: Sequence[Any] = (),
-        steps: int | None = None,
-        freq: int = 1,
     ) -> Validation:
         """A :class:`~tfr_hooks.Validation` on ``model(inputs)`` (shared weights).
 
@@ -154,11 +153,10 @@ class KerasTrainingGraph:
             inputs: The validation batch tensor(s) the model takes.
             labels: The validation label tensor.
             initializers: Ops that restart the validation data before each pass.
-            steps: Stop each pass after this many steps; ``None`` runs to the end.
-            freq: Run the pass every this many epochs.
 
         Returns:
-            The validation pass to give ``SessionLoop(validation=...)``.
+            The validation pass to give ``SessionLoop.run(validation_data=...)`` (with
+            its ``validation_steps`` and ``validation_freq``).
         """
         _check_tensor(labels, "labels")
         self._has_validation = True
@@ -172,8 +170,6 @@ class KerasTrainingGraph:
             fetches,
             initializers=initializers,
             batch_size=tf.shape(labels)[0],
-            steps=steps,
-            freq=freq,
         )
 
 

@@ -69,26 +69,31 @@ class SessionLoop:
     ``num_epochs=None`` the stream is endless and the run ends after ``epochs``. A queue
     pipeline that could never end an epoch (``num_epochs=None`` and no count) is refused
     here, and ``run`` refuses epochs the stream cannot give; ``steps_per_epoch`` counts
-    epochs in steps instead, whatever the pipeline.
+    epochs in steps instead, whatever the pipeline. A ``"dataset"`` pipeline built with
+    ``num_epochs=None`` never runs out either, so it needs ``steps_per_epoch``.
+
+    The arguments it shares with :class:`~tfr_hooks.FunctionLoop` (``data``, ``hooks``,
+    ``steps_per_epoch``, ``handle_signals``, and ``run``'s ``epochs``,
+    ``validation_data``, ``validation_steps``, ``validation_freq``, ``initial_epoch``)
+    have the same names, meanings and defaults.
 
     Args:
         train_op: The op (or tensor, or list of them) to run each step, or a
             :class:`~tfr_hooks.KerasTrainingGraph`: its train op, and its ``fetches``,
             ``batch_size`` and hooks (the learning-phase feed) unless given here.
         fetches: Name to scalar tensor to average over each epoch (``loss``, ``acc``...).
-        hooks: ``SessionRunHook`` instances (stock TensorFlow hooks or
-            :class:`~tfr_hooks.Hook` subclasses), called in this order.
-        steps_per_epoch: Steps per epoch, or ``None`` to let the data decide.
         data: The :class:`~tfr_hooks.tfrecord.Batches` the train op reads (from
             ``tfrecord.read_batches``): the loop runs its initializers at each epoch
             start, weighs the means by its batch size and turns its read errors into
             errors naming the file.
+        hooks: ``SessionRunHook`` instances (stock TensorFlow hooks or
+            :class:`~tfr_hooks.Hook` subclasses), called in this order.
+        steps_per_epoch: Steps per epoch, or ``None`` to let the data decide.
         initializers: Ops run at the start of each epoch to restart the data (after
             those of ``data``).
         batch_size: The batch size (a scalar tensor such as ``tf.shape(x)[0]``, or an
             int) to weigh the means and count examples; ``None`` takes that of ``data``
             or ``train_op``, else weighs steps equally.
-        validation: A :class:`~tfr_hooks.Validation` pass run at the end of epochs.
         session_config: A ``tf.compat.v1.ConfigProto`` for the session the loop creates.
         run_timeout_secs: Fail a step that blocks for longer than this (for example on a
             queue nobody fills) with ``DeadlineExceededError``; ``None`` waits forever.
@@ -97,7 +102,7 @@ class SessionLoop:
         master: The session target of this worker on a ``tf.compat.v1.train.Server``
             cluster (``server.target``, ``"grpc://host:port"``), for between-graph
             replication as ``MonitoredTrainingSession`` runs it: the chief restores the
-            global variables from ``checkpoint_dir`` or initializes them, the other
+            global variables from ``log_dir`` or initializes them, the other
             workers wait for it, every worker initializes its own local variables.
             ``""`` (the default): an in-process session, as without a cluster.
         is_chief: Whether this worker is the chief, which initializes the global
@@ -109,8 +114,8 @@ class SessionLoop:
             without one, the loop is a single process's and drops nothing. ``False``
             needs a ``master``.
         chief_only_hooks: Hooks run after ``hooks``, on the chief only.
-        checkpoint_dir: Where the chief restores the global variables from (the latest
-            checkpoint, if any) when it creates its session on ``master``; ``None``
+        log_dir: The directory whose latest checkpoint (if any) the chief restores the
+            global variables from when it creates its session on ``master``; ``None``
             takes the directory of the first stock ``CheckpointSaverHook`` in the hooks,
             if any.
         wait_for_chief_secs: How long a non-chief waits for the chief to initialize the
@@ -122,6 +127,12 @@ class SessionLoop:
         >>> loop = SessionLoop(train_op, fetches={"loss": loss}, data=batches)  # doctest: +SKIP
         >>> history = loop.run(epochs=3)  # doctest: +SKIP
         >>> history["loss"]  # one mean per epoch  # doctest: +SKIP
+
+        Validation after each epoch, on a second pipeline sharing the weights:
+
+        >>> val = Validation({"loss": val_loss},  # doctest: +SKIP
+        ...                  initializers=val_batches.initializers)
+        >>> loop.run(epochs=3, validation_data=val)  # doctest: +SKIP
 
         Worker ``index`` of a cluster with a ``ps`` job (see ``docs/distributed.md``):
 
@@ -140,20 +151,19 @@ class SessionLoop:
         self,
         train_op: Any,
         fetches: Mapping[str, Any] | None = None,
-        hooks: Sequence[Any] | None = None,
-        steps_per_epoch: int | None = None,
         *,
         data: Any = None,
+        hooks: Sequence[Any] | None = None,
+        steps_per_epoch: int | None = None,
         initializers: Sequence[Any] = (),
         batch_size: Any = None,
-        validation: Validation | None = None,
         session_config: Any = None,
         run_timeout_secs: float | None = None,
         handle_signals: bool = True,
         master: str | bytes = "",
         is_chief: bool | None = None,
         chief_only_hooks: Sequence[Any] | None = None,
-        checkpoint_dir: str | os.PathLike[str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
         wait_for_chief_secs: float = DEFAULT_WAIT_FOR_CHIEF_SECS,
     ) -> None:
         if train_op is None:
@@ -174,20 +184,19 @@ class SessionLoop:
         self._stream = data if _is_queue(data) and steps_per_epoch is None else None
         if self._stream is not None:
             _check_stream(self._stream)
+        elif data is not None and data.num_epochs is None and steps_per_epoch is None:
+            _refuse_endless(data)
         user_hooks = check_hooks(hooks)
-        if validation is not None and not isinstance(validation, Validation):
-            raise TypeError(expected("validation", "a tfr_hooks.Validation or None", validation))
         check_positive_number(run_timeout_secs, "run_timeout_secs", optional=True)
         master, is_chief = _check_cluster(master, is_chief)
         chief_hooks = check_hooks(chief_only_hooks, argument="chief_only_hooks")
-        if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, os.PathLike)):
-            raise TypeError(expected("checkpoint_dir", "a directory path or None", checkpoint_dir))
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(expected("log_dir", "a directory path or None", log_dir))
         check_positive_number(wait_for_chief_secs, "wait_for_chief_secs")
         self.graph = _graph_of(train_op)
         self.train_op = train_op
         self.steps_per_epoch = steps_per_epoch
         self.initializers = list(initializers)
-        self.validation = validation
         self.session_config = session_config
         self.run_timeout_secs = run_timeout_secs
         self.master = master
@@ -198,33 +207,30 @@ class SessionLoop:
                 user_hooks += chief_hooks
         elif chief_hooks:  # a single process (no master) is its own chief
             user_hooks += chief_hooks
-        if checkpoint_dir is None:
-            checkpoint_dir = checkpoint_dir_of(user_hooks)
-        self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        if log_dir is None:
+            log_dir = checkpoint_dir_of(user_hooks)
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.wait_for_chief_secs = float(wait_for_chief_secs)
         # the loop's own variables are each worker's: on the device of a plain op here,
         # never on a ps task an enclosing replica_device_setter would send them to
-        device = worker_device(self.graph)
-        with self.graph.as_default(), loop_device(self.graph, device):
+        self._device = worker_device(self.graph)
+        with self.graph.as_default(), loop_device(self.graph, self._device):
             self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
             self._batch_size = _as_tensor_or_none(batch_size)
-            self._val_means = None
-            if validation is not None:
-                self._val_means = RunningMeans(
-                    validation.fetches, validation.batch_size, name="tfr_hooks_val_means"
-                )
+        # the running means of each Validation given to run, built on first use
+        self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}
         auto = input_hooks(self.graph, user_hooks, data, training)
         self._cluster: ClusterSession | None = None
         if master:
             with self.graph.as_default():
-                ensure_saver(user_hooks, needed=bool(is_chief and self.checkpoint_dir))
+                ensure_saver(user_hooks, needed=bool(is_chief and self.log_dir))
             warn_local_variables_on_ps(self.graph)
             self._cluster = ClusterSession(
                 self.graph,
                 master,
                 bool(is_chief),
                 session_config,
-                self.checkpoint_dir if is_chief else None,
+                self.log_dir if is_chief else None,
                 self.wait_for_chief_secs,
             )
         self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
@@ -234,26 +240,41 @@ class SessionLoop:
     def run(
         self,
         epochs: int = 1,
-        session: Any = None,
         *,
+        validation_data: Validation | None = None,
+        validation_steps: int | None = None,
+        validation_freq: int = 1,
         initial_epoch: int = 0,
+        session: Any = None,
     ) -> dict[str, list[Any]]:
         """Train for ``epochs`` epochs and return the history of epoch means.
 
         Args:
             epochs: Train until this epoch index (exclusive), like ``model.fit``.
+            validation_data: A :class:`~tfr_hooks.Validation`: fetches computed on a
+                second pipeline's batches, run to its end (or for ``validation_steps``)
+                after training epochs, restarted by its ``initializers`` each time; its
+                means appear in the logs as ``val_<name>``.
+            validation_steps: Stop each validation pass after this many steps; needed
+                when the validation data has no ``initializers`` to restart it.
+            validation_freq: Validate after every this many epochs, counted as
+                ``model.fit`` counts it (after epochs ``validation_freq - 1``,
+                ``2 * validation_freq - 1``, ...).
+            initial_epoch: The epoch to start at (when resuming).
             session: A ``tf.compat.v1.Session`` on the train op's graph to use (for
                 example the ``tf_keras`` backend session); the loop then initializes only
                 variables that are not yet initialized and leaves the session open.
                 ``None`` creates a session, initializes every variable and closes it.
-            initial_epoch: The epoch to start at (when resuming).
 
         Returns:
             A dict from each fetch name (and ``val_<name>``, and anything hooks add to the
             epoch logs) to its list of per-epoch values, like Keras' ``History.history``.
 
         Raises:
+            TypeError: If ``validation_data`` is not a :class:`~tfr_hooks.Validation`.
             ValueError: If ``session`` is on another graph (or given with a ``master``);
+                if ``validation_data`` has no ``initializers`` and no
+                ``validation_steps`` is given;
                 if ``data`` is a queue pipeline (without ``steps_per_epoch``) that cannot
                 give ``epochs - initial_epoch`` epochs: more than its ``num_epochs``, or
                 more than one when its files do not count their examples.
@@ -270,10 +291,23 @@ class SessionLoop:
                     session,
                 )
             )
+        if validation_data is not None and not isinstance(validation_data, Validation):
+            raise TypeError(
+                expected("validation_data", "a tfr_hooks.Validation or None", validation_data)
+            )
+        check_optional_positive_int(validation_steps, "validation_steps")
+        check_positive_int(validation_freq, "validation_freq")
+        restartable = validation_data is None or bool(validation_data.initializers)
+        if not restartable and validation_steps is None:
+            raise ValueError(
+                "Expected `validation_steps` for `validation_data` without initializers: "
+                "a validation pipeline that cannot be restarted can only be run once, so "
+                "give the Validation `initializers` (an initializable iterator's "
+                "initializer) or run(validation_steps=...). Received: validation_steps=None"
+            )
         if self._stream is not None:
             _check_stream_epochs(self._stream, epochs, initial_epoch)
-        runner = _SessionRunner(self, session)
-        validation = self.validation
+        runner = _SessionRunner(self, session, self._validation_means(validation_data))
         with self.graph.as_default():  # hooks look things up in the default graph
             return run_loop(
                 runner,
@@ -282,16 +316,37 @@ class SessionLoop:
                 epochs=epochs,
                 initial_epoch=initial_epoch,
                 steps_per_epoch=self.steps_per_epoch,
-                validation_freq=validation.freq if validation else 1,
-                validation_steps=validation.steps if validation else None,
+                validation_freq=validation_freq,
+                validation_steps=validation_steps,
             )
+
+    def _validation_means(
+        self, validation: Validation | None
+    ) -> tuple[Validation, RunningMeans] | None:
+        """The running means of ``validation``'s fetches, built once per Validation."""
+        if validation is None:
+            return None
+        if id(validation) not in self._val_means:
+            with self.graph.as_default(), loop_device(self.graph, self._device):
+                means = RunningMeans(
+                    validation.fetches, validation.batch_size, name="tfr_hooks_val_means"
+                )
+            # the Validation is kept with its means, so its id is never reused
+            self._val_means[id(validation)] = (validation, means)
+        return self._val_means[id(validation)]
 
 
 class _SessionRunner:
     """The engine's runner for :class:`SessionLoop`: one ``session.run`` per step."""
 
-    def __init__(self, owner: SessionLoop, session: Any) -> None:
+    def __init__(
+        self,
+        owner: SessionLoop,
+        session: Any,
+        validation: tuple[Validation, RunningMeans] | None = None,
+    ) -> None:
         self.owner = owner
+        self.validation = validation
         self.reinitializable = bool(owner.initializers)
         # a session finds the end of the data only by an OutOfRangeError, except for the
         # end of an epoch of a queue stream the loop splits: a pass's worth of examples
@@ -355,16 +410,16 @@ class _SessionRunner:
 
     def start_validation(self) -> bool:
         self.ran_out = False  # the validation data's end is found by its OutOfRangeError
-        validation, means = self.owner.validation, self.owner._val_means
-        if validation is None or means is None:
+        if self.validation is None:
             return False
+        validation, means = self.validation
         self.session.run([means.reset, *validation.initializers])
         return True
 
     def run_validation_step(self, limit: int) -> StepResult:
-        assert self.owner._val_means is not None  # start_validation said there is one
+        assert self.validation is not None  # start_validation said there is one
         try:
-            logs = self.session.run(self.owner._val_means.update, options=self.options)
+            logs = self.session.run(self.validation[1].update, options=self.options)
         except tf.errors.OutOfRangeError:
             return StepResult(exhausted=True)
         return StepResult(steps=1, logs=logs)
@@ -394,6 +449,17 @@ def _check_stream(data: Batches) -> None:
             "whose schema.json counts them). Received: pipeline='queue', num_epochs=None, "
             f"num_examples=None, steps_per_epoch=None, files={data.files[:3]!r}"
         )
+
+
+def _refuse_endless(data: Batches) -> None:
+    """Refuse a ``"dataset"`` pipeline that repeats without end and no epoch length."""
+    raise ValueError(
+        "Expected `data` from read_batches(pipeline='dataset') to end its epochs: with "
+        "num_epochs=None it repeats without end, so no epoch would ever close. Pass "
+        "steps_per_epoch=... to SessionLoop, or num_epochs=... to read_batches (one "
+        "initialization reads num_epochs passes, and each epoch starts a new one). "
+        f"Received: pipeline={data.pipeline!r}, num_epochs=None, steps_per_epoch=None"
+    )
 
 
 def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None:

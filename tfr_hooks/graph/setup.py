@@ -114,7 +114,7 @@ def ensure_saver(hooks: Sequence[Any], *, needed: bool = False) -> None:
     Args:
         hooks: The run's hooks.
         needed: Make the saver even without a checkpoint hook (a cluster chief restores
-            its ``checkpoint_dir`` with it).
+            its ``log_dir`` with it).
     """
     wants_saver = needed or any(isinstance(h, _v1.train.CheckpointSaverHook) for h in hooks)
     if wants_saver and not _v1.get_collection(_v1.GraphKeys.SAVERS):

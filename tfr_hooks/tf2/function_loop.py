@@ -45,7 +45,10 @@ class FunctionLoop:
     the data) and hooks see each call once, as Keras' callbacks do with
     ``steps_per_execution``: ``before_run`` before it (``self.loop.epoch_steps`` is the
     index of its first batch in the epoch) and ``after_run`` after it
-    (``self.loop.batch_logs`` holds the logs of its last step).
+    (``self.loop.batch_logs`` holds the logs of its last step). The arguments the two
+    loops share (``data``, ``hooks``, ``steps_per_epoch``, ``handle_signals``, and
+    ``run``'s ``epochs``, ``validation_data``, ``validation_steps``, ``validation_freq``,
+    ``initial_epoch``) have the same names, meanings and defaults.
 
     Hooks get a ``SessionRunContext`` whose ``session`` is ``None`` and ``run_values``
     whose ``results`` are ``None``: there is no session to add fetches or feeds to, and a
@@ -54,7 +57,7 @@ class FunctionLoop:
     ``requires_session = True`` are refused at construction.
 
     Args:
-        dataset: The training ``tf.data.Dataset`` of batches (for a Keras model,
+        data: The training ``tf.data.Dataset`` of batches (for a Keras model,
             ``(x, y)`` or ``(x, y, sample_weight)``); one pass is one epoch unless
             ``steps_per_epoch`` is given.
         model: A compiled Keras 3 ``keras.Model``; its ``train_step`` trains and its
@@ -89,7 +92,7 @@ class FunctionLoop:
 
     def __init__(
         self,
-        dataset: Any,
+        data: Any,
         *,
         model: Any = None,
         step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
@@ -100,7 +103,7 @@ class FunctionLoop:
         strategy: Any = None,
         handle_signals: bool = True,
     ) -> None:
-        _check_dataset(dataset, "dataset")
+        _check_dataset(data, "data")
         if (model is None) == (step_fn is None):
             raise ValueError(
                 "Expected exactly one of `model` (a compiled Keras 3 model) and `step_fn` "
@@ -129,7 +132,7 @@ class FunctionLoop:
         for i, hook in enumerate(user_hooks):
             _refuse_session_hook(hook, i)
         user_hooks = with_signal_hook(user_hooks, handle_signals)
-        self.dataset = dataset
+        self.data = data
         self.model = model
         self.step_fn = step_fn
         self.validation_step_fn = validation_step_fn
@@ -186,7 +189,7 @@ class FunctionLoop:
         if self.model is not None:
             self.model.stop_training = False
         runner = _FunctionRunner(self, validation_data)
-        cardinality = int(self.dataset.cardinality())
+        cardinality = int(self.data.cardinality())
         return run_loop(
             runner,
             self.hooks,
@@ -340,7 +343,7 @@ class _FunctionRunner:
         self.owner = owner
         self.strategy = owner.strategy
         self.model = owner.model
-        self.train_data = self.strategy.experimental_distribute_dataset(owner.dataset)
+        self.train_data = self.strategy.experimental_distribute_dataset(owner.data)
         self.val_data = None
         if validation_data is not None:
             self.val_data = self.strategy.experimental_distribute_dataset(validation_data)
@@ -361,7 +364,7 @@ class _FunctionRunner:
         wanted = any(getattr(h, "needs_model_state", False) for h in owner.hooks)
         if self.model is not None and not owner._built and (distributed or wanted):
             # like model.fit under a strategy: build the model's state from one batch
-            owner._build_model(next(iter(owner.dataset)))
+            owner._build_model(next(iter(owner.data)))
         owner._built = True
 
     def start_epoch(self, restart_data: bool) -> None:

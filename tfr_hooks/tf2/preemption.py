@@ -11,14 +11,14 @@ which all of them save. So:
 1. ``SIGTERM`` reaches one worker (any of them). Training goes on for a call or two while
    the workers agree on when to save.
 2. At the start of the agreed call, every worker saves the model, the optimizer and the
-   position in the run (epoch and step within it): the chief to ``directory``, the others
+   position in the run (epoch and step within it): the chief to ``log_dir``, the others
    to a temporary place that is removed at once (saving may read synchronized variables,
    which needs every worker).
 3. Every worker stops there: the epoch is left open (no ``epoch_end``, no
    ``on_train_end``), every hook's ``end`` runs, and the loop raises :class:`Preempted`,
    a ``SystemExit`` with ``exit_code`` (42 by default, TensorFlow's own), so the process
    exits cleanly with a code the launcher can read as "restart me".
-4. Started again with the same ``directory``, the hook restores the checkpoint before the
+4. Started again with the same ``log_dir``, the hook restores the checkpoint before the
    first step and the loop resumes at the saved epoch, running only the steps left of it
    (as Keras' ``BackupAndRestore`` resumes a mid-epoch backup); the run ends after the
    epochs asked for.
@@ -84,7 +84,7 @@ class PreemptionCheckpoint(Hook):
     :class:`~tfr_hooks.StopOnSignal` handles SIGINT only.
 
     Args:
-        directory: Where the chief keeps the checkpoint (the latest one only); the same
+        log_dir: Where the chief keeps the checkpoint (the latest one only); the same
             path on every worker, as with Keras' ``BackupAndRestore``.
         model: A compiled Keras 3 model: its weights and optimizer state are saved.
         objects: Instead of (or beside) ``model``: name to trackable object
@@ -113,14 +113,14 @@ class PreemptionCheckpoint(Hook):
 
     def __init__(
         self,
-        directory: str | os.PathLike[str],
+        log_dir: str | os.PathLike[str],
         *,
         model: Any = None,
         objects: Mapping[str, Any] | None = None,
         exit_code: int = PREEMPTION_EXIT_CODE,
     ) -> None:
-        if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
-            raise TypeError(expected("directory", "a path (str or os.PathLike)", directory))
+        if not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir):
+            raise TypeError(expected("log_dir", "a path (str or os.PathLike)", log_dir))
         if objects is not None and (
             not isinstance(objects, Mapping) or not all(isinstance(k, str) for k in objects)
         ):
@@ -133,7 +133,7 @@ class PreemptionCheckpoint(Hook):
             )
         if isinstance(exit_code, bool) or not isinstance(exit_code, int) or exit_code >> 8:
             raise TypeError(expected("exit_code", "an int from 0 to 255", exit_code))
-        self.directory = os.fspath(directory)
+        self.log_dir = os.fspath(log_dir)
         self.model = model
         self.objects = dict(objects or {})
         self.exit_code = exit_code
@@ -188,7 +188,7 @@ class PreemptionCheckpoint(Hook):
                 objects.setdefault("optimizer", self.model.optimizer)
         self._checkpoint = tf.train.Checkpoint(**objects, tfr_hooks_position=self._position)
         # one manager on the chief's directory: every worker restores the chief's state
-        self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory, max_to_keep=1)
+        self._manager = tf.train.CheckpointManager(self._checkpoint, self.log_dir, max_to_keep=1)
         config = tf.distribute.experimental.TerminationConfig(
             termination_watcher_fn=self._signalled.is_set,
             exit_fn=self._on_saved,
@@ -216,7 +216,7 @@ class PreemptionCheckpoint(Hook):
             logger.info(
                 "The preemption checkpoint in %s (epoch %d, step %d) is older than epoch "
                 "%d, where another hook restored this run: not restored.",
-                self.directory,
+                self.log_dir,
                 *saved,
                 self.loop.initial_epoch,
             )
@@ -283,8 +283,8 @@ class PreemptionCheckpoint(Hook):
         return strategy
 
     def _saved_position(self) -> tuple[int, int] | None:
-        """The (epoch, step) of the latest checkpoint in ``directory``, without restoring."""
-        latest = tf.train.latest_checkpoint(self.directory)
+        """The (epoch, step) of the latest checkpoint in ``log_dir``, without restoring."""
+        latest = tf.train.latest_checkpoint(self.log_dir)
         if latest is None:
             return None
         try:
@@ -293,7 +293,7 @@ class PreemptionCheckpoint(Hook):
             raise ValueError(
                 f"Expected {latest} to be a checkpoint written by PreemptionCheckpoint "
                 f"(with the variable {_POSITION_KEY!r}); give the hook a directory of its "
-                f"own. Received: directory={self.directory!r}"
+                f"own. Received: log_dir={self.log_dir!r}"
             ) from error
         return int(value[0]), int(value[1])
 
@@ -306,7 +306,7 @@ class PreemptionCheckpoint(Hook):
         self._signalled.set()  # TensorFlow's handler polls this and tells the cluster
 
     def _save(self, *args: Any, **kwargs: Any) -> None:
-        """The handler's save: the chief to ``directory``, the others to a removed place."""
+        """The handler's save: the chief to ``log_dir``, the others to a removed place."""
         # where the run is, only when saving: nothing added to the calls of other steps
         self._position.assign([self.loop.epoch, self.loop.epoch_steps])
         if self._task.is_chief:
@@ -327,7 +327,7 @@ class PreemptionCheckpoint(Hook):
             logger.info(
                 "The preemption checkpoint in %s is at epoch %d, before epoch %d where "
                 "this run starts; starting there.",
-                self.directory,
+                self.log_dir,
                 epoch,
                 loop.initial_epoch,
             )
@@ -351,5 +351,5 @@ class PreemptionCheckpoint(Hook):
             "Resuming at epoch %d, step %d from the preemption checkpoint in %s",
             epoch,
             step,
-            self.directory,
+            self.log_dir,
         )

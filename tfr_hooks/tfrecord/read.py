@@ -7,12 +7,17 @@ the features to return.
 
 * :func:`dataset` returns a ``tf.data.Dataset`` (eager TF2, ``tf.function``, or graph).
 * :func:`read_batches` builds graph-mode tensors with ``pipeline="dataset"`` (an
-  initializable iterator, one pass per initialization), ``pipeline="memory"`` (the
-  decoded data held in memory, see :mod:`tfr_hooks.tfrecord.memory`) or
-  ``pipeline="queue"`` (``string_input_producer`` + ``TFRecordReader`` +
-  ``shuffle_batch_join``). Its :class:`Batches` carry what a loop needs to run them
-  (initializers, batch size, and the files and schema that explain a read error); give
-  them to ``SessionLoop(data=...)``.
+  initializable iterator, ``num_epochs`` passes per initialization; with
+  ``in_memory=True`` the decoded data is held in memory, see
+  :mod:`tfr_hooks.tfrecord.memory`) or ``pipeline="queue"`` (``string_input_producer``
+  + ``TFRecordReader`` + ``shuffle_batch_join``). Its :class:`Batches` carry what a loop
+  needs to run them (initializers, batch size, and the files and schema that explain a
+  read error); give them to ``SessionLoop(data=...)``.
+
+The two readers share one vocabulary: ``shuffle_buffer``, ``seed``, ``drop_remainder``,
+``num_parallel_reads``, ``num_epochs``, ``in_memory``, ``memory_budget``, ``schema``,
+``as_tuple``, ``compression`` and ``decode`` have the same names, meanings and defaults in
+both (``num_parallel_reads`` counts reader threads for the queue pipeline).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ __all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
 logger = logging.getLogger(__name__)
 
 #: The pipelines :func:`read_batches` can build.
-PIPELINES = ("dataset", "queue", "memory")
+PIPELINES = ("dataset", "queue")
 
 SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
 
@@ -72,7 +77,7 @@ class Batches:
             for the ``"dataset"`` pipeline, none for ``"queue"``.
         files: The files read.
         schema: The schema parsed with (only the features returned).
-        pipeline: ``"dataset"``, ``"memory"`` or ``"queue"``.
+        pipeline: ``"dataset"`` or ``"queue"``.
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
         batch_size: A scalar ``int32`` tensor: the size of the current batch (for
             ``SessionLoop(batch_size=...)``).
@@ -80,9 +85,11 @@ class Batches:
             ``schema.json``, or loaded into memory).
         examples_per_record: Examples stored in each record (more than 1 for packed
             shards).
-        num_epochs: The ``num_epochs`` the pipeline was built with (``None``: one pass
-            per initialization for ``"dataset"`` and ``"memory"``, endless for
-            ``"queue"``).
+        num_epochs: The ``num_epochs`` the pipeline was built with: passes per
+            initialization for ``"dataset"``, in the one stream for ``"queue"``
+            (``None``: endless).
+        in_memory: Whether the decoded data is held in memory (``in_memory=True``, or
+            ``"auto"`` chose it).
     """
 
     tensors: Any
@@ -95,6 +102,7 @@ class Batches:
     num_examples: int | None = None
     examples_per_record: int = 1
     num_epochs: int | None = None
+    in_memory: bool = False
 
 
 @dataclass
@@ -570,13 +578,14 @@ def read_batches(
     *,
     schema: SchemaLike = None,
     pipeline: str = "dataset",
-    num_epochs: int | None = None,
-    shuffle: bool = True,
+    shuffle_buffer: int = 0,
     seed: int | None = None,
-    num_threads: int = 2,
+    num_parallel_reads: int | None = None,
+    drop_remainder: bool = False,
+    num_epochs: int | None = 1,
+    in_memory: bool | str = False,
+    memory_budget: int | None = None,
     capacity: int | None = None,
-    min_after_dequeue: int | None = None,
-    allow_smaller_final_batch: bool = True,
     as_tuple: Sequence[str] | None = None,
     compression: str | None = None,
     name: str = "tfrecord_input",
@@ -585,27 +594,29 @@ def read_batches(
     """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
 
     Call inside a graph (``with tf.Graph().as_default():`` or after
-    ``tf.compat.v1.disable_eager_execution()``). Both pipelines parse whole batches and
-    return tensors of static shape except, with ``allow_smaller_final_batch=True``, the
-    batch dimension; ``tf_keras.layers.Input(tensor=...)`` accepts them.
+    ``tf.compat.v1.disable_eager_execution()``). Every pipeline parses whole batches and
+    returns tensors of static shape except, without ``drop_remainder``, the batch
+    dimension; ``tf_keras.layers.Input(tensor=...)`` accepts them. The arguments it
+    shares with :func:`dataset` have the same names, meanings and defaults.
 
-    * ``pipeline="dataset"``: an initializable iterator; ``Batches.initializers`` holds
-      its initializer, to run at each epoch start. One initialization reads
-      ``num_epochs`` passes (one when ``None``), then ``OutOfRangeError``.
-    * ``pipeline="memory"``: every shard is read and decoded once, here; batches are
-      gathered from memory (:mod:`tfr_hooks.tfrecord.memory`) through an
-      initializable iterator as for ``"dataset"``. Each initialization is one pass
-      (``num_epochs`` passes), along a fresh permutation of all the examples when
-      ``shuffle``; each pass ends with its own final batch. The data reaches the graph
-      through a ``tf.numpy_function``, never as a constant.
+    * ``pipeline="dataset"``: an initializable iterator over the pipeline
+      :func:`dataset` builds; ``Batches.initializers`` holds its initializer, to run at
+      each epoch start. One initialization reads ``num_epochs`` passes, then
+      ``OutOfRangeError`` (never with ``num_epochs=None``).
+    * ``pipeline="dataset", in_memory=True``: every shard is read and decoded once,
+      here; batches are gathered from memory (:mod:`tfr_hooks.tfrecord.memory`) through
+      an initializable iterator as above. Each initialization reads ``num_epochs``
+      passes, each along a fresh permutation of all the examples when
+      ``shuffle_buffer > 0``; each pass ends with its own final batch. The data reaches
+      the graph through a ``tf.numpy_function``, never as a constant.
     * ``pipeline="queue"``: ``string_input_producer(num_epochs=...)``, one
-      ``TFRecordReader`` per thread, and ``shuffle_batch_join`` (``batch_join`` without
-      ``shuffle``). Queue runners land in the graph's ``QUEUE_RUNNERS`` collection; start
-      them (``SessionLoop`` does) and run ``tf.compat.v1.local_variables_initializer()``
-      when ``num_epochs`` is set. ``OutOfRangeError`` comes after ``num_epochs`` passes
-      (never when ``None``). ``SessionLoop(data=...)`` splits this one stream into
-      epochs of ``num_examples`` examples when the count is known (see
-      :class:`~tfr_hooks.SessionLoop`).
+      ``TFRecordReader`` per reader thread, and ``shuffle_batch_join`` (``batch_join``
+      when ``shuffle_buffer`` is 0). Queue runners land in the graph's ``QUEUE_RUNNERS``
+      collection; start them (``SessionLoop`` does) and run
+      ``tf.compat.v1.local_variables_initializer()`` when ``num_epochs`` is set.
+      ``OutOfRangeError`` comes after ``num_epochs`` passes (never when ``None``).
+      ``SessionLoop(data=...)`` splits this one stream into epochs of ``num_examples``
+      examples when the count is known (see :class:`~tfr_hooks.SessionLoop`).
 
     Either way, give the :class:`Batches` to ``SessionLoop(data=...)`` (or
     ``hooked_session(data=...)``): the loop runs its initializers, weighs by its batch
@@ -616,16 +627,30 @@ def read_batches(
         batch_size: Examples per batch.
         schema: A :class:`~tfr_hooks.tfrecord.Schema`, the path of a ``schema.json``, or
             ``None`` to use the stored sidecar or infer it.
-        pipeline: ``"dataset"``, ``"memory"`` or ``"queue"``.
-        num_epochs: Passes over the files before ``OutOfRangeError`` (see above).
-        shuffle: Whether to shuffle files and examples.
+        pipeline: ``"dataset"`` (``tf.data``) or ``"queue"`` (queue runners).
+        shuffle_buffer: Examples to shuffle among; 0 (the default) keeps the stored
+            order. For ``"dataset"``, the ``tf.data`` shuffle buffer as in
+            :func:`dataset` (the order of the files is shuffled too); in memory, any
+            value above 0 gives each pass a fresh permutation of all the examples; for
+            ``"queue"``, the ``min_after_dequeue`` of ``shuffle_batch_join`` (and the
+            file names are shuffled).
         seed: Seed for the shuffles.
-        num_threads: Parallel readers (queue threads, or interleaved files).
-        capacity: Queue capacity; default ``min_after_dequeue + (num_threads + 2) *
-            batch_size``.
-        min_after_dequeue: Examples kept in the queue for shuffling (also the dataset
-            pipeline's shuffle buffer); default ``4 * batch_size``.
-        allow_smaller_final_batch: Whether the final batch may be smaller (else dropped).
+        num_parallel_reads: Files read at once; ``None`` for ``min(files, 4)`` as in
+            :func:`dataset`. For ``"queue"`` it is the number of reader threads (one
+            ``TFRecordReader`` each, taking the next file name from the queue);
+            ``None`` for 2. The meaning differs because a queue pipeline has no
+            ``tf.data`` parallelism: its readers are threads of the queue runner, each
+            reading a whole file at a time.
+        drop_remainder: Whether to drop the final, smaller batch (the batch dimension is
+            then static).
+        num_epochs: Passes over the data; ``None`` repeats without end.
+        in_memory: As for :func:`dataset`: ``True`` decodes every shard once and
+            gathers batches from memory; ``"auto"`` does so when the decoded data fits
+            ``memory_budget``, and logs its choice. Only with ``pipeline="dataset"``.
+        memory_budget: Bytes the decoded data may take for ``in_memory="auto"``;
+            ``None`` for half of the memory available at the call.
+        capacity: ``"queue"`` only: the queue's capacity; default ``shuffle_buffer +
+            (num_parallel_reads + 2) * batch_size``.
         as_tuple: Feature names to return as a tuple, e.g. ``("x", "y")``.
         compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
         name: Name scope of the ops.
@@ -636,13 +661,14 @@ def read_batches(
 
     Raises:
         RuntimeError: If called eagerly.
-        ValueError: For a bad argument.
+        ValueError: For a bad argument, or ``in_memory`` with ``pipeline="queue"``.
         TFRecordError: As :func:`dataset`, for files and schema.
 
     Examples:
         >>> with tf.Graph().as_default():  # doctest: +SKIP
         ...     batches = tfrecord.read_batches("data/mnist", 128, pipeline="queue",
-        ...                                     num_epochs=5, as_tuple=("image", "label"))
+        ...                                     shuffle_buffer=512, num_epochs=5,
+        ...                                     as_tuple=("image", "label"))
         ...     x, y = batches.tensors
         ...     loop = tfr_hooks.SessionLoop(train_op, fetches={"loss": loss},
         ...                                  data=batches)
@@ -654,34 +680,53 @@ def read_batches(
             ", or use tfrecord.dataset(...) in eager code."
         )
     if pipeline not in PIPELINES:
-        raise ValueError(expected("pipeline", "'dataset', 'memory' or 'queue'", pipeline))
+        raise ValueError(expected("pipeline", "'dataset' or 'queue'", pipeline))
     check_positive_int(batch_size, "batch_size")
-    check_positive_int(num_threads, "num_threads")
+    check_non_negative_int(shuffle_buffer, "shuffle_buffer")
+    if num_parallel_reads is not None:
+        check_positive_int(num_parallel_reads, "num_parallel_reads")
     if num_epochs is not None:
         check_positive_int(num_epochs, "num_epochs")
-    after = 4 * batch_size if min_after_dequeue is None else min_after_dequeue
-    check_non_negative_int(after, "min_after_dequeue")
-    cap = after + (num_threads + 2) * batch_size if capacity is None else capacity
-    check_positive_int(cap, "capacity")
-    if cap <= after or cap < batch_size:
+    if not (in_memory is True or in_memory is False or in_memory == "auto"):
+        raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
+    if memory_budget is not None:
+        check_positive_int(memory_budget, "memory_budget")
+    if pipeline == "queue":
+        if in_memory is not False:
+            raise ValueError(
+                expected(
+                    "in_memory",
+                    "False with pipeline='queue' (a queue streams from the files; hold "
+                    "the data in memory with pipeline='dataset')",
+                    in_memory,
+                )
+            )
+        threads = 2 if num_parallel_reads is None else num_parallel_reads
+        cap = shuffle_buffer + (threads + 2) * batch_size if capacity is None else capacity
+        check_positive_int(cap, "capacity")
+        if cap <= shuffle_buffer or cap < batch_size:
+            raise ValueError(
+                "Expected `capacity` to exceed `shuffle_buffer` and be at least "
+                f"`batch_size`. Received: capacity={cap}, shuffle_buffer={shuffle_buffer}, "
+                f"batch_size={batch_size}"
+            )
+    elif capacity is not None:
         raise ValueError(
-            "Expected `capacity` to exceed `min_after_dequeue` and be at least "
-            f"`batch_size`. Received: capacity={cap}, min_after_dequeue={after}, "
-            f"batch_size={batch_size}"
+            expected("capacity", "None with pipeline='dataset' (a queue's capacity)", capacity)
         )
     plan = _plan(files, schema, compression, as_tuple, select=True, decode=decode)
     if pipeline == "queue" and plan.per_record > 1:
         raise ValueError(
             expected(
                 "pipeline",
-                f"'dataset' or 'memory' for packed shards ({plan.per_record} examples per record)",
+                f"'dataset' for packed shards ({plan.per_record} examples per record)",
                 pipeline,
             )
         )
     num_examples = plan.examples
+    memory = bool(in_memory) and _use_memory(plan, in_memory, memory_budget, None)
     with tf.name_scope(name):
-        if pipeline == "memory":
-            _use_memory(plan, True, None, None)
+        if memory:
             arrays = load(
                 plan.files,
                 plan.compression,
@@ -693,10 +738,10 @@ def read_batches(
             data = memory_dataset(
                 arrays,
                 batch_size,
-                shuffle=shuffle,
+                shuffle=shuffle_buffer > 0,
                 seed=seed,
-                drop_remainder=not allow_smaller_final_batch,
-                num_epochs=num_epochs or 1,
+                drop_remainder=drop_remainder,
+                num_epochs=num_epochs,
                 prefetch=2,
             )
             data = _finish(data, plan.names, prefetch=None, autotune=False)
@@ -707,12 +752,12 @@ def read_batches(
             data = _build_dataset(
                 plan,
                 batch_size,
-                shuffle_buffer=after if shuffle else 0,
+                shuffle_buffer=shuffle_buffer,
                 seed=seed,
                 deterministic=True,
-                num_parallel_reads=min(num_threads, len(plan.files)),
-                drop_remainder=not allow_smaller_final_batch,
-                num_epochs=num_epochs or 1,
+                num_parallel_reads=num_parallel_reads,
+                drop_remainder=drop_remainder,
+                num_epochs=num_epochs,
                 map_fn=None,
                 prefetch=1,
             )
@@ -725,12 +770,11 @@ def read_batches(
                     plan,
                     batch_size,
                     num_epochs=num_epochs,
-                    shuffle=shuffle,
+                    shuffle_buffer=shuffle_buffer,
                     seed=seed,
-                    num_threads=num_threads,
+                    readers=threads,
                     capacity=cap,
-                    min_after_dequeue=after,
-                    allow_smaller_final_batch=allow_smaller_final_batch,
+                    drop_remainder=drop_remainder,
                 )
             tensors = _structure(parsed, plan.names)
             initializers = []
@@ -747,6 +791,7 @@ def read_batches(
         num_examples,
         plan.per_record,
         num_epochs,
+        memory,
     )
 
 
@@ -778,35 +823,34 @@ def _queue_pipeline(
     batch_size: int,
     *,
     num_epochs: int | None,
-    shuffle: bool,
+    shuffle_buffer: int,
     seed: int | None,
-    num_threads: int,
+    readers: int,
     capacity: int,
-    min_after_dequeue: int,
-    allow_smaller_final_batch: bool,
+    drop_remainder: bool,
 ) -> dict[str, Any]:
     filenames = tf.compat.v1.train.string_input_producer(
         plan.files,
         num_epochs=num_epochs,
-        shuffle=shuffle,
+        shuffle=shuffle_buffer > 0,
         seed=seed,
         capacity=max(32, len(plan.files)),
     )
     options = tf.io.TFRecordOptions(compression_type=plan.compression)
     reads = []
-    for _ in range(num_threads):
+    for _ in range(readers):
         reader = tf.compat.v1.TFRecordReader(options=options)
         _, serialized = reader.read_up_to(filenames, num_records=batch_size)
         reads.append([serialized])
-    if shuffle:
+    if shuffle_buffer > 0:
         batch = tf.compat.v1.train.shuffle_batch_join(
             reads,
             batch_size,
             capacity=capacity,
-            min_after_dequeue=min_after_dequeue,
+            min_after_dequeue=shuffle_buffer,
             seed=seed,
             enqueue_many=True,
-            allow_smaller_final_batch=allow_smaller_final_batch,
+            allow_smaller_final_batch=not drop_remainder,
         )
     else:
         batch = tf.compat.v1.train.batch_join(
@@ -814,7 +858,7 @@ def _queue_pipeline(
             batch_size,
             capacity=capacity,
             enqueue_many=True,
-            allow_smaller_final_batch=allow_smaller_final_batch,
+            allow_smaller_final_batch=not drop_remainder,
         )
     serialized_batch = batch[0] if isinstance(batch, (list, tuple)) else batch
     return plan.schema.parse_batch(serialized_batch)
