@@ -173,8 +173,8 @@ def _normal_runs(directory: Path) -> dict[str, Any]:
             v1.train.get_or_create_global_step()  # for the CheckpointSaverHook
             queue = pipeline == "queue"
             batches = tfrecord.read_batches(
-                data, 20, pipeline=pipeline, num_epochs=3 if queue else None, seed=0,
-                as_tuple=("x", "y"),
+                data, 20, pipeline="queue" if queue else "dataset", in_memory=not queue,
+                num_epochs=3 if queue else 1, shuffle_buffer=100, seed=0, as_tuple=("x", "y"),
             )  # fmt: skip
             features, labels = batches.tensors
             inputs = tf_keras.layers.Input(tensor=features)
@@ -189,7 +189,7 @@ def _normal_runs(directory: Path) -> dict[str, Any]:
             )
             validation = None
             if not queue:
-                val = tfrecord.read_batches(data, 50, pipeline="memory", shuffle=False,
+                val = tfrecord.read_batches(data, 50, in_memory=True,
                                             as_tuple=("x", "y"), name="validation")  # fmt: skip
                 validation = training.validation(*val.tensors, initializers=val.initializers)
             logdir = directory / pipeline
@@ -197,7 +197,6 @@ def _normal_runs(directory: Path) -> dict[str, Any]:
             loop = tfr_hooks.SessionLoop(
                 training,
                 data=batches,
-                validation=validation,
                 steps_per_epoch=4 if queue else None,  # 80 of the 200 records an epoch
                 hooks=[
                     training.keras_callbacks(callbacks, verbose=0),
@@ -205,7 +204,7 @@ def _normal_runs(directory: Path) -> dict[str, Any]:
                     v1.train.CheckpointSaverHook(str(logdir / "steps"), save_steps=3),
                 ],
             )
-            result[pipeline] = _history(loop.run(epochs=2))
+            result[pipeline] = _history(loop.run(epochs=2, validation_data=validation))
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
