@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import socket
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -109,9 +108,11 @@ def current_task(strategy: Any = None, model: Any = None) -> TaskInfo:
     """
     if strategy is None and model is not None:
         strategy = getattr(model, "distribute_strategy", None)
-    tf = sys.modules.get("tensorflow")  # no strategy can exist before it is imported
-    if strategy is None and tf is not None and tf.distribute.has_strategy():
-        strategy = tf.distribute.get_strategy()
+    if strategy is None:
+        import tensorflow as tf  # here, not at the top: a launcher only picks ports
+
+        if tf.distribute.has_strategy():
+            strategy = tf.distribute.get_strategy()
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)
     if resolver is not None and task_type is not None:
