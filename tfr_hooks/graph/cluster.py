@@ -90,7 +90,7 @@ def checkpoint_dir_of(hooks: Sequence[Any]) -> str | None:
     """The ``checkpoint_dir`` of the first stock ``CheckpointSaverHook`` in ``hooks``."""
     for hook in hooks:
         if isinstance(hook, _v1.train.CheckpointSaverHook):
-            directory = getattr(hook, "_checkpoint_dir", None)  # set by its __init__
+            directory = hook._checkpoint_dir  # set by its __init__ (TensorFlow's own)
             if directory:
                 return os.fspath(directory)
     return None
