@@ -106,7 +106,7 @@ class SessionLoop:
             stock ``CheckpointSaverHook`` and ``SummarySaverHook`` and the package's
             :class:`~tfr_hooks.TensorBoardLogger` and :class:`~tfr_hooks.EpochCheckpoint`
             in ``hooks`` are dropped. ``None``: with a ``master``, from ``TF_CONFIG``
-            (:func:`tfr_hooks.tfrecord.sharding.current_task`; no ``TF_CONFIG`` is a chief);
+            (:func:`tfr_hooks.distribute.current_task`; no ``TF_CONFIG`` is a chief);
             without one, the loop is a single process's and drops nothing. ``False``
             needs a ``master``.
         chief_only_hooks: Hooks run after ``hooks``, on the chief only.

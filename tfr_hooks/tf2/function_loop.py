@@ -27,6 +27,7 @@ from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.tf2 import distribute
+from tfr_hooks.tfrecord.sharding import is_multi_worker
 
 __all__ = ["FunctionLoop"]
 
@@ -137,7 +138,7 @@ class FunctionLoop:
         self.steps_per_epoch = steps_per_epoch
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         extra = []  # under a multi-worker strategy, name a lost worker
-        if distribute.is_multi_worker(self.strategy):
+        if is_multi_worker(self.strategy):
             extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
         self.hooks = HookList([*user_hooks, *extra])
         self.loop = LoopState()

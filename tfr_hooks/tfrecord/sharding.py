@@ -11,7 +11,8 @@ benchmark's parent) can pick ports without paying for TensorFlow's import:
 * :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
   ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
 
-:mod:`tfr_hooks.tf2.distribute` re-exports these beside what the loops and hooks need.
+:mod:`tfr_hooks.tf2.distribute` makes :func:`current_task` and :class:`TaskInfo` public;
+the rest serves the readers, the loops, the tests and the launchers.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ __all__ = [
     "is_multi_worker",
     "SHARD_POLICIES",
     "check_shard",
-    "SHARED_SEED",
     "shared_seed",
     "shard_dataset",
     "loopback_cluster",
