@@ -182,3 +182,21 @@ def test_every_capability_is_declared_on_hook() -> None:
     source = inspect.getsource(Hook)
     for name in CAPABILITIES:  # each one documented where it is declared
         assert "#:" in source.split(f"\n    {name}:")[0].splitlines()[-1], name
+
+
+def test_graph_mode_loads_tf_keras_only_for_a_keras_training_graph() -> None:
+    """SessionLoop recognizes a KerasTrainingGraph by its light base class in setup.py."""
+    script = (
+        "import sys, tfr_hooks.graph.session_loop, tfr_hooks.graph.hooked_session\n"
+        "print('tf_keras' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["False"]
