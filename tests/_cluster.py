@@ -1,6 +1,6 @@
 """Start a cluster of worker processes on loopback ports, each with a timeout.
 
-Every process gets its own ``TF_CONFIG`` (from :func:`tfr_hooks.tf2.distribute.loopback_cluster`,
+Every process gets its own ``TF_CONFIG`` (from :func:`tfr_hooks.tfrecord.sharding.loopback_cluster`,
 so only ``127.0.0.1`` ports) and is killed in a ``finally`` if still running.
 
 The processes are real ones, forked from a ``multiprocessing`` fork server that imported
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfr_hooks.tf2.distribute import loopback_cluster
+from tfr_hooks.tfrecord.sharding import loopback_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,6 +19,7 @@ import tensorflow as tf
 import tfr_hooks
 from tfr_hooks import distribute, tfrecord
 from tfr_hooks.chief_only import ChiefOnlyWriting
+from tfr_hooks.tfrecord import sharding
 
 v1 = tf.compat.v1
 Policy = tf.data.experimental.AutoShardPolicy
@@ -67,14 +68,14 @@ def test_a_broken_tf_config_is_named(as_task) -> None:
 
 
 def test_loopback_cluster_uses_distinct_loopback_ports() -> None:
-    configs = [json.loads(c) for c in distribute.loopback_cluster(3)]
+    configs = [json.loads(c) for c in sharding.loopback_cluster(3)]
     addresses = configs[0]["cluster"]["worker"]
     assert [c["task"] for c in configs] == [{"type": "worker", "index": i} for i in range(3)]
     assert all(c["cluster"]["worker"] == addresses for c in configs)
     assert all(a.startswith("127.0.0.1:") for a in addresses)
     assert len({a.rsplit(":", 1)[1] for a in addresses}) == 3
     with pytest.raises(ValueError, match="Received: num_workers=0"):
-        distribute.loopback_cluster(0)
+        sharding.loopback_cluster(0)
 
 
 # -- sharding ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from _cluster import ROOT, child_env, run_cluster
 from tfr_hooks import SessionLoop, TensorBoardLogger
-from tfr_hooks.tf2.distribute import loopback_cluster
+from tfr_hooks.tfrecord.sharding import loopback_cluster
 
 CHILD = "tests/_graph_cluster_child.py"
 EXAMPLES = {0: 48, 1: 80}  # each worker's own file; 2 passes of batches of 8
@@ -241,6 +241,29 @@ def test_writers_are_dropped_on_a_non_chief_and_chief_only_hooks_added(tmp_path:
     assert all(h in chief.hooks.hooks for h in [*writers, kept, chief_only])
     assert chief.hooks.hooks.index(chief_only) > chief.hooks.hooks.index(kept)
     assert chief.log_dir == str(tmp_path)
+
+
+def test_drop_writers_drops_every_chief_only_hook_on_a_non_chief(tmp_path: Path) -> None:
+    from tfr_hooks import EpochCheckpoint, Hook
+    from tfr_hooks.graph.cluster import drop_writers
+    from tfr_hooks.hooks import capabilities_of
+
+    class WritesSharedFiles(Hook):
+        chief_only = True
+
+    class Plain(_v1.train.SessionRunHook):  # a user's hook, not a tfr_hooks.Hook
+        pass
+
+    own = WritesSharedFiles()
+    stock = _v1.train.CheckpointSaverHook(str(tmp_path), save_steps=1)
+    kept = [Hook(), Plain(), _v1.train.StopAtStepHook(last_step=1)]
+    hooks = [own, kept[0], EpochCheckpoint(tmp_path), kept[1], stock, kept[2]]
+    assert drop_writers(hooks, is_chief=False) == kept
+    assert drop_writers(hooks, is_chief=True) == hooks
+    assert [capabilities_of(h).chief_only for h in hooks] == [1, 0, 1, 0, 1, 0]
+    # a plain hook of the user's gets the defaults; TensorFlow's own need a session
+    assert not capabilities_of(Plain()).requires_session
+    assert capabilities_of(kept[2]).requires_session
 
 
 def test_tensorboard_logger_follows_the_loop_s_is_chief(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ the TFRecord readers loads.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
 import os
 import subprocess
 import sys
@@ -123,3 +125,78 @@ def test_the_tfrecord_layer_loads_no_hook_or_loop_module() -> None:
     assert "tfr_hooks.tfrecord.read" in loaded
     outside = {m for m in loaded if layer(m) != "tfrecord" and m != "tfr_hooks"}
     assert outside <= TFRECORD_MAY_USE, sorted(outside)
+
+
+def test_the_tfrecord_modules_import_each_other_without_a_cycle() -> None:
+    """Each tfrecord module's imports, at any depth of its code, form an acyclic graph."""
+    tfrecord = {m for m in MODULES if layer(m) == "tfrecord" and m != "tfr_hooks.tfrecord"}
+    graph = {m: sorted(imports(MODULES[m]) & tfrecord - {m}) for m in tfrecord}
+    assert "tfr_hooks.tfrecord.sidecar" in graph["tfr_hooks.tfrecord.files"]
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        if module in path:
+            cycle = " -> ".join((*path[path.index(module) :], module))
+            pytest.fail(f"import cycle: {cycle}")
+        if module in done:
+            return
+        for imported in graph[module]:
+            visit(imported, (*path, module))
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
+
+
+#: what a loop asks a hook about: declared on tfr_hooks.Hook, read by capabilities_of
+CAPABILITIES = {"requires_session", "needs_model_state", "owns_signals", "chief_only"}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_looks_things_up_in_sys_modules_or_probes_hooks(module: str) -> None:
+    """Imports are explicit, and hook capabilities are declared, never probed."""
+    source = MODULES[module].read_text()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "modules":
+            assert not (isinstance(node.value, ast.Name) and node.value.id == "sys"), (
+                f"{module}:{node.lineno} reads sys.modules"
+            )
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"):
+            continue
+        target, *rest = node.args
+        name = rest[0].value if rest and isinstance(rest[0], ast.Constant) else None
+        assert name not in CAPABILITIES, f"{module}:{node.lineno} probes getattr(..., {name!r})"
+        probed = target.id if isinstance(target, ast.Name) else ""
+        assert probed not in {"hook", "h"}, f"{module}:{node.lineno} probes a hook with getattr"
+
+
+def test_every_capability_is_declared_on_hook() -> None:
+    from tfr_hooks import Hook
+    from tfr_hooks.hooks import HookCapabilities, capabilities_of
+
+    assert {f.name for f in dataclasses.fields(HookCapabilities)} == CAPABILITIES
+    assert capabilities_of(Hook()) == HookCapabilities()
+    for name in CAPABILITIES:
+        assert name in vars(Hook), name
+    source = inspect.getsource(Hook)
+    for name in CAPABILITIES:  # each one documented where it is declared
+        assert "#:" in source.split(f"\n    {name}:")[0].splitlines()[-1], name
+
+
+def test_graph_mode_loads_tf_keras_only_for_a_keras_training_graph() -> None:
+    """SessionLoop recognizes a KerasTrainingGraph by its light base class in setup.py."""
+    script = (
+        "import sys, tfr_hooks.graph.session_loop, tfr_hooks.graph.hooked_session\n"
+        "print('tf_keras' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["False"]

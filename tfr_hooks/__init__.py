@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # the same names, imported eagerly for type checkers and IDEs
     from tfr_hooks import tfrecord
     from tfr_hooks.data_errors import DataErrorHook
     from tfr_hooks.graph.checkpoint import EpochCheckpoint
-    from tfr_hooks.graph.hooked_session import HookedSession, hooked_session
-    from tfr_hooks.graph.keras_graph import KerasTrainingGraph, keras_training_graph
+    from tfr_hooks.graph.hooked_session import hooked_session
+    from tfr_hooks.graph.keras_graph import keras_training_graph
     from tfr_hooks.graph.queue_runners import QueueRunnerHook
     from tfr_hooks.graph.session_loop import SessionLoop
     from tfr_hooks.graph.validation import Validation
@@ -40,13 +40,11 @@ _PUBLIC: dict[str, str] = {
     "LoopState": "tfr_hooks.hooks",
     "SessionLoop": "tfr_hooks.graph.session_loop",
     "Validation": "tfr_hooks.graph.validation",
-    "HookedSession": "tfr_hooks.graph.hooked_session",
     "hooked_session": "tfr_hooks.graph.hooked_session",
     "QueueRunnerHook": "tfr_hooks.graph.queue_runners",
     "tfrecord": "tfr_hooks.tfrecord",
     "KerasCallbacks": "tfr_hooks.keras_callbacks",
     "keras_training_graph": "tfr_hooks.graph.keras_graph",
-    "KerasTrainingGraph": "tfr_hooks.graph.keras_graph",
     "TensorBoardLogger": "tfr_hooks.tensorboard",
     "FunctionLoop": "tfr_hooks.tf2.function_loop",
     "StopOnSignal": "tfr_hooks.signals",
@@ -65,13 +63,11 @@ __all__ = [
     "LoopState",
     "SessionLoop",
     "Validation",
-    "HookedSession",
     "hooked_session",
     "QueueRunnerHook",
     "tfrecord",
     "KerasCallbacks",
     "keras_training_graph",
-    "KerasTrainingGraph",
     "TensorBoardLogger",
     "FunctionLoop",
     "StopOnSignal",

@@ -41,6 +41,8 @@ __all__ = [
     "Runner",
     "StepResult",
     "run_loop",
+    "begin_run",
+    "start_session",
     "run_hooked_step",
     "end_run",
     "python_logs",
@@ -152,6 +154,23 @@ def python_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def begin_run(hooks: HookList, loop: LoopState) -> None:
+    """The first event of a run: attach ``loop`` to the hooks, then every ``begin``.
+
+    ``hooks.begun`` lists those whose ``begin`` returned (the ones :func:`end_run` ends).
+    Every run of the package starts here: :func:`run_loop`'s, and ``hooked_session``'s
+    around a script's own loop.
+    """
+    hooks.set_loop(loop)
+    hooks.begin()
+
+
+def start_session(hooks: HookList, loop: LoopState, session: Any, coord: Any) -> None:
+    """The run's session is ready: show it as ``loop.session``, then ``after_create_session``."""
+    loop.session = session
+    hooks.after_create_session(session, coord)
+
+
 def run_hooked_step(
     hooks: HookList,
     loop: LoopState,
@@ -218,16 +237,14 @@ def run_loop(
         steps_per_epoch=steps_per_epoch if steps_per_epoch is not None else known_steps,
         steps_per_execution=steps_per_execution,
     )
-    hooks.set_loop(loop)
     history: dict[str, list[Any]] = {}
     error: BaseException | None = None
     started = False
     try:
-        hooks.begin()
+        begin_run(hooks, loop)
         runner.start()
         started = True
-        loop.session = runner.session
-        hooks.after_create_session(runner.session, runner.coord)
+        start_session(hooks, loop, runner.session, runner.coord)
         # a hook may move the start in begin/after_create_session (Keras' BackupAndRestore)
         for epoch in range(loop.initial_epoch, epochs):
             if loop.stop_requested:
@@ -239,7 +256,7 @@ def run_loop(
                 val_logs = _validate(runner, hooks, loop, validation_steps)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)
-            for key, value in logs.items():
+            for key, value in logs.items():  # keys hooks added (a callback's lr) too
                 history.setdefault(key, []).append(python_value(value))
             if not more or loop.stop_requested:
                 break
@@ -387,7 +404,7 @@ def end_run(
     for hook in hooks.begun:
         if started:
             calls.append(functools.partial(hook.end, session))
-        elif isinstance(hook, Hook) and not getattr(hook, "requires_session", False):
+        elif isinstance(hook, Hook) and not hook.requires_session:
             calls.append(functools.partial(hook.end, None))
     calls += [after] if after is not None else []
     end_error = call_all(calls)

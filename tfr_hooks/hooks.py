@@ -25,19 +25,34 @@ not set ``requires_session`` (so that, say, :class:`~tfr_hooks.StopOnSignal` giv
 signals back); other ``SessionRunHook`` instances (TensorFlow's own), which
 ``MonitoredSession`` never ends without a session, get none. Only the error that ended
 the run is reported, not a hook's ``end`` failing for want of what never began.
+
+What a loop asks a hook about is declared on :class:`Hook`, with its default:
+``requires_session``, ``needs_model_state``, ``owns_signals`` and ``chief_only``. Loops
+read them through :func:`capabilities_of`, which gives a stock ``SessionRunHook`` (not a
+:class:`Hook`) the answers that fit it.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
 
-__all__ = ["Hook", "HookList", "LoopState", "call_all", "check_hooks"]
+__all__ = [
+    "Hook",
+    "HookCapabilities",
+    "HookList",
+    "LoopState",
+    "call_all",
+    "capabilities_of",
+    "check_hooks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +184,18 @@ class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
     #: session refuses such hooks at construction with a clear error, and a run that
     #: fails before its session exists does not call their ``end`` (other hooks that
     #: began get ``end(None)``).
-    requires_session = False
+    requires_session: bool = False
+    #: Whether the hook saves or restores the model's variables from
+    #: ``after_create_session`` on: :class:`~tfr_hooks.FunctionLoop` then creates the
+    #: model's state (optimizer and metric variables) before that event.
+    needs_model_state: bool = False
+    #: The signals the hook handles itself: the loop's :class:`~tfr_hooks.StopOnSignal`
+    #: leaves them to it (:class:`~tfr_hooks.PreemptionCheckpoint` owns SIGTERM).
+    owns_signals: tuple[signal.Signals, ...] = ()
+    #: Whether the hook writes the run's shared files (checkpoints, events), so that only
+    #: the chief runs it: a loop told it is not the chief
+    #: (``SessionLoop(master=..., is_chief=False)``) drops it from its hooks.
+    chief_only: bool = False
 
     loop: LoopState
 
@@ -227,6 +253,43 @@ class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
             A replacement exception, or ``None`` to leave the error as it is.
         """
         return None
+
+
+@dataclass(frozen=True)
+class HookCapabilities:
+    """What a loop asks a hook about; see the attributes of :class:`Hook`."""
+
+    requires_session: bool = False
+    needs_model_state: bool = False
+    owns_signals: tuple[signal.Signals, ...] = ()
+    chief_only: bool = False
+
+
+_CHIEF_ONLY_STOCK = (
+    tf.compat.v1.train.CheckpointSaverHook,
+    tf.compat.v1.train.SummarySaverHook,
+)
+
+
+def capabilities_of(hook: Any) -> HookCapabilities:
+    """The capabilities a loop asks ``hook`` about, as :class:`Hook` declares them.
+
+    A :class:`Hook` answers with its class attributes. Any other ``SessionRunHook``
+    (TensorFlow's stock hooks, or a user's) gets the answers that fit it: it needs a
+    session when it comes from TensorFlow (it fetches tensors or runs ops), and it is
+    chief-only when it is a stock ``CheckpointSaverHook`` or ``SummarySaverHook``.
+    """
+    if isinstance(hook, Hook):
+        return HookCapabilities(
+            requires_session=bool(hook.requires_session),
+            needs_model_state=bool(hook.needs_model_state),
+            owns_signals=tuple(hook.owns_signals),
+            chief_only=bool(hook.chief_only),
+        )
+    return HookCapabilities(
+        requires_session=type(hook).__module__.startswith("tensorflow."),
+        chief_only=isinstance(hook, _CHIEF_ONLY_STOCK),
+    )
 
 
 def check_hooks(hooks: Iterable[Any] | None, *, argument: str = "hooks") -> list[Any]:

@@ -20,15 +20,14 @@ Keras that built the model (``tf_keras.callbacks`` or ``keras.callbacks``).
 
 from __future__ import annotations
 
+import importlib
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
 
 from tfr_hooks.chief_only import ChiefOnlyWriting
-from tfr_hooks.engine import python_value
 from tfr_hooks.hooks import Hook
 from tfr_hooks.tfrecord import sharding
 
@@ -42,12 +41,15 @@ _VERBOSE = (0, 1, 2, "auto")
 def _keras_flavor(model: Any) -> tuple[str, Any]:
     """Return ``(name, keras module)`` of the Keras that built ``model``.
 
-    Only Keras packages already imported are considered: a model of a Keras that was
-    never imported cannot exist.
+    Told by the modules of the model's classes (``tf_keras.src...`` or ``keras.src...``;
+    ``tf.keras`` is Keras 3), so that only the Keras that built it is imported.
     """
+    packages = {cls.__module__.partition(".")[0] for cls in type(model).__mro__}
     for name in ("tf_keras", "keras"):
-        module = sys.modules.get(name)
-        if module is not None and isinstance(model, module.Model):
+        if name not in packages:
+            continue
+        module = importlib.import_module(name)
+        if isinstance(model, module.Model):
             return name, module
     raise TypeError(
         "Expected `model` to be a tf_keras.Model or a keras.Model (Keras 3). "
@@ -306,11 +308,11 @@ class KerasCallbacks(Hook):
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
         """``on_epoch_end(epoch, logs)`` with the loop's shared logs; honour stop_training."""
         # on_train_end gets the logs as they were before the callbacks added keys (fit
-        # gives its callbacks a copy, so ReduceLROnPlateau's learning_rate stays out)
-        self._last_logs = {key: python_value(value) for key, value in logs.items()}
+        # gives its callbacks a copy, so ReduceLROnPlateau's learning_rate stays out).
+        # The engine made the values Python floats already, and turns what callbacks add
+        # into floats for the history.
+        self._last_logs = dict(logs)
         self._call("on_epoch_end", epoch, logs)
-        for key, value in list(logs.items()):
-            logs[key] = python_value(value)
         if getattr(self.model, "stop_training", False):
             self.loop.request_stop("a Keras callback set model.stop_training")
 

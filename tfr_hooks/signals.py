@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfr_hooks.checks import check_bool, check_positive_number, expected
-from tfr_hooks.hooks import Hook
+from tfr_hooks.hooks import Hook, capabilities_of
 
 __all__ = ["StopOnSignal", "DEFAULT_SIGNALS", "with_signal_hook"]
 
@@ -322,7 +322,7 @@ def with_signal_hook(hooks: list[Any], handle_signals: object) -> list[Any]:
             another hook owns.
     """
     check_bool(handle_signals, "handle_signals")
-    owned = {int(sig): type(h).__name__ for h in hooks for sig in getattr(h, "owns_signals", ())}
+    owned = {int(sig): type(h).__name__ for h in hooks for sig in capabilities_of(h).owns_signals}
     for hook in hooks:
         if not isinstance(hook, StopOnSignal):
             continue

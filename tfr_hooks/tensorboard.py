@@ -62,6 +62,9 @@ class TensorBoardLogger(Hook):
         >>> hooks = [KerasCallbacks(callbacks, model), board]  # doctest: +SKIP
     """
 
+    #: Only the chief writes the run's events (a non-chief ``SessionLoop`` drops it).
+    chief_only = True
+
     def __init__(
         self,
         log_dir: str | os.PathLike[str],

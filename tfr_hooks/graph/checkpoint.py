@@ -101,6 +101,8 @@ class EpochCheckpoint(Hook):
     """
 
     requires_session = True
+    #: Only the chief saves the run's checkpoints (a non-chief ``SessionLoop`` drops it).
+    chief_only = True
 
     def __init__(
         self,

@@ -21,11 +21,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import tensorflow as tf
+
+from tfr_hooks.hooks import capabilities_of
 
 __all__ = [
     "DEFAULT_WAIT_FOR_CHIEF_SECS",
@@ -48,26 +49,16 @@ DEFAULT_WAIT_FOR_CHIEF_SECS = 7200.0
 # seconds between a waiting worker's checks (MonitoredTrainingSession waits 30)
 _POLL_SECS = 1.0
 
-# the package's own writing hooks, by module, checked without importing the modules
-_OWN_WRITERS = (
-    ("tfr_hooks.tensorboard", "TensorBoardLogger"),
-    ("tfr_hooks.graph.checkpoint", "EpochCheckpoint"),
-)
-
 
 def is_writer(hook: Any) -> bool:
     """Whether ``hook`` writes the run's shared files (checkpoints or events).
 
-    Stock ``CheckpointSaverHook`` and ``SummarySaverHook``, and the package's
-    :class:`~tfr_hooks.TensorBoardLogger` and :class:`~tfr_hooks.EpochCheckpoint`.
+    A :class:`~tfr_hooks.Hook` that declares ``chief_only = True`` (the package's
+    :class:`~tfr_hooks.TensorBoardLogger` and :class:`~tfr_hooks.EpochCheckpoint`), and
+    the stock ``CheckpointSaverHook`` and ``SummarySaverHook``
+    (see :func:`tfr_hooks.hooks.capabilities_of`).
     """
-    if isinstance(hook, (_v1.train.CheckpointSaverHook, _v1.train.SummarySaverHook)):
-        return True
-    for module_name, class_name in _OWN_WRITERS:
-        module = sys.modules.get(module_name)  # loaded if such a hook exists
-        if module is not None and isinstance(hook, getattr(module, class_name)):
-            return True
-    return False
+    return capabilities_of(hook).chief_only
 
 
 def drop_writers(hooks: Sequence[Any], is_chief: bool) -> list[Any]:
@@ -99,7 +90,7 @@ def checkpoint_dir_of(hooks: Sequence[Any]) -> str | None:
     """The ``checkpoint_dir`` of the first stock ``CheckpointSaverHook`` in ``hooks``."""
     for hook in hooks:
         if isinstance(hook, _v1.train.CheckpointSaverHook):
-            directory = getattr(hook, "_checkpoint_dir", None)  # set by its __init__
+            directory = hook._checkpoint_dir  # set by its __init__ (TensorFlow's own)
             if directory:
                 return os.fspath(directory)
     return None

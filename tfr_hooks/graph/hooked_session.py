@@ -1,10 +1,11 @@
 """hooked_session: hooks around a script's own ``while``/``sess.run`` loop.
 
 For scripts that keep their loop and only want what hooks bring (checkpoints, logging,
-queue threads started and joined, Ctrl-C handled). The run is torn down as the engine
-tears down its own: the ``end`` of every hook that began even when one raises (see
-:mod:`tfr_hooks.hooks` for a run that fails before its session is ready), the first error
-raised and the later ones logged.
+queue threads started and joined, Ctrl-C handled). The run begins and is torn down
+through the engine, as its own loops are (:func:`tfr_hooks.engine.begin_run`,
+:func:`~tfr_hooks.engine.start_session`, :func:`~tfr_hooks.engine.end_run`): the ``end``
+of every hook that began even when one raises (see :mod:`tfr_hooks.hooks` for a run that
+fails before its session is ready), the first error raised and the later ones logged.
 
 (The module is not named ``hooked_session``: importing it would then replace the
 function ``tfr_hooks.hooked_session`` by the module of that name.)
@@ -20,7 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.engine import end_run, run_hooked_step
+from tfr_hooks.engine import begin_run, end_run, run_hooked_step, start_session
 from tfr_hooks.graph.hooked_run import merged_run
 from tfr_hooks.graph.setup import check_data, initialize_uninitialized, input_hooks
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
@@ -125,16 +126,15 @@ def hooked_session(
     g = session.graph
     hook_list = HookList(input_hooks(g, user_hooks, data) + user_hooks)
     hooked = HookedSession(session, hook_list)
-    hook_list.set_loop(hooked.loop)
     coord = _v1.train.Coordinator()  # the run's one coordinator
     error: BaseException | None = None
     started = False  # whether the session is ready for the hooks (as the engine's)
     try:
-        with g.as_default():
-            hook_list.begin()
+        with g.as_default():  # the engine fires every event, as for its own loops
+            begin_run(hook_list, hooked.loop)
         initialize_uninitialized(session)
         started = True
-        hook_list.after_create_session(session, coord)
+        start_session(hook_list, hooked.loop, session, coord)
         yield hooked
     except tf.errors.OutOfRangeError as exc:
         # the input ran out; a dead queue thread's own error is raised by its hook's end

@@ -22,6 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfr_hooks.checks import expected
+from tfr_hooks.graph.setup import TrainingGraph
 from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import Hook
 from tfr_hooks.keras_callbacks import KerasCallbacks
@@ -62,7 +63,7 @@ def _depends_on(target: Any, op: Any) -> bool:
     return False
 
 
-class KerasTrainingGraph:
+class KerasTrainingGraph(TrainingGraph):
     """What :func:`keras_training_graph` built; give it to ``SessionLoop`` as its train op.
 
     Attributes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
@@ -110,7 +111,7 @@ class SessionLoop:
             stock ``CheckpointSaverHook`` and ``SummarySaverHook`` and the package's
             :class:`~tfr_hooks.TensorBoardLogger` and :class:`~tfr_hooks.EpochCheckpoint`
             in ``hooks`` are dropped. ``None``: with a ``master``, from ``TF_CONFIG``
-            (:func:`tfr_hooks.tfrecord.sharding.current_task`; no ``TF_CONFIG`` is a chief);
+            (:func:`tfr_hooks.distribute.current_task`; no ``TF_CONFIG`` is a chief);
             without one, the loop is a single process's and drops nothing. ``False``
             needs a ``master``.
         chief_only_hooks: Hooks run after ``hooks``, on the chief only.
@@ -307,7 +308,7 @@ class SessionLoop:
             )
         if self._stream is not None:
             _check_stream_epochs(self._stream, epochs, initial_epoch)
-        runner = _SessionRunner(self, session, self._validation_means(validation_data))
+        runner = _SessionRunner(self._settings(self._validation_means(validation_data)), session)
         with self.graph.as_default():  # hooks look things up in the default graph
             return run_loop(
                 runner,
@@ -335,24 +336,68 @@ class SessionLoop:
             self._val_means[id(validation)] = (validation, means)
         return self._val_means[id(validation)]
 
+    def _settings(self, validation: tuple[Validation, RunningMeans] | None) -> _RunSettings:
+        """What this run's runner needs of the loop, as it is now, with its validation."""
+        return _RunSettings(
+            graph=self.graph,
+            train_op=self.train_op,
+            hooks=list(self.hooks.hooks),
+            means=self._means,
+            batch_size=self._batch_size,
+            initializers=list(self.initializers),
+            validation=None if validation is None else validation[0],
+            val_means=None if validation is None else validation[1],
+            session_config=self.session_config,
+            run_timeout_secs=self.run_timeout_secs,
+            cluster=self._cluster,
+            pass_examples=None if self._stream is None else self._stream.num_examples,
+        )
+
+
+@dataclass(frozen=True)
+class _RunSettings:
+    """What a :class:`SessionLoop` run's runner is given: the graph's parts and settings.
+
+    Attributes:
+        graph: The train op's graph.
+        train_op: What each step runs.
+        hooks: The run's hooks, for error messages about their feeds.
+        means: The running means of the training fetches.
+        batch_size: The batch size tensor, or ``None`` to count steps.
+        initializers: Ops that restart the training data.
+        validation: The validation pass, or ``None``.
+        val_means: The running means of the validation fetches (with ``validation``).
+        session_config: The ``ConfigProto`` of a session the runner creates.
+        run_timeout_secs: The timeout of each step, or ``None``.
+        cluster: Creates the session on a cluster's master, or ``None``.
+        pass_examples: The examples of one pass of a queue stream the loop splits into
+            epochs, or ``None``.
+    """
+
+    graph: Any
+    train_op: Any
+    hooks: list[Any]
+    means: RunningMeans
+    batch_size: Any
+    initializers: list[Any]
+    validation: Validation | None
+    val_means: RunningMeans | None
+    session_config: Any
+    run_timeout_secs: float | None
+    cluster: ClusterSession | None
+    pass_examples: int | None
+
 
 class _SessionRunner:
     """The engine's runner for :class:`SessionLoop`: one ``session.run`` per step."""
 
-    def __init__(
-        self,
-        owner: SessionLoop,
-        session: Any,
-        validation: tuple[Validation, RunningMeans] | None = None,
-    ) -> None:
-        self.owner = owner
-        self.validation = validation
-        self.reinitializable = bool(owner.initializers)
+    def __init__(self, settings: _RunSettings, session: Any) -> None:
+        self.settings = settings
+        self.reinitializable = bool(settings.initializers)
         # a session finds the end of the data only by an OutOfRangeError, except for the
         # end of an epoch of a queue stream the loop splits: a pass's worth of examples
         self.ran_out = False
-        stream = owner._stream
-        self.pass_examples = None if stream is None else stream.num_examples
+        self.pass_examples = settings.pass_examples
         if self.pass_examples is not None:
             self.reinitializable = True  # each epoch goes on with the stream's next pass
         self.seen = 0  # examples of the stream run so far
@@ -360,22 +405,25 @@ class _SessionRunner:
         self.session = session
         self.owns_session = session is None
         self.coord: Any = None
-        self.fetches: dict[str, Any] = {"train_op": owner.train_op, "logs": owner._means.update}
-        if owner._batch_size is not None:
-            self.fetches["batch_size"] = owner._batch_size
+        self.fetches: dict[str, Any] = {
+            "train_op": settings.train_op,
+            "logs": settings.means.update,
+        }
+        if settings.batch_size is not None:
+            self.fetches["batch_size"] = settings.batch_size
         self.options = None
-        if owner.run_timeout_secs is not None:
-            self.options = _v1.RunOptions(timeout_in_ms=int(owner.run_timeout_secs * 1000))
+        if settings.run_timeout_secs is not None:
+            self.options = _v1.RunOptions(timeout_in_ms=int(settings.run_timeout_secs * 1000))
         self.run_args = _v1.train.SessionRunArgs(self.fetches, None, self.options)
         self.fast_run: Callable[[], Any] | None = None
 
     def start(self) -> None:
-        owner = self.owner
-        if owner._cluster is not None:  # the chief initializes or restores, others wait
-            self.session = owner._cluster.create()
+        settings = self.settings
+        if settings.cluster is not None:  # the chief initializes or restores, others wait
+            self.session = settings.cluster.create()
         else:
             if self.session is None:
-                self.session = _v1.Session(graph=owner.graph, config=owner.session_config)
+                self.session = _v1.Session(graph=settings.graph, config=settings.session_config)
             initialize_uninitialized(self.session)
         self.coord = _v1.train.Coordinator()  # the run's one coordinator
         self.fast_run = prepared_run(self.session, self.fetches, self.options)
@@ -384,16 +432,16 @@ class _SessionRunner:
         if self.pass_examples is not None:
             self.boundary += self.pass_examples
             self.ran_out = self.seen >= self.boundary
-        ops = [self.owner._means.reset]
+        ops = [self.settings.means.reset]
         if restart_data:
-            ops.extend(self.owner.initializers)
+            ops.extend(self.settings.initializers)
         self.session.run(ops)
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         try:
             result = merged_run(
                 self.session,
-                self.owner.hooks.hooks,
+                self.settings.hooks,
                 hook_args,
                 self.fetches,
                 options=self.options,
@@ -410,16 +458,17 @@ class _SessionRunner:
 
     def start_validation(self) -> bool:
         self.ran_out = False  # the validation data's end is found by its OutOfRangeError
-        if self.validation is None:
+        validation, means = self.settings.validation, self.settings.val_means
+        if validation is None or means is None:
             return False
-        validation, means = self.validation
         self.session.run([means.reset, *validation.initializers])
         return True
 
     def run_validation_step(self, limit: int) -> StepResult:
-        assert self.validation is not None  # start_validation said there is one
+        means = self.settings.val_means
+        assert means is not None  # start_validation said there is one
         try:
-            logs = self.session.run(self.validation[1].update, options=self.options)
+            logs = self.session.run(means.update, options=self.options)
         except tf.errors.OutOfRangeError:
             return StepResult(exhausted=True)
         return StepResult(steps=1, logs=logs)

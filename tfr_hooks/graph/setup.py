@@ -7,7 +7,6 @@ initialized.
 
 from __future__ import annotations
 
-import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -20,7 +19,14 @@ from tfr_hooks.data_errors import DataErrorHook
 from tfr_hooks.graph.queue_runners import QueueRunnerHook
 from tfr_hooks.tfrecord.read import Batches
 
-__all__ = ["check_data", "input_hooks", "initialize_uninitialized", "ensure_saver", "training_of"]
+__all__ = [
+    "TrainingGraph",
+    "check_data",
+    "input_hooks",
+    "initialize_uninitialized",
+    "ensure_saver",
+    "training_of",
+]
 
 _v1 = tf.compat.v1
 
@@ -41,23 +47,36 @@ def check_data(data: object) -> Batches | None:
     return data
 
 
-def training_of(train_op: Any) -> Any:
-    """``train_op`` if it is a :class:`~tfr_hooks.KerasTrainingGraph`, else ``None``.
+class TrainingGraph:
+    """What a graph-mode run takes apart when given as its train op.
 
-    Checked without importing :mod:`tfr_hooks.graph.keras_graph` (and ``tf_keras`` with it):
-    an object of that class exists only once the module is imported.
+    The base of :class:`~tfr_hooks.graph.keras_graph.KerasTrainingGraph`, defined here so
+    that ``SessionLoop`` and ``hooked_session`` recognize one without importing
+    ``tf_keras``.
+
+    Attributes:
+        train_op: Runs one training step.
+        fetches: Name to scalar tensor, for the loop's epoch means.
+        batch_size: The batch size of the step, a scalar tensor.
+        hooks: Hooks the training step needs (run before the user's).
     """
-    module = sys.modules.get("tfr_hooks.graph.keras_graph")
-    if module is not None and isinstance(train_op, module.KerasTrainingGraph):
-        return train_op
-    return None
+
+    train_op: Any
+    fetches: dict[str, Any]
+    batch_size: Any
+    hooks: list[Any]
+
+
+def training_of(train_op: Any) -> TrainingGraph | None:
+    """``train_op`` if it is a :class:`TrainingGraph` (a ``KerasTrainingGraph``), else ``None``."""
+    return train_op if isinstance(train_op, TrainingGraph) else None
 
 
 def input_hooks(
     graph: Any,
     user_hooks: Sequence[Any],
     data: Batches | None,
-    training: Any = None,
+    training: TrainingGraph | None = None,
 ) -> list[Any]:
     """The hooks a graph-mode run adds before the user's, in this order.
 

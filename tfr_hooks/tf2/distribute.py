@@ -1,19 +1,19 @@
-"""Multi-worker training: who this process is, what is global, and who writes files.
+"""Multi-worker training: who this process is, and the errors a lost worker causes.
 
-Everything the loops, hooks and readers of this package need to behave on a
-``tf.distribute.MultiWorkerMirroredStrategy`` cluster (or a graph-mode
-``tf.compat.v1.train.Server`` cluster) lives here, so the rest of the package keeps
-one small call per place:
+The public names are what a user of a ``tf.distribute.MultiWorkerMirroredStrategy``
+cluster (or a graph-mode ``tf.compat.v1.train.Server`` cluster) needs:
 
-* :func:`current_task`: this process's task (type, index, chief or not, worker count),
-  from the strategy's cluster resolver or from ``TF_CONFIG``.
-* :func:`global_metric_results`: a Keras 3 model's metric results summed over every
-  replica of every worker (the metric variables are ``ON_READ``/``SUM``; reading them in
-  cross-replica context all-reduces them).
-* :func:`shard_dataset`: the sharding policy of :func:`tfr_hooks.tfrecord.dataset`: by
-  file when there are at least as many files as workers, by data otherwise.
-* :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
-  ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
+* :func:`current_task`: this process's task (a :class:`TaskInfo`: type, index, chief or
+  not, worker count), from the strategy's cluster resolver or from ``TF_CONFIG``.
+* :class:`WorkerLostError`: what a run raises when a worker of the cluster went away,
+  naming it; :class:`LostWorkerHook` turns the errors into it (``FunctionLoop`` adds one
+  by itself under a multi-worker strategy).
+
+The rest serves the package's loops: :func:`global_metric_results` (a Keras 3 model's
+metric results over every replica of every worker) and :func:`explain_lost_worker`. The
+sharding policy of :func:`tfr_hooks.tfrecord.dataset` lives in
+:mod:`tfr_hooks.tfrecord.sharding`, with ``loopback_cluster`` (``TF_CONFIG`` values for N
+workers on free ``127.0.0.1`` ports, for tests and launchers).
 
 TensorFlow's cluster ports take unauthenticated gRPC: bind them on loopback or on a
 private network only, never on a public address.
@@ -28,33 +28,9 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.hooks import Hook
-from tfr_hooks.tfrecord.sharding import (
-    SHARD_POLICIES,
-    SHARED_SEED,
-    TaskInfo,
-    check_shard,
-    current_task,
-    is_multi_worker,
-    loopback_cluster,
-    shard_dataset,
-    shared_seed,
-)
+from tfr_hooks.tfrecord.sharding import TaskInfo, current_task
 
-__all__ = [
-    "WorkerLostError",
-    "LostWorkerHook",
-    "TaskInfo",
-    "current_task",
-    "global_metric_results",
-    "SHARD_POLICIES",
-    "check_shard",
-    "shared_seed",
-    "SHARED_SEED",
-    "shard_dataset",
-    "is_multi_worker",
-    "explain_lost_worker",
-    "loopback_cluster",
-]
+__all__ = ["WorkerLostError", "LostWorkerHook", "TaskInfo", "current_task"]
 
 logger = logging.getLogger(__name__)
 

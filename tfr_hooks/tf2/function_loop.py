@@ -24,9 +24,10 @@ import tensorflow as tf
 
 from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
 from tfr_hooks.engine import StepResult, run_loop
-from tfr_hooks.hooks import Hook, HookList, LoopState, check_hooks
+from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.tf2 import distribute
+from tfr_hooks.tfrecord.sharding import is_multi_worker
 
 __all__ = ["FunctionLoop"]
 
@@ -140,12 +141,17 @@ class FunctionLoop:
         self.steps_per_epoch = steps_per_epoch
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         extra = []  # under a multi-worker strategy, name a lost worker
-        if distribute.is_multi_worker(self.strategy):
+        if is_multi_worker(self.strategy):
             extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
         self.hooks = HookList([*user_hooks, *extra])
         self.loop = LoopState()
-        self._executors: dict[bool, _Executor] = {}
-        self._built = False
+        # the compiled functions, built once per loop and kept across runs
+        self._steps = _CompiledSteps(
+            self.strategy,
+            model=model,
+            step_fn=step_fn,
+            validation_step_fn=validation_step_fn,
+        )
 
     def run(
         self,
@@ -188,7 +194,12 @@ class FunctionLoop:
         check_positive_int(validation_freq, "validation_freq")
         if self.model is not None:
             self.model.stop_training = False
-        runner = _FunctionRunner(self, validation_data)
+        runner = _FunctionRunner(
+            self._steps,
+            hooks=self.hooks.hooks,
+            dataset=self.data,
+            validation_data=validation_data,
+        )
         cardinality = int(self.data.cardinality())
         return run_loop(
             runner,
@@ -204,19 +215,42 @@ class FunctionLoop:
             validation_steps=validation_steps,
         )
 
-    # -- compiled functions, built once per loop ---------------------------------------
 
-    def _executor(self, training: bool) -> _Executor:
-        if training not in self._executors:
+class _CompiledSteps:
+    """A loop's compiled training and validation functions, and its model's state.
+
+    Made once by :class:`FunctionLoop` and handed to each run's runner, so that the
+    functions are traced once per loop, not once per run.
+    """
+
+    def __init__(
+        self,
+        strategy: Any,
+        *,
+        model: Any = None,
+        step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
+        validation_step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.strategy = strategy
+        self.model = model
+        self.step_fn = step_fn
+        self.validation_step_fn = validation_step_fn
+        self.executors: dict[bool, _Executor] = {}
+        #: whether the model's state was created (or needs no creating) already
+        self.built = False
+
+    def executor(self, training: bool) -> _Executor:
+        """The compiled function for training steps, or for validation steps."""
+        if training not in self.executors:
             fn: Any
             if self.model is not None:
                 fn = self.model.train_step if training else self.model.test_step
             else:
                 fn = self.step_fn if training else self.validation_step_fn
-            self._executors[training] = _Executor(fn, self, keras_step=self.model is not None)
-        return self._executors[training]
+            self.executors[training] = _Executor(fn, self.strategy, self.model)
+        return self.executors[training]
 
-    def _build_model(self, batch: Any) -> None:
+    def build_model(self, batch: Any) -> None:
         """Create the model's metric, loss and optimizer variables before tracing.
 
         Under a distribution strategy, variables cannot be created inside a replica
@@ -249,8 +283,8 @@ class _Executor:
     sums of the values over the call's steps, to be added to the epoch's totals.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], owner: FunctionLoop, *, keras_step: bool):
-        strategy = owner.strategy
+    def __init__(self, fn: Callable[[Any], Any], strategy: Any, model: Any = None) -> None:
+        keras_step = model is not None  # a Keras model's train_step/test_step
         self.keras_step = keras_step
 
         def replica_step(batch: Any) -> Any:
@@ -288,7 +322,7 @@ class _Executor:
 
         # a Keras step runs as model.fit runs it: without autograph, with the model's
         # jit_compile setting (XLA when the model supports it)
-        jit = bool(getattr(owner.model, "jit_compile", False)) if keras_step else False
+        jit = bool(getattr(model, "jit_compile", False)) if keras_step else False
         one_step_fn = tf.function(
             one_step, autograph=not keras_step, reduce_retracing=True, jit_compile=jit
         )
@@ -320,7 +354,7 @@ class _Executor:
                 cond, body, (tf.constant(1, tf.int64), examples, logs, pending)
             )
             if keras_step and not _is_default_strategy(strategy):  # global logs
-                logs = distribute.global_metric_results(owner.model)
+                logs = distribute.global_metric_results(model)
             return steps, examples, logs, pending, pending.has_value()
 
         def first(iterator: Any) -> Any:
@@ -339,11 +373,20 @@ class _FunctionRunner:
     coord = None
     run_args = tf.compat.v1.train.SessionRunArgs(None)
 
-    def __init__(self, owner: FunctionLoop, validation_data: Any):
-        self.owner = owner
-        self.strategy = owner.strategy
-        self.model = owner.model
-        self.train_data = self.strategy.experimental_distribute_dataset(owner.data)
+    def __init__(
+        self,
+        steps: _CompiledSteps,
+        *,
+        hooks: Sequence[Any],
+        dataset: Any,
+        validation_data: Any = None,
+    ) -> None:
+        self.steps = steps
+        self.hooks = list(hooks)
+        self.strategy = steps.strategy
+        self.model = steps.model
+        self.dataset = dataset
+        self.train_data = self.strategy.experimental_distribute_dataset(dataset)
         self.val_data = None
         if validation_data is not None:
             self.val_data = self.strategy.experimental_distribute_dataset(validation_data)
@@ -358,14 +401,14 @@ class _FunctionRunner:
         self.val_means = _Means()
 
     def start(self) -> None:
-        owner = self.owner
+        steps = self.steps
         distributed = not _is_default_strategy(self.strategy)
         # a hook that saves or restores the model's state needs its variables up front
-        wanted = any(getattr(h, "needs_model_state", False) for h in owner.hooks)
-        if self.model is not None and not owner._built and (distributed or wanted):
+        wanted = any(capabilities_of(h).needs_model_state for h in self.hooks)
+        if self.model is not None and not steps.built and (distributed or wanted):
             # like model.fit under a strategy: build the model's state from one batch
-            owner._build_model(next(iter(owner.data)))
-        owner._built = True
+            steps.build_model(next(iter(self.dataset)))
+        steps.built = True
 
     def start_epoch(self, restart_data: bool) -> None:
         self.means = _Means()
@@ -373,14 +416,14 @@ class _FunctionRunner:
             self.model.reset_metrics()
         if restart_data or self.iterator is None:
             self.iterator = iter(self.train_data)
-            self.pending, more = self.owner._executor(True).first(self.iterator)
+            self.pending, more = self.steps.executor(True).first(self.iterator)
             self.more = bool(more)
         self.ran_out = not self.more
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
-        for hook, args in zip(self.owner.hooks, hook_args, strict=True):
+        for hook, args in zip(self.hooks, hook_args, strict=True):
             _check_run_args(hook, args)
-        return self._execute(self.owner._executor(True), self.iterator, limit)
+        return self._execute(self.steps.executor(True), self.iterator, limit)
 
     def start_validation(self) -> bool:
         if self.val_data is None:
@@ -389,14 +432,14 @@ class _FunctionRunner:
             self.model.reset_metrics()
         self.val_means = _Means()
         self.val_iterator = iter(self.val_data)
-        self.val_pending, more = self.owner._executor(False).first(self.val_iterator)
+        self.val_pending, more = self.steps.executor(False).first(self.val_iterator)
         self.val_more = bool(more)
         self.ran_out = not self.val_more
         return True
 
     def run_validation_step(self, limit: int) -> StepResult:
         # the validation pass swaps its own look-ahead and means in for the call
-        executor = self.owner._executor(False)
+        executor = self.steps.executor(False)
         train = self.pending, self.more, self.means
         self.pending, self.more, self.means = self.val_pending, self.val_more, self.val_means
         try:
@@ -483,8 +526,7 @@ def _check_model(model: object) -> None:
 def _refuse_session_hook(hook: Any, index: int) -> None:
     """Raise a clear ``ValueError`` for a hook that needs a ``tf.compat.v1.Session``."""
     name = type(hook).__name__
-    stock = not isinstance(hook, Hook) and type(hook).__module__.startswith("tensorflow.")
-    if stock or getattr(hook, "requires_session", False):
+    if capabilities_of(hook).requires_session:
         raise ValueError(
             f"Expected `hooks[{index}]` to be a hook that needs no session: "
             f"{name} needs a tf.compat.v1.Session (it fetches tensors or runs ops in "

@@ -22,15 +22,11 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
-from tfr_hooks.tfrecord.files import (
-    SCHEMA_FILENAME,
-    detect_compression,
-    iter_records,
-    resolve_files,
-)
+from tfr_hooks.tfrecord.files import detect_compression, iter_records, resolve_files
 from tfr_hooks.tfrecord.inspection import FeatureInfo, FileInfo, infer_schema, inspect
 from tfr_hooks.tfrecord.read import Batches, dataset, read_batches
-from tfr_hooks.tfrecord.schema import Feature, Schema, load_schema
+from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, load_schema
 from tfr_hooks.tfrecord.write import WriteResult, write
 
 __all__ = [

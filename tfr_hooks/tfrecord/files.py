@@ -23,11 +23,11 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
+from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, listed_shards
 
 __all__ = [
     "PathLike",
     "Files",
-    "SCHEMA_FILENAME",
     "resolve_files",
     "check_compression",
     "detect_compression",
@@ -43,9 +43,6 @@ logger = logging.getLogger(__name__)
 PathLike: TypeAlias = "str | os.PathLike[str]"
 #: One path, directory or glob pattern, or a sequence of them.
 Files: TypeAlias = "PathLike | Sequence[PathLike]"
-
-#: Name of the JSON sidecar, in the directory of the shards, that stores the schema.
-SCHEMA_FILENAME = "schema.json"
 
 _GLOB_CHARS = frozenset("*?[")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -103,13 +100,9 @@ def _is_glob(path: str) -> bool:
 
 def _directory_files(directory: str) -> list[str]:
     """The record files of a directory: its sidecar's shard list, else every data file."""
-    sidecar = os.path.join(directory, SCHEMA_FILENAME)
-    if tf.io.gfile.exists(sidecar):
-        from tfr_hooks.tfrecord.schema import load_sidecar  # schema imports this module
-
-        shards = load_sidecar(sidecar).shards
-        if shards:
-            return [os.path.join(directory, name) for name, _ in shards]
+    listed = listed_shards(directory)
+    if listed:
+        return listed
     names = sorted(
         name
         for name in tf.io.gfile.listdir(directory)

@@ -10,7 +10,6 @@ it and how long its value lists are. :func:`infer_schema` turns that into a
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,16 +19,16 @@ from tensorflow.core.example import example_pb2
 from tfr_hooks.checks import check_optional_positive_int
 from tfr_hooks.tfrecord.errors import CorruptRecordError, EmptyFileError, SchemaMismatchError
 from tfr_hooks.tfrecord.files import (
-    SCHEMA_FILENAME,
     Files,
     check_compression,
     detect_compression,
     iter_records,
     resolve_files,
 )
-from tfr_hooks.tfrecord.schema import Feature, Schema, Sidecar, load_sidecar
+from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.sidecar import Sidecar, find_sidecar
 
-__all__ = ["FeatureInfo", "FileInfo", "inspect", "infer_schema", "find_sidecar"]
+__all__ = ["FeatureInfo", "FileInfo", "inspect", "infer_schema"]
 
 logger = logging.getLogger(__name__)
 
@@ -181,42 +180,6 @@ class FileInfo:
             "stored_schema": None if self.stored is None else self.stored.schema.to_list(),
             "examples_per_record": 1 if self.stored is None else self.stored.examples_per_record,
         }
-
-
-def find_sidecar(path: str, cache: dict[str, Sidecar | None] | None = None) -> Sidecar | None:
-    """The ``schema.json`` sidecar in the directory of ``path`` that lists it, if any.
-
-    Args:
-        path: A record file.
-        cache: Sidecars already loaded, by directory; filled in as they are loaded.
-
-    Returns:
-        The sidecar, or ``None`` if there is none or it does not list ``path``.
-    """
-    directory = os.path.dirname(path)
-    if cache is not None and directory in cache:
-        sidecar = cache[directory]
-    else:
-        sidecar = _load_sidecar_in(directory)
-        if cache is not None:
-            cache[directory] = sidecar
-    if sidecar is None:
-        return None
-    names = {name for name, _ in sidecar.shards}
-    if names and os.path.basename(path) not in names:
-        return None
-    return sidecar
-
-
-def _load_sidecar_in(directory: str) -> Sidecar | None:
-    sidecar_path = os.path.join(directory, SCHEMA_FILENAME)
-    if not tf.io.gfile.exists(sidecar_path):
-        return None
-    try:
-        return load_sidecar(sidecar_path)
-    except ValueError as error:
-        logger.warning("Ignoring %s: %s", sidecar_path, error)
-        return None
 
 
 def _inspect_file(

@@ -34,9 +34,7 @@ from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.tfrecord import sharding
-from tfr_hooks.tfrecord.errors import CorruptRecordError
 from tfr_hooks.tfrecord.files import (
-    SCHEMA_FILENAME,
     Files,
     check_compression,
     check_framing,
@@ -45,7 +43,7 @@ from tfr_hooks.tfrecord.files import (
     record_stream,
     resolve_files,
 )
-from tfr_hooks.tfrecord.inspection import find_sidecar, infer_schema
+from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.memory import (
     count_examples,
     decoded_nbytes,
@@ -54,7 +52,8 @@ from tfr_hooks.tfrecord.memory import (
     memory_dataset,
 )
 from tfr_hooks.tfrecord.packed import check_block, packed_dataset
-from tfr_hooks.tfrecord.schema import Schema, Sidecar, load_schema
+from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, load_schema
 
 __all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
 
@@ -196,7 +195,7 @@ def _plan(
         sidecar = find_sidecar(path, sidecars)
         per_record = 1
         if sidecar is not None:
-            _check_written_size(path, sidecar)
+            check_written_size(path, sidecar)
             if schema is not None or decode:
                 chosen = chosen.with_stored_encodings(sidecar.schema)
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
@@ -228,19 +227,6 @@ def _check_decode(decode: object) -> None:
             "Expected `decode` to be None or a dict of feature name -> change, such as "
             "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace). "
             f"Received: decode={decode!r}"
-        )
-
-
-def _check_written_size(path: str, sidecar: Sidecar) -> None:
-    """A shard whose size changed since it was written is truncated or overwritten."""
-    written = sidecar.size_of(os.path.basename(path))
-    size = tf.io.gfile.stat(path).length
-    if written is not None and size != written:
-        raise CorruptRecordError(
-            f"TFRecord file {path!r} has changed since it was written: expected {written} "
-            f"bytes (recorded in {SCHEMA_FILENAME}); found {size} bytes. It is probably "
-            "truncated (an interrupted copy or write); write or copy it again.",
-            file=path,
         )
 
 

@@ -3,7 +3,8 @@
 A :class:`Schema` says how arrays were stored in ``tf.train.Example`` records and how to
 turn a batch of serialized records back into tensors of the stored dtype and shape. The
 writer saves it, with the shard list and compression, in a JSON sidecar
-(``schema.json``) next to the shards, so readers need no hand-written feature spec.
+(``schema.json``, see :mod:`tfr_hooks.tfrecord.sidecar`) next to the shards, so readers
+need no hand-written feature spec.
 
 Encodings:
 
@@ -32,9 +33,7 @@ holds no value, whichever record that is (as ``tf.io.RaggedFeature`` reads it).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,26 +42,18 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
-from tfr_hooks.tfrecord.files import SCHEMA_FILENAME
 
 __all__ = [
     "Feature",
     "Schema",
-    "Sidecar",
     "ENCODINGS",
     "AUTO",
-    "SIDECAR_FORMAT",
-    "load_sidecar",
-    "save_sidecar",
-    "load_schema",
 ]
 
 #: The ways a feature can be stored in a ``tf.train.Example``.
 ENCODINGS = ("raw", "int64", "float", "bytes")
 #: The encoding of a :class:`Feature` declared without one: chosen as ``write`` does.
 AUTO = "auto"
-#: Version tag written into the sidecar.
-SIDECAR_FORMAT = "tfr_hooks.tfrecord/1"
 
 _NUMERIC = (
     "bool",
@@ -751,140 +742,3 @@ def _where(file: str | None, record: int | None) -> str:
     if file is None:
         return "a record" if record is None else f"record {record}"
     return f"file {file!r}" if record is None else f"record {record} of file {file!r}"
-
-
-@dataclass(frozen=True)
-class Sidecar:
-    """The contents of ``schema.json``: the schema plus how and where records were written.
-
-    Attributes:
-        schema: The features.
-        compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
-        shards: ``(file name, record count)`` for each shard, relative to the sidecar.
-        sizes: The size in bytes of each shard when written (empty if unknown).
-        examples_per_record: Examples packed into each record (1: one example a record;
-            see :mod:`tfr_hooks.tfrecord.packed`).
-        examples: For packed shards, the examples in each shard (empty when each
-            record is one example).
-    """
-
-    schema: Schema
-    compression: str = ""
-    shards: tuple[tuple[str, int], ...] = ()
-    sizes: tuple[int, ...] = ()
-    examples_per_record: int = 1
-    examples: tuple[int, ...] = ()
-
-    def size_of(self, name: str) -> int | None:
-        """The size of shard ``name`` when written, if recorded."""
-        for (shard, _), size in zip(self.shards, self.sizes, strict=False):
-            if shard == name:
-                return size
-        return None
-
-    @property
-    def num_records(self) -> int:
-        """Records in all shards."""
-        return sum(count for _, count in self.shards)
-
-    def examples_of(self, name: str) -> int | None:
-        """The examples in shard ``name`` (its records, unless packed), if it is listed."""
-        for index, (shard, count) in enumerate(self.shards):
-            if shard == name:
-                if self.examples_per_record == 1:
-                    return count
-                return self.examples[index] if index < len(self.examples) else None
-        return None
-
-    @property
-    def num_examples(self) -> int:
-        """Examples in all shards."""
-        if self.examples_per_record == 1:
-            return self.num_records
-        return sum(self.examples)
-
-    def _sizes_or_none(self) -> list[int | None]:
-        if len(self.sizes) == len(self.shards):
-            return list(self.sizes)
-        return [None] * len(self.shards)
-
-    def to_json(self) -> str:
-        """The sidecar as JSON text."""
-        data: dict[str, Any] = {
-            "format": SIDECAR_FORMAT,
-            "compression": self.compression,
-            "num_records": self.num_records,
-            "features": self.schema.to_list(),
-            "shards": [
-                {"file": name, "num_records": n, **({"bytes": size} if size is not None else {})}
-                for (name, n), size in zip(self.shards, self._sizes_or_none(), strict=True)
-            ],
-        }
-        if self.examples_per_record != 1:  # packed shards (tfr_hooks.tfrecord.packed)
-            data["examples_per_record"] = self.examples_per_record
-            data["num_examples"] = self.num_examples
-            for item, count in zip(data["shards"], self.examples, strict=True):
-                item["num_examples"] = count
-        return json.dumps(data, indent=2) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str, *, source: str = "<string>") -> Sidecar:
-        """Read a sidecar from JSON text.
-
-        Raises:
-            ValueError: If the text is not a sidecar written by this package.
-        """
-        try:
-            data = json.loads(text)
-            if not isinstance(data, dict) or not isinstance(data.get("features"), list):
-                raise ValueError("no list of features")
-            schema = Schema.from_list(data["features"])
-            items = data.get("shards", [])
-            shards = tuple((str(s["file"]), int(s["num_records"])) for s in items)
-            sizes = tuple(int(s["bytes"]) for s in items if "bytes" in s)
-            if len(sizes) != len(shards):
-                sizes = ()
-            packing = int(data.get("examples_per_record", 1))
-            if packing < 1:
-                raise ValueError(f"examples_per_record is {packing}")
-            examples = tuple(int(s["num_examples"]) for s in items) if packing > 1 else ()
-            compression = str(data.get("compression", ""))
-            return cls(schema, compression, shards, sizes, packing, examples)
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(
-                f"Expected {source} to be a schema written by tfr_hooks.tfrecord.write "
-                f"({SIDECAR_FORMAT}). Could not read it: {error}"
-            ) from error
-
-
-def save_sidecar(path: str | os.PathLike[str], sidecar: Sidecar) -> None:
-    """Write ``sidecar`` to ``path`` as JSON."""
-    with tf.io.gfile.GFile(os.fspath(path), "w") as handle:
-        handle.write(sidecar.to_json())
-
-
-def load_sidecar(path: str | os.PathLike[str]) -> Sidecar:
-    """Read a sidecar (``schema.json``) from ``path``."""
-    name = os.fspath(path)
-    with tf.io.gfile.GFile(name, "r") as handle:
-        return Sidecar.from_json(handle.read(), source=repr(name))
-
-
-def load_schema(path: str | os.PathLike[str]) -> Schema:
-    """Read the schema stored by :func:`~tfr_hooks.tfrecord.write`.
-
-    Args:
-        path: The ``schema.json`` file, or the directory holding it.
-
-    Returns:
-        The schema.
-
-    Examples:
-        >>> schema = load_schema("data/mnist")  # doctest: +SKIP
-        >>> schema.names  # doctest: +SKIP
-        ['image', 'label']
-    """
-    name = os.fspath(path)
-    if tf.io.gfile.isdir(name):
-        name = os.path.join(name, SCHEMA_FILENAME)
-    return load_sidecar(name).schema

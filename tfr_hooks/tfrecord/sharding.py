@@ -11,7 +11,8 @@ benchmark's parent) can pick ports without paying for TensorFlow's import:
 * :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
   ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
 
-:mod:`tfr_hooks.tf2.distribute` re-exports these beside what the loops and hooks need.
+:mod:`tfr_hooks.tf2.distribute` makes :func:`current_task` and :class:`TaskInfo` public;
+the rest serves the readers, the loops, the tests and the launchers.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import json
 import logging
 import os
 import socket
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,6 @@ __all__ = [
     "is_multi_worker",
     "SHARD_POLICIES",
     "check_shard",
-    "SHARED_SEED",
     "shared_seed",
     "shard_dataset",
     "loopback_cluster",
@@ -109,9 +108,11 @@ def current_task(strategy: Any = None, model: Any = None) -> TaskInfo:
     """
     if strategy is None and model is not None:
         strategy = getattr(model, "distribute_strategy", None)
-    tf = sys.modules.get("tensorflow")  # no strategy can exist before it is imported
-    if strategy is None and tf is not None and tf.distribute.has_strategy():
-        strategy = tf.distribute.get_strategy()
+    if strategy is None:
+        import tensorflow as tf  # here, not at the top: a launcher only picks ports
+
+        if tf.distribute.has_strategy():
+            strategy = tf.distribute.get_strategy()
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)
     if resolver is not None and task_type is not None:

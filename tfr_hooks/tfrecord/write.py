@@ -20,9 +20,10 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_positive_int, expected
-from tfr_hooks.tfrecord.files import SCHEMA_FILENAME, check_compression
+from tfr_hooks.tfrecord.files import check_compression
 from tfr_hooks.tfrecord.packed import check_packable, serialize_blocks, to_bytes
-from tfr_hooks.tfrecord.schema import Feature, Schema, Sidecar, save_sidecar
+from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, Sidecar, save_sidecar
 
 __all__ = ["ArrayData", "WriteResult", "write", "shard_name"]
 
