@@ -108,7 +108,9 @@ def test_the_loops_run_alike() -> None:
 def test_validation_leaves_how_often_and_how_long_to_run() -> None:
     validation = _parameters(tfr_hooks.Validation.__init__)
     assert "steps" not in validation and "freq" not in validation
-    method = _parameters(tfr_hooks.KerasTrainingGraph.validation)
+    from tfr_hooks.graph.keras_graph import KerasTrainingGraph
+
+    method = _parameters(KerasTrainingGraph.validation)
     assert "steps" not in method and "freq" not in method
 
 
