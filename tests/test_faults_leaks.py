@@ -11,6 +11,9 @@ Bounds tested between the end of epoch 2 and the end of epoch 50:
   than 8 MB (measured: about 1 MB; the first epochs warm caches up by some 20 MB, hence
   the later start). A leak of 200 kB per epoch, a saver or a summary op added per
   epoch for example, exceeds it.
+
+Cross-cutting, so named after the fault rather than a module: both loops, the checkpoint
+and TensorBoard hooks and ``KerasCallbacks`` keep these bounds together.
 """
 
 from __future__ import annotations

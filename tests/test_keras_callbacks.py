@@ -13,7 +13,7 @@ import tf_keras
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tfr_hooks
-from _keras_models import TRAIN, VAL, Recorder, TensorFed, batches, compiled_model
+from helpers import TRAIN, VAL, Recorder, TensorFed, batches, compiled_model
 from tfr_hooks import FunctionLoop, KerasCallbacks
 
 cb = tf_keras.callbacks
