@@ -1,12 +1,15 @@
-"""Tiny tf_keras models and data for the Keras callback tests."""
+"""What several test files share: tiny models and data, recording hooks, event-file readers."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tfr_hooks
 from tfr_hooks.graph.metrics import RunningMeans
@@ -185,3 +188,27 @@ class Recorder:
                 self._rec("on_test_batch_end", batch, logs)
 
         return _Recorder()
+
+
+def scalars(path: Path, tag: str) -> list[tuple[int, float]]:
+    acc = EventAccumulator(str(path))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+WATCHER = "tfr_hooks-signal-watcher"
+
+
+class Threads(tfr_hooks.Hook):
+    """Notes the thread names during the first step, and the coordinator it was given."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.coord: Any = None
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.coord = coord
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if not self.names:
+            self.names = [t.name for t in threading.enumerate()]
