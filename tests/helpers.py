@@ -212,3 +212,223 @@ class Threads(tfr_hooks.Hook):
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if not self.names:
             self.names = [t.name for t in threading.enumerate()]
+
+
+class HookRecorder(tfr_hooks.Hook):
+    """The suite's recording hook: every event it gets goes through ``describe``.
+
+    ``describe(event, *args)`` returns what to append to ``events`` (``None``: nothing); the
+    subclasses below are the views the tests read. ``events`` is the hook's own list, emptied
+    at each ``begin`` so one instance can be reused, unless a list shared with other hooks is
+    given. With ``fail_in``, the hook raises ``RuntimeError`` in that event (from global step
+    ``at_step`` on, for the step events).
+    """
+
+    def __init__(
+        self,
+        name: str = "",
+        *,
+        events: list[Any] | None = None,
+        fail_in: str | None = None,
+        at_step: int = 0,
+    ) -> None:
+        self.name = name
+        self.fail_in = fail_in
+        self.at_step = at_step
+        self._shared = events is not None
+        self.events: list[Any] = events if events is not None else []
+
+    def describe(self, event: str, *args: Any) -> Any:
+        return (event, *args)
+
+    def _note(self, event: str, *args: Any) -> None:
+        item = self.describe(event, *args)
+        if item is not None:
+            self.events.append(item)
+        if self.fail_in == event and (
+            event in ("end", "epoch_end") or self.loop.global_step >= self.at_step
+        ):
+            raise RuntimeError(f"{self.name} failed in {event}")
+
+    def begin(self) -> None:
+        if not self._shared:
+            self.events = []
+        self._note("begin")
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self._note("after_create_session", session, coord)
+
+    def epoch_begin(self, epoch: int) -> None:
+        self._note("epoch_begin", epoch)
+
+    def before_run(self, run_context: Any) -> Any:
+        self._note("before_run", run_context)
+        return None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self._note("after_run", run_context, run_values)
+
+    def validation_begin(self) -> None:
+        self._note("validation_begin")
+
+    def validation_batch_begin(self, step: int) -> None:
+        self._note("validation_batch_begin", step)
+
+    def validation_batch_end(self, step: int, logs: dict[str, Any]) -> None:
+        self._note("validation_batch_end", step, logs)
+
+    def validation_end(self, logs: dict[str, Any]) -> None:
+        self._note("validation_end", logs)
+
+    def epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
+        self._note("epoch_end", epoch, logs)
+
+    def end(self, session: Any) -> None:
+        self._note("end", session)
+
+
+class LoopRecorder(HookRecorder):
+    """SessionLoop's view: each event as a tuple with what the loop state says at that moment."""
+
+    def describe(self, event: str, *args: Any) -> Any:
+        loop = self.loop
+        if event == "epoch_begin":
+            return (event, args[0], loop.steps_per_epoch)
+        if event == "before_run":
+            return (event, loop.epoch_steps)
+        if event == "after_run":
+            return (event, loop.epoch_steps, dict(loop.batch_logs))
+        if event == "validation_batch_begin":
+            return None
+        if event == "validation_batch_end":
+            return (event, args[0])
+        if event == "validation_end":
+            return (event, dict(args[0]))
+        if event == "epoch_end":
+            return (event, args[0], loop.epoch_steps, loop.epoch_examples, dict(args[1]))
+        return (event,)
+
+    def names(self) -> list[str]:
+        return [e[0] for e in self.events]
+
+
+class FunctionLoopRecorder(HookRecorder):
+    """FunctionLoop's view: run contexts carry no session; step results and counts as seen."""
+
+    def describe(self, event: str, *args: Any) -> Any:
+        loop = self.loop
+        if event == "begin":
+            return (event, loop.steps_per_execution)
+        if event == "after_create_session":
+            return (event, args[0])
+        if event == "before_run":
+            assert args[0].session is None
+            return (event, loop.epoch_steps)
+        if event == "after_run":
+            self.last_logs = dict(loop.batch_logs)
+            return (event, loop.epoch_steps, args[1].results)
+        if event in ("epoch_begin", "validation_batch_begin", "validation_batch_end"):
+            return (event, args[0])
+        if event == "validation_end":
+            return (event, dict(args[0]))
+        if event == "epoch_end":
+            return (event, args[0], loop.epoch_steps, loop.epoch_examples, dict(args[1]))
+        if event == "end":
+            return (event, loop.global_step)
+        return (event,)
+
+    def of(self, name: str) -> list[tuple[Any, ...]]:
+        return [e for e in self.events if e[0] == name]
+
+
+class LifecycleRecorder(HookRecorder):
+    """The fake runner's view: calls as strings (``"epoch_begin(0)"``), prefixed with ``name``,
+    appended to ``events`` (shared between hooks)."""
+
+    def __init__(self, events: list[Any], name: str = "") -> None:
+        super().__init__(name, events=events)
+        self.epoch_logs: list[dict[str, Any]] = []
+        self.after_run_results: list[Any] = []
+
+    def describe(self, event: str, *args: Any) -> Any:
+        if event == "after_create_session":
+            event = f"{event}({args[0]}, {args[1]})"
+        elif event == "before_run":
+            assert args[0].original_args.fetches == "train_op"
+            assert args[0].session == "fake-session"
+        elif event == "after_run":
+            self.after_run_results.append(args[1].results)
+        elif event in ("epoch_begin", "validation_batch_begin", "validation_batch_end", "end"):
+            event = f"{event}({args[0]})"
+        elif event == "epoch_end":
+            self.epoch_logs.append(dict(args[1]))
+            event = f"{event}({args[0]})"
+        return f"{self.name}{event}"
+
+
+class FaultRecorder(HookRecorder):
+    """The fault tests' view: only ``begin``, ``epoch_end <epoch>`` and ``end``."""
+
+    def __init__(self, name: str = "rec", *, fail_in: str | None = None, at_step: int = 0):
+        super().__init__(name, fail_in=fail_in, at_step=at_step)
+
+    def describe(self, event: str, *args: Any) -> Any:
+        if event == "epoch_end":
+            return f"epoch_end {args[0]}"
+        return event if event in ("begin", "end") else None
+
+
+def keras_classifier(
+    *,
+    hidden: int = 8,
+    optimizer: str = "sgd",
+    lr: float = 0.05,
+    momentum: float = 0.0,
+    seed: int | None = 0,
+    steps_per_execution: int = 1,
+) -> Any:
+    """A compiled Keras 3 ``4 -> hidden (relu) -> 2 logits`` classifier of sparse labels.
+
+    ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"``; ``seed=None`` leaves Keras'
+    random seed alone. Build it inside a strategy's scope to distribute it.
+    """
+    import keras
+
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(hidden, activation="relu"), keras.layers.Dense(2)]
+    )
+    model.compile(
+        optimizer=_keras_optimizer(optimizer, lr, momentum),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
+    )
+    return model
+
+
+def keras_regressor(
+    *,
+    inputs: int = 4,
+    optimizer: str = "sgd",
+    lr: float = 0.1,
+    momentum: float = 0.0,
+    seed: int | None = 0,
+) -> Any:
+    """A compiled Keras 3 linear regressor ``inputs -> 1`` with a mean squared error loss."""
+    import keras
+
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(1)])
+    model.compile(optimizer=_keras_optimizer(optimizer, lr, momentum), loss="mse")
+    return model
+
+
+def _keras_optimizer(name: str, lr: float, momentum: float) -> Any:
+    import keras
+
+    if name == "adam":
+        return keras.optimizers.Adam(lr)
+    return keras.optimizers.SGD(lr, momentum=momentum)

@@ -18,8 +18,9 @@ import tensorflow as tf
 import tf_keras
 
 import tfr_hooks
-from _faults import LinearModel, Recorder
+from _faults import LinearModel
 from conftest import dataset_batches, queue_batches
+from helpers import FaultRecorder as Recorder
 
 v1 = tf.compat.v1
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,16 @@ import tensorflow as tf
 import tf_keras
 
 import tfr_hooks
-from helpers import TRAIN, VAL, Recorder, TensorFed, batches, compiled_model, scalars
+from helpers import (
+    TRAIN,
+    VAL,
+    Recorder,
+    TensorFed,
+    batches,
+    compiled_model,
+    keras_classifier,
+    scalars,
+)
 from tfr_hooks import FunctionLoop, KerasCallbacks
 
 cb = tf_keras.callbacks
@@ -260,16 +269,7 @@ def test_keras3_early_stopping_backup_and_reduce_lr_resume_as_model_fit(tmp_path
         return tf.data.Dataset.from_tensor_slices(arrays).batch(24)  # 4 and 2 batches
 
     def make_model() -> keras.Model:
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential(
-            [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
-        )
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
-        return model
+        return keras_classifier(lr=0.1, momentum=0.9)
 
     class Preempted(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:  # type: ignore[type-arg]
