@@ -40,39 +40,6 @@ class LinearModel:
         return {v.op.name: np.asarray(value) for v, value in zip(variables, values, strict=True)}
 
 
-class Recorder(tfr_hooks.Hook):
-    """Records the events it sees; optionally raises in one of them."""
-
-    def __init__(self, name: str = "rec", *, fail_in: str | None = None, at_step: int = 0):
-        self.name = name
-        self.fail_in = fail_in
-        self.at_step = at_step
-        self.events: list[str] = []
-
-    def begin(self) -> None:
-        self.events = ["begin"]
-
-    def _maybe_fail(self, event: str) -> None:
-        if self.fail_in == event and (
-            event in ("end", "epoch_end") or self.loop.global_step >= self.at_step
-        ):
-            raise RuntimeError(f"{self.name} failed in {event}")
-
-    def before_run(self, run_context: Any) -> None:
-        self._maybe_fail("before_run")
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        self._maybe_fail("after_run")
-
-    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
-        self.events.append(f"epoch_end {epoch}")
-        self._maybe_fail("epoch_end")
-
-    def end(self, session: Any) -> None:
-        self.events.append("end")
-        self._maybe_fail("end")
-
-
 class Pace(tfr_hooks.Hook):
     """Sleeps after every step, so that a subprocess is still mid-epoch when signalled."""
 

@@ -36,18 +36,9 @@ def batches(n: int = N_TRAIN, seed: int = 0, batch: int = BATCH) -> Any:
 
 def make_model() -> Any:
     """A compiled two-layer classifier with a stateful optimizer (SGD with momentum)."""
-    import keras
+    from helpers import keras_classifier
 
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
-    )
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return model
+    return keras_classifier(momentum=0.9)
 
 
 def _resume(backup_dir: str, kill_at_epoch: int | None) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """One task of a loopback ``tf.compat.v1.train.Server`` cluster with a ``ps`` job.
 
-Run by ``tests/test_graph_cluster.py``: between-graph replication with
+Run by ``tests/test_cluster.py``: between-graph replication with
 ``SessionLoop(master=server.target, is_chief=...)``, asynchronous updates of variables
 on the ``ps`` task. Workers print one ``RESULT {json}`` line.
 

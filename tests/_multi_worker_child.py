@@ -86,16 +86,10 @@ def keras_mode(data: str, out: str, extra: list[str]) -> dict[str, Any]:
     )
     val = tfrecord.dataset(os.path.join(data, "val"), GLOBAL_BATCH, as_tuple=("x", "y"))
     scope = strategy.scope() if strategy is not None else _nothing()
+    from helpers import keras_classifier
+
     with scope:
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential(
-            [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
-        )
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+        model = keras_classifier(lr=0.1, momentum=0.9)
     callbacks = [
         keras.callbacks.ModelCheckpoint(
             os.path.join(out, "ckpt", "model.weights.h5"), save_weights_only=True

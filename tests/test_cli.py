@@ -273,6 +273,7 @@ def test_cli_module_imports_only_the_standard_library():
     assert top_level - {"__future__"} <= set(sys.stdlib_module_names)
 
 
+@pytest.mark.slow
 def test_python_dash_m_inspect(tmp_path):
     path = write_records(tmp_path / "one.rec", [example(label=int64_feature([7]))] * 3)
     env = {**os.environ, "PYTHONPATH": str(SRC)}

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
+from helpers import keras_regressor
 from tfr_hooks import distribute, tfrecord
 from tfr_hooks.chief_only import ChiefOnlyWriting
 from tfr_hooks.tfrecord import sharding
@@ -128,10 +129,7 @@ def test_workers_shuffle_alike_without_a_seed(tmp_path, as_task) -> None:
 
 
 def _model() -> keras.Model:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
-    return model
+    return keras_regressor(momentum=0.9)
 
 
 def _data() -> tf.data.Dataset:

@@ -177,6 +177,7 @@ CONSOLE_BLOCKS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("document", "line", "block"),

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
+from helpers import LifecycleRecorder as Recorder
 from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import HookList
 
@@ -118,57 +119,6 @@ class FakeRunner:
 
     def close(self) -> None:
         self.calls.append("close")
-
-
-class Recorder(tfr_hooks.Hook):
-    """Appends every event it gets to ``events`` (shared between hooks)."""
-
-    def __init__(self, events: list[Any], name: str = "") -> None:
-        self.events = events
-        self.name = name
-        self.epoch_logs: list[dict[str, Any]] = []
-        self.after_run_results: list[Any] = []
-
-    def _note(self, event: str) -> None:
-        self.events.append(f"{self.name}{event}")
-
-    def begin(self) -> None:
-        self._note("begin")
-
-    def after_create_session(self, session: Any, coord: Any) -> None:
-        self._note(f"after_create_session({session}, {coord})")
-
-    def epoch_begin(self, epoch: int) -> None:
-        self._note(f"epoch_begin({epoch})")
-
-    def before_run(self, run_context: Any) -> Any:
-        assert run_context.original_args.fetches == "train_op"
-        assert run_context.session == "fake-session"
-        self._note("before_run")
-        return None
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        self.after_run_results.append(run_values.results)
-        self._note("after_run")
-
-    def validation_begin(self) -> None:
-        self._note("validation_begin")
-
-    def validation_batch_begin(self, step: int) -> None:
-        self._note(f"validation_batch_begin({step})")
-
-    def validation_batch_end(self, step: int, logs: dict[str, Any]) -> None:
-        self._note(f"validation_batch_end({step})")
-
-    def validation_end(self, logs: dict[str, Any]) -> None:
-        self._note("validation_end")
-
-    def epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
-        self.epoch_logs.append(dict(logs))
-        self._note(f"epoch_end({epoch})")
-
-    def end(self, session: Any) -> None:
-        self._note(f"end({session})")
 
 
 def run(runner: FakeRunner, hooks: Sequence[Any], **kwargs: Any) -> dict[str, list[Any]]:

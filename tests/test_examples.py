@@ -41,6 +41,7 @@ def test_seed_example_learns_and_keeps_its_output_readable(tmp_path: Path) -> No
     assert checkpoint is not None and checkpoint.endswith(f"-{5 * (1200 // 64)}")
 
 
+@pytest.mark.slow
 def test_legacy_script_runs_its_own_loop_with_hooks(tmp_path: Path) -> None:
     sys.path.insert(0, str(EXAMPLES))
     try:

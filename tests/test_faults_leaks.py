@@ -11,6 +11,9 @@ Bounds tested between the end of epoch 2 and the end of epoch 50:
   than 8 MB (measured: about 1 MB; the first epochs warm caches up by some 20 MB, hence
   the later start). A leak of 200 kB per epoch, a saver or a summary op added per
   epoch for example, exceeds it.
+
+Cross-cutting, so named after the fault rather than a module: both loops, the checkpoint
+and TensorBoard hooks and ``KerasCallbacks`` keep these bounds together.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import tensorflow as tf
 import tf_keras
 
 import tfr_hooks
+from helpers import keras_classifier
 
 v1 = tf.compat.v1
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -109,14 +113,7 @@ def test_fifty_function_loop_epochs_with_keras_3_callbacks_keep_threads_and_memo
     x = rng.normal(size=(16, 4)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
-    model = keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
-    )
-    model.compile(
-        optimizer=keras.optimizers.Adam(0.01),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
+    model = keras_classifier(optimizer="adam", lr=0.01, seed=None)
     callbacks = [
         keras.callbacks.ModelCheckpoint(str(tmp_path / "m.weights.h5"), save_weights_only=True),
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=10 * EPOCHS),

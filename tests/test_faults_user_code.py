@@ -2,6 +2,9 @@
 
 Whatever fails, every other hook's ``end`` runs, the queue threads are joined, and the
 first error comes out of ``run`` with its own traceback; later errors are only logged.
+
+Cross-cutting, so named after the fault rather than a module: the engine, the hooks,
+``KerasCallbacks`` and ``QueueRunnerHook`` keep these promises together.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import tensorflow as tf
 import tf_keras
 
 import tfr_hooks
-from _faults import LinearModel, Recorder
+from _faults import LinearModel
 from conftest import dataset_batches, queue_batches
+from helpers import FaultRecorder as Recorder
 
 v1 = tf.compat.v1
 pytestmark = pytest.mark.timeout(120)

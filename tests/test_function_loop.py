@@ -14,6 +14,8 @@ import tf_keras
 import tfr_hooks
 from _log_child import RAISED_ERRORS, run_logged
 from conftest import FEATURES
+from helpers import FunctionLoopRecorder as Recorder
+from helpers import keras_classifier
 from tfr_hooks import FunctionLoop, Hook
 
 v1 = tf.compat.v1
@@ -30,50 +32,6 @@ def index_step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         "index": tf.reduce_mean(tf.cast(batch["index"], tf.float32)),
         "size": tf.cast(tf.shape(batch["index"])[0], tf.float32),
     }
-
-
-class Recorder(Hook):
-    """Records every event with what the loop shows at that moment."""
-
-    def begin(self) -> None:
-        self.events: list[tuple[Any, ...]] = [("begin", self.loop.steps_per_execution)]
-
-    def after_create_session(self, session: Any, coord: Any) -> None:
-        self.events.append(("after_create_session", session))
-
-    def epoch_begin(self, epoch: int) -> None:
-        self.events.append(("epoch_begin", epoch))
-
-    def before_run(self, run_context: Any) -> None:
-        assert run_context.session is None
-        self.events.append(("before_run", self.loop.epoch_steps))
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        self.events.append(("after_run", self.loop.epoch_steps, run_values.results))
-        self.last_logs = dict(self.loop.batch_logs)
-
-    def validation_begin(self) -> None:
-        self.events.append(("validation_begin",))
-
-    def validation_batch_begin(self, step: int) -> None:
-        self.events.append(("validation_batch_begin", step))
-
-    def validation_batch_end(self, step: int, logs: dict[str, float]) -> None:
-        self.events.append(("validation_batch_end", step))
-
-    def validation_end(self, logs: dict[str, float]) -> None:
-        self.events.append(("validation_end", dict(logs)))
-
-    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
-        self.events.append(
-            ("epoch_end", epoch, self.loop.epoch_steps, self.loop.epoch_examples, dict(logs))
-        )
-
-    def end(self, session: Any) -> None:
-        self.events.append(("end", self.loop.global_step))
-
-    def of(self, name: str) -> list[tuple[Any, ...]]:
-        return [e for e in self.events if e[0] == name]
 
 
 @pytest.mark.parametrize("steps_per_execution", [1, 32])
@@ -219,16 +177,7 @@ def test_validation_steps_and_freq(records_1000: Path, records_100: Path) -> Non
 
 
 def _keras_model(seed: int = 0) -> Any:
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)]
-    )
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.1),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return model
+    return keras_classifier(hidden=4, lr=0.1, seed=seed)
 
 
 def test_keras_model_trains_with_its_own_train_step(records_1000: Path) -> None:

@@ -94,6 +94,7 @@ def assert_same_values(ours: Any, theirs: Any) -> None:
     np.testing.assert_allclose(ours, np.asarray(theirs), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("classes", "monitor", "mode", "min_delta"),
     [(1, "val_f1", "max", 1e-3), (3, "val_loss", "min", 0.04)],

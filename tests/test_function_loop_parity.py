@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import keras_classifier, keras_regressor
 from tfr_hooks import FunctionLoop, KerasCallbacks
 
 N_TRAIN, N_VAL, BATCH = 96, 48, 24  # 4 training and 2 validation batches per epoch
@@ -29,17 +30,7 @@ def batches(n: int, seed: int) -> tf.data.Dataset:
 
 
 def make_model(steps_per_execution: int = 1) -> keras.Model:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
-    )
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.05),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-        steps_per_execution=steps_per_execution,
-    )
-    return model
+    return keras_classifier(steps_per_execution=steps_per_execution)
 
 
 class CallRecorder(keras.callbacks.Callback):
@@ -161,10 +152,7 @@ def test_same_calls_logs_and_stop_as_model_fit(tmp_path: Path, steps_per_executi
 
 
 def diverging_model() -> keras.Model:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(1e4), loss="mse")
-    return model
+    return keras_regressor(lr=1e4)
 
 
 @pytest.mark.slow

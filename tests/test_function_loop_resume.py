@@ -75,6 +75,7 @@ def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_a_crashed_run_resumes_from_the_last_completed_epoch(tmp_path: Path) -> None:
     backup = tmp_path / "backup"
     crash_watch = Watch()

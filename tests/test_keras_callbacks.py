@@ -10,19 +10,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tfr_hooks
-from _keras_models import TRAIN, VAL, Recorder, TensorFed, batches, compiled_model
+from helpers import (
+    TRAIN,
+    VAL,
+    Recorder,
+    TensorFed,
+    batches,
+    compiled_model,
+    keras_classifier,
+    scalars,
+)
 from tfr_hooks import FunctionLoop, KerasCallbacks
 
 cb = tf_keras.callbacks
-
-
-def scalars(path: Path, tag: str) -> list[tuple[int, float]]:
-    acc = EventAccumulator(str(path))
-    acc.Reload()
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
 def keras_stop_epoch(values: list[float], min_delta: float, patience: int) -> tuple[int, int]:
@@ -221,65 +223,6 @@ def test_tensorboard_v1_callback_epoch_batch_and_learning_rate(
     assert len(scalars(tmp_path, "batch_loss")) == 6  # 12 batches, every 2nd
 
 
-def test_tensorboard_logger_writes_train_and_validation_runs(
-    graph: tf.Graph, tmp_path: Path
-) -> None:
-    ours = TensorFed()
-    hook = ours.training.keras_callbacks([])
-    logger = tfr_hooks.TensorBoardLogger(tmp_path, update_freq="batch", model=ours.model)
-    history = ours.loop([hook, logger]).run(2, **ours.run_kwargs)
-    train, val = tmp_path / "train", tmp_path / "validation"
-    assert scalars(train, "epoch_loss") == [
-        (0, pytest.approx(history["loss"][0])),
-        (1, pytest.approx(history["loss"][1])),
-    ]
-    assert [v for _, v in scalars(val, "epoch_loss")] == pytest.approx(history["val_loss"])
-    assert [v for _, v in scalars(val, "epoch_accuracy")] == pytest.approx(history["val_accuracy"])
-    assert [v for _, v in scalars(train, "epoch_learning_rate")] == pytest.approx([0.1, 0.1])
-    assert [s for s, _ in scalars(train, "batch_loss")] == list(range(1, 9))
-
-
-def graph_events(run: Path) -> list[tf.compat.v1.GraphDef]:
-    """The graphs written to the event files of one run directory, in order."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
-    graphs = []
-    for path in sorted(run.glob("events.out.tfevents.*")):
-        for event in EventFileLoader(str(path)).Load():
-            if event.HasField("graph_def"):
-                graphs.append(tf.compat.v1.GraphDef.FromString(event.graph_def))
-    return graphs
-
-
-def test_tensorboard_logger_writes_the_graph_once_per_run(graph: tf.Graph, tmp_path: Path) -> None:
-    ours = TensorFed()
-    hook = ours.training.keras_callbacks([])
-    logger = tfr_hooks.TensorBoardLogger(tmp_path, model=ours.model)
-    ours.loop([hook, logger]).run(2, **ours.run_kwargs)
-
-    acc = EventAccumulator(str(tmp_path / "train"))
-    acc.Reload()
-    assert acc.Tags()["graph"] is True  # what TensorBoard's Graphs tab reads
-    nodes = {node.name for node in acc.Graph().node}
-    assert nodes == {op.name for op in graph.get_operations()}
-    assert len(graph_events(tmp_path / "train")) == 1  # once for the run, not per epoch
-
-    ours.loop([hook, logger]).run(1, **ours.run_kwargs)  # the hook reused: a new run
-    assert len(graph_events(tmp_path / "train")) == 2
-
-
-def test_tensorboard_logger_without_write_graph(graph: tf.Graph, tmp_path: Path) -> None:
-    ours = TensorFed()
-    hook = ours.training.keras_callbacks([])
-    logger = tfr_hooks.TensorBoardLogger(tmp_path, write_graph=False)
-    ours.loop([hook, logger]).run(1, **ours.run_kwargs)
-    acc = EventAccumulator(str(tmp_path / "train"))
-    acc.Reload()
-    assert acc.Tags()["graph"] is False and "epoch_loss" in acc.Tags()["scalars"]
-    with pytest.raises(TypeError, match=r"Received: write_graph='yes'"):
-        tfr_hooks.TensorBoardLogger(tmp_path, write_graph="yes")  # type: ignore[arg-type]
-
-
 def test_history_csv_lambda_and_progbar(graph: tf.Graph, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     ours = TensorFed()
     seen: list[int] = []
@@ -326,16 +269,7 @@ def test_keras3_early_stopping_backup_and_reduce_lr_resume_as_model_fit(tmp_path
         return tf.data.Dataset.from_tensor_slices(arrays).batch(24)  # 4 and 2 batches
 
     def make_model() -> keras.Model:
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential(
-            [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
-        )
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
-        return model
+        return keras_classifier(lr=0.1, momentum=0.9)
 
     class Preempted(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:  # type: ignore[type-arg]

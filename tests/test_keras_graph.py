@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 import tfr_hooks
-from _keras_models import TRAIN, VAL, batches
+from helpers import TRAIN, VAL, batches
 
 v1 = tf.compat.v1
 SGD = tf_keras.optimizers.legacy.SGD

@@ -111,6 +111,7 @@ print("\\n".join(loaded))
 """
 
 
+@pytest.mark.slow
 def test_the_tfrecord_layer_loads_no_hook_or_loop_module() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT],

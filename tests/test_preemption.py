@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import keras_regressor
 from tfr_hooks import FunctionLoop, Hook, KerasCallbacks, Preempted, PreemptionCheckpoint
 from tfr_hooks.signals import StopOnSignal, with_signal_hook
 
@@ -36,11 +37,7 @@ def _data() -> tf.data.Dataset:
 
 
 def _model() -> Any:
-    import keras
-
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
-    return model
+    return keras_regressor(inputs=3, optimizer="adam", lr=0.01, seed=None)
 
 
 class SigtermAt(Hook):

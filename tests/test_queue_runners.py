@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import tensorflow as tf
 
 import tfr_hooks
 from conftest import queue_batches, write_records
+from helpers import WATCHER, Threads
 from tfr_hooks import tfrecord
 
 v1 = tf.compat.v1
@@ -126,58 +125,6 @@ def test_queue_runner_hook_checks_its_arguments() -> None:
         tfr_hooks.QueueRunnerHook(grace_period_secs=0)
 
 
-def test_hooked_session_drives_a_legacy_while_loop(
-    graph: tf.Graph, records_100: Path, no_leaked_threads: None
-) -> None:
-    batch = queue_batches(records_100, 10, num_epochs=None, capacity=40)
-    step = v1.train.get_or_create_global_step()
-    increment = v1.assign_add(step, 1)  # its value is the step after this run
-    seen = []
-    with tfr_hooks.hooked_session(hooks=[v1.train.StopAtStepHook(last_step=7)]) as sess:
-        while not sess.should_stop():
-            seen.append(sess.run([batch["index"], increment])[1])
-    assert seen == [1, 2, 3, 4, 5, 6, 7]
-
-
-def test_hooked_session_ends_quietly_when_the_input_runs_out(
-    graph: tf.Graph, records_100: Path, no_leaked_threads: None
-) -> None:
-    batch = queue_batches(records_100, 30, num_epochs=1)
-    sizes = []
-    with tfr_hooks.hooked_session() as sess:
-        while not sess.should_stop():
-            sizes.append(len(sess.run(batch["index"])))
-    assert sizes == [30, 30, 30, 10]
-
-
-def test_hooked_session_raises_the_users_error_after_cleanup(
-    graph: tf.Graph, records_100: Path, no_leaked_threads: None
-) -> None:
-    batch = queue_batches(records_100, 10, num_epochs=None, capacity=40)
-    final = v1.train.FinalOpsHook(tf.constant(7))
-    with pytest.raises(ZeroDivisionError), tfr_hooks.hooked_session(hooks=[final]) as sess:
-        sess.run(batch["index"])
-        _ = 1 / 0
-    assert final.final_ops_values == 7
-
-
-def test_hooked_session_stops_the_users_loop_on_sigint(
-    graph: tf.Graph, records_100: Path, no_leaked_threads: None
-) -> None:
-    batch = queue_batches(records_100, 10, num_epochs=None, capacity=40)
-    previous = signal.getsignal(signal.SIGINT)
-    steps = 0
-    with tfr_hooks.hooked_session() as sess:
-        while not sess.should_stop():
-            sess.run(batch["index"])
-            steps += 1
-            if steps == 3:
-                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: handled between two runs
-            assert steps < 50, "SIGINT did not stop the loop"
-    assert steps in (3, 4)
-    assert signal.getsignal(signal.SIGINT) is previous
-
-
 # -- read_batches(pipeline="queue") as SessionLoop(data=...): one stream of passes --------
 
 PASS, QBATCH = 100, 16  # 6.25 batches a pass: batches cross the epoch boundaries
@@ -276,3 +223,72 @@ def test_epochs_a_queue_stream_cannot_give_are_refused_at_run_start(
         uncounted.run(epochs=2)
     history = uncounted.run(epochs=1)  # the whole stream is the one epoch asked for
     assert len(history["mean_x"]) == 1 and uncounted.loop.epoch_examples == 2 * PASS
+
+
+def _queue_graph() -> tuple[Any, Any]:
+    """A queue that five batches prefill and a runner that never feeds (it waits)."""
+    gate = tf.queue.FIFOQueue(10, [tf.float32], shapes=[[2]])  # nobody ever fills it
+    v1.train.add_queue_runner(v1.train.QueueRunner(gate, [gate.enqueue(gate.dequeue())]))
+    queue = tf.queue.FIFOQueue(100, [tf.float32], shapes=[[2]])
+    v1.train.add_queue_runner(v1.train.QueueRunner(queue, [queue.enqueue(gate.dequeue())]))
+    prefill = queue.enqueue_many([tf.ones([5, 2])])
+    step = v1.train.get_or_create_global_step()
+    train_op = v1.assign_add(step, tf.cast(tf.reduce_sum(queue.dequeue()), tf.int64))
+    return train_op, prefill
+
+
+class CancelWhenBlocked(Threads):
+    """After the last prefilled batch, does what the signal watcher does, from its thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer: threading.Timer | None = None
+        self.cancelled: list[bool] = []
+
+    def _unblock(self) -> None:
+        self.loop.request_stop("the test's watcher")
+        self.cancelled.append(self.loop.cancel_input())
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        super().after_run(run_context, run_values)
+        if self.loop.epoch_steps == 4:  # the next step blocks on the empty queue
+            self.timer = threading.Timer(0.5, self._unblock)
+            self.timer.start()
+
+
+def test_queue_runner_hook_owns_the_cancel_that_unblocks_a_blocked_step() -> None:
+    with tf.Graph().as_default():
+        train_op, prefill = _queue_graph()
+        hook = CancelWhenBlocked()
+        loop = tfr_hooks.SessionLoop(
+            train_op, hooks=[hook], initializers=[prefill], run_timeout_secs=60
+        )
+        history = loop.run(epochs=3)
+    assert hook.timer is not None
+    hook.timer.join(timeout=10)
+    # the blocked dequeue failed as the end of the data: one epoch of the five batches
+    assert hook.cancelled == [True]
+    assert loop.loop.global_step == 5
+    assert history == {}  # no fetches asked, one epoch closed
+    owners = [h for h in loop.hooks if isinstance(h, tfr_hooks.QueueRunnerHook)]
+    assert len(owners) == 1 and loop.loop.input_cancels == (owners[0].cancel,)
+    # the signal watcher ran, as there was input it could cancel
+    assert WATCHER in hook.names
+
+
+def test_a_run_has_one_coordinator_which_the_queue_runners_use() -> None:
+    with tf.Graph().as_default():
+        train_op, prefill = _queue_graph()
+        owner = tfr_hooks.QueueRunnerHook()
+
+        class Check(Threads):
+            def after_run(self, run_context: Any, run_values: Any) -> None:
+                super().after_run(run_context, run_values)
+                self.owners_coord = owner.coord
+
+        seen = Check()
+        tfr_hooks.SessionLoop(
+            train_op, hooks=[owner, seen], steps_per_epoch=3, initializers=[prefill]
+        ).run(epochs=1)
+    assert seen.coord is not None
+    assert seen.owners_coord is seen.coord  # the hooks' coordinator runs the queue threads

@@ -50,6 +50,7 @@ def _collect(ds: tf.data.Dataset) -> dict[str, np.ndarray]:
     return {k: np.concatenate([b[k].numpy() for b in batches]) for k in batches[0]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", ["", "gzip", "zlib"])
 def test_round_trip_every_dtype_and_shape_with_short_blocks(tmp_path, compression):
     arrays = _all_dtypes()

@@ -15,7 +15,7 @@ steps known at its start; when that number is not known yet, when no stop was re
 before this hook's ``epoch_end``: put the hook before hooks that stop training from their
 own ``epoch_end``, such as ``KerasCallbacks`` with ``EarlyStopping``.)
 
-Crash safety relies on TensorFlow's own atomic writes, which ``tests/test_faults_signals``
+Crash safety relies on TensorFlow's own atomic writes, which ``tests/test_signals.py``
 checks by SIGKILLing a process in the middle of a save: the data and index files are
 written under ``.tempstate<random>`` names and renamed when complete, and the
 ``checkpoint`` state file is replaced atomically (temporary file and rename) only after

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfr_hooks
-from _faults import LinearModel, Recorder
+from _faults import LinearModel
 from conftest import write_records
+from helpers import FaultRecorder as Recorder
 from tfr_hooks import tfrecord
 from tfr_hooks.graph.checkpoint import resume_epoch_of
 

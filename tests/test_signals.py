@@ -25,9 +25,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import tfr_hooks
 from conftest import write_records
+from helpers import WATCHER, Threads
 from tfr_hooks.graph.checkpoint import resume_epoch_of
 
 SCRIPT = Path(__file__).parent / "_fault_scripts" / "train.py"
+v1 = tf.compat.v1
 START_TIMEOUT_S = 240  # importing TensorFlow on two slow, shared cores
 STOP_TIMEOUT_S = 30  # a graceful stop must end the process within this
 BLOCK_S = 2  # after the last step it can take, a process is blocked well within this
@@ -362,3 +364,24 @@ def test_function_loop_stops_gracefully_on_sigint():
     assert watch.steps_at_epoch_end == [4]  # the epoch closed after the 4th step
     assert len(history["sum"]) == 1
     assert _handlers()[0] is signal.default_int_handler
+
+
+def test_function_loop_starts_no_signal_watcher() -> None:
+    data = tf.data.Dataset.from_tensor_slices(np.ones((8, 2), np.float32)).batch(4)
+    seen = Threads()
+    loop = tfr_hooks.FunctionLoop(
+        data, step_fn=lambda batch: {"s": tf.reduce_sum(batch)}, hooks=[seen]
+    )
+    loop.run(epochs=1)
+    assert seen.names and WATCHER not in seen.names  # nothing it could unblock
+    assert loop.loop.input_cancels == ()
+
+
+def test_session_loop_without_queues_starts_no_signal_watcher() -> None:
+    with tf.Graph().as_default():
+        it = v1.data.make_initializable_iterator(tf.data.Dataset.range(6).batch(2))
+        step = v1.train.get_or_create_global_step()
+        train_op = v1.assign_add(step, it.get_next()[0])
+        seen = Threads()
+        tfr_hooks.SessionLoop(train_op, hooks=[seen], initializers=[it.initializer]).run()
+    assert seen.names and WATCHER not in seen.names

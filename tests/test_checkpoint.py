@@ -1,7 +1,7 @@
 """A run that dies and is started again from its log directory (issue 7, item 5).
 
 The first run dies in the middle of epoch 3 (an exception that ends the process' work
-before any more saving, as a crash would; ``test_faults_signals`` shows a real SIGKILL
+before any more saving, as a crash would; ``tests/test_signals.py`` shows a real SIGKILL
 leaves the checkpoints loadable). The second run, built from scratch on the same log
 directory, must start at epoch 3 with the weights, optimizer state and global step of the
 end of epoch 2, end after the total number of epochs asked for, and finish with exactly

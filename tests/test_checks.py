@@ -1,7 +1,8 @@
 """Wrong types and values for the public API fail at once, with one clear message each.
 
 Issue 7, item 7. Each case builds the call in a fresh graph and pins the message: what
-was expected, and the value received.
+was expected, and the value received. The public API checks its arguments with
+:mod:`tfr_hooks.checks`, so its wording is tested here for every entry point.
 """
 
 from __future__ import annotations

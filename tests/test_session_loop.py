@@ -13,50 +13,9 @@ import tensorflow as tf
 import tfr_hooks
 from _log_child import ALL_LEVELS, RAISED_ERRORS, run_logged
 from conftest import dataset_batches, queue_batches
+from helpers import LoopRecorder as Recorder
 
 v1 = tf.compat.v1
-
-
-class Recorder(tfr_hooks.Hook):
-    """Records every event with what the loop state says at that moment."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[Any, ...]] = []
-
-    def begin(self) -> None:
-        self.events = [("begin",)]
-
-    def after_create_session(self, session: Any, coord: Any) -> None:
-        self.events.append(("after_create_session",))
-
-    def epoch_begin(self, epoch: int) -> None:
-        self.events.append(("epoch_begin", epoch, self.loop.steps_per_epoch))
-
-    def before_run(self, run_context: Any) -> None:
-        self.events.append(("before_run", self.loop.epoch_steps))
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        self.events.append(("after_run", self.loop.epoch_steps, dict(self.loop.batch_logs)))
-
-    def validation_begin(self) -> None:
-        self.events.append(("validation_begin",))
-
-    def validation_batch_end(self, step: int, logs: dict[str, float]) -> None:
-        self.events.append(("validation_batch_end", step))
-
-    def validation_end(self, logs: dict[str, float]) -> None:
-        self.events.append(("validation_end", dict(logs)))
-
-    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
-        self.events.append(
-            ("epoch_end", epoch, self.loop.epoch_steps, self.loop.epoch_examples, dict(logs))
-        )
-
-    def end(self, session: Any) -> None:
-        self.events.append(("end",))
-
-    def names(self) -> list[str]:
-        return [e[0] for e in self.events]
 
 
 def linear_model(batch: dict[str, tf.Tensor]) -> tuple[tf.Operation, tf.Tensor, tf.Variable]:
