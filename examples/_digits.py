@@ -20,7 +20,15 @@ tf = import_tensorflow()  # drops TensorFlow's start-up notices, keeps real erro
 # The queue API's deprecation notices would bury the examples' output; errors still show.
 tf.get_logger().setLevel(logging.ERROR)
 
-__all__ = ["FEATURES", "SPLITS", "NUM_CLASSES", "write_digits", "queue_batch", "dataset"]
+__all__ = [
+    "FEATURES",
+    "SPLITS",
+    "NUM_CLASSES",
+    "add_directory_flags",
+    "write_digits",
+    "queue_batch",
+    "dataset",
+]
 
 NUM_CLASSES = 10
 SPLITS = {"train": (0, 1200), "validation": (1200, 1497), "test": (1497, 1797)}
@@ -28,6 +36,22 @@ FEATURES = {
     "image": tf.io.FixedLenFeature([64], tf.float32),
     "label": tf.io.FixedLenFeature([], tf.int64),
 }
+
+
+def add_directory_flags(parser: Any, logdir: str, what: str = "checkpoints and logs") -> None:
+    """Give an example's ``parser`` the flags every example has: ``--data-dir``, ``--logdir``."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data/digits"),
+        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logdir",
+        type=Path,
+        default=Path(logdir),
+        help=f"where the {what} are written (default: %(default)s)",
+    )
 
 
 def write_digits(data_dir: str | Path) -> dict[str, Path]:

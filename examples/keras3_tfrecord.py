@@ -34,7 +34,7 @@ import_tensorflow()  # before anything imports TensorFlow: drops its start-up no
 
 import keras
 import tensorflow as tf
-from _digits import NUM_CLASSES, SPLITS, write_digits
+from _digits import NUM_CLASSES, SPLITS, add_directory_flags, write_digits
 
 import tfr_hooks
 
@@ -68,18 +68,7 @@ def records(path: Path, batch_size: int, *, shuffle: bool = False) -> tf.data.Da
 
 def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("data/digits"),
-        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
-    )
-    parser.add_argument(
-        "--logdir",
-        type=Path,
-        default=Path("logs/keras3_tfrecord"),
-        help="where checkpoints and logs are written (default: %(default)s)",
-    )
+    add_directory_flags(parser, "logs/keras3_tfrecord")
     parser.add_argument(
         "--epochs", type=int, default=30, help="epochs to train (default: %(default)s)"
     )

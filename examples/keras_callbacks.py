@@ -35,7 +35,7 @@ import_tensorflow()  # before anything imports TensorFlow: drops its start-up no
 
 import tensorflow as tf
 import tf_keras
-from _digits import NUM_CLASSES, dataset, queue_batch, write_digits
+from _digits import NUM_CLASSES, add_directory_flags, dataset, queue_batch, write_digits
 
 import tfr_hooks
 
@@ -58,18 +58,7 @@ def build_model(image: tf.Tensor | None) -> tf_keras.Model:
 
 def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("data/digits"),
-        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
-    )
-    parser.add_argument(
-        "--logdir",
-        type=Path,
-        default=Path("logs/keras_callbacks"),
-        help="where checkpoints and logs are written (default: %(default)s)",
-    )
+    add_directory_flags(parser, "logs/keras_callbacks")
     parser.add_argument(
         "--epochs", type=int, default=30, help="at most this many epochs (default: %(default)s)"
     )

@@ -23,7 +23,7 @@ import_tensorflow()  # before anything imports TensorFlow: drops its start-up no
 
 import tensorflow as tf
 import tf_keras
-from _digits import NUM_CLASSES, queue_batch, write_digits
+from _digits import NUM_CLASSES, add_directory_flags, queue_batch, write_digits
 
 import tfr_hooks  # CHANGED: one import
 
@@ -32,18 +32,7 @@ v1 = tf.compat.v1
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("data/digits"),
-        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
-    )
-    parser.add_argument(
-        "--logdir",
-        type=Path,
-        default=Path("logs/legacy_script"),
-        help="where the checkpoints and summaries are written (default: %(default)s)",
-    )
+    add_directory_flags(parser, "logs/legacy_script", "checkpoints and summaries")
     parser.add_argument(
         "--epochs",
         type=int,

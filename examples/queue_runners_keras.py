@@ -25,7 +25,7 @@ import_tensorflow()  # before anything imports TensorFlow: drops its start-up no
 
 import tensorflow as tf
 import tf_keras
-from _digits import NUM_CLASSES, dataset, queue_batch, write_digits
+from _digits import NUM_CLASSES, add_directory_flags, dataset, queue_batch, write_digits
 
 import tfr_hooks
 
@@ -48,18 +48,7 @@ def loss_and_accuracy(probs: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("data/digits"),
-        help="where the digits TFRecords are written (reused if there; default: %(default)s)",
-    )
-    parser.add_argument(
-        "--logdir",
-        type=Path,
-        default=Path("logs/queue_runners_keras"),
-        help="where the checkpoints are written (default: %(default)s)",
-    )
+    add_directory_flags(parser, "logs/queue_runners_keras", "checkpoints")
     parser.add_argument(
         "--epochs",
         type=int,
