@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["worker_entry", "write_entry"]
+__all__ = ["worker_entry", "write_entry", "real_entry"]
 
 
 def worker_entry(spec: dict[str, Any], conn: Any) -> None:
@@ -23,3 +23,10 @@ def write_entry(directory: str, examples: int, seed: int, conn: Any) -> None:
     import bench_workloads
 
     bench_workloads.write_entry(directory, examples, seed, conn)
+
+
+def real_entry(root: str, images: int, texts: int, seed: int, conn: Any) -> None:
+    """Write (or reuse) the data sets of ``--suite real``; send their info through ``conn``."""
+    import bench_workloads
+
+    bench_workloads.real_entry(root, images, texts, seed, conn)
