@@ -379,12 +379,15 @@ def function_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
 def model_alone(spec: w.Spec, kind: str) -> dict[str, Any]:
     """The model alone: ``train_step`` on batches held in memory, 32 steps per call.
 
-    An epoch is ``steps`` rounded up to a multiple of 32. The batches are :data:`HELD_BATCHES` batches of the hand-written pipeline (text:
-    padded to each batch's longest), taken before the clock runs and cycled.
+    An epoch is ``steps`` rounded up to a multiple of 32. The batches are
+    :data:`HELD_BATCHES` batches of the hand-written pipeline (text: padded to each
+    batch's longest), taken before the clock runs and cycled.
     """
     clock = w.Clock(spec)
     steps = _steps(spec, kind)
-    held = [tuple(tf.constant(t) for t in b) for b in pipeline(spec, kind, "hand").take(HELD_BATCHES)]
+    held = [
+        tuple(tf.constant(t) for t in b) for b in pipeline(spec, kind, "hand").take(HELD_BATCHES)
+    ]
     net = real_model(kind)
 
     def rounds(n: Any) -> Any:
