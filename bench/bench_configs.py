@@ -12,6 +12,12 @@ __all__ = [
     "LOOPS",
     "STREAMING_INPUTS",
     "MULTI_WORKER",
+    "REAL_ROWS",
+    "REAL_KINDS",
+    "REAL_REFERENCE",
+    "REAL_INPUTS",
+    "REAL_MODELS",
+    "kind_of",
 ]
 
 #: (name, description), in table order.
@@ -75,7 +81,50 @@ ROWS: list[tuple[str, str]] = [
         "the same on 2 worker processes on loopback (this machine's 2 cores shared)",
     ),
 ]
-DESCRIPTIONS = dict(ROWS)
+
+#: The rows of ``--suite real`` (bench_real): JPEG images (``img_``) and token sequences
+#: (``txt_``), each data set a table of its own, as a model is.
+_MEMORY = "needs in_memory with map_fn (issue 19 item 1); fails with the reason until then"
+_PACKED = "needs tfrecord.convert to pack foreign files (issue 19); fails until then"
+REAL_ROWS: list[tuple[str, str]] = [
+    ("img_fit_hand", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data (guide)"),
+    ("img_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset(map_fn=decode)"),
+    ("img_loop_memory", f"FunctionLoop, spe=32 + 3 callbacks, in memory: {_MEMORY}"),
+    ("img_loop_packed", f"FunctionLoop, spe=32 + 3 callbacks, packed: {_PACKED}"),
+    ("img_model_only", "ceiling: model alone, train_step x32 per call on 8 held batches"),
+    ("img_input_hand", "input alone: hand-written tf.data (parse + decode_jpeg map)"),
+    ("img_input_hand_cached", "input alone: the same + .cache() after decode, later passes"),
+    ("img_input_stream", "input alone: tfrecord.dataset(map_fn=decode)"),
+    ("img_input_memory", f"input alone, in memory: {_MEMORY}"),
+    ("img_input_packed", f"input alone, packed: {_PACKED}"),
+    ("txt_fit_padded", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data, padded_batch"),
+    ("txt_fit_bucketed", "the same with bucket_by_sequence_length"),
+    ("txt_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset (ragged, padded)"),
+    ("txt_loop_memory", f"FunctionLoop, spe=32 + 3 callbacks, in memory: {_MEMORY}"),
+    ("txt_loop_packed", f"FunctionLoop, spe=32 + 3 callbacks, packed: {_PACKED}"),
+    ("txt_model_only", "ceiling: model alone, train_step x32 per call on 8 held batches"),
+    ("txt_input_padded", "input alone: hand-written tf.data, padded_batch"),
+    ("txt_input_bucketed", "input alone: hand-written tf.data, bucket_by_sequence_length"),
+    ("txt_input_padded_cached", "input alone: padded_batch + .cache() after parse, later passes"),
+    ("txt_input_stream", "input alone: tfrecord.dataset, ragged tokens padded per batch"),
+    ("txt_input_memory", f"input alone, in memory: {_MEMORY}"),
+    ("txt_input_packed", f"input alone, packed: {_PACKED}"),
+]
+#: The tables of the real suite, by row-name prefix, and what each holds.
+REAL_KINDS = {"img": "JPEG images, small CNN", "txt": "token sequences, embedding + pooling"}
+#: The reference of each real table (the ratios' "x fit" column).
+REAL_REFERENCE = {"img": "img_fit_hand", "txt": "txt_fit_padded"}
+REAL_INPUTS = tuple(name for name, _ in REAL_ROWS if "_input_" in name)
+REAL_MODELS = ("img_model_only", "txt_model_only")
+
+
+def kind_of(config: str) -> str | None:
+    """``"img"`` or ``"txt"`` for a row of the real suite, ``None`` for a digits row."""
+    prefix = config.split("_", 1)[0]
+    return prefix if prefix in REAL_KINDS and config in dict(REAL_ROWS) else None
+
+
+DESCRIPTIONS = dict(ROWS) | dict(REAL_ROWS)
 
 #: Rows that run no model: measured once, shown under every model.
 MODEL_FREE = (

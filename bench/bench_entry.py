@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["worker_entry", "write_entry"]
+__all__ = ["worker_entry", "write_entry", "real_entry", "versions_entry"]
 
 
 def worker_entry(spec: dict[str, Any], conn: Any) -> None:
@@ -23,3 +23,29 @@ def write_entry(directory: str, examples: int, seed: int, conn: Any) -> None:
     import bench_workloads
 
     bench_workloads.write_entry(directory, examples, seed, conn)
+
+
+def real_entry(root: str, images: int, texts: int, seed: int, conn: Any) -> None:
+    """Write (or reuse) the data sets of ``--suite real``; send their info through ``conn``."""
+    import bench_workloads
+
+    bench_workloads.real_entry(root, images, texts, seed, conn)
+
+
+def versions_entry(conn: Any) -> None:
+    """Send the versions of TensorFlow, tf_keras, Keras and Python through ``conn``."""
+    import platform
+
+    import bench_workloads
+
+    tf, keras, tf_keras = bench_workloads.tf, bench_workloads.keras, bench_workloads.tf_keras
+    conn.send(
+        {
+            "ok": True,
+            "tensorflow": tf.__version__,
+            "tf_keras": tf_keras.__version__,
+            "keras": keras.__version__,
+            "python": platform.python_version(),
+        }
+    )
+    conn.close()

@@ -13,9 +13,15 @@ from bench_configs import (
     LOOPS,
     MODEL_CEILINGS,
     MODEL_FREE,
+    REAL_INPUTS,
+    REAL_KINDS,
+    REAL_MODELS,
+    REAL_REFERENCE,
+    REAL_ROWS,
     REFERENCE,
     ROWS,
     STREAMING_INPUTS,
+    kind_of,
 )
 
 __all__ = [
@@ -45,6 +51,8 @@ class Row:
     errors: list[str] = field(default_factory=list)
     # in-memory rows: (peak RSS, RSS before loading, decoded data), MiB, per repeat
     memory_use: list[tuple[float, float, float]] = field(default_factory=list)
+    # text rows of the real suite: the share of padded (0) token positions, per repeat
+    padded: list[float] = field(default_factory=list)
     median: float | None = None
     low: float | None = None
     high: float | None = None
@@ -61,6 +69,11 @@ class Row:
         """The largest (peak RSS - RSS before loading) / decoded data of the repeats."""
         ratios = [(peak - base) / data for peak, base, data in self.memory_use if data > 0]
         return max(ratios) if ratios else None
+
+    @property
+    def padded_share(self) -> float | None:
+        """The median share of padded token positions (text rows of the real suite)."""
+        return statistics.median(self.padded) if self.padded else None
 
     @property
     def in_callbacks(self) -> float | None:
@@ -123,12 +136,16 @@ def summarize(
     Returns:
         One :class:`ModelTable` per model. The reference is the median of Keras 3
         ``model.fit``; the ceiling is the smaller of the best model-alone and the best
-        input-alone medians.
+        input-alone medians. A "model" named ``img`` or ``txt`` is a data set of the
+        real suite: its table holds that data set's rows, its reference is the row of
+        ``REAL_REFERENCE``, its ceilings its own model-alone and input-alone rows.
     """
     tables = []
     for model in models:
         by_name: dict[str, Row] = {}
-        for name, description in ROWS:
+        real = model in REAL_KINDS
+        rows = [r for r in REAL_ROWS if kind_of(r[0]) == model] if real else ROWS
+        for name, description in rows:
             if name not in configs:
                 continue
             key = (name, "-" if name in MODEL_FREE else model)
@@ -141,6 +158,8 @@ def summarize(
                         row.memory_use.append(
                             (float(run["rss_mb"]), run["rss_baseline_mb"], run["decoded_mb"])
                         )
+                    if "padded_share" in run:
+                        row.padded.append(float(run["padded_share"]))
                     if "cpu_seconds" in run:
                         row.cpu_us.append(1e6 * run["cpu_seconds"] / run["examples"])
                     inside = run.get("hook_batch_seconds", 0.0) + run.get("hook_epoch_seconds", 0.0)
@@ -153,9 +172,10 @@ def summarize(
                 row.median = statistics.median(row.runs)
                 row.low, row.high = min(row.runs), max(row.runs)
             by_name[name] = row
-        reference = by_name[REFERENCE].median if REFERENCE in by_name else None
-        model_ceiling, model_from = _best(by_name, MODEL_CEILINGS)
-        input_ceiling, input_from = _best(by_name, INPUT_CEILINGS)
+        reference_name = REAL_REFERENCE[model] if real else REFERENCE
+        reference = by_name[reference_name].median if reference_name in by_name else None
+        model_ceiling, model_from = _best(by_name, REAL_MODELS if real else MODEL_CEILINGS)
+        input_ceiling, input_from = _best(by_name, REAL_INPUTS if real else INPUT_CEILINGS)
         candidates = [(v, n) for v, n in ((model_ceiling, model_from), (input_ceiling, input_from))]
         candidates = [(v, n) for v, n in candidates if v is not None]
         ceiling, ceiling_from = min(candidates) if candidates else (None, "")
@@ -195,6 +215,8 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
         targets.append(Target(table.model, target, f"{a} / {b}", ratio, threshold, met))
 
     for t in tables:
+        if t.model in REAL_KINDS:  # the real suite's tables have no targets (yet)
+            continue
         for loop in ("session_loop_queue_cb", "session_loop_dataset_cb"):
             add(t, "with callbacks >= Keras 3 fit with callbacks", loop, "keras3_fit_cb", 1.0)
         for loop in ("function_loop_1_cb", "function_loop_32_cb"):
@@ -380,10 +402,7 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         f"{meta.get('memory_gb', 'n/a')} GB RAM, load average at start {meta.get('load')}",
         f"- TensorFlow {meta.get('tensorflow')}, tf_keras {meta.get('tf_keras')}, "
         f"Keras {meta.get('keras')}, Python {meta.get('python')}",
-        f"- Data: {meta.get('examples'):,} synthetic digits-like examples (784 uint8 + int64 "
-        f"label) in {meta.get('shards')} TFRecord shards, {meta.get('mb', 0):.1f} MB, written "
-        f"by `tfr_hooks.tfrecord.write` in {meta.get('write_seconds', 0):.2f} s "
-        f"({meta.get('write_rate', 0):,.0f} examples/s)",
+        *_data_lines(meta),
         f"- Batch size {meta.get('batch_size')}; each run: 1 warm-up epoch, then "
         f"{meta.get('epochs')} timed epoch(s); {meta.get('repeats')} repeats, round-robin, "
         "each run in a fresh worker process (peak RSS is the worker's, which includes "
@@ -401,16 +420,21 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         "save, the TensorBoard write), which does not shrink with longer epochs.",
     ]
     for table in tables:
+        real = table.model in REAL_KINDS
+        padded = any(row.padded for row in table.rows)
+        title = f"{table.model}: {REAL_KINDS[table.model]}" if real else table.model
+        reference = f"`{REAL_REFERENCE[table.model]}`" if real else "Keras 3 fit"
         lines += [
             "",
-            f"## {table.model}",
+            f"## {title}",
             "",
-            f"Keras 3 fit: {_num(table.reference)} ex/s; ceiling: {_num(table.ceiling)} ex/s "
+            f"{reference}: {_num(table.reference)} ex/s; ceiling: {_num(table.ceiling)} ex/s "
             f"({table.ceiling_from}).",
             "",
-            "| configuration | what | ex/s (median) | spread (min-max) | x Keras 3 fit "
-            "| x ceiling | CPU us/ex | in callbacks | peak RSS MB |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            f"| configuration | what | ex/s (median) | spread (min-max) | x {reference} "
+            "| x ceiling | CPU us/ex | in callbacks | peak RSS MB |"
+            + (" padded positions |" if padded else ""),
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if padded else ""),
         ]
         for row in table.rows:
             if row.median is None:
@@ -422,15 +446,17 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
                 f"{_num(row.low)}-{_num(row.high)} | {_num(row.vs_reference, '{:.2f}')} | "
                 f"{_num(row.vs_ceiling, '{:.2f}')} | {_num(row.cpu_us_per_example)} | "
                 f"{_shares(row)} | {_num(row.peak_rss_mb)} |"
+                + (f" {_pct(row.padded_share)} |" if padded else "")
             )
     targets = check_targets(tables)
-    lines += [
-        "",
-        "## Targets (ratios of medians)",
-        "",
-        "| model | target | ratio | value | needed | met |",
-        "|---|---|---|---:|---:|---|",
-    ]
+    if targets:
+        lines += [
+            "",
+            "## Targets (ratios of medians)",
+            "",
+            "| model | target | ratio | value | needed | met |",
+            "|---|---|---|---:|---:|---|",
+        ]
     for t in targets:
         met = "n/a" if t.met is None else ("yes" if t.met else "**no**")
         lines.append(
@@ -438,10 +464,43 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             f">= {t.threshold:.2f} | {met} |"
         )
     lines += _multi_worker_lines(tables)
-    missing = [name for name in DESCRIPTIONS if name not in meta.get("configs", DESCRIPTIONS)]
+    ran = meta.get("configs", DESCRIPTIONS)
+    suites = {kind_of(name) is None for name in ran}  # True: digits, False: real
+    missing = [n for n in DESCRIPTIONS if n not in ran and (kind_of(n) is None) in suites]
     if missing:
         lines += ["", "Rows not run in this invocation: " + ", ".join(f"`{m}`" for m in missing)]
     return "\n".join(lines) + "\n"
+
+
+def _data_lines(meta: Mapping[str, Any]) -> list[str]:
+    """The data sets of the run: the digits records, the real suite's (when run)."""
+    lines = []
+    if meta.get("examples") is not None:
+        lines.append(
+            f"- Data: {meta.get('examples'):,} synthetic digits-like examples (784 uint8 + "
+            f"int64 label) in {meta.get('shards')} TFRecord shards, {meta.get('mb', 0):.1f} MB, "
+            f"written by `tfr_hooks.tfrecord.write` in {meta.get('write_seconds', 0):.2f} s "
+            f"({meta.get('write_rate', 0):,.0f} examples/s)"
+        )
+    real = meta.get("real") or {}
+    if "images" in real:
+        i = real["images"]
+        lines.append(
+            f"- Images (`img`): {i['examples']:,} 64x64 RGB JPEGs (`image/encoded`, "
+            f"`image/class/label`, `image/object/bbox/label` of 0-5 values), "
+            f"{i['bytes'] / 2**20:.1f} MB, written by `tf.io.TFRecordWriter` in "
+            f"{i['write_seconds']:.1f} s" + (" (reused)" if i.get("reused") else "")
+        )
+    if "text" in real:
+        t = real["text"]
+        lines.append(
+            f"- Text (`txt`): {t['examples']:,} token-id sequences (`tokens`, `label`), "
+            f"lengths median {t['median_length']:.0f}, mean {t['mean_length']:.0f}, max "
+            f"{t['max_length']}, {t['bytes'] / 2**20:.1f} MB, written by "
+            f"`tf.io.TFRecordWriter` in {t['write_seconds']:.1f} s"
+            + (" (reused)" if t.get("reused") else "")
+        )
+    return lines
 
 
 def _multi_worker_lines(tables: Sequence[ModelTable]) -> list[str]:
@@ -494,16 +553,18 @@ def render_png(tables: Sequence[ModelTable], path: str, title: str = "") -> None
         high = [max(0.0, (r.high or 0) - (r.median or 0)) for r in table.rows]
         colors = []
         for r in table.rows:
-            if r.config.startswith(("input_", "model_only")):
+            if r.config.startswith(("input_", "model_only")) or (
+                kind_of(r.config) and ("_input_" in r.config or r.config.endswith("_model_only"))
+            ):
                 colors.append("#999999")
-            elif r.config in LOOPS:
+            elif r.config in LOOPS or (kind_of(r.config) and "_loop_" in r.config):
                 colors.append("#1f77b4")
             else:
                 colors.append("#ff7f0e")
         y = list(range(len(names)))
         ax.barh(y, medians, xerr=[low, high], color=colors, capsize=2)
         # the input-alone ceilings are far off the scale of the loops: clip, and label them
-        scale = [r.high or 0.0 for r in table.rows if not r.config.startswith("input_")]
+        scale = [r.high or 0.0 for r in table.rows if "input_" not in r.config]
         limit = 1.2 * max([*scale, table.ceiling or 0.0, 1.0])
         ax.set_xlim(0, limit)
         for yi, value in zip(y, medians, strict=True):

@@ -45,7 +45,7 @@ import tf_keras  # noqa: E402
 import tfr_hooks  # noqa: E402
 from tfr_hooks import tfrecord  # noqa: E402
 
-__all__ = ["Spec", "FUNCTIONS", "run_config", "worker_entry", "write_entry"]
+__all__ = ["Spec", "FUNCTIONS", "run_config", "worker_entry", "write_entry", "real_entry"]
 
 v1 = tf.compat.v1
 LEARNING_RATE = 1e-3
@@ -66,6 +66,8 @@ class Spec:
     profile: str | None = None
     #: this worker's ``TF_CONFIG`` in a multi-worker row (set before the strategy exists)
     tf_config: str | None = None
+    #: ``--suite real``: the sizes of its data sets, ``{"img": n, "txt": n}`` (bench_real)
+    real: dict[str, int] | None = None
 
 
 def quiet() -> None:
@@ -782,10 +784,13 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
 def run_config(spec: Spec) -> dict[str, Any]:
     """Run one configuration in this process; add its peak RSS to the result."""
     os.makedirs(spec.workdir, exist_ok=True)
-    if spec.config not in FUNCTIONS:
-        raise ValueError(f"Expected one of {sorted(FUNCTIONS)}. Received: config={spec.config!r}")
+    import bench_real  # the rows of --suite real (imports this module)
+
+    functions = {**FUNCTIONS, **bench_real.FUNCTIONS}
+    if spec.config not in functions:
+        raise ValueError(f"Expected one of {sorted(functions)}. Received: config={spec.config!r}")
     MEMORY_USE.clear()
-    result = FUNCTIONS[spec.config](spec)
+    result = functions[spec.config](spec)
     result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     result.update(MEMORY_USE)  # in-memory rows: the RSS before loading, the decoded size
     result["examples_per_sec"] = result["examples"] / result["seconds"]
@@ -834,3 +839,10 @@ def write_entry(directory: str, examples: int, seed: int, conn: Any) -> None:
         conn.send(_failure(exc))
     finally:
         conn.close()
+
+
+def real_entry(root: str, images: int, texts: int, seed: int, conn: Any) -> None:
+    """Process target: write (or reuse) the data sets of ``--suite real``, send their info."""
+    import bench_real
+
+    bench_real.real_entry(root, images, texts, seed, conn)

@@ -15,6 +15,12 @@ Run:
     python bench/run.py --quick         # tiny data, 1 repeat, results in /tmp
     python bench/run.py --only keras3_fit,function_loop_32 --models mlp
     python bench/run.py --worker session_loop_queue --model mlp --profile /tmp/p.txt
+    python bench/run.py --suite real --quick  # JPEG images and token sequences (bench_real)
+
+``--suite real`` runs the rows of ``bench_configs.REAL_ROWS`` instead: data shaped as real
+TFRecords are (JPEG ``image/encoded`` with variable-length box labels; token-id lists of
+long-tailed lengths), written with a plain ``tf.io.TFRecordWriter`` and cached by their
+parameters under the data directory (``--images``, ``--texts``); ``--suite all`` runs both.
 """
 
 from __future__ import annotations
@@ -37,7 +43,15 @@ sys.path.insert(0, str(HERE))
 if (ROOT / "tfr_hooks").is_dir():  # a checkout: benchmark the working tree
     sys.path.insert(0, str(ROOT))
 
-from bench_configs import DESCRIPTIONS, MODEL_FREE, MULTI_WORKER, ROWS  # noqa: E402
+from bench_configs import (  # noqa: E402
+    DESCRIPTIONS,
+    MODEL_FREE,
+    MULTI_WORKER,
+    REAL_KINDS,
+    REAL_ROWS,
+    ROWS,
+    kind_of,
+)
 from bench_report import (  # noqa: E402
     render_markdown,
     render_png,
@@ -46,8 +60,8 @@ from bench_report import (  # noqa: E402
     summarize,
 )
 
-DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 2}
-QUICK = {"examples": 2048, "repeats": 1, "epochs": 1}
+DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 2, "images": 20000, "texts": 50000}
+QUICK = {"examples": 2048, "repeats": 1, "epochs": 1, "images": 2048, "texts": 4096}
 TMP = Path(tempfile.gettempdir()) / "tfr_hooks_bench"
 
 
@@ -59,6 +73,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, help="timed epochs per run after 1 warm-up (2)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp,cnn")
+    parser.add_argument(
+        "--suite",
+        choices=("digits", "real", "all"),
+        default="digits",
+        help="digits rows (default), real-world-shaped data (images, text), or both",
+    )
+    parser.add_argument("--images", type=int, help="--suite real: JPEG images (default 20000)")
+    parser.add_argument("--texts", type=int, help="--suite real: token sequences (50000)")
     parser.add_argument("--only", help="comma-separated configurations to run")
     parser.add_argument("--skip", help="comma-separated configurations to leave out")
     parser.add_argument("--data-dir", type=Path, help="where to write the data set")
@@ -74,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in base.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    # the real suite's data sets sit in one directory, each named by its parameters
+    args.real_dir = TMP / "real" if args.data_dir is None else args.data_dir / "real"
     if args.data_dir is None:
         args.data_dir = TMP / f"data-{args.examples}"
     if args.out is None:
@@ -82,17 +106,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [m for m in models if m not in ("mlp", "cnn")]
     if bad or not models:
         parser.error(f"--models takes mlp and/or cnn; got {args.models!r}")
-    args.model_list = models
-    configs = [name for name, _ in ROWS]
+    digits = [name for name, _ in ROWS]
+    real = [name for name, _ in REAL_ROWS]
+    configs = {"digits": digits, "real": real, "all": digits + real}[args.suite]
     if args.only:
         wanted = [c.strip() for c in args.only.split(",") if c.strip()]
         unknown = [c for c in wanted if c not in DESCRIPTIONS]
         if unknown:
-            parser.error(f"unknown configurations {unknown}; known: {', '.join(configs)}")
-        configs = [c for c in configs if c in wanted]
+            parser.error(f"unknown configurations {unknown}; known: {', '.join(DESCRIPTIONS)}")
+        configs = [c for c in digits + real if c in wanted]
     if args.skip:
         configs = [c for c in configs if c not in args.skip.split(",")]
     args.configs = configs
+    # a table per model for the digits rows, and one per real data set run
+    args.model_list = models if any(kind_of(c) is None for c in configs) else []
+    args.model_list += [k for k in REAL_KINDS if any(kind_of(c) == k for c in configs)]
     if args.worker is not None and args.worker not in DESCRIPTIONS:
         parser.error(f"unknown configuration {args.worker!r}; known: {', '.join(DESCRIPTIONS)}")
     return args
@@ -100,10 +128,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def spec_for(args: argparse.Namespace, config: str, model: str, repeat: int) -> dict[str, Any]:
     workdir = TMP / "work" / f"{config}-{model}-{repeat}"
+    real = kind_of(config) is not None
     return {
         "config": config,
         "model": model,
-        "data_dir": str(args.data_dir),
+        "data_dir": str(args.real_dir if real else args.data_dir),
+        "real": {"img": args.images, "txt": args.texts} if real else None,
         "batch_size": args.batch_size,
         "epochs": args.epochs,
         "workdir": str(workdir),
@@ -113,10 +143,16 @@ def spec_for(args: argparse.Namespace, config: str, model: str, repeat: int) -> 
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(config, model) pairs of one round; model-free rows once, under model "-"."""
+    """(config, model) pairs of one round; model-free rows once, under model "-".
+
+    The real suite's rows run once each, under their data set's name (``img``, ``txt``).
+    """
     pairs = [(c, "-") for c in args.configs if c in MODEL_FREE]
     for model in args.model_list:
-        pairs += [(c, model) for c in args.configs if c not in MODEL_FREE]
+        if model in REAL_KINDS:
+            pairs += [(c, model) for c in args.configs if kind_of(c) == model]
+        else:
+            pairs += [(c, model) for c in args.configs if c not in MODEL_FREE and not kind_of(c)]
     return pairs
 
 
@@ -222,12 +258,14 @@ def write_report(
     md.write_text(render_markdown(tables, meta))
     title = (
         f"tfr_hooks benchmark {meta['date']} - TF {meta.get('tensorflow')}, "
-        f"{meta['cpu_count']} CPUs, {meta['examples']:,} examples, batch {meta['batch_size']}"
+        f"{meta['cpu_count']} CPUs, {meta.get('examples', 0):,} examples, "
+        f"batch {meta['batch_size']}"
     )
     render_png(tables, str(args.out / "latest.png"), title)
     raw = {f"{c}|{m}": runs for (c, m), runs in results.items()}
     (args.out / "latest.json").write_text(json.dumps({"meta": meta, "runs": raw}, indent=1))
-    if args.out.resolve() == (HERE / "results").resolve() and not args.only:
+    digits_run = any(kind_of(c) is None for c in args.configs)
+    if args.out.resolve() == (HERE / "results").resolve() and not args.only and digits_run:
         # the full run of record: the README quotes it (its figures are written nowhere else)
         readme = HERE.parent / "README.md"
         summary = render_readme_summary(tables, meta)
@@ -251,15 +289,33 @@ def main(argv: list[str] | None = None) -> int:
         **machine(),
     }
     pool = Pool(args.timeout)
-    print(f"writing {args.examples:,} examples to {args.data_dir} ...", flush=True)
-    info = pool.call("write_entry", str(args.data_dir), args.examples, args.seed)
-    if not info.get("ok"):
-        print(info.get("traceback", info.get("error")), file=sys.stderr)
-        return 1
-    meta.update({k: v for k, v in info.items() if k not in ("ok", "directory")})
-    meta["mb"] = info["bytes"] / 2**20
-    meta["write_rate"] = info["examples"] / info["write_seconds"]
-    print(f"  {info['write_seconds']:.2f} s; TensorFlow {info['tensorflow']}", flush=True)
+    if any(kind_of(c) is None for c in args.configs):
+        print(f"writing {args.examples:,} examples to {args.data_dir} ...", flush=True)
+        info = pool.call("write_entry", str(args.data_dir), args.examples, args.seed)
+        if not info.get("ok"):
+            print(info.get("traceback", info.get("error")), file=sys.stderr)
+            return 1
+        meta.update({k: v for k, v in info.items() if k not in ("ok", "directory")})
+        meta["mb"] = info["bytes"] / 2**20
+        meta["write_rate"] = info["examples"] / info["write_seconds"]
+        print(f"  {info['write_seconds']:.2f} s; TensorFlow {info['tensorflow']}", flush=True)
+    if any(kind_of(c) for c in args.configs):
+        print(
+            f"writing (or reusing) {args.images:,} JPEG images and {args.texts:,} token "
+            f"sequences in {args.real_dir} ...",
+            flush=True,
+        )
+        real = pool.call("real_entry", str(args.real_dir), args.images, args.texts, args.seed)
+        if not real.get("ok"):
+            print(real.get("traceback", real.get("error")), file=sys.stderr)
+            return 1
+        meta["real"] = {
+            k: {f: v for f, v in real[k].items() if f != "files"} for k in ("images", "text")
+        }
+        for k in ("images", "text"):
+            done = "reused" if real[k].get("reused") else f"{real[k]['write_seconds']:.1f} s"
+            print(f"  {k}: {real[k]['directory']} ({done})", flush=True)
+        meta.update(_versions(pool) if "tensorflow" not in meta else {})
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     pairs = plan(args)
     for repeat in range(args.repeats):
@@ -293,16 +349,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _versions(pool: Pool) -> dict[str, Any]:
+    """The library versions, from a worker (the parent never imports TensorFlow)."""
+    info = pool.call("versions_entry")
+    return {k: v for k, v in info.items() if k != "ok"}
+
+
 def run_worker(args: argparse.Namespace) -> int:
     """``--worker CONFIG``: one run in this process (pays the import; for profiling)."""
     import bench_workloads as workloads
 
     workloads.quiet()
-    if not (Path(args.data_dir) / "info.json").exists():
+    kind = kind_of(args.worker)
+    if kind is not None:
+        from bench_real_data import write_real
+
+        write_real(args.real_dir, args.images, args.texts, args.seed)
+    elif not (Path(args.data_dir) / "info.json").exists():
         from bench_data import write_dataset
 
         write_dataset(args.data_dir, args.examples, args.seed)
-    model = "-" if args.worker in MODEL_FREE else args.model
+    model = "-" if args.worker in MODEL_FREE else (kind or args.model)
     spec = spec_for(args, args.worker, model, args.repeat_index)
     spec["profile"] = args.profile
     result = workloads.run_config(workloads.Spec(**spec))

@@ -1,0 +1,464 @@
+"""The rows of ``--suite real``: JPEG images and token sequences (see bench_real_data).
+
+Every row runs ``steps = examples // batch_size`` batches an epoch on an endless
+pipeline, one warm-up epoch then ``epochs`` timed ones, with the same clock as the
+digits rows (``bench_workloads.Clock``). Models (Keras 3):
+
+* images: uint8[64, 64, 3] -> Rescaling(1/255) -> Conv2D(16, 3, stride 2, relu) ->
+  Conv2D(32, 3, stride 2, relu) -> Conv2D(64, 3, stride 2, relu) ->
+  GlobalAveragePooling2D -> Dense(10) logits.
+* text: int64[None] (0 = padding) -> Embedding(10,000, 32, mask_zero=True) ->
+  GlobalAveragePooling1D (masked) -> Dense(2) logits.
+
+Sparse cross-entropy on logits, accuracy, Adam(1e-3), as the digits rows.
+
+Pipelines: ``hand`` is what the TensorFlow data performance guide writes
+(``TFRecordDataset(num_parallel_reads=AUTOTUNE)``, ``shuffle``, ``map(parse + decode,
+num_parallel_calls=AUTOTUNE)``, ``batch``/``padded_batch``/``bucket_by_sequence_length``,
+``prefetch(AUTOTUNE)``); ``cached`` adds ``.cache()`` after the decode (filled by a full
+pass before the warm-up epoch, so every timed epoch reads from the cache); ``stream`` is
+the package's ``tfrecord.dataset(files, batch, shuffle_buffer=..., map_fn=decode)``;
+``memory`` and ``packed`` are the package's in-memory and packed pipelines, which need
+features it does not have yet: those rows check for them and fail with the reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import bench_workloads as w
+import tensorflow as tf
+
+from tfr_hooks import tfrecord
+
+__all__ = ["FUNCTIONS", "padded_share"]
+
+#: Shuffle buffer of every real row, in examples (as the digits rows: 4 batches of 128).
+SHUFFLE = 512
+#: Bucket boundaries of the bucketed text pipeline (token counts).
+BUCKETS = [16, 32, 48, 64, 96, 128, 192, 256, 384]
+#: Distinct in-memory batches the model-alone rows cycle through.
+HELD_BATCHES = 8
+IMAGE_FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    "image/object/bbox/label": tf.io.VarLenFeature(tf.int64),
+}
+TEXT_FEATURES = {
+    "tokens": tf.io.VarLenFeature(tf.int64),
+    "label": tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+# -- data ---------------------------------------------------------------------------
+
+
+def _info(spec: w.Spec, kind: str) -> dict[str, Any]:
+    from bench_real_data import image_dir, text_dir
+
+    if spec.real is None:
+        raise ValueError("Expected the real data sets' sizes in the spec. Received: None")
+    make = image_dir if kind == "img" else text_dir
+    directory = make(spec.data_dir, spec.real[kind], spec.seed)
+    return dict(json.loads(Path(directory, "info.json").read_text()))
+
+
+def _files(spec: w.Spec, kind: str) -> list[str]:
+    return list(_info(spec, kind)["files"])
+
+
+def _steps(spec: w.Spec, kind: str) -> int:
+    return int(_info(spec, kind)["examples"]) // spec.batch_size
+
+
+def decode_image(image: Any) -> Any:
+    """JPEG bytes -> uint8 [64, 64, 3] (the shape set, as the model needs it static)."""
+    from bench_real_data import IMAGE_SIDE
+
+    decoded = tf.io.decode_jpeg(image, channels=3)
+    return tf.ensure_shape(decoded, [IMAGE_SIDE, IMAGE_SIDE, 3])
+
+
+def _parse_image(record: Any) -> Any:
+    parsed = tf.io.parse_single_example(record, IMAGE_FEATURES)
+    return decode_image(parsed["image/encoded"]), parsed["image/class/label"]
+
+
+def _parse_text(record: Any) -> Any:
+    parsed = tf.io.parse_single_example(record, TEXT_FEATURES)
+    return tf.sparse.to_dense(parsed["tokens"]), parsed["label"]
+
+
+def hand_pipeline(spec: w.Spec, kind: str, batching: str = "padded", cached: bool = False) -> Any:
+    """The data performance guide's pipeline, endless; ``cached`` adds ``.cache()``."""
+    autotune = tf.data.AUTOTUNE
+    records = tf.data.TFRecordDataset(_files(spec, kind), num_parallel_reads=autotune)
+    parse = _parse_image if kind == "img" else _parse_text
+    if cached:  # decode once, then shuffle the cached examples each pass
+        data = records.map(parse, num_parallel_calls=autotune).cache()
+        data.reduce(0, lambda n, _: n + 1)  # fill the cache (one pass, not timed)
+        data = data.shuffle(SHUFFLE, seed=spec.seed).repeat()
+    else:
+        data = records.shuffle(SHUFFLE, seed=spec.seed).repeat()
+        data = data.map(parse, num_parallel_calls=autotune)
+    if kind == "img":
+        data = data.batch(spec.batch_size, drop_remainder=True)
+    elif batching == "padded":
+        data = data.padded_batch(spec.batch_size, drop_remainder=True)
+    elif batching == "bucketed":
+        data = data.bucket_by_sequence_length(
+            lambda tokens, label: tf.shape(tokens)[0],
+            bucket_boundaries=BUCKETS,
+            bucket_batch_sizes=[spec.batch_size] * (len(BUCKETS) + 1),
+            drop_remainder=True,
+        )
+    else:
+        raise ValueError(f"Expected batching 'padded' or 'bucketed'. Received: {batching!r}")
+    return data.prefetch(autotune)
+
+
+def _package_decode(kind: str) -> Any:
+    """The ``map_fn`` the package's pipelines get: one parsed example -> (x, label)."""
+    if kind == "img":
+        return lambda ex: {
+            "image": decode_image(ex["image/encoded"]),
+            "label": ex["image/class/label"],
+        }
+    return lambda ex: {"tokens": ex["tokens"], "label": ex["label"]}
+
+
+def _pad_batch(x: Any, y: Any) -> Any:
+    """Per batch: ragged token lists -> dense, padded with 0 to the batch's longest."""
+    return (x.to_tensor() if isinstance(x, tf.RaggedTensor) else x), y
+
+
+def stream_pipeline(spec: w.Spec, kind: str) -> Any:
+    """The package's streamed pipeline, endless (``num_epochs=None``).
+
+    Images: ``map_fn`` decodes each JPEG (the package then re-batches). Text: the
+    package parses ``tokens`` as a ragged feature per batch (no ``map_fn``; one with
+    variable-length outputs could not be re-batched), padded per batch afterwards.
+    """
+    if kind == "img":
+        return tfrecord.dataset(
+            _files(spec, kind),
+            spec.batch_size,
+            shuffle_buffer=SHUFFLE,
+            seed=spec.seed,
+            num_epochs=None,
+            drop_remainder=True,
+            map_fn=_package_decode(kind),
+            as_tuple=("image", "label"),
+        )
+    data = tfrecord.dataset(
+        _files(spec, kind),
+        spec.batch_size,
+        shuffle_buffer=SHUFFLE,
+        seed=spec.seed,
+        num_epochs=None,
+        drop_remainder=True,
+        as_tuple=("tokens", "label"),
+        prefetch=None,
+    )
+    return data.map(_pad_batch, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def has_memory_map_fn() -> bool:
+    """Whether ``tfrecord.dataset`` can decode with a ``map_fn`` in memory (issue 19 item 1)."""
+    return "batch_map_fn" in inspect.signature(tfrecord.dataset).parameters
+
+
+def memory_pipeline(spec: w.Spec, kind: str) -> Any:
+    """The package's in-memory pipeline with a decoding ``map_fn`` (needs issue 19 item 1).
+
+    Images are decoded once into memory; text keeps its token lists (ragged) and pads
+    each gathered batch in ``batch_map_fn``. Without the feature, this raises at once
+    with the package's own reason (the row is then reported as failed).
+    """
+    extra: dict[str, Any] = {}
+    if has_memory_map_fn() and kind == "txt":
+        extra["batch_map_fn"] = _pad_batch
+    data = tfrecord.dataset(
+        _files(spec, kind),
+        spec.batch_size,
+        shuffle_buffer=1,
+        seed=spec.seed,
+        num_epochs=None,
+        drop_remainder=True,
+        in_memory=True,
+        map_fn=_package_decode(kind),
+        as_tuple=("image", "label") if kind == "img" else ("tokens", "label"),
+        **extra,
+    )
+    if kind == "txt" and not extra:
+        data = data.map(_pad_batch)
+    return data
+
+
+def packed_pipeline(spec: w.Spec, kind: str) -> Any:
+    """The package's packed shards of this data (needs ``tfrecord.convert``).
+
+    Converts the producer's files once into packed shards (128 examples a record) next
+    to them, then streams those as :func:`stream_pipeline` does.
+    """
+    convert = getattr(tfrecord, "convert", None)
+    if convert is None:
+        raise NotImplementedError(
+            "needs tfrecord.convert to pack files the package did not write (issue 19)"
+        )
+    source = Path(_files(spec, kind)[0]).parent
+    target = source.parent / (source.name + "-packed")
+    if not (target / "schema.json").exists():
+        convert(str(source), str(target), examples_per_record=128)
+    extra: dict[str, Any] = {"map_fn": _package_decode(kind)} if kind == "img" else {}
+    data = tfrecord.dataset(
+        str(target),
+        spec.batch_size,
+        shuffle_buffer=w.PACKED_WINDOW,
+        seed=spec.seed,
+        num_epochs=None,
+        drop_remainder=True,
+        as_tuple=("image", "label") if kind == "img" else ("tokens", "label"),
+        **extra,
+    )
+    return data if kind == "img" else data.map(_pad_batch)
+
+
+def pipeline(spec: w.Spec, kind: str, source: str) -> Any:
+    """The pipeline called ``source`` (``hand``, ``bucketed``, ``cached``, ``stream``...)."""
+    if source in ("hand", "padded"):
+        return hand_pipeline(spec, kind, "padded")
+    if source == "bucketed":
+        return hand_pipeline(spec, kind, "bucketed")
+    if source == "cached":
+        return hand_pipeline(spec, kind, "padded", cached=True)
+    if source == "stream":
+        return stream_pipeline(spec, kind)
+    if source == "memory":
+        return memory_pipeline(spec, kind)
+    if source == "packed":
+        return packed_pipeline(spec, kind)
+    raise ValueError(f"Unknown pipeline {source!r}")
+
+
+def padded_share(data: Any, steps: int) -> float:
+    """The share of padded (0) token positions in ``steps`` batches of ``data``."""
+
+    @tf.function(autograph=False)
+    def count(n: Any) -> Any:
+        iterator = iter(data)
+
+        def body(i: Any, pad: Any, total: Any) -> Any:
+            x, _ = next(iterator)
+            pad += tf.reduce_sum(tf.cast(tf.equal(x, 0), tf.int64))
+            return i + 1, pad, total + tf.size(x, out_type=tf.int64)
+
+        zero = tf.constant(0, tf.int64)
+        return tf.while_loop(lambda i, *_: i < n, body, [tf.constant(0), zero, zero])[1:]
+
+    pad, total = count(tf.constant(steps))
+    return float(pad) / max(1, int(total))
+
+
+# -- models ---------------------------------------------------------------------------
+
+
+def real_model(kind: str, steps_per_execution: int = 1) -> Any:
+    """The compiled Keras 3 model of ``kind`` (``img`` or ``txt``)."""
+    import keras as k3
+    from bench_real_data import IMAGE_CLASSES, IMAGE_SIDE, TEXT_CLASSES, VOCAB
+
+    layers = k3.layers
+    if kind == "img":
+        inputs = k3.Input(shape=(IMAGE_SIDE, IMAGE_SIDE, 3), dtype="uint8")
+        h = layers.Rescaling(1.0 / 255)(inputs)
+        for filters in (16, 32, 64):
+            h = layers.Conv2D(filters, 3, strides=2, activation="relu")(h)
+        h = layers.GlobalAveragePooling2D()(h)
+        outputs = layers.Dense(IMAGE_CLASSES)(h)
+    else:
+        inputs = k3.Input(shape=(None,), dtype="int64")
+        h = layers.Embedding(VOCAB, 32, mask_zero=True)(inputs)
+        h = layers.GlobalAveragePooling1D()(h)
+        outputs = layers.Dense(TEXT_CLASSES)(h)
+    net = k3.Model(inputs, outputs)
+    net.compile(
+        optimizer=k3.optimizers.Adam(w.LEARNING_RATE),
+        loss=k3.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
+    )
+    return net
+
+
+# -- rows -----------------------------------------------------------------------------
+
+
+def _with_share(spec: w.Spec, kind: str, source: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Text rows: add the padded share of (a fresh copy of) the row's pipeline."""
+    if kind == "txt":
+        result["padded_share"] = padded_share(pipeline(spec, kind, source), _steps(spec, kind))
+    return result
+
+
+def input_alone(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
+    """The pipeline alone, consumed inside a ``tf.function`` loop (no Python a batch)."""
+    clock = w.Clock(spec)
+    steps = _steps(spec, kind)
+    data = pipeline(spec, kind, source)
+    iterator = iter(data)
+
+    def consume(n: Any) -> Any:
+        def body(i: Any, seen: Any, pad: Any, total: Any) -> Any:
+            x, y = next(iterator)
+            touch = tf.cast(tf.reduce_sum(tf.cast(x, tf.int64)) * 0, tf.int64)
+            seen += tf.shape(y, out_type=tf.int64)[0] + touch + tf.reduce_sum(y) * 0
+            pad += tf.reduce_sum(tf.cast(tf.equal(x, 0), tf.int64))
+            return i + 1, seen, pad, total + tf.size(x, out_type=tf.int64)
+
+        zero = tf.constant(0, tf.int64)
+        return tf.while_loop(lambda i, *_: i < n, body, [tf.constant(0), zero, zero, zero])
+
+    run = tf.function(consume, autograph=False)
+    pad = total = 0
+    for _ in range(spec.epochs + 1):
+        _, seen, padded, size = run(tf.constant(steps))
+        clock.mark(int(seen))
+        pad, total = pad + int(padded), total + int(size)
+    result = clock.result()
+    if kind == "txt":
+        result["padded_share"] = pad / max(1, total)
+    return result
+
+
+def fit(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
+    """Keras 3 ``fit``, ``steps_per_execution=32`` + the 3 callbacks."""
+    import keras as k3
+
+    clock = w.Clock(spec)
+    steps = _steps(spec, kind)
+    net = real_model(kind, 32)
+    cbs = w.bracket_callbacks(k3, clock, w.callbacks(k3, spec.workdir))
+    cbs.append(w.clock_callback(k3, clock, steps * spec.batch_size))
+    net.fit(
+        pipeline(spec, kind, source),
+        epochs=spec.epochs + 1,
+        steps_per_epoch=steps,
+        verbose=0,
+        callbacks=cbs,
+        shuffle=False,
+    )
+    return _with_share(spec, kind, source, clock.result())
+
+
+def function_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
+    """``FunctionLoop(steps_per_execution=32)`` + the 3 callbacks."""
+    import keras as k3
+
+    import tfr_hooks
+    from tfr_hooks.tf2.function_loop import FunctionLoop
+
+    clock = w.Clock(spec)
+    net = real_model(kind)
+    hooks = w.bracket_hooks(clock, [tfr_hooks.KerasCallbacks(w.callbacks(k3, spec.workdir), net)])
+    hooks.append(w.clock_hook(clock))
+    loop = FunctionLoop(
+        pipeline(spec, kind, source),
+        model=net,
+        hooks=hooks,
+        steps_per_execution=32,
+        steps_per_epoch=_steps(spec, kind),
+    )
+    loop.run(epochs=spec.epochs + 1)
+    return _with_share(spec, kind, source, clock.result())
+
+
+def model_alone(spec: w.Spec, kind: str) -> dict[str, Any]:
+    """The model alone: ``train_step`` on batches held in memory, 32 steps per call.
+
+    An epoch is ``steps`` rounded up to a multiple of 32. The batches are
+    :data:`HELD_BATCHES` batches of the hand-written pipeline (text: padded to each
+    batch's longest), taken before the clock runs and cycled.
+    """
+    clock = w.Clock(spec)
+    steps = _steps(spec, kind)
+    held = [
+        tuple(tf.constant(t) for t in b) for b in pipeline(spec, kind, "hand").take(HELD_BATCHES)
+    ]
+    net = real_model(kind)
+
+    def rounds(n: Any) -> Any:
+        def body(i: Any) -> Any:
+            for batch in held:  # unrolled: text batches differ in length
+                logs = net.train_step(batch)
+                with tf.control_dependencies(tf.nest.flatten(logs)):
+                    i = tf.identity(i)
+            return i + 1
+
+        return tf.while_loop(lambda i: i < n, body, [tf.constant(0)])
+
+    run = tf.function(rounds, autograph=False)
+    per_call = 32 // HELD_BATCHES  # rounds of the held batches: 32 steps per call
+    calls = -(-steps // 32)
+    for _ in range(spec.epochs + 1):
+        for _ in range(calls):
+            run(tf.constant(per_call))
+        clock.mark(calls * 32 * spec.batch_size)
+    result = clock.result()
+    if kind == "txt":
+        xs = [b[0] for b in held]
+        pad = sum(int(tf.reduce_sum(tf.cast(tf.equal(x, 0), tf.int64))) for x in xs)
+        result["padded_share"] = pad / sum(int(tf.size(x)) for x in xs)
+    return result
+
+
+def real_entry(root: str, images: int, texts: int, seed: int, conn: Any) -> None:
+    """Process target: write (or reuse) both data sets, send their info back."""
+    try:
+        from bench_real_data import write_real
+
+        conn.send({"ok": True, **write_real(root, images, texts, seed)})
+    except BaseException as exc:
+        conn.send(w._failure(exc))
+    finally:
+        conn.close()
+
+
+def _row(kind: str, what: str, source: str) -> Any:
+    if what == "input":
+        return lambda s: input_alone(s, kind, source)
+    if what == "fit":
+        return lambda s: fit(s, kind, source)
+    if what == "loop":
+        return lambda s: function_loop(s, kind, source)
+    raise ValueError(what)
+
+
+#: Configuration name -> function of the spec (descriptions in bench_configs.REAL_ROWS).
+FUNCTIONS: dict[str, Any] = {
+    "img_input_hand": _row("img", "input", "hand"),
+    "img_input_hand_cached": _row("img", "input", "cached"),
+    "img_input_stream": _row("img", "input", "stream"),
+    "img_input_memory": _row("img", "input", "memory"),
+    "img_input_packed": _row("img", "input", "packed"),
+    "img_fit_hand": _row("img", "fit", "hand"),
+    "img_loop_stream": _row("img", "loop", "stream"),
+    "img_loop_memory": _row("img", "loop", "memory"),
+    "img_loop_packed": _row("img", "loop", "packed"),
+    "img_model_only": lambda s: model_alone(s, "img"),
+    "txt_input_padded": _row("txt", "input", "padded"),
+    "txt_input_bucketed": _row("txt", "input", "bucketed"),
+    "txt_input_padded_cached": _row("txt", "input", "cached"),
+    "txt_input_stream": _row("txt", "input", "stream"),
+    "txt_input_memory": _row("txt", "input", "memory"),
+    "txt_input_packed": _row("txt", "input", "packed"),
+    "txt_fit_padded": _row("txt", "fit", "padded"),
+    "txt_fit_bucketed": _row("txt", "fit", "bucketed"),
+    "txt_loop_stream": _row("txt", "loop", "stream"),
+    "txt_loop_memory": _row("txt", "loop", "memory"),
+    "txt_loop_packed": _row("txt", "loop", "packed"),
+    "txt_model_only": lambda s: model_alone(s, "txt"),
+}
