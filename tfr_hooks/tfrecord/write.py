@@ -361,9 +361,7 @@ def write_shards(
         raise ValueError("Expected the input to hold at least one example. Received: none")
     schema_path = os.path.join(out_dir, SCHEMA_FILENAME)
     packing = (examples_per_record, tuple(examples) if examples_per_record > 1 else ())
-    save_sidecar(
-        schema_path, Sidecar(schema, compression, tuple(counts), tuple(sizes), *packing)
-    )
+    save_sidecar(schema_path, Sidecar(schema, compression, tuple(counts), tuple(sizes), *packing))
     logger.info("Wrote %d examples to %d shard(s) in %s", total, shards, out_dir)
     return WriteResult(out_dir, files, schema, compression, total, schema_path)
 
