@@ -17,9 +17,15 @@ import pytest
 from tfr_hooks import cli, tfrecord
 
 try:
-    from _tfrecord_data import example, float_feature, int64_feature, write_records
+    from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records
 except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import example, float_feature, int64_feature, write_records
+    from tests._tfrecord_data import (
+        bytes_feature,
+        example,
+        float_feature,
+        int64_feature,
+        write_records,
+    )
 
 SRC = Path(cli.__file__).resolve().parents[1]
 EXAMPLES = sorted((SRC / "examples").glob("[a-z]*.py"))
@@ -372,3 +378,54 @@ def test_every_example_flag_has_a_help_string(script, monkeypatch):
     parser = parsed.value.args[0]
     assert [a for a in parser._actions if a.option_strings != ["-h", "--help"]]
     assert _undescribed(parser) == [], f"{script.name} --help"
+
+
+def test_convert_tfrecord_files_of_another_tool_end_to_end(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(30, 4, 4, 1), dtype=np.uint8)
+    records = [
+        example(image_raw=bytes_feature([image.tobytes()]), label=int64_feature([i % 10]))
+        for i, image in enumerate(images)
+    ]
+    source = tmp_path / "in"
+    source.mkdir()
+    write_records(source / "train-0.tfrecords", records[:20])
+    write_records(source / "train-1.tfrecords.gz", records[20:], "GZIP")
+    out = tmp_path / "out"
+    argv = ["convert", str(source / "train-*"), str(out), "--decode", "image_raw=uint8:4,4,1"]
+    argv += ["--shards", "2", "--examples-per-record", "4", "--compression", "gzip"]
+    assert cli.main([*argv, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "Wrote 30 examples to 2 shard(s)" in printed
+    assert "Packed: 4 examples per record" in printed
+    assert "image_raw  uint8  (4, 4, 1)" in printed
+    batches = list(tfrecord.dataset(str(out), batch_size=30, num_parallel_reads=1))
+    np.testing.assert_array_equal(batches[0]["image_raw"].numpy(), images)
+    np.testing.assert_array_equal(batches[0]["label"].numpy(), np.arange(30) % 10)
+
+
+def test_convert_names_the_flags_for_a_varying_feature_it_cannot_pack(tmp_path, capsys):
+    records = [example(tokens=int64_feature(range(i % 3))) for i in range(9)]
+    path = write_records(tmp_path / "text.tfrecord", records)
+    argv = ["convert", path, str(tmp_path / "out"), "--examples-per-record", "3"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tfr-hooks convert: error: Expected every feature to have a fixed")
+    assert "feature 'tokens'" in err and "--examples-per-record 1" in err
+    assert "--decode tokens=int64:N" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["convert", "in.tfrecord", "out", "--decode", "image_raw"],
+        ["convert", "in.tfrecord", "out", "--decode", "image_raw=uint8:28,x"],
+        ["convert", "a.npz", "b.tfrecord", "out"],
+        ["convert", "a.npz", "out", "--decode", "x=uint8:2"],
+    ],
+)
+def test_convert_usage_errors_of_tfrecord_input(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert "tfr-hooks: error:" in capsys.readouterr().err

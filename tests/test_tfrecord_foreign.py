@@ -576,3 +576,116 @@ def test_docs_float_feature_with_a_default_reads_what_write_stores(tmp_path):
         tfrecord.dataset(
             tmp_path / "data", 4, schema=Schema([Feature("xy", "float32", (2,), "float", 0.0)])
         )
+
+
+# tfrecord.convert: files of other producers rewritten as shards and schema.json
+
+
+def read_all(files, **kwargs) -> dict[str, np.ndarray]:
+    """Every example of ``files``, in the stored order, as numpy arrays (or lists)."""
+    batches = list(tfrecord.dataset(files, batch_size=64, num_parallel_reads=1, **kwargs))
+    columns = {}
+    for name, first in batches[0].items():
+        if isinstance(first, tf.RaggedTensor):
+            columns[name] = [row for b in batches for row in b[name].to_list()]
+        else:
+            columns[name] = np.concatenate([b[name].numpy() for b in batches])
+    return columns
+
+
+def assert_same_columns(found: dict, wanted: dict) -> None:
+    assert sorted(found) == sorted(wanted)
+    for name, values in wanted.items():
+        if isinstance(values, list):
+            assert found[name] == values, name
+        else:
+            assert found[name].dtype == values.dtype, name
+            np.testing.assert_array_equal(found[name], values, err_msg=name)
+
+
+@pytest.mark.parametrize("examples_per_record", [1, 8])
+def test_convert_the_seed_layout_reads_back_the_same_examples(tmp_path, examples_per_record):
+    images = seed_images(70)
+    source = tmp_path / "in"
+    source.mkdir()
+    write_seed_layout(source / "a.tfrecords", images[:40])
+    write_seed_layout(source / "b.tfrecords", images[40:])
+    decode = {"image_raw": ("uint8", (SIDE, SIDE, 1))}
+    result = tfrecord.convert(
+        str(source),
+        tmp_path / "out",
+        decode=decode,
+        shards=3,
+        examples_per_record=examples_per_record,
+        chunk_size=16,  # chunks that span files and shards
+    )
+    assert result.num_records == 70 and len(result.files) == 3
+    assert tfrecord.load_schema(result.schema_path)["image_raw"].shape == (SIDE, SIDE, 1)
+    wanted = read_all(str(source), decode=decode)
+    np.testing.assert_array_equal(wanted["image_raw"], images)
+    # no decode: schema.json says what the raw bytes hold
+    assert_same_columns(read_all(tmp_path / "out"), wanted)
+
+
+def test_convert_detects_the_compression_of_a_gzip_file_of_float_lists(tmp_path):
+    rng = np.random.default_rng(1)
+    xy = rng.normal(size=(25, 3)).astype(np.float32)
+    records = [example(xy=float_feature(v), t=float_feature([v[0]])) for v in xy]
+    path = write_records(tmp_path / "floats.data", records, "GZIP")  # no telling suffix
+    assert tfrecord.detect_compression(path) == "GZIP"
+    result = tfrecord.convert(path, tmp_path / "out", compression="zlib")
+    assert result.compression == "ZLIB"
+    assert result.files[0].endswith(".tfrecord.zlib")
+    assert_same_columns(read_all(tmp_path / "out"), read_all(path))
+    np.testing.assert_array_equal(read_all(tmp_path / "out")["xy"], xy)
+
+
+def test_convert_keeps_jpeg_bytes_as_bytes(tmp_path):
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, size=(12, 8, 8, 3), dtype=np.uint8)
+    encoded = [tf.io.encode_jpeg(image).numpy() for image in images]
+    records = [
+        example(
+            **{"image/encoded": bytes_feature([jpeg]), "image/class/label": int64_feature([i % 3])}
+        )
+        for i, jpeg in enumerate(encoded)
+    ]
+    path = write_records(tmp_path / "train-00000-of-00001", records)
+    result = tfrecord.convert(path, tmp_path / "out", shards=2, examples_per_record=4)
+    assert result.schema["image/encoded"].dtype == "bytes"
+    converted = read_all(tmp_path / "out")
+    assert_same_columns(converted, read_all(path))
+    assert list(converted["image/encoded"]) == encoded
+    decoded = tf.io.decode_jpeg(converted["image/encoded"][5]).numpy()
+    assert decoded.shape == (8, 8, 3)
+
+
+def tokens_file(tmp_path) -> str:
+    records = [
+        example(tokens=int64_feature(range(i % 4)), label=int64_feature([i])) for i in range(20)
+    ]
+    return write_records(tmp_path / "text.tfrecord", records)
+
+
+def test_convert_keeps_a_varying_length_feature_unpacked(tmp_path):
+    path = tokens_file(tmp_path)
+    result = tfrecord.convert(path, tmp_path / "out", shards=2)
+    assert result.schema["tokens"].shape == (None,)
+    converted = read_all(tmp_path / "out")
+    assert converted["tokens"] == [list(range(i % 4)) for i in range(20)]
+    assert_same_columns(converted, read_all(path))
+
+
+def test_convert_packed_refuses_a_varying_length_feature_by_name(tmp_path):
+    path = tokens_file(tmp_path)
+    with pytest.raises(ValueError, match=r"feature 'tokens' of shape \(None,\)") as info:
+        tfrecord.convert(path, tmp_path / "out", examples_per_record=4)
+    assert "decode={'tokens': ('int64', (N,))}" in str(info.value)
+    assert "examples_per_record=1" in str(info.value)
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_convert_refuses_to_write_over_its_input(tmp_path):
+    path = tokens_file(tmp_path)
+    with pytest.raises(ValueError, match="Expected `directory` to be another directory"):
+        tfrecord.convert(path, tmp_path, overwrite=True)

@@ -1,9 +1,11 @@
-"""The ``tfr-hooks`` command: convert ``.npz`` files to TFRecord shards, inspect any file.
+"""The ``tfr-hooks`` command: convert ``.npz`` or any TFRecord files to shards, inspect any file.
 
 Usage::
 
     tfr-hooks convert INPUT.npz OUTDIR --shards 4 [--compression gzip|zlib]
         [--examples-per-record N]
+    tfr-hooks convert FILE_OR_DIR_OR_GLOB... OUTDIR [--decode NAME=DTYPE:SHAPE]...
+        [--shards N] [--compression gzip|zlib] [--examples-per-record N]
     tfr-hooks inspect FILE_OR_DIR_OR_GLOB... [--json] [--max-records N]
 
 Only the standard library is imported at module level: :func:`main` imports TensorFlow
@@ -31,24 +33,40 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tfr-hooks`` command."""
     parser = argparse.ArgumentParser(
         prog="tfr-hooks",
-        description="Convert .npz arrays to TFRecord shards with a stored schema, and "
-        "inspect TFRecord files written by any tool.",
+        description="Convert .npz arrays or TFRecord files written by any tool to TFRecord "
+        "shards with a stored schema, and inspect TFRecord files written by any tool.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     convert = commands.add_parser(
         "convert",
-        help="turn an .npz file into TFRecord shards with a stored schema",
-        description="Turn the arrays of an .npz file (sharing their first dimension) into "
-        "tf.train.Example records in OUTDIR, with the schema in OUTDIR/schema.json.",
+        help="turn an .npz file or TFRecord files into shards with a stored schema",
+        description="Turn the arrays of an .npz file (sharing their first dimension), or "
+        "the tf.train.Example records of TFRecord files written by any tool (compression "
+        "detected per file, schema inferred), into tf.train.Example records in OUTDIR, "
+        "with the schema in OUTDIR/schema.json. One INPUT ending in .npz is read as "
+        "arrays; anything else as TFRecord files, directories or globs.",
     )
-    convert.add_argument("input", metavar="INPUT.npz", help="the .npz file to convert")
+    convert.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="one .npz file, or TFRecord files, directories or globs",
+    )
     convert.add_argument("outdir", metavar="OUTDIR", help="output directory (created)")
     convert.add_argument("--shards", type=int, default=1, help="number of files (default 1)")
     convert.add_argument(
         "--compression", choices=_COMPRESSION_CHOICES, default="none", help="default: none"
     )
     convert.add_argument("--prefix", default="data", help="shard file name prefix")
+    convert.add_argument(
+        "--decode",
+        action="append",
+        default=[],
+        metavar="NAME=DTYPE:SHAPE",
+        help="read feature NAME as DTYPE of SHAPE (comma-separated, empty for a scalar), "
+        "e.g. image_raw=uint8:28,28,1 for raw bytes; repeatable (TFRecord input only)",
+    )
     convert.add_argument(
         "--examples-per-record",
         type=int,
@@ -113,6 +131,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(
             f"--examples-per-record must be a positive integer, not {args.examples_per_record}"
         )
+    if args.command == "convert":
+        try:
+            args.decode = _parse_decode(args.decode)
+        except ValueError as error:
+            parser.error(str(error))
+        npz = [path for path in args.inputs if path.endswith(".npz")]
+        if npz and len(args.inputs) > 1:
+            parser.error(
+                f"an .npz INPUT is converted on its own, not with other inputs: {args.inputs}"
+            )
+        if npz and args.decode:
+            parser.error("--decode applies to TFRecord input, not to an .npz file")
     from tfr_hooks.quiet import import_tensorflow
 
     import_tensorflow()  # before anything else imports TensorFlow
@@ -129,9 +159,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _parse_decode(items: Sequence[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``--decode NAME=DTYPE:SHAPE`` values as ``decode`` takes them."""
+    changes: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for item in items:
+        name, equals, spec = item.partition("=")
+        dtype, _, shape_text = spec.partition(":")
+        parts = [p.strip() for p in shape_text.strip().strip("()").split(",") if p.strip()]
+        if not equals or not name or not dtype or not all(p.isdigit() for p in parts):
+            raise ValueError(
+                f"--decode expects NAME=DTYPE:SHAPE, e.g. image_raw=uint8:28,28,1 (an "
+                f"empty SHAPE for a scalar), not {item!r}"
+            )
+        changes[name] = (dtype, tuple(int(p) for p in parts))
+    return changes
+
+
 def _convert(args: argparse.Namespace) -> int:
+    if len(args.inputs) == 1 and args.inputs[0].endswith(".npz"):
+        return _convert_npz(args, args.inputs[0])
+    # the total is unknown before reading: the bar counts up
+    progress, close = _progress_bar(None, enabled=not args.no_progress)
+    try:
+        result = _write(args, list(args.inputs), progress)
+    finally:
+        close()
+    _report(args, result)
+    return 0
+
+
+def _convert_npz(args: argparse.Namespace, path: str) -> int:
     import numpy as np
 
+    args.input = path
     try:
         with np.load(args.input, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
@@ -155,6 +215,12 @@ def _convert(args: argparse.Namespace) -> int:
         result = _write(args, arrays, progress)
     finally:
         close()
+    _report(args, result)
+    return 0
+
+
+def _report(args: argparse.Namespace, result: Any) -> None:
+    """Print what ``convert`` wrote: the shards, the schema, the packing, the features."""
     print(
         f"Wrote {result.num_records} examples to {len(result.files)} shard(s) in "
         f"{result.directory} (compression: {result.compression or 'none'})"
@@ -167,17 +233,26 @@ def _convert(args: argparse.Namespace) -> int:
         [[f.name, f.dtype, _shape_text(f.shape), f.encoding] for f in result.schema],
         sys.stdout,
     )
-    return 0
 
 
-def _write(args: argparse.Namespace, arrays: dict[str, Any], progress: Any) -> Any:
-    """``tfrecord.write`` with the options of ``convert``, its errors in the CLI's terms."""
+def _write(args: argparse.Namespace, data: Any, progress: Any) -> Any:
+    """``tfrecord.write`` (arrays) or ``convert`` (a list of paths) with the CLI's options.
+
+    Its errors are given in the CLI's terms.
+    """
     from tfr_hooks import tfrecord
 
+    extra: dict[str, Any] = {}
+    if isinstance(data, list):
+        function: Callable[..., Any] = tfrecord.convert
+        extra["decode"] = args.decode or None
+    else:
+        function = tfrecord.write
     try:
-        return tfrecord.write(
-            arrays,
+        return function(
+            data,
             args.outdir,
+            **extra,
             shards=args.shards,
             compression=args.compression,
             prefix=args.prefix,
@@ -193,7 +268,7 @@ def _write(args: argparse.Namespace, arrays: dict[str, Any], progress: Any) -> A
         ) from error
 
 
-def _progress_bar(total: int, *, enabled: bool) -> tuple[Any, Callable[[], None]]:
+def _progress_bar(total: int | None, *, enabled: bool) -> tuple[Any, Callable[[], None]]:
     """A callback advancing a progress bar on stderr, and a function closing it.
 
     As tqdm's own command line does: a bar only when stderr is a terminal (a log file
@@ -208,7 +283,8 @@ def _progress_bar(total: int, *, enabled: bool) -> tuple[Any, Callable[[], None]
 
         def update(count: int) -> None:
             done[0] += count
-            print(f"\rwriting: {done[0]}/{total} examples", end="", file=sys.stderr)
+            of = "" if total is None else f"/{total}"
+            print(f"\rwriting: {done[0]}{of} examples", end="", file=sys.stderr)
 
         return update, lambda: print(file=sys.stderr) if done[0] else None
     bar = tqdm(total=total, unit="ex", desc="writing", file=sys.stderr, leave=True)

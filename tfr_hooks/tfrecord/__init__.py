@@ -1,4 +1,4 @@
-"""TFRecord I/O: write arrays to shards, inspect any file, read batches back as tensors.
+"""TFRecord I/O: write arrays to shards, convert and inspect any file, read batches back.
 
 Examples:
     >>> import numpy as np
@@ -11,6 +11,7 @@ Examples:
     ...                       as_tuple=("image", "label"))  # doctest: +SKIP
 """
 
+from tfr_hooks.tfrecord.convert import convert
 from tfr_hooks.tfrecord.diagnose import explain_error
 from tfr_hooks.tfrecord.errors import (
     CorruptRecordError,
@@ -32,6 +33,7 @@ from tfr_hooks.tfrecord.write import WriteResult, write
 __all__ = [
     # writing
     "write",
+    "convert",
     "WriteResult",
     # schema
     "Feature",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -25,7 +25,7 @@ from tfr_hooks.tfrecord.packed import check_packable, serialize_blocks, to_bytes
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, Sidecar, save_sidecar
 
-__all__ = ["ArrayData", "WriteResult", "write", "shard_name"]
+__all__ = ["ArrayData", "WriteResult", "write", "write_shards", "shard_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,11 @@ def _as_arrays(data: object) -> dict[str, np.ndarray]:
 def _chunk_values(feature: Feature, chunk: np.ndarray) -> list[Any]:
     """One Python value (or list of values) per example of ``chunk``, ready for a proto."""
     count = len(chunk)
+    if feature.varying:  # one 1-D array per example, of any length
+        if feature.encoding == "bytes":
+            return [[to_bytes(v, feature.name) for v in np.asarray(row).tolist()] for row in chunk]
+        cast = np.int64 if feature.encoding == "int64" else np.float32
+        return [np.asarray(row).astype(cast).tolist() for row in chunk]
     if feature.encoding == "raw":
         dtype = np.dtype("uint8" if feature.dtype == "bool" else feature.dtype).newbyteorder("<")
         blob = np.ascontiguousarray(chunk, dtype=dtype).tobytes()
@@ -126,7 +131,7 @@ def _serialize(
         (
             f.name,
             f.kind,
-            f.encoding == "bytes" and f.shape != (),
+            f.varying or (f.encoding == "bytes" and f.shape != ()),
             _chunk_values(f, arrays[f.name][start:stop]),
         )
         for f in schema
@@ -216,44 +221,149 @@ def write(
         raise ValueError(expected("prefix", "a plain file name prefix", prefix))
     schema = Schema.from_arrays(arrays)
     check_packable(schema, examples_per_record)
-    if examples_per_record > 1:  # whole blocks per chunk, so only a shard's last is short
-        chunk_size = max(1, chunk_size // examples_per_record) * examples_per_record
     out_dir = os.fspath(directory)
     tf.io.gfile.makedirs(out_dir)
     _clear(out_dir, prefix, overwrite)
+    return write_shards(
+        schema,
+        iter([arrays]),
+        out_dir,
+        num_examples=num_records,
+        shards=shards,
+        compression=codec,
+        prefix=prefix,
+        chunk_size=chunk_size,
+        examples_per_record=examples_per_record,
+        progress=progress,
+    )
 
-    bounds = np.linspace(0, num_records, shards + 1).round().astype(int).tolist()
-    options = tf.io.TFRecordOptions(compression_type=codec)
+
+class _Examples:
+    """Examples taken ``n`` at a time from a stream of chunks (dicts of equal-length arrays).
+
+    A piece within one chunk is a view of it; only a piece spanning chunks is copied.
+    """
+
+    def __init__(self, chunks: Iterator[Mapping[str, np.ndarray]]) -> None:
+        self._chunks = chunks
+        self._current: Mapping[str, np.ndarray] = {}
+        self._length = 0
+        self._offset = 0
+
+    def take(self, count: int) -> dict[str, np.ndarray] | None:
+        """The next ``count`` examples (fewer at the end), or ``None`` when none are left."""
+        parts: list[dict[str, np.ndarray]] = []
+        needed = count
+        while needed:
+            if self._offset >= self._length:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                self._current = chunk
+                self._length = len(next(iter(chunk.values())))
+                self._offset = 0
+                continue
+            stop = min(self._length, self._offset + needed)
+            parts.append({name: a[self._offset : stop] for name, a in self._current.items()})
+            needed -= stop - self._offset
+            self._offset = stop
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def write_shards(
+    schema: Schema,
+    chunks: Iterator[Mapping[str, np.ndarray]],
+    out_dir: str,
+    *,
+    num_examples: int | None,
+    shards: int,
+    compression: str,
+    prefix: str,
+    chunk_size: int,
+    examples_per_record: int,
+    progress: Callable[[int], object] | None,
+) -> WriteResult:
+    """Write the examples of ``chunks`` to shards and ``schema.json`` (checked arguments).
+
+    Shared by :func:`write` and :func:`~tfr_hooks.tfrecord.convert`. Each chunk is a dict
+    of arrays with one row per example (for a feature of varying length, a 1-D object
+    array of 1-D arrays); the stream is consumed once, ``chunk_size`` examples at a time.
+
+    Args:
+        schema: The features to store (their dtype, shape and encoding).
+        chunks: The examples, in order.
+        out_dir: The output directory, existing and cleared.
+        num_examples: The examples ``chunks`` holds; may be ``None`` only for one shard.
+        shards: Number of files.
+        compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
+        prefix: File name prefix of the shards.
+        chunk_size: Examples serialized together.
+        examples_per_record: Examples per record (see :func:`write`).
+        progress: Called with the number of examples just written.
+
+    Returns:
+        The :class:`WriteResult`.
+
+    Raises:
+        ValueError: If ``chunks`` holds another number of examples than ``num_examples``.
+    """
+    if examples_per_record > 1:  # whole blocks per chunk, so only a shard's last is short
+        chunk_size = max(1, chunk_size // examples_per_record) * examples_per_record
+    if num_examples is None:
+        if shards != 1:
+            raise ValueError(expected("num_examples", "known for more than one shard", None))
+        bounds: list[int | None] = [0, None]
+    else:
+        bounds = list(np.linspace(0, num_examples, shards + 1).round().astype(int).tolist())
+    stream = _Examples(chunks)
+    options = tf.io.TFRecordOptions(compression_type=compression)
     files: list[str] = []
     counts: list[tuple[str, int]] = []
     sizes: list[int] = []
     examples: list[int] = []
     for index in range(shards):
-        name = shard_name(prefix, index, shards, codec)
+        name = shard_name(prefix, index, shards, compression)
         path = os.path.join(out_dir, name)
         start, stop = bounds[index], bounds[index + 1]
+        target = None if start is None or stop is None else stop - start  # None: all left
+        written = 0
         with tf.io.TFRecordWriter(path, options=options) as writer:
-            for chunk_start in range(start, stop, chunk_size):
-                chunk_stop = min(stop, chunk_start + chunk_size)
+            while target is None or written < target:
+                size = chunk_size if target is None else min(chunk_size, target - written)
+                piece = stream.take(size)
+                if piece is None:
+                    break
+                count = len(next(iter(piece.values())))
                 if examples_per_record > 1:
-                    chunk = serialize_blocks(
-                        schema, arrays, chunk_start, chunk_stop, examples_per_record
-                    )
+                    chunk = serialize_blocks(schema, piece, 0, count, examples_per_record)
                 else:
-                    chunk = _serialize(schema, arrays, chunk_start, chunk_stop)
+                    chunk = _serialize(schema, piece, 0, count)
                 for record in chunk:
                     writer.write(record)
+                written += count
                 if progress is not None:
-                    progress(chunk_stop - chunk_start)
+                    progress(count)
         files.append(path)
-        counts.append((name, -(-(stop - start) // examples_per_record)))
-        examples.append(stop - start)
+        counts.append((name, -(-written // examples_per_record)))
+        examples.append(written)
         sizes.append(tf.io.gfile.stat(path).length)
+    total = sum(examples)
+    if stream.take(1) is not None or (num_examples is not None and total != num_examples):
+        raise ValueError(
+            f"Expected the input to hold {num_examples} examples, as counted before "
+            f"writing. Received: a different number (did the input change meanwhile?)"
+        )
+    if total == 0:
+        raise ValueError("Expected the input to hold at least one example. Received: none")
     schema_path = os.path.join(out_dir, SCHEMA_FILENAME)
     packing = (examples_per_record, tuple(examples) if examples_per_record > 1 else ())
-    save_sidecar(schema_path, Sidecar(schema, codec, tuple(counts), tuple(sizes), *packing))
-    logger.info("Wrote %d examples to %d shard(s) in %s", num_records, shards, out_dir)
-    return WriteResult(out_dir, files, schema, codec, num_records, schema_path)
+    save_sidecar(schema_path, Sidecar(schema, compression, tuple(counts), tuple(sizes), *packing))
+    logger.info("Wrote %d examples to %d shard(s) in %s", total, shards, out_dir)
+    return WriteResult(out_dir, files, schema, compression, total, schema_path)
 
 
 def _clear(directory: str, prefix: str, overwrite: bool) -> None:

@@ -1,0 +1,290 @@
+"""Converting TFRecord files written by any tool into this package's layout.
+
+:func:`convert` reads ``tf.train.Example`` records (any compression, detected per file),
+parses them with a schema (inferred, given, or changed with ``decode`` as
+:func:`~tfr_hooks.tfrecord.dataset` takes it) and writes them again with
+:func:`~tfr_hooks.tfrecord.write`'s shard writer: shards plus a ``schema.json``
+sidecar, optionally packed. The records stream through in chunks; only one chunk is in
+memory at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.example import example_pb2
+
+from tfr_hooks.checks import check_positive_int, expected
+from tfr_hooks.tfrecord.diagnose import explain_error
+from tfr_hooks.tfrecord.files import (
+    Files,
+    check_compression,
+    check_framing,
+    detect_compression,
+    first_record,
+    resolve_files,
+)
+from tfr_hooks.tfrecord.inspection import infer_schema
+from tfr_hooks.tfrecord.packed import check_block, check_packable, unpack
+from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.sidecar import find_sidecar, load_schema
+from tfr_hooks.tfrecord.write import WriteResult, _clear, write_shards
+
+__all__ = ["convert"]
+
+logger = logging.getLogger(__name__)
+
+
+def convert(
+    files: Files,
+    directory: str | os.PathLike[str],
+    *,
+    schema: Schema | str | os.PathLike[str] | None = None,
+    decode: Mapping[str, Any] | None = None,
+    shards: int = 1,
+    compression: str | None = None,
+    prefix: str = "data",
+    overwrite: bool = False,
+    chunk_size: int = 4096,
+    progress: Callable[[int], object] | None = None,
+    examples_per_record: int = 1,
+) -> WriteResult:
+    """Rewrite TFRecord files of ``tf.train.Example`` records, from any producer, as shards.
+
+    The examples keep their order (the files' order, as :func:`resolve_files` gives it,
+    then each file's). Each feature is stored as :func:`~tfr_hooks.tfrecord.write` stores
+    an array of its dtype and shape (raw bytes for numeric arrays, lists for scalars and
+    strings), a feature of varying length as a list of values, and ``schema.json`` gets
+    the schema, so :func:`~tfr_hooks.tfrecord.dataset` reads the result without a
+    ``decode``. A feature with a default is stored with the default filled in.
+
+    Args:
+        files: Paths, directories or glob patterns of the input files. Their compression
+            is detected per file. Files written by this package (with a ``schema.json``,
+            packed or not) are read with their stored schema.
+        directory: Output directory, created if needed. It must not hold the input files.
+        schema: The schema to read the input with: a :class:`Schema`, the path of a
+            ``schema.json``, or ``None`` (the default) to infer it (see
+            :func:`~tfr_hooks.tfrecord.infer_schema`). Features not in it are dropped.
+        decode: Changes to that schema, as :meth:`Schema.replace` and
+            :func:`~tfr_hooks.tfrecord.dataset` take them, e.g.
+            ``{"image_raw": ("uint8", (28, 28, 1))}`` to store raw image bytes as a
+            ``uint8`` array.
+        shards: Number of output files, at least 1 and at most the number of examples.
+        compression: Of the output: ``None``/``""`` (none), ``"gzip"`` or ``"zlib"``.
+        prefix: File name prefix of the shards.
+        overwrite: Whether to replace an existing dataset in ``directory``.
+        chunk_size: Examples parsed and written together (affects speed and memory only).
+        progress: Called with the number of examples just written, after each chunk.
+        examples_per_record: Examples per output record; ``N > 1`` writes packed shards
+            (see :func:`~tfr_hooks.tfrecord.write`), which need every feature to have a
+            fixed shape.
+
+    Returns:
+        A :class:`~tfr_hooks.tfrecord.WriteResult` with the shard paths and the schema.
+
+    Raises:
+        ValueError: If an argument is out of range, a feature cannot be stored in the
+            chosen layout (varying length with ``examples_per_record > 1``), or
+            ``directory`` holds the input files.
+        FileExistsError: If ``directory`` already holds a dataset and not ``overwrite``.
+        TFRecordError: If an input file is missing, not a TFRecord file, or its records
+            do not match the schema (the file, record and feature named).
+
+    Examples:
+        >>> from tfr_hooks import tfrecord
+        >>> result = tfrecord.convert(
+        ...     "mnist_train.tfrecords", "data/mnist-converted",
+        ...     decode={"image_raw": ("uint8", (28, 28, 1))}, shards=2)  # doctest: +SKIP
+        >>> ds = tfrecord.dataset("data/mnist-converted", batch_size=32)  # doctest: +SKIP
+    """
+    check_positive_int(shards, "shards")
+    check_positive_int(chunk_size, "chunk_size")
+    check_positive_int(examples_per_record, "examples_per_record")
+    codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
+    if not isinstance(prefix, str) or not prefix or os.sep in prefix:
+        raise ValueError(expected("prefix", "a plain file name prefix", prefix))
+    if decode is not None and (
+        not isinstance(decode, Mapping) or not all(isinstance(k, str) for k in decode)
+    ):
+        raise TypeError(
+            expected(
+                "decode",
+                "None or a dict of feature name -> change, such as "
+                "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace)",
+                decode,
+            )
+        )
+    paths = resolve_files(files)
+    out_dir = os.fspath(directory)
+    _check_not_input(paths, out_dir)
+    sources = [_Source(path) for path in paths]
+    read_schema = _read_schema(paths, schema, decode, sources)
+    stored = Schema(Feature(f.name, f.dtype, f.shape) for f in read_schema)
+    _check_layout(stored, read_schema, examples_per_record)
+    for source in sources:
+        source.check(read_schema)
+    num_examples = None if shards == 1 else sum(s.count() for s in sources)
+    if num_examples is not None and shards > num_examples:
+        raise ValueError(
+            f"Expected `shards` to be at most the number of examples ({num_examples}), so no "
+            f"shard is empty. Received: shards={shards}"
+        )
+    tf.io.gfile.makedirs(out_dir)
+    _clear(out_dir, prefix, overwrite)
+    chunks = _chunks(sources, read_schema, chunk_size)
+    result = write_shards(
+        stored,
+        chunks,
+        out_dir,
+        num_examples=num_examples,
+        shards=shards,
+        compression=codec,
+        prefix=prefix,
+        chunk_size=chunk_size,
+        examples_per_record=examples_per_record,
+        progress=progress,
+    )
+    logger.info("Converted %d file(s) to %s", len(paths), out_dir)
+    return result
+
+
+class _Source:
+    """One input file: its compression, sidecar (if written by this package) and packing."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sidecar = find_sidecar(path)
+        if self.sidecar is not None:
+            self.compression = self.sidecar.compression
+            self.per_record = self.sidecar.examples_per_record
+        else:
+            self.compression = detect_compression(path)
+            self.per_record = 1
+
+    def check(self, schema: Schema) -> None:
+        """Raise a clear error if the file's first record does not match ``schema``."""
+        if self.sidecar is None:  # TensorFlow would stop silently at a record cut short
+            check_framing(self.path, self.compression)
+        example = example_pb2.Example()
+        example.ParseFromString(first_record(self.path, self.compression))
+        if self.per_record > 1:
+            check_block(schema, example, self.per_record, file=self.path, record=0)
+        else:
+            schema.check_example(example, file=self.path, record=0)
+
+    def count(self) -> int:
+        """The examples in the file (from ``schema.json``, or by counting the records)."""
+        if self.sidecar is not None:
+            known = self.sidecar.examples_of(os.path.basename(self.path))
+            if known is not None:
+                return known
+        records = tf.data.TFRecordDataset(self.path, compression_type=self.compression)
+        return int(records.reduce(np.int64(0), lambda n, _: n + 1))
+
+
+def _check_not_input(paths: Sequence[str], out_dir: str) -> None:
+    target = os.path.abspath(out_dir)
+    for path in paths:
+        if os.path.dirname(os.path.abspath(path)) == target:
+            raise ValueError(
+                "Expected `directory` to be another directory than the input files' "
+                f"(the output would replace them). Received: directory={out_dir!r}, which "
+                f"holds the input {path!r}"
+            )
+
+
+def _read_schema(
+    paths: list[str],
+    schema: Schema | str | os.PathLike[str] | None,
+    decode: Mapping[str, Any] | None,
+    sources: list[_Source],
+) -> Schema:
+    """The schema to parse the input with: given or inferred, changed by ``decode``."""
+    if schema is None:
+        chosen = infer_schema(paths)
+    elif isinstance(schema, Schema):
+        chosen = schema
+    elif isinstance(schema, (str, os.PathLike)):
+        chosen = load_schema(schema)
+    else:
+        raise TypeError(
+            expected(
+                "schema",
+                "None (stored or inferred), a tfrecord.Schema or the path of a schema.json",
+                schema,
+            )
+        )
+    if decode:
+        chosen = chosen.replace(**decode)
+    for source in sources:
+        if source.sidecar is not None and (schema is not None or decode):
+            chosen = chosen.with_stored_encodings(source.sidecar.schema)
+            chosen.check_compatible(
+                source.sidecar.schema, source=f"the schema stored for {source.path!r}"
+            )
+    return chosen
+
+
+def _check_layout(stored: Schema, read: Schema, examples_per_record: int) -> None:
+    """Raise, naming the feature and what to pass, if ``stored`` cannot be written."""
+    if examples_per_record == 1:
+        return
+    for feature in stored:
+        if feature.varying or not feature.size:
+            kind = {"int64": "int64", "float": "float32"}.get(read[feature.name].encoding)
+            dtype = kind or feature.dtype
+            raise ValueError(
+                f"Expected every feature to have a fixed, non-empty shape to pack "
+                f"{examples_per_record} examples per record. Received: feature "
+                f"{feature.name!r} of shape {feature.shape}. Pass a fixed shape for it if "
+                f"every record holds N values (decode={{{feature.name!r}: ({dtype!r}, "
+                f"(N,))}}; on the command line --decode {feature.name}={dtype}:N), a "
+                f"default if records hold 0 or 1 values (decode={{{feature.name!r}: "
+                f"{{'default': ...}}}}), or examples_per_record=1 "
+                f"(--examples-per-record 1) to store its varying length."
+            )
+    check_packable(stored, examples_per_record)
+
+
+def _to_numpy(feature: Feature, value: Any) -> np.ndarray:
+    """A parsed batch of one feature as the arrays ``write_shards`` takes."""
+    if isinstance(value, tf.RaggedTensor):
+        flat = value.flat_values.numpy()
+        splits = value.row_splits.numpy()
+        rows = np.empty(len(splits) - 1, dtype=object)
+        for i in range(len(rows)):
+            rows[i] = flat[splits[i] : splits[i + 1]]
+        return rows
+    array = value.numpy()
+    if feature.dtype not in ("string", "bytes"):
+        array = array.astype(feature.dtype, copy=False)
+    return array
+
+
+def _chunks(sources: list[_Source], schema: Schema, chunk_size: int) -> Iterator[dict[str, Any]]:
+    """The examples of ``sources``, in order, parsed ``chunk_size`` records at a time."""
+    for source in sources:
+        records = tf.data.TFRecordDataset(source.path, compression_type=source.compression)
+        if source.per_record > 1:
+            per_record = source.per_record
+            batches = records.batch(max(1, chunk_size // per_record)).map(
+                lambda serialized, n=per_record: unpack(schema, serialized, n)
+            )
+        else:
+            batches = records.batch(chunk_size).map(schema.parse_batch)
+        iterator = iter(batches)
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            except tf.errors.OpError as error:
+                clear = explain_error(error, [source.path], schema, source.compression)
+                raise (clear or error) from error
+            yield {f.name: _to_numpy(f, batch[f.name]) for f in schema}
