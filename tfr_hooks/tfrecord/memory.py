@@ -21,7 +21,6 @@ import concurrent.futures
 import logging
 import math
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -468,15 +467,25 @@ def _iterate(data: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
                 return
 
 
-def _varying_error(error: tf.errors.OpError, names: list[str]) -> BaseException:
-    found = re.search(r"in component (\d+)", error.message)
-    name = names[int(found.group(1))] if found and int(found.group(1)) < len(names) else None
-    which = f"feature {name!r}" if name else "a feature"
-    first = error.message.strip().splitlines()[0]
+def _varying(data: tf.data.Dataset, names: list[str]) -> BaseException:
+    """The error for outputs of varying shape, naming the first feature that varies."""
+    first: dict[str, tuple[int, ...]] = {}
+    for index, values in enumerate(_iterate(data)):
+        for name in names:
+            shape = tuple(values[name].shape)
+            if name not in first:
+                first[name] = shape
+            elif shape != first[name]:
+                return _varying_feature(name, f"{list(first[name])} and {list(shape)}", index)
+    return ValueError("Expected `map_fn` to return tensors of one shape for every example")
+
+
+def _varying_feature(name: str, shapes: str, index: int | None = None) -> ValueError:
+    where = f" (example {index})" if index is not None else ""
     return ValueError(
-        f"Expected `map_fn` to return tensors of one shape for every example to hold its "
-        f"output in memory, but {which} varies (pad or resize {name or 'it'} to a fixed "
-        f"shape in map_fn, or stream with in_memory=False). Received: {first}"
+        "Expected `map_fn` to return tensors of one shape for every example to hold its "
+        f"output in memory, but feature {name!r} varies (pad or resize it to a fixed shape "
+        f"in map_fn, or stream with in_memory=False). Received: shapes {shapes}{where}"
     )
 
 
@@ -498,13 +507,8 @@ def _collect(
                         out = {k: _empty((count, *v.shape[1:]), v.dtype) for k, v in values.items()}
                 for k in names:
                     if values[k].shape[1:] != first[k].shape[1:]:
-                        raise ValueError(
-                            "Expected `map_fn` to return tensors of one shape for every "
-                            "example to hold its output in memory, but feature "
-                            f"{k!r} varies (pad or resize it to a fixed shape in map_fn, "
-                            f"or stream with in_memory=False). Received: shapes "
-                            f"{list(first[k].shape[1:])} and {list(values[k].shape[1:])}"
-                        )
+                        shapes = f"{list(first[k].shape[1:])} and {list(values[k].shape[1:])}"
+                        raise _varying_feature(k, shapes)
                 if out:
                     if got + size > len(out[names[0]]):
                         raise ValueError("map_fn returned more examples than were read")
@@ -514,8 +518,8 @@ def _collect(
                     parts.append(values)
                 got += size
         except tf.errors.InvalidArgumentError as error:
-            if "Cannot batch tensors with different shapes" in error.message:
-                raise _varying_error(error, names) from None
+            if "Cannot batch tensors" in error.message or "Cannot add tensor" in error.message:
+                raise _varying(build(), names) from None
             raise
         if out:
             return {k: v[:got] for k, v in out.items()}
