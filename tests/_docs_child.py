@@ -55,7 +55,7 @@ def _example(features: dict[str, Any]) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def write_data() -> None:
+def write_data(jpegs: bool = True) -> None:
     """The files the documents read, in the working directory.
 
     - ``data/train`` and ``data/validation``: scikit-learn's digits (1,200 and 597
@@ -65,7 +65,10 @@ def write_data() -> None:
     - ``mnist_train.tfrecords``: 1,000 records in the layout of the seed's
       ``mnist_tfrecord.py`` (``image_raw`` 784 raw bytes, ``label``, ``height``,
       ``width``, ``depth``), written with a plain ``tf.io.TFRecordWriter``;
-    - ``taxi.gz``: 500 GZIP records in TFX's layout, optional features held as empty lists.
+    - ``taxi.gz``: 500 GZIP records in TFX's layout, optional features held as empty lists;
+    - ``images.tfrecord``: 200 records in the layout of TensorFlow's image pipelines
+      (``image/encoded`` 16x16 JPEG bytes, ``image/class/label``), by a plain writer;
+      only with ``jpegs`` (encoding JPEG starts TensorFlow's runtime).
     """
     from sklearn.datasets import load_digits
 
@@ -103,6 +106,15 @@ def write_data() -> None:
                     }
                 )
             )
+
+    if not jpegs:
+        return
+    ramp = np.tile(np.arange(16, dtype=np.uint8) * 16, (16, 1))
+    with tf.io.TFRecordWriter("images.tfrecord") as writer:
+        for i in range(200):
+            image = np.stack([ramp, ramp.T, np.full_like(ramp, i)], -1)
+            encoded = tf.io.encode_jpeg(image).numpy()
+            writer.write(_example({"image/encoded": [encoded], "image/class/label": [i % 10]}))
 
 
 def scaffold(document: str) -> dict[str, Any]:
@@ -196,7 +208,7 @@ def scaffold(document: str) -> dict[str, Any]:
 def main(document: str, workdir: str) -> int:
     os.makedirs(workdir, exist_ok=True)
     os.chdir(workdir)
-    write_data()
+    write_data(jpegs=Path(document).name not in CONFIGURES_TENSORFLOW)
     parsed = SYBIL.parse(Path(document))
     parsed.namespace.update(scaffold(document))
     ran: list[int] = []

@@ -40,9 +40,9 @@ def packed_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _epoch_orders(ds: tf.data.Dataset, epochs: int) -> list[np.ndarray]:
+def _epoch_orders(ds: tf.data.Dataset, epochs: int, key: str = "index") -> list[np.ndarray]:
     """The example order of ``epochs`` passes, each through a new iterator (as loops do)."""
-    return [np.concatenate([b["index"].numpy() for b in ds]) for _ in range(epochs)]
+    return [np.concatenate([b[key].numpy() for b in ds]) for _ in range(epochs)]
 
 
 class EpochCounts(Hook):
@@ -219,17 +219,10 @@ def test_auto_picks_each_side_of_the_budget(tmp_path, caplog, budget, chosen):
         assert sum(int(b["x"].shape[0]) for b in ds) == 200
 
 
-def test_auto_streams_with_a_map_fn(shards, caplog):
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.read"):
-        tfrecord.dataset(shards, 8, in_memory="auto", map_fn=lambda d: d)
-    assert "streaming from the files, as a map_fn is given" in caplog.text
-
-
 @pytest.mark.parametrize(
     "kwargs, match",
     [
         ({"in_memory": "yes"}, r"Expected `in_memory` to be False, True or 'auto'. Received: in_m"),
-        ({"in_memory": True, "map_fn": lambda d: d}, r"Expected no `map_fn` with `in_memory=True`"),
         ({"memory_budget": 0}, r"Expected `memory_budget` to be a positive integer"),
     ],
 )
@@ -248,3 +241,260 @@ def test_corrupt_shard_stops_the_load_naming_the_file(tmp_path):
         match=r"'.*data-00001-of-00002.tfrecord' \(uncompressed\) is damaged at record \d+",
     ):
         tfrecord.dataset(tmp_path, 8, in_memory=True)
+
+
+# --- encoded records (JPEG/PNG bytes, as TensorFlow's image pipelines write them) -------
+
+
+def _image(i: int) -> np.ndarray:
+    """A 16x16 gradient, different for each example (JPEG keeps it close)."""
+    ramp = np.arange(16, dtype=np.uint8) * 16
+    image = np.stack([np.tile(ramp, (16, 1)), np.tile(ramp[:, None], (1, 16))], -1)
+    return np.concatenate([image, np.full((16, 16, 1), i % 256, np.uint8)], -1)
+
+
+def _write_images(path: Path, n: int, encode: Any = tf.io.encode_jpeg, shapes: Any = None) -> Path:
+    """``n`` records by a plain TFRecordWriter: image/encoded, image/class/label, id."""
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(n):
+            image = _image(i) if shapes is None else np.zeros((*shapes(i), 3), np.uint8)
+            feature = {
+                "image/encoded": tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[encode(image).numpy()])
+                ),
+                "image/class/label": tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[i % 10])
+                ),
+                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+            }
+            writer.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+    return path
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_images(tmp_path_factory.mktemp("jpeg") / "images.tfrecord", 100)
+
+
+class Counter:
+    """Counts the examples ``decode`` decodes, through a tf.py_function side effect."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _count(self, image: Any) -> Any:
+        self.calls += 1
+        return image
+
+    def decode(self, example: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        image = tf.io.decode_jpeg(example["image/encoded"], channels=3)
+        image = tf.py_function(self._count, [image], tf.uint8)
+        image.set_shape([None, None, 3])
+        return {
+            "image": tf.cast(image, tf.float32) / 255.0,
+            "label": example["image/class/label"],
+            "id": example["id"],
+        }
+
+
+def _noise(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    return {**batch, "image": batch["image"] + tf.random.uniform(tf.shape(batch["image"]))}
+
+
+def test_map_fn_runs_once_per_example_over_epochs(jpegs):
+    counter = Counter()
+    ds = tfrecord.dataset(jpegs, 32, in_memory=True, map_fn=counter.decode, shuffle_buffer=1)
+    assert counter.calls == 100  # decoded here, once
+    assert ds.element_spec["image"].shape.as_list() == [None, 16, 16, 3]
+    orders = _epoch_orders(ds, 3, key="id")
+    assert counter.calls == 100
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(100))  # every example once an epoch
+    assert not np.array_equal(orders[0], orders[1])
+    assert not np.array_equal(orders[1], orders[2])
+    first = next(iter(ds))
+    expected = tf.io.decode_jpeg(tf.io.encode_jpeg(_image(int(first["id"][0])))).numpy() / 255.0
+    np.testing.assert_allclose(first["image"][0].numpy(), expected, atol=1e-6)
+
+
+def test_map_fn_runs_once_in_graph_mode(jpegs):
+    counter = Counter()
+    with tf.Graph().as_default():
+        v1.set_random_seed(0)
+        batches = tfrecord.read_batches(
+            jpegs, 32, in_memory=True, map_fn=counter.decode, shuffle_buffer=1, seed=1
+        )
+        assert batches.in_memory and batches.num_examples == 100
+        orders = []
+        with v1.Session() as session:
+            for _ in range(3):
+                session.run(batches.initializers)
+                got = []
+                while True:
+                    try:
+                        got.append(session.run(batches.tensors["id"]))
+                    except tf.errors.OutOfRangeError:
+                        break
+                orders.append(np.concatenate(got))
+    assert counter.calls == 100
+    assert all(sorted(o.tolist()) == list(range(100)) for o in orders)
+    assert not np.array_equal(orders[0], orders[1])
+
+
+def test_map_fn_in_memory_with_session_loop(jpegs):
+    counter = Counter()
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            jpegs, 32, in_memory=True, map_fn=counter.decode, as_tuple=("image", "label")
+        )
+        image, _ = batches.tensors
+        step = v1.train.get_or_create_global_step()
+        epochs = EpochCounts()
+        loop = tfr_hooks.SessionLoop(
+            v1.assign_add(step, 1),
+            fetches={"mean": tf.reduce_mean(image)},
+            hooks=[epochs],
+            data=batches,
+            run_timeout_secs=60,
+            handle_signals=False,
+        )
+        loop.run(epochs=3)
+    assert epochs.counts == [(4, 100)] * 3
+    assert counter.calls == 100
+
+
+def test_png_and_a_tuple_returning_map_fn(tmp_path):
+    path = _write_images(tmp_path / "png.tfrecord", 40, encode=tf.io.encode_png)
+
+    def decode(example: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.io.decode_png(example["image/encoded"], channels=3), example["id"]
+
+    ds = tfrecord.dataset(path, 16, in_memory=True, map_fn=decode, as_tuple=("image", "id"))
+    images, ids = next(iter(ds))
+    assert images.dtype == tf.uint8 and images.shape == (16, 16, 16, 3)
+    np.testing.assert_array_equal(images[3].numpy(), _image(int(ids[3])))  # PNG: lossless
+
+
+def _by_id(ds: tf.data.Dataset) -> np.ndarray:
+    """One epoch's images, in the order of their ids."""
+    ids, images = [], []
+    for batch in ds:
+        ids.append(batch["id"].numpy())
+        images.append(batch["image"].numpy())
+    return np.concatenate(images)[np.argsort(np.concatenate(ids))]
+
+
+@pytest.mark.parametrize("pipeline", ["stream", "packed", "memory", "encoded"])
+def test_batch_map_fn_draws_anew_every_epoch(jpegs, tmp_path, pipeline):
+    tf.random.set_seed(0)  # would repeat an unseeded op at each new iterator
+    if pipeline == "packed":
+        tfrecord.write(
+            {
+                "image": np.stack([_image(i) for i in range(64)]).astype(np.float32) / 255.0,
+                "id": np.arange(64),
+            },
+            tmp_path,
+            examples_per_record=16,
+        )
+        ds = tfrecord.dataset(tmp_path, 16, batch_map_fn=_noise, shuffle_buffer=8)
+    else:
+        in_memory: bool | str = {"stream": False, "memory": True, "encoded": "auto"}[pipeline]
+        budget = 200_000 if pipeline == "encoded" else None  # decoded 300 KB; records 30 KB
+        ds = tfrecord.dataset(
+            jpegs,
+            16,
+            map_fn=Counter().decode,
+            batch_map_fn=_noise,
+            in_memory=in_memory,
+            memory_budget=budget,
+            shuffle_buffer=8,
+        )
+    epochs = [_by_id(ds) for _ in range(2)]
+    clean = _by_id(
+        tfrecord.dataset(tmp_path, 16)
+        if pipeline == "packed"
+        else tfrecord.dataset(jpegs, 16, map_fn=Counter().decode)
+    )
+    for epoch in epochs:
+        noise = epoch - clean
+        assert noise.min() >= 0 and noise.max() < 1 and noise.std() > 0.2  # applied
+    assert not np.allclose(epochs[0], epochs[1])  # the same examples, new noise
+
+
+def test_batch_map_fn_in_graph_mode_draws_anew_every_initialization(jpegs):
+    for in_memory in (True, False):
+        with tf.Graph().as_default():
+            v1.set_random_seed(0)
+            batches = tfrecord.read_batches(
+                jpegs, 100, map_fn=Counter().decode, batch_map_fn=_noise, in_memory=in_memory
+            )
+            with v1.Session() as session:
+                session.run(batches.initializers)
+                first = session.run(batches.tensors["image"])
+                session.run(batches.initializers)
+                second = session.run(batches.tensors["image"])
+        assert not np.allclose(first, second)
+
+
+def test_batch_map_fn_on_the_queue_pipeline(shards):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            shards, 10, pipeline="queue", batch_map_fn=lambda b: {**b, "x": b["x"] * 0 + 1}
+        )
+        assert "x" in batches.tensors
+
+
+@pytest.mark.parametrize(
+    "budget, chosen, why",
+    [
+        (10**8, "holding the decoded data (map_fn's output) in memory", "decode to about"),
+        (200_000, "holding the encoded records in memory", "more than memory_budget"),
+        (1_000, "streaming from the files", "the records take"),
+    ],
+)
+def test_auto_with_a_map_fn_chooses_by_the_budget(jpegs, caplog, budget, chosen, why):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.read"):
+        ds = tfrecord.dataset(
+            jpegs, 32, in_memory="auto", map_fn=Counter().decode, memory_budget=budget
+        )
+    assert chosen in caplog.text and why in caplog.text and "memory_budget" in caplog.text
+    assert "100 examples decode to about 0.3 MiB" in caplog.text  # 100 * 16*16*3 floats
+    assert sorted(np.concatenate([b["id"].numpy() for b in ds]).tolist()) == list(range(100))
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            jpegs, 32, in_memory="auto", map_fn=Counter().decode, memory_budget=budget
+        )
+    assert batches.in_memory is not chosen.startswith("streaming")
+
+
+def test_map_fn_of_varying_shape_names_the_feature(tmp_path):
+    path = _write_images(tmp_path / "sizes.tfrecord", 20, shapes=lambda i: (8 + i % 2, 8))
+
+    def decode(example: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return {"pixels": tf.io.decode_jpeg(example["image/encoded"]), "id": example["id"]}
+
+    with pytest.raises(
+        ValueError,
+        match=r"feature 'pixels' varies .*in_memory=False\). "
+        r"Received: shapes \[8, 8, 3\] and \[9, 8, 3\]",
+    ):
+        tfrecord.dataset(path, 4, in_memory=True, map_fn=decode)
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=r"feature 'pixels' varies"):
+        tfrecord.read_batches(path, 4, in_memory=True, map_fn=decode)
+
+
+def test_map_fn_returning_ragged_is_refused_naming_it(jpegs):
+    def ragged(example: dict[str, tf.Tensor]) -> dict[str, Any]:
+        return {"r": tf.RaggedTensor.from_row_lengths([1, 2, 3], [1, 2]), "id": example["id"]}
+
+    with pytest.raises(ValueError, match=r"dense tensors of a fixed shape .*'r'"):
+        tfrecord.dataset(jpegs, 4, in_memory=True, map_fn=ragged)
+
+
+def test_bad_functions(jpegs):
+    with pytest.raises(TypeError, match=r"Expected `batch_map_fn` to be callable or None"):
+        tfrecord.dataset(jpegs, 4, batch_map_fn=3)
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=r"Expected `map_fn` to be None"):
+        tfrecord.read_batches(jpegs, 4, pipeline="queue", map_fn=lambda d: d)

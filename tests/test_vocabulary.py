@@ -28,6 +28,8 @@ READER_ARGUMENTS = (
     "as_tuple",
     "compression",
     "decode",
+    "map_fn",
+    "batch_map_fn",
 )
 LOOP_ARGUMENTS = ("data", "hooks", "steps_per_epoch", "handle_signals")
 RUN_ARGUMENTS = (

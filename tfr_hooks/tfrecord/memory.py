@@ -23,7 +23,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,9 @@ from tfr_hooks.tfrecord.schema import Schema
 
 __all__ = [
     "load",
+    "load_mapped",
+    "mapped_sample_nbytes",
+    "fresh_randomness",
     "memory_dataset",
     "decoded_nbytes",
     "default_memory_budget",
@@ -298,6 +301,7 @@ def memory_dataset(
     drop_remainder: bool,
     num_epochs: int | None,
     prefetch: int | None,
+    map_fn: Callable[[dict[str, Any]], Any] | None = None,
 ) -> tf.data.Dataset:
     """Batches gathered from in-memory arrays, a fresh permutation every pass.
 
@@ -314,6 +318,8 @@ def memory_dataset(
         drop_remainder: Whether to drop each pass's final, smaller batch.
         num_epochs: Passes; ``None`` for endless.
         prefetch: Batches to prefetch (0 or ``None`` for none).
+        map_fn: Applied to each gathered example, in parallel, before batching (the
+            arrays then hold encoded examples that ``map_fn`` decodes every pass).
 
     Returns:
         A dataset of dicts of batch tensors, of exact known cardinality.
@@ -358,7 +364,14 @@ def memory_dataset(
         def gather(index: Any) -> dict[str, Any]:
             return {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
 
-        return slices.map(gather).rebatch(batch_size, drop_remainder=drop_remainder)
+        gathered = slices.map(gather)
+        if map_fn is not None:  # encoded examples: decode each pass, in parallel
+            return (
+                gathered.unbatch()
+                .map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+                .batch(batch_size, drop_remainder=drop_remainder)
+            )
+        return gathered.rebatch(batch_size, drop_remainder=drop_remainder)
 
     if eager:
         salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
@@ -373,3 +386,199 @@ def memory_dataset(
     if prefetch:
         batches = batches.prefetch(prefetch)
     return batches
+
+
+def fresh_randomness(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` traced with no graph-level seed, so its random ops draw anew every epoch.
+
+    A ``tf.data`` function is instantiated again at each new iterator (each epoch in
+    ``FunctionLoop``, each initialization in graph mode); a stateful random op seeded from
+    ``tf.random.set_seed`` (or the graph's seed) would then repeat the same values every
+    epoch. Traced without the graph-level seed, an op with no seed of its own starts
+    from a new random state at each instantiation.
+    """
+
+    def traced(*args: Any) -> Any:
+        graph = tf.compat.v1.get_default_graph()
+        seed = graph.seed
+        graph.seed = None
+        try:
+            return fn(*args)
+        finally:
+            graph.seed = seed
+
+    return traced
+
+
+def _mapped(
+    files: Sequence[str],
+    compression: str,
+    schema: Schema,
+    map_fn: Callable[[dict[str, Any]], Any],
+    per_record: int,
+    take: int | None = None,
+) -> tf.data.Dataset:
+    """The examples of ``files``, in order, each through ``map_fn`` (in parallel)."""
+    records = tf.data.TFRecordDataset(list(files), compression_type=compression)
+    if take is not None:
+        records = records.take(max(1, -(-take // per_record)))
+    chunks = records.batch(max(1, LOAD_CHUNK // per_record))
+    if per_record == 1:
+        parsed = chunks.map(schema.parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        parsed = chunks.map(lambda serialized: unpack(schema, serialized, per_record))
+    examples = parsed.unbatch()
+    if take is not None:
+        examples = examples.take(take)
+    return examples.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _check_dense(spec: Any) -> list[str]:
+    if not isinstance(spec, dict):
+        raise TypeError(
+            "Expected `map_fn` to return a dict of tensors (feature name -> tensor) to "
+            f"hold its output in memory. Received: {spec!r}"
+        )
+    names = list(tf.nest.flatten({name: name for name in spec}))
+    for name in names:
+        if not isinstance(spec[name], tf.TensorSpec):
+            raise ValueError(
+                "Expected `map_fn` to return dense tensors of a fixed shape to hold its "
+                f"output in memory (pad or crop {name!r} to one shape, or stream). "
+                f"Received: {name!r}: {spec[name]}"
+            )
+    return names
+
+
+def _iterate(data: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
+    """Numpy values of ``data``: eagerly, or through a session of the dataset's graph."""
+    if tf.executing_eagerly():
+        for value in data:
+            yield {k: v.numpy() for k, v in value.items()}
+        return
+    iterator = tf.compat.v1.data.make_initializable_iterator(data)
+    value = iterator.get_next()
+    with tf.compat.v1.Session() as session:
+        session.run(iterator.initializer)
+        while True:
+            try:
+                yield session.run(value)
+            except tf.errors.OutOfRangeError:
+                return
+
+
+def _varying(data: tf.data.Dataset, names: list[str]) -> BaseException:
+    """The error for outputs of varying shape, naming the first feature that varies."""
+    first: dict[str, tuple[int, ...]] = {}
+    for index, values in enumerate(_iterate(data)):
+        for name in names:
+            shape = tuple(values[name].shape)
+            if name not in first:
+                first[name] = shape
+            elif shape != first[name]:
+                return _varying_feature(name, f"{list(first[name])} and {list(shape)}", index)
+    return ValueError("Expected `map_fn` to return tensors of one shape for every example")
+
+
+def _varying_feature(name: str, shapes: str, index: int | None = None) -> ValueError:
+    where = f" (example {index})" if index is not None else ""
+    return ValueError(
+        "Expected `map_fn` to return tensors of one shape for every example to hold its "
+        f"output in memory, but feature {name!r} varies (pad or resize it to a fixed shape "
+        f"in map_fn, or stream with in_memory=False). Received: shapes {shapes}{where}"
+    )
+
+
+def _collect(
+    build: Callable[[], tf.data.Dataset], count: int | None, batch: int = LOAD_CHUNK
+) -> dict[str, np.ndarray]:
+    def run() -> dict[str, np.ndarray]:
+        data = build()
+        names = _check_dense(data.element_spec)
+        out: dict[str, np.ndarray] = {}
+        parts: list[dict[str, np.ndarray]] = []
+        got = 0
+        try:
+            for values in _iterate(data.batch(batch)):
+                size = len(values[names[0]])
+                if not out and not parts:
+                    first = values
+                    if count is not None:
+                        out = {k: _empty((count, *v.shape[1:]), v.dtype) for k, v in values.items()}
+                for k in names:
+                    if values[k].shape[1:] != first[k].shape[1:]:
+                        shapes = f"{list(first[k].shape[1:])} and {list(values[k].shape[1:])}"
+                        raise _varying_feature(k, shapes)
+                if out:
+                    if got + size > len(out[names[0]]):
+                        raise ValueError("map_fn returned more examples than were read")
+                    for k in names:
+                        out[k][got : got + size] = values[k]
+                else:
+                    parts.append(values)
+                got += size
+        except tf.errors.InvalidArgumentError as error:
+            if "Cannot batch tensors" in error.message or "Cannot add tensor" in error.message:
+                raise _varying(build(), names) from None
+            raise
+        if out:
+            return {k: v[:got] for k, v in out.items()}
+        if not parts:
+            raise ValueError("Expected at least one example to hold in memory; found none")
+        return {k: np.concatenate([p[k] for p in parts]) for k in names}
+
+    if tf.executing_eagerly():
+        return run()
+    with tf.Graph().as_default():  # its own graph: nothing added to the caller's
+        return run()
+
+
+def load_mapped(
+    files: Sequence[str],
+    compression: str,
+    schema: Schema,
+    map_fn: Callable[[dict[str, Any]], Any],
+    *,
+    per_record: int = 1,
+    count: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Read every example of ``files`` once, through ``map_fn``, into numpy arrays.
+
+    ``map_fn`` (the user's decoding function: ``tf.io.decode_jpeg``...) runs once per
+    example, in parallel (``num_parallel_calls=AUTOTUNE``); its outputs are gathered
+    into one array per output name, allocated once when ``count`` is known, so memory
+    stays at about the decoded size.
+
+    Raises:
+        ValueError: If an output is not a dense tensor of one shape for all examples.
+    """
+    return _collect(lambda: _mapped(files, compression, schema, map_fn, per_record), count)
+
+
+def mapped_sample_nbytes(
+    files: Sequence[str],
+    compression: str,
+    schema: Schema,
+    map_fn: Callable[[dict[str, Any]], Any],
+    *,
+    per_record: int = 1,
+    sample: int = 16,
+) -> tuple[int, int] | None:
+    """Bytes of ``map_fn``'s output for the first ``sample`` examples, and their number.
+
+    ``None`` when the outputs cannot be held in memory (not dense, or of varying shape).
+    """
+    try:
+        arrays = _collect(
+            lambda: _mapped(files, compression, schema, map_fn, per_record, take=sample),
+            None,
+            batch=sample,
+        )
+    except (ValueError, TypeError) as error:
+        logger.debug("map_fn's output cannot be held in memory: %s", error)
+        return None
+    size = sum(
+        int(sum(len(x) + 8 for x in a.ravel())) if a.dtype.kind == "O" else a.nbytes
+        for a in arrays.values()
+    )
+    return size, len(next(iter(arrays.values())))

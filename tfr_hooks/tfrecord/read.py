@@ -48,7 +48,10 @@ from tfr_hooks.tfrecord.memory import (
     count_examples,
     decoded_nbytes,
     default_memory_budget,
+    fresh_randomness,
     load,
+    load_mapped,
+    mapped_sample_nbytes,
     memory_dataset,
 )
 from tfr_hooks.tfrecord.packed import check_block, packed_dataset
@@ -254,6 +257,7 @@ def dataset(
     drop_remainder: bool = False,
     num_epochs: int | None = 1,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    batch_map_fn: Callable[[Any], Any] | None = None,
     prefetch: int | None = tf.data.AUTOTUNE,
     as_tuple: Sequence[str] | None = None,
     compression: str | None = None,
@@ -285,7 +289,17 @@ def dataset(
         drop_remainder: Whether to drop the final, smaller batch (the batch dimension is
             then static).
         num_epochs: Passes over the data; ``None`` repeats forever.
-        map_fn: Applied to each parsed example (a dict of tensors) before re-batching.
+        map_fn: Applied to each parsed example (a dict of tensors), in parallel, before
+            re-batching: the decoding function (``tf.io.decode_jpeg``...). It returns a
+            dict of tensors (or a tuple, named by ``as_tuple``). In memory it runs
+            **once** per example, and its output is held in memory (see
+            ``in_memory``); streamed, it runs every epoch. Put work that must differ
+            every epoch (random crops, flips) in ``batch_map_fn``.
+        batch_map_fn: Applied to every batch (the dict of batch tensors, before
+            ``as_tuple``), vectorized, on every pipeline (streamed, packed, in memory),
+            every epoch. Its random ops without an op seed draw anew every epoch, even
+            under ``tf.random.set_seed`` (it is traced without the graph-level seed,
+            which would otherwise repeat them at every new iterator).
         prefetch: Batches to prefetch; ``tf.data.AUTOTUNE``, or 0/``None`` for none.
         as_tuple: Feature names to return as a tuple, e.g. ``("image", "label")``;
             ``None`` returns a dict of all features.
@@ -305,11 +319,15 @@ def dataset(
             each epoch (each new iterator) follows a fresh permutation of all the
             examples when ``shuffle_buffer > 0`` (its size then no longer matters),
             the stored order when it is 0, and ends with its own final batch.
-            ``"auto"`` does so when the decoded data fits ``memory_budget`` (and no
-            ``map_fn`` is given, and every feature has a fixed shape), and logs its
-            choice. ``False`` (the default) streams from the files, in constant
-            memory, as before: holding a whole data set in memory is a choice about
-            the machine's resources that only the caller can make.
+            With ``map_fn``, its output (dense tensors of one shape for all examples)
+            is what is held. ``"auto"`` does so when the decoded data fits
+            ``memory_budget`` (with a ``map_fn``, its size is estimated by decoding the
+            first 16 examples); when it does not but the parsed records do, it holds
+            the records and runs ``map_fn`` on every batch, in parallel; otherwise (or
+            with features of varying length and no ``map_fn``) it streams. It logs its
+            choice and why at INFO level. ``False`` (the default) streams from the
+            files, in constant memory, as before: holding a whole data set in memory
+            is a choice about the machine's resources that only the caller can make.
         memory_budget: Bytes the decoded data may take for ``in_memory="auto"``;
             ``None`` for half of the memory available at the call.
         shard: How a multi-worker strategy (``MultiWorkerMirroredStrategy``) splits the
@@ -348,8 +366,7 @@ def dataset(
         check_positive_int(num_parallel_reads, "num_parallel_reads")
     if num_epochs is not None:
         check_positive_int(num_epochs, "num_epochs")
-    if map_fn is not None and not callable(map_fn):
-        raise TypeError(expected("map_fn", "callable or None", map_fn))
+    _check_functions(map_fn, batch_map_fn)
     if not (in_memory is True or in_memory is False or in_memory == "auto"):
         raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
     if memory_budget is not None:
@@ -358,21 +375,19 @@ def dataset(
     sharding.check_shard(shard)
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
     seed = sharding.shared_seed(seed, shuffle_buffer, task)
-    if in_memory and _use_memory(plan, in_memory, memory_budget, map_fn):
-        data = memory_dataset(
-            load(
-                plan.files,
-                plan.compression,
-                plan.schema,
-                per_record=plan.per_record,
-                counts=plan.counts,
-            ),
+    mode = _memory_mode(plan, in_memory, memory_budget, map_fn) if in_memory else None
+    if mode is not None:
+        data, _ = _memory_data(
+            plan,
+            mode,
             batch_size,
             shuffle=shuffle_buffer > 0,
             seed=seed,
             drop_remainder=drop_remainder,
             num_epochs=num_epochs,
-            prefetch=2 if prefetch else None,
+            map_fn=map_fn,
+            batch_map_fn=batch_map_fn,
+            prefetch=bool(prefetch),
         )
         # no files to split: every worker gathers the same batches and keeps its share
         memory_shard = "data" if shard in ("auto", "file") else shard
@@ -389,6 +404,7 @@ def dataset(
         drop_remainder=drop_remainder,
         num_epochs=num_epochs,
         map_fn=map_fn,
+        batch_map_fn=batch_map_fn,
         prefetch=prefetch,
         autotune=autotune,
     )
@@ -408,6 +424,7 @@ def _build_dataset(
     map_fn: Callable[[dict[str, Any]], Any] | None,
     prefetch: int | None,
     autotune: bool = False,
+    batch_map_fn: Callable[[Any], Any] | None = None,
 ) -> tf.data.Dataset:
     reads = num_parallel_reads or min(len(plan.files), 4)
     calls = tf.data.AUTOTUNE if autotune else max(1, min(os.cpu_count() or 1, 8))
@@ -445,9 +462,13 @@ def _build_dataset(
     if map_fn is not None:
         parsed = (
             parsed.unbatch()
-            .map(map_fn, num_parallel_calls=calls, deterministic=deterministic)
+            .map(
+                _as_dict(map_fn, plan.names), num_parallel_calls=calls, deterministic=deterministic
+            )
             .batch(batch_size, drop_remainder=drop_remainder)
         )
+    if batch_map_fn is not None:
+        parsed = _map_batches(parsed, batch_map_fn)
     parsed = _with_cardinality(parsed, plan, batch_size, num_epochs, drop_remainder)
     return _finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
@@ -514,48 +535,168 @@ def _finish(
     return data
 
 
-def _use_memory(
+def _memory_mode(
     plan: _Plan,
     in_memory: bool | str,
     memory_budget: int | None,
     map_fn: Callable[..., Any] | None,
-) -> bool:
-    """Whether to load the data into memory (``in_memory`` is True or ``"auto"``)."""
+) -> str | None:
+    """What to hold in memory: ``"decoded"`` data, ``"encoded"`` records, or ``None``.
+
+    ``in_memory=True`` holds the decoded data (``map_fn``'s output when given).
+    ``"auto"`` holds the decoded data when its size fits ``memory_budget``; with a
+    ``map_fn``, whose output size is unknown before it runs, the size is estimated by
+    decoding the first examples. When the decoded data does not fit but the parsed
+    records do, it holds those and runs ``map_fn`` on every batch; otherwise it streams.
+    """
     varying = [f.name for f in plan.schema if f.varying]
     if in_memory is True:
-        if map_fn is not None:
-            raise ValueError(
-                "Expected no `map_fn` with `in_memory=True` (the examples are decoded "
-                "once; map them before writing, or stream). Received: "
-                f"map_fn={map_fn!r}"
-            )
-        if varying:
+        if varying and map_fn is None:
             hint = ", ".join(f"{name!r}: {{'default': ...}}" for name in varying)
             raise ValueError(
                 "Expected every feature to have a fixed shape to hold the data in memory "
                 "(give one that some records lack a default: decode={" + hint + "}, or "
                 f"stream). Received features of varying length: {varying}"
             )
-        return True
-    if map_fn is not None or varying:
-        why = "a map_fn is given" if map_fn is not None else f"{varying} vary in length"
-        logger.info("in_memory='auto': streaming from the files, as %s.", why)
-        return False
+        return "decoded"
+    if varying and map_fn is None:
+        logger.info("in_memory='auto': streaming from the files, as %s vary in length.", varying)
+        return None
     examples = plan.examples
     if examples is None:
         examples = count_examples(plan.files, plan.compression, plan.per_record)
     file_bytes = sum(tf.io.gfile.stat(path).length for path in plan.files)
-    size = decoded_nbytes(plan.schema, examples, file_bytes)
     budget = default_memory_budget() if memory_budget is None else memory_budget
-    chosen = size <= budget
-    logger.info(
-        "in_memory='auto': %s (%d examples decode to %.1f MiB; memory_budget %.1f MiB).",
-        "holding the data in memory" if chosen else "streaming from the files",
-        examples,
-        size / 2**20,
-        budget / 2**20,
+    mib = 2**20
+    if map_fn is None:
+        size = decoded_nbytes(plan.schema, examples, file_bytes)
+        chosen = size <= budget
+        logger.info(
+            "in_memory='auto': %s (%d examples decode to %.1f MiB; memory_budget %.1f MiB).",
+            "holding the data in memory" if chosen else "streaming from the files",
+            examples,
+            size / mib,
+            budget / mib,
+        )
+        return "decoded" if chosen else None
+    sample = mapped_sample_nbytes(
+        plan.files, plan.compression, plan.schema, map_fn, per_record=plan.per_record
     )
-    return chosen
+    decoded = None if sample is None else sample[0] * examples // max(1, sample[1])
+    why = (
+        "map_fn's output is not of one fixed shape"
+        if decoded is None
+        else f"{examples} examples decode to about {decoded / mib:.1f} MiB through map_fn "
+        f"(estimated from the first {sample[1] if sample else 0})"
+    )
+    if decoded is not None and decoded <= budget:
+        logger.info(
+            "in_memory='auto': holding the decoded data (map_fn's output) in memory, as %s; "
+            "memory_budget %.1f MiB.",
+            why,
+            budget / mib,
+        )
+        return "decoded"
+    encoded = None if varying else decoded_nbytes(plan.schema, examples, file_bytes)
+    if encoded is not None and encoded <= budget:
+        logger.info(
+            "in_memory='auto': holding the encoded records in memory and running map_fn on "
+            "every batch, as %s, more than memory_budget %.1f MiB, and the records take "
+            "%.1f MiB.",
+            why,
+            budget / mib,
+            encoded / mib,
+        )
+        return "encoded"
+    logger.info(
+        "in_memory='auto': streaming from the files, as %s, and the records take %s; "
+        "memory_budget %.1f MiB.",
+        why,
+        f"{encoded / mib:.1f} MiB"
+        if encoded is not None
+        else f"features {varying} of varying length",
+        budget / mib,
+    )
+    return None
+
+
+def _as_dict(map_fn: Callable[..., Any], names: tuple[str, ...] | None) -> Callable[..., Any]:
+    """``map_fn``, returning a dict: a tuple it returns is named by ``as_tuple``."""
+
+    def named(example: Any) -> Any:
+        out = map_fn(example)
+        if names is not None and isinstance(out, (tuple, list)) and len(out) == len(names):
+            return dict(zip(names, out, strict=True))
+        return out
+
+    return named
+
+
+def _memory_data(
+    plan: _Plan,
+    mode: str,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int | None,
+    drop_remainder: bool,
+    num_epochs: int | None,
+    map_fn: Callable[..., Any] | None,
+    batch_map_fn: Callable[..., Any] | None,
+    prefetch: bool,
+) -> tuple[tf.data.Dataset, int]:
+    """The in-memory pipeline of batches (dicts), and the examples of one pass."""
+    decode_each_batch = None
+    if mode == "decoded" and map_fn is not None:
+        count = plan.examples
+        if count is None and plan.per_record == 1:  # allocate once: memory of the output only
+            count = count_examples(plan.files, plan.compression, plan.per_record)
+        arrays = load_mapped(
+            plan.files,
+            plan.compression,
+            plan.schema,
+            _as_dict(map_fn, plan.names),
+            per_record=plan.per_record,
+            count=count,
+        )
+    else:
+        arrays = load(
+            plan.files,
+            plan.compression,
+            plan.schema,
+            per_record=plan.per_record,
+            counts=plan.counts,
+        )
+        if map_fn is not None:
+            decode_each_batch = _as_dict(map_fn, plan.names)
+    data = memory_dataset(
+        arrays,
+        batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        drop_remainder=drop_remainder,
+        num_epochs=num_epochs,
+        prefetch=2 if prefetch and batch_map_fn is None else None,
+        map_fn=decode_each_batch,
+    )
+    if batch_map_fn is not None:
+        data = _map_batches(data, batch_map_fn)
+        if prefetch:
+            data = data.prefetch(2)
+    return data, len(next(iter(arrays.values())))
+
+
+def _map_batches(data: tf.data.Dataset, batch_map_fn: Callable[..., Any]) -> tf.data.Dataset:
+    """``batch_map_fn`` on every batch, its random ops drawing anew every epoch."""
+    calls = max(1, min(os.cpu_count() or 1, 8))
+    return data.map(fresh_randomness(batch_map_fn), num_parallel_calls=calls, deterministic=True)
+
+
+def _check_functions(map_fn: object, batch_map_fn: object) -> None:
+    if map_fn is not None and not callable(map_fn):
+        raise TypeError(expected("map_fn", "callable or None", map_fn))
+    if batch_map_fn is not None and not callable(batch_map_fn):
+        raise TypeError(expected("batch_map_fn", "callable or None", batch_map_fn))
 
 
 def read_batches(
@@ -569,6 +710,8 @@ def read_batches(
     num_parallel_reads: int | None = None,
     drop_remainder: bool = False,
     num_epochs: int | None = 1,
+    map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    batch_map_fn: Callable[[Any], Any] | None = None,
     in_memory: bool | str = False,
     memory_budget: int | None = None,
     capacity: int | None = None,
@@ -630,9 +773,15 @@ def read_batches(
         drop_remainder: Whether to drop the final, smaller batch (the batch dimension is
             then static).
         num_epochs: Passes over the data; ``None`` repeats without end.
-        in_memory: As for :func:`dataset`: ``True`` decodes every shard once and
-            gathers batches from memory; ``"auto"`` does so when the decoded data fits
-            ``memory_budget``, and logs its choice. Only with ``pipeline="dataset"``.
+        map_fn: As for :func:`dataset`: the per-example (decoding) function, run once
+            per example in memory. Only with ``pipeline="dataset"``.
+        batch_map_fn: As for :func:`dataset`: applied to every batch, every epoch (for
+            ``"queue"``, to the batch tensors).
+        in_memory: As for :func:`dataset`: ``True`` decodes every shard once (through
+            ``map_fn`` when given) and gathers batches from memory; ``"auto"`` does so
+            when the decoded data fits ``memory_budget``, else holds the encoded records
+            when they fit, else streams, and logs its choice. Only with
+            ``pipeline="dataset"``.
         memory_budget: Bytes the decoded data may take for ``in_memory="auto"``;
             ``None`` for half of the memory available at the call.
         capacity: ``"queue"`` only: the queue's capacity; default ``shuffle_buffer +
@@ -677,7 +826,17 @@ def read_batches(
         raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
     if memory_budget is not None:
         check_positive_int(memory_budget, "memory_budget")
+    _check_functions(map_fn, batch_map_fn)
     if pipeline == "queue":
+        if map_fn is not None:
+            raise ValueError(
+                expected(
+                    "map_fn",
+                    "None with pipeline='queue' (a queue parses whole batches; map "
+                    "examples with pipeline='dataset', or map batches with batch_map_fn)",
+                    map_fn,
+                )
+            )
         if in_memory is not False:
             raise ValueError(
                 expected(
@@ -700,7 +859,7 @@ def read_batches(
         raise ValueError(
             expected("capacity", "None with pipeline='dataset' (a queue's capacity)", capacity)
         )
-    plan = _plan(files, schema, compression, as_tuple, select=True, decode=decode)
+    plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
     if pipeline == "queue" and plan.per_record > 1:
         raise ValueError(
             expected(
@@ -710,25 +869,21 @@ def read_batches(
             )
         )
     num_examples = plan.examples
-    memory = bool(in_memory) and _use_memory(plan, in_memory, memory_budget, None)
+    mode = _memory_mode(plan, in_memory, memory_budget, map_fn) if in_memory else None
+    memory = mode is not None
     with tf.name_scope(name):
-        if memory:
-            arrays = load(
-                plan.files,
-                plan.compression,
-                plan.schema,
-                per_record=plan.per_record,
-                counts=plan.counts,
-            )
-            num_examples = len(next(iter(arrays.values())))
-            data = memory_dataset(
-                arrays,
+        if mode is not None:
+            data, num_examples = _memory_data(
+                plan,
+                mode,
                 batch_size,
                 shuffle=shuffle_buffer > 0,
                 seed=seed,
                 drop_remainder=drop_remainder,
                 num_epochs=num_epochs,
-                prefetch=2,
+                map_fn=map_fn,
+                batch_map_fn=batch_map_fn,
+                prefetch=True,
             )
             data = _finish(data, plan.names, prefetch=None, autotune=False)
             iterator = tf.compat.v1.data.make_initializable_iterator(data)
@@ -744,7 +899,8 @@ def read_batches(
                 num_parallel_reads=num_parallel_reads,
                 drop_remainder=drop_remainder,
                 num_epochs=num_epochs,
-                map_fn=None,
+                map_fn=map_fn,
+                batch_map_fn=batch_map_fn,
                 prefetch=1,
             )
             iterator = tf.compat.v1.data.make_initializable_iterator(data)
@@ -762,6 +918,8 @@ def read_batches(
                     capacity=cap,
                     drop_remainder=drop_remainder,
                 )
+            if batch_map_fn is not None:
+                parsed = batch_map_fn(parsed)
             tensors = _structure(parsed, plan.names)
             initializers = []
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
