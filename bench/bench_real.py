@@ -175,8 +175,9 @@ def memory_pipeline(spec: w.Spec, kind: str) -> Any:
     """The package's in-memory pipeline with a decoding ``map_fn`` (needs issue 19 item 1).
 
     Images are decoded once into memory; text keeps its token lists (ragged) and pads
-    each gathered batch in ``batch_map_fn``. Without the feature, this raises at once
-    with the package's own reason (the row is then reported as failed).
+    each gathered batch in ``batch_map_fn``, which needs variable-length features held
+    in memory (issue 19 item 2): until then the package refuses it at once with its own
+    reason, and the row is reported as failed.
     """
     extra: dict[str, Any] = {}
     if has_memory_map_fn() and kind == "txt":

@@ -127,7 +127,6 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     monkeypatch.syspath_prepend(str(BENCH))
     for name in ("bench_configs", "bench_real", "bench_real_data", "bench_report"):
         sys.modules.pop(name, None)
-    import bench_real
     import bench_real_data
     import bench_report
     import bench_workloads
@@ -160,13 +159,10 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
         "txt_input_padded",
         "txt_input_bucketed",
         "txt_loop_stream",
-        "txt_loop_memory",
+        "img_loop_memory",  # JPEGs decoded once into memory (in_memory with map_fn)
     ]
     results = {(c, c[:3]): [run(c)] for c in configs}
     for (config, _), (result,) in results.items():
-        if config == "txt_loop_memory" and not bench_real.has_memory_map_fn():
-            assert not result["ok"], "the slot runs: drop this branch"
-            continue
         assert result["ok"], (config, result.get("error"))
         assert result["examples_per_sec"] > 0 and result["examples"] > 0
     shares = {
