@@ -101,6 +101,20 @@ def test_the_two_modes_have_their_own_folders() -> None:
     assert {"function_loop", "preemption", "distribute"} <= tf2
 
 
+def python_output(script: str) -> str:
+    """What ``python -c script`` prints in a fresh interpreter (which must succeed)."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
 SCRIPT = """
 import sys
 import tfr_hooks.tfrecord
@@ -113,16 +127,7 @@ print("\\n".join(loaded))
 
 @pytest.mark.slow
 def test_the_tfrecord_layer_loads_no_hook_or_loop_module() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    loaded = set(result.stdout.split())
+    loaded = set(python_output(SCRIPT).split())
     assert "tfr_hooks.tfrecord.read" in loaded
     outside = {m for m in loaded if layer(m) != "tfrecord" and m != "tfr_hooks"}
     assert outside <= TFRECORD_MAY_USE, sorted(outside)
@@ -191,13 +196,4 @@ def test_graph_mode_loads_tf_keras_only_for_a_keras_training_graph() -> None:
         "import sys, tfr_hooks.graph.session_loop, tfr_hooks.graph.hooked_session\n"
         "print('tf_keras' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["False"]
+    assert python_output(script).split() == ["False"]
