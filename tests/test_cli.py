@@ -28,7 +28,8 @@ except ImportError:  # tests imported as a package
     )
 
 SRC = Path(cli.__file__).resolve().parents[1]
-EXAMPLES = sorted((SRC / "examples").glob("[a-z]*.py"))
+# the checkout's examples, also when tox runs the tests against the installed wheel
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("[a-z]*.py"))
 
 
 @pytest.fixture

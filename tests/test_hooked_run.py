@@ -169,9 +169,9 @@ def test_summary_saver_hook_writes_scalars(
     assert "train_loss" in events.Tags()["scalars"]
     # about every third of the 10 steps; the hook reads the global step in the same run
     # as the train op increments it (as in MonitoredSession), so a read may be stale by
-    # one and shift a save by a step
+    # one and shift a save by a step, which can fit a fifth save into ten steps
     steps = [e.step for e in events.Scalars("train_loss")]
-    assert 3 <= len(steps) <= 4
+    assert 3 <= len(steps) <= 5, steps
     assert all(diff in (2, 3, 4) for diff in np.diff(steps)), steps
     assert 0 <= steps[0] <= 1 and steps[-1] <= 10
 
