@@ -236,18 +236,12 @@ def _check_layout(stored: Schema, read: Schema, examples_per_record: int) -> Non
     if examples_per_record == 1:
         return
     for feature in stored:
-        if feature.varying or not feature.size:
-            kind = {"int64": "int64", "float": "float32"}.get(read[feature.name].encoding)
-            dtype = kind or feature.dtype
+        if not feature.varying and not feature.size:
             raise ValueError(
-                f"Expected every feature to have a fixed, non-empty shape to pack "
-                f"{examples_per_record} examples per record. Received: feature "
-                f"{feature.name!r} of shape {feature.shape}. Pass a fixed shape for it if "
-                f"every record holds N values (decode={{{feature.name!r}: ({dtype!r}, "
-                f"(N,))}}; on the command line --decode {feature.name}={dtype}:N), a "
-                f"default if records hold 0 or 1 values (decode={{{feature.name!r}: "
-                f"{{'default': ...}}}}), or examples_per_record=1 "
-                f"(--examples-per-record 1) to store its varying length."
+                f"Expected every feature to hold values to pack {examples_per_record} "
+                f"examples per record. Received: feature {feature.name!r} of shape "
+                f"{feature.shape}; drop it (decode or schema), or pass "
+                "examples_per_record=1 (--examples-per-record 1)."
             )
     check_packable(stored, examples_per_record)
 

@@ -23,14 +23,15 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Union
 
 import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.packed import pass_seed, unpack
+from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples, is_list
 from tfr_hooks.tfrecord.schema import Schema
 
 __all__ = [
@@ -44,9 +45,14 @@ __all__ = [
     "count_examples",
     "GATHER_EXAMPLES",
     "LOAD_CHUNK",
+    "Held",
+    "nbytes_of",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: What is held for one feature: an array ``[examples, ...]``, or values and row offsets.
+Held = Union[np.ndarray, RaggedArray]
 
 #: Examples gathered by one element of the pipeline (then cut into batches).
 GATHER_EXAMPLES = 4096
@@ -152,14 +158,15 @@ def load(
     per_record: int = 1,
     counts: Sequence[int | None] | None = None,
     progress: bool = True,
-) -> dict[str, np.ndarray]:
+) -> dict[str, Held]:
     """Read and decode every example of ``files`` into one numpy array per feature.
 
     Files are read in parallel (one thread per core, at most 8), in order: the result
     holds the examples of ``files[0]``, then ``files[1]``... With every file's example
     count known (from ``schema.json``), the arrays are allocated once and filled in
     place; otherwise the decoded chunks are joined at the end (twice the memory for a
-    moment).
+    moment). A feature of varying length is held as a :class:`RaggedArray` (its values
+    and row offsets), joined from the chunks at the end.
 
     Args:
         files: The shards.
@@ -170,7 +177,8 @@ def load(
         progress: Show a progress bar on stderr when loading takes more than 2 s.
 
     Returns:
-        Feature name to array of shape ``[examples, *feature.shape]``.
+        Feature name to array of shape ``[examples, *feature.shape]`` (a
+        :class:`RaggedArray` for a feature of varying length).
 
     Raises:
         CorruptRecordError: If a file is damaged, or holds another number of examples
@@ -201,8 +209,13 @@ def load(
         out = {
             f.name: _empty((offsets[-1], *f.shape), _numpy_dtype(f.dtype))  # type: ignore[arg-type]
             for f in schema
+            if not f.varying
         }
+    varying = [f.name for f in schema if f.varying]
     parts: list[list[dict[str, np.ndarray]]] = [[] for _ in files]
+    lists: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]] = {
+        name: [[] for _ in files] for name in varying
+    }
 
     def read(worker: int, index: int) -> None:
         name = files[index]
@@ -215,7 +228,10 @@ def load(
                 break
             except tf.errors.OpError as error:
                 raise _explain(error, name, schema, compression) from error
-            size = len(next(iter(values.values())))
+            for key in varying:
+                value = values.pop(key)
+                lists[key][index].append((value.values, value.row_splits))
+            size = _rows(values, lists, index)
             if known and counts is not None:
                 expected = int(counts[index] or 0)
                 if got + size > expected:
@@ -223,7 +239,7 @@ def load(
                 start = offsets[index] + got
                 for key, value in values.items():
                     out[key][start : start + size] = value
-            else:
+            elif values:
                 parts[index].append(values)
             got += size
             bar.update(size)
@@ -251,12 +267,17 @@ def load(
     finally:
         bar.close()
         session.close()
+    held: dict[str, Held] = {
+        key: RaggedArray.join([part for of_file in lists[key] for part in of_file])
+        for key in varying
+    }
     if known:
-        return out
+        return {f.name: out.get(f.name, held.get(f.name)) for f in schema}  # type: ignore[misc]
     sizes = [sum(len(next(iter(p.values()))) for p in chunks_of) for chunks_of in parts]
     joined = {
         f.name: _empty((sum(sizes), *f.shape), _numpy_dtype(f.dtype))  # type: ignore[arg-type]
         for f in schema
+        if not f.varying
     }
     start = 0
     for chunks_of in parts:
@@ -266,7 +287,28 @@ def load(
                 joined[key][start : start + size] = value
             start += size
         chunks_of.clear()
-    return joined
+    return {f.name: joined.get(f.name, held.get(f.name)) for f in schema}  # type: ignore[misc]
+
+
+def nbytes_of(held: Held) -> int:
+    """Bytes held in memory for one feature (with the bytes of its strings)."""
+    if isinstance(held, RaggedArray):
+        return held.nbytes
+    if held.dtype.kind == "O":
+        return int(sum(len(x) + 8 for x in held.ravel()))
+    return int(held.nbytes)
+
+
+def _rows(
+    values: dict[str, np.ndarray],
+    lists: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]],
+    index: int,
+) -> int:
+    """The examples of a decoded chunk (from a dense feature, or the last ragged one)."""
+    if values:
+        return len(next(iter(values.values())))
+    last = next(iter(lists.values()))[index][-1]
+    return len(last[1]) - 1
 
 
 def _wrong_count(path: str, found: str, expected: int) -> CorruptRecordError:
@@ -293,7 +335,7 @@ def _explain(error: BaseException, path: str, schema: Schema, compression: str) 
 
 
 def memory_dataset(
-    arrays: dict[str, np.ndarray],
+    arrays: Mapping[str, Held],
     batch_size: int,
     *,
     shuffle: bool,
@@ -302,6 +344,7 @@ def memory_dataset(
     num_epochs: int | None,
     prefetch: int | None,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    buckets: np.ndarray | None = None,
 ) -> tf.data.Dataset:
     """Batches gathered from in-memory arrays, a fresh permutation every pass.
 
@@ -310,16 +353,23 @@ def memory_dataset(
     ``seed``: a new iterator (or, in graph mode, each initialization of the iterator)
     starts the next pass of that sequence.
 
+    A :class:`RaggedArray` (a feature of varying length) is gathered as ragged rows.
+    With ``buckets``, each batch holds examples of one bucket: a pass takes its
+    permutation, keeps each bucket's examples in that order, cuts every bucket into
+    batches (each with its own final, smaller batch) and serves those batches in a
+    random order. The number of batches of a pass is the same every pass.
+
     Args:
-        arrays: Feature name to array, all of the same length.
+        arrays: Feature name to array (or :class:`RaggedArray`), all of the same length.
         batch_size: Examples per batch.
         shuffle: Whether each pass follows a new permutation (else the stored order).
         seed: Seed of the sequence of permutations.
-        drop_remainder: Whether to drop each pass's final, smaller batch.
+        drop_remainder: Whether to drop each pass's (each bucket's) final, smaller batch.
         num_epochs: Passes; ``None`` for endless.
         prefetch: Batches to prefetch (0 or ``None`` for none).
         map_fn: Applied to each gathered example, in parallel, before batching (the
             arrays then hold encoded examples that ``map_fn`` decodes every pass).
+        buckets: The bucket of each example (``int64``), or ``None``.
 
     Returns:
         A dataset of dicts of batch tensors, of exact known cardinality.
@@ -328,49 +378,105 @@ def memory_dataset(
         ValueError: If ``drop_remainder`` leaves no batch.
     """
     names = list(arrays)
-    values = [arrays[name] for name in names]
-    count = len(values[0])
-    per_pass = count // batch_size if drop_remainder else math.ceil(count / batch_size)
+    held = [arrays[name] for name in names]
+    flat: list[np.ndarray] = []
+    for value in held:
+        flat.extend([value.values, value.row_splits] if isinstance(value, RaggedArray) else [value])
+    if buckets is not None:
+        flat.append(np.ascontiguousarray(buckets, np.int64))
+    count = len(held[0])
+    ragged = any(isinstance(value, RaggedArray) for value in held)
+    plan = _batch_plan(count, batch_size, drop_remainder, buckets)
+    per_pass = len(plan[0]) if plan is not None else (
+        count // batch_size if drop_remainder else math.ceil(count / batch_size)
+    )
     if per_pass == 0:
         raise ValueError(
             f"Expected at least `batch_size` examples with `drop_remainder`. Received: "
             f"batch_size={batch_size} for {count} examples"
         )
-    dtypes = [tf.string if v.dtype.kind in "OSU" else tf.as_dtype(v.dtype) for v in values]
-    chunk = batch_size * max(1, GATHER_EXAMPLES // batch_size)
+    dtypes = [tf.string if v.dtype.kind in "OSU" else tf.as_dtype(v.dtype) for v in flat]
+    # one gathered element per batch when rows vary in length or batches follow buckets
+    chunk = batch_size if ragged else batch_size * max(1, GATHER_EXAMPLES // batch_size)
     full = count // chunk
 
     eager = tf.executing_eagerly()
 
     def source() -> list[np.ndarray]:
-        return values
+        return flat
 
-    def one_pass(salt: Any) -> tf.data.Dataset:
+    def columns() -> list[Any]:
         # evaluated once per pass; hands numpy's (aligned) buffers over without a copy
         data = tf.numpy_function(source, [], dtypes, stateful=True, name="in_memory_data")
-        for tensor, value in zip(data, values, strict=True):
+        for tensor, value in zip(data, flat, strict=True):
             tensor.set_shape(value.shape)
+        out: list[Any] = [data[-1] if buckets is not None else None]  # the buckets first
+        position = 0
+        for value in held:
+            if isinstance(value, RaggedArray):
+                values, splits = data[position], data[position + 1]
+                out.append(tf.RaggedTensor.from_row_splits(values, splits, validate=False))
+                position += 2
+            else:
+                out.append(data[position])
+                position += 1
+        return out
+
+    def permutation(salt: Any) -> Any:
         order = tf.range(count, dtype=tf.int64)
         if shuffle:
             order = tf.random.experimental.stateless_shuffle(
                 order, seed=tf.stack([salt, tf.constant(7, tf.int64)])
             )
+        return order
+
+    def slices_of(salt: Any, bucket: Any) -> tf.data.Dataset:
+        order = permutation(salt)
+        if plan is not None:
+            starts, sizes = (tf.constant(a) for a in plan)
+            by_bucket = tf.gather(order, tf.argsort(tf.gather(bucket, order), stable=True))
+            batch_order = tf.range(per_pass, dtype=tf.int64)
+            if shuffle:
+                batch_order = tf.random.experimental.stateless_shuffle(
+                    batch_order, seed=tf.stack([salt, tf.constant(11, tf.int64)])
+                )
+            bounds = tf.data.Dataset.from_tensor_slices(
+                (tf.gather(starts, batch_order), tf.gather(sizes, batch_order))
+            )
+            return bounds.map(lambda start, size: by_bucket[start : start + size])
         slices = tf.data.Dataset.from_tensor_slices(
             tf.reshape(order[: full * chunk], [full, chunk])
         )
         if count % chunk:
             slices = slices.concatenate(tf.data.Dataset.from_tensors(order[full * chunk :]))
+        return slices
+
+    def one_pass(salt: Any) -> tf.data.Dataset:
+        bucket, *data = columns()
 
         def gather(index: Any) -> dict[str, Any]:
             return {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
 
-        gathered = slices.map(gather)
+        gathered = slices_of(salt, bucket).map(gather)
         if map_fn is not None:  # encoded examples: decode each pass, in parallel
-            return (
-                gathered.unbatch()
-                .map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                .batch(batch_size, drop_remainder=drop_remainder)
+            if plan is not None:  # each gathered element is a whole batch of one bucket
+                return gathered.flat_map(
+                    lambda batch: batch_examples(
+                        tf.data.Dataset.from_tensor_slices(batch).map(
+                            map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+                        ),
+                        batch_size,
+                        drop_remainder=False,
+                    )
+                )
+            examples = gathered.unbatch().map(
+                map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
             )
+            return batch_examples(examples, batch_size, drop_remainder)
+        if chunk == batch_size and plan is None and drop_remainder and count % chunk:
+            return gathered.take(full)
+        if chunk == batch_size or plan is not None:
+            return gathered
         return gathered.rebatch(batch_size, drop_remainder=drop_remainder)
 
     if eager:
@@ -386,6 +492,28 @@ def memory_dataset(
     if prefetch:
         batches = batches.prefetch(prefetch)
     return batches
+
+
+def _batch_plan(
+    count: int, batch_size: int, drop_remainder: bool, buckets: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Start and size of every batch of a pass over examples sorted by bucket."""
+    if buckets is None:
+        return None
+    if len(buckets) != count:
+        raise ValueError(f"Expected a bucket for each of the {count} examples")
+    per_bucket = np.bincount(buckets) if count else np.zeros([0], np.int64)
+    starts: list[int] = []
+    sizes: list[int] = []
+    offset = 0
+    for size in per_bucket.tolist():
+        for first in range(0, size, batch_size):
+            taken = min(batch_size, size - first)
+            if taken == batch_size or not drop_remainder:
+                starts.append(offset + first)
+                sizes.append(taken)
+        offset += size
+    return np.asarray(starts, np.int64), np.asarray(sizes, np.int64)
 
 
 def fresh_randomness(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -434,6 +562,7 @@ def _mapped(
 
 
 def _check_dense(spec: Any) -> list[str]:
+    """The output names of ``map_fn``, checked to be dense tensors or 1-D lists."""
     if not isinstance(spec, dict):
         raise TypeError(
             "Expected `map_fn` to return a dict of tensors (feature name -> tensor) to "
@@ -441,20 +570,29 @@ def _check_dense(spec: Any) -> list[str]:
         )
     names = list(tf.nest.flatten({name: name for name in spec}))
     for name in names:
-        if not isinstance(spec[name], tf.TensorSpec):
+        if not (isinstance(spec[name], tf.TensorSpec) or is_list(spec[name])):
             raise ValueError(
-                "Expected `map_fn` to return dense tensors of a fixed shape to hold its "
-                f"output in memory (pad or crop {name!r} to one shape, or stream). "
-                f"Received: {name!r}: {spec[name]}"
+                "Expected `map_fn` to return dense tensors, or 1-D lists of varying "
+                f"length, to hold its output in memory (pad or crop {name!r} to one "
+                f"shape, or stream). Received: {name!r}: {spec[name]}"
             )
     return names
 
 
-def _iterate(data: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
+def _numpy(value: Any) -> Any:
+    """A fetched value as numpy: an array, or ``(values, row_splits)`` of a ragged one."""
+    if isinstance(value, tf.RaggedTensor):
+        return value.values.numpy(), value.row_splits.numpy()
+    if isinstance(value, tf.compat.v1.ragged.RaggedTensorValue):
+        return value.values, value.row_splits
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+def _iterate(data: tf.data.Dataset) -> Iterator[dict[str, Any]]:
     """Numpy values of ``data``: eagerly, or through a session of the dataset's graph."""
     if tf.executing_eagerly():
         for value in data:
-            yield {k: v.numpy() for k, v in value.items()}
+            yield {k: _numpy(v) for k, v in value.items()}
         return
     iterator = tf.compat.v1.data.make_initializable_iterator(data)
     value = iterator.get_next()
@@ -462,7 +600,7 @@ def _iterate(data: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
         session.run(iterator.initializer)
         while True:
             try:
-                yield session.run(value)
+                yield {k: _numpy(v) for k, v in session.run(value).items()}
             except tf.errors.OutOfRangeError:
                 return
 
@@ -491,41 +629,50 @@ def _varying_feature(name: str, shapes: str, index: int | None = None) -> ValueE
 
 def _collect(
     build: Callable[[], tf.data.Dataset], count: int | None, batch: int = LOAD_CHUNK
-) -> dict[str, np.ndarray]:
-    def run() -> dict[str, np.ndarray]:
+) -> dict[str, Held]:
+    def run() -> dict[str, Held]:
         data = build()
         names = _check_dense(data.element_spec)
+        lists = [name for name in names if is_list(data.element_spec[name])]
+        dense = [name for name in names if name not in lists]
         out: dict[str, np.ndarray] = {}
         parts: list[dict[str, np.ndarray]] = []
+        ragged: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in lists}
+        first: dict[str, np.ndarray] = {}
         got = 0
         try:
-            for values in _iterate(data.batch(batch)):
-                size = len(values[names[0]])
-                if not out and not parts:
+            for values in _iterate(batch_examples(data, batch, drop_remainder=False)):
+                for k in lists:
+                    ragged[k].append(values.pop(k))
+                size = len(values[dense[0]]) if dense else len(ragged[lists[0]][-1][1]) - 1
+                if not first:
                     first = values
                     if count is not None:
                         out = {k: _empty((count, *v.shape[1:]), v.dtype) for k, v in values.items()}
-                for k in names:
+                for k in dense:
                     if values[k].shape[1:] != first[k].shape[1:]:
                         shapes = f"{list(first[k].shape[1:])} and {list(values[k].shape[1:])}"
                         raise _varying_feature(k, shapes)
                 if out:
-                    if got + size > len(out[names[0]]):
+                    if got + size > len(out[dense[0]]):
                         raise ValueError("map_fn returned more examples than were read")
-                    for k in names:
+                    for k in dense:
                         out[k][got : got + size] = values[k]
-                else:
+                elif dense:
                     parts.append(values)
                 got += size
         except tf.errors.InvalidArgumentError as error:
             if "Cannot batch tensors" in error.message or "Cannot add tensor" in error.message:
-                raise _varying(build(), names) from None
+                raise _varying(build(), dense) from None
             raise
-        if out:
-            return {k: v[:got] for k, v in out.items()}
-        if not parts:
+        if not got:
             raise ValueError("Expected at least one example to hold in memory; found none")
-        return {k: np.concatenate([p[k] for p in parts]) for k in names}
+        held: dict[str, Held] = {k: RaggedArray.join(ragged[k]) for k in lists}
+        if out:
+            held.update({k: v[:got] for k, v in out.items()})
+        else:
+            held.update({k: np.concatenate([p[k] for p in parts]) for k in dense})
+        return {k: held[k] for k in names}
 
     if tf.executing_eagerly():
         return run()
@@ -541,7 +688,7 @@ def load_mapped(
     *,
     per_record: int = 1,
     count: int | None = None,
-) -> dict[str, np.ndarray]:
+) -> dict[str, Held]:
     """Read every example of ``files`` once, through ``map_fn``, into numpy arrays.
 
     ``map_fn`` (the user's decoding function: ``tf.io.decode_jpeg``...) runs once per
@@ -577,8 +724,5 @@ def mapped_sample_nbytes(
     except (ValueError, TypeError) as error:
         logger.debug("map_fn's output cannot be held in memory: %s", error)
         return None
-    size = sum(
-        int(sum(len(x) + 8 for x in a.ravel())) if a.dtype.kind == "O" else a.nbytes
-        for a in arrays.values()
-    )
+    size = sum(nbytes_of(a) for a in arrays.values())
     return size, len(next(iter(arrays.values())))

@@ -17,8 +17,11 @@ be smaller:
 * ``"int64"``, ``"float"`` and ``"bytes"`` features: a list of ``k * size`` values, the
   examples' values one after the other (row-major).
 
-``k`` is the same for every feature of a record. Features of varying length cannot be
-packed.
+* a feature of varying length: a list of all ``k`` examples' values one after the other,
+  and beside it an ``int64`` feature named ``<name>/row_lengths`` (:data:`LENGTHS`)
+  with each example's number of values (``k`` of them).
+
+``k`` is the same for every feature of a record.
 
 Reading shuffles at three levels, as block formats do (FFCV's quasi-random order,
 WebDataset shards): the order of the files, the order of the blocks (a buffer of whole
@@ -49,7 +52,18 @@ __all__ = [
     "packed_dataset",
     "pass_seed",
     "WINDOW_EXAMPLES",
+    "LENGTHS",
+    "lengths_name",
 ]
+
+#: Suffix of the feature that holds, in a packed record, each example's number of values
+#: of a feature of varying length.
+LENGTHS = "/row_lengths"
+
+
+def lengths_name(name: str) -> str:
+    """The packed record's feature of the row lengths of varying feature ``name``."""
+    return name + LENGTHS
 
 #: Examples parsed together when not shuffling (the window then only sets the parse size).
 WINDOW_EXAMPLES = 4096
@@ -64,14 +78,22 @@ def check_packable(schema: Schema, examples_per_record: int) -> None:
     """Raise if ``schema`` cannot be stored ``examples_per_record`` examples a record.
 
     Raises:
-        ValueError: For a feature of varying length or of no values.
+        ValueError: For a feature of no values, or one whose row lengths' name is taken.
     """
     if examples_per_record == 1:
         return
     for feature in schema:
-        if feature.varying or not feature.size:
+        if feature.varying:
+            if lengths_name(feature.name) in schema:
+                raise ValueError(
+                    f"Expected no feature named {lengths_name(feature.name)!r} to pack "
+                    f"{examples_per_record} examples per record: it holds the row lengths "
+                    f"of the varying feature {feature.name!r}. Received: a feature of "
+                    "that name; rename it, or write with examples_per_record=1"
+                )
+        elif not feature.size:
             raise ValueError(
-                f"Expected every feature to have a fixed, non-empty shape to pack "
+                f"Expected every feature to have a non-empty shape to pack "
                 f"{examples_per_record} examples per record. Received: feature "
                 f"{feature.name!r} of shape {feature.shape}"
             )
@@ -106,7 +128,17 @@ def serialize_blocks(
         for feature in schema:
             block = arrays[feature.name][first:last]
             target = getattr(features[feature.name], feature.kind).value
-            if feature.encoding == "raw":
+            if feature.varying:  # the values one after the other, and each row's length
+                rows = [np.asarray(row).ravel() for row in block]
+                lengths = features[lengths_name(feature.name)].int64_list.value
+                lengths.extend(len(row) for row in rows)
+                if feature.encoding == "bytes":
+                    target.extend(to_bytes(v, feature.name) for row in rows for v in row.tolist())
+                else:
+                    cast = np.int64 if feature.encoding == "int64" else np.float32
+                    for row in rows:
+                        target.extend(row.astype(cast).tolist())
+            elif feature.encoding == "raw":
                 dtype = "uint8" if feature.dtype == "bool" else feature.dtype
                 little = np.dtype(dtype).newbyteorder("<")
                 target.append(np.ascontiguousarray(block, dtype=little).tobytes())
@@ -165,6 +197,29 @@ def _decode_list(feature: Feature, ragged: Any, per_record: int) -> tuple[Any, A
     return value, counts
 
 
+def _decode_varying(feature: Feature, parsed: Any, per_record: int) -> tuple[Any, Any]:
+    """A batch of blocks of a varying feature as ragged rows, one per real example."""
+    values = parsed[feature.name]
+    lengths = parsed[lengths_name(feature.name)]
+    counts = lengths.row_lengths()
+    message = (
+        f"Packed tf.train.Example: feature {feature.name!r} does not hold the values its "
+        f"{lengths_name(feature.name)!r} counts (at most {per_record} examples a record)"
+    )
+    checks = [
+        tf.debugging.assert_equal(
+            tf.reduce_sum(lengths, axis=1), values.row_lengths(), message=message
+        ),
+        tf.debugging.assert_less_equal(counts, tf.constant(per_record, tf.int64), message=message),
+        tf.debugging.assert_non_negative(lengths.flat_values, message=message),
+    ]
+    with tf.control_dependencies(checks):
+        ragged = tf.RaggedTensor.from_row_lengths(values.flat_values, lengths.flat_values)
+    if ragged.dtype != feature.tf_dtype:
+        ragged = tf.ragged.map_flat_values(tf.cast, ragged, feature.tf_dtype)
+    return ragged, counts
+
+
 def unpack(
     schema: Schema, serialized: Any, per_record: int, *, order_seed: Any = None
 ) -> dict[str, Any]:
@@ -190,12 +245,19 @@ def unpack(
         else tf.io.RaggedFeature(dtype=_STORED[f.encoding], row_splits_dtype=tf.int64)
         for f in schema
     }
+    for f in schema:
+        if f.varying:
+            spec[lengths_name(f.name)] = tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int64)
     parsed = tf.io.parse_example(serialized, spec)
     values: dict[str, Any] = {}
+    rows: dict[str, Any] = {}  # varying features: one ragged row per real example
     counts = []
     for feature in schema:
-        decode = _decode_raw if feature.encoding == "raw" else _decode_list
-        values[feature.name], count = decode(feature, parsed[feature.name], per_record)
+        if feature.varying:
+            rows[feature.name], count = _decode_varying(feature, parsed, per_record)
+        else:
+            decode = _decode_raw if feature.encoding == "raw" else _decode_list
+            values[feature.name], count = decode(feature, parsed[feature.name], per_record)
         counts.append(count)
     checks = [
         tf.debugging.assert_equal(
@@ -213,7 +275,11 @@ def unpack(
         index = tf.random.experimental.stateless_shuffle(
             index, seed=tf.stack([order_seed, tf.constant(12, tf.int64)])
         )
-    return {name: tf.gather(value, index) for name, value in values.items()}
+    out = {name: tf.gather(value, index) for name, value in values.items()}
+    if rows:  # the real examples are numbered without the padding of short blocks
+        real = tf.gather(tf.cumsum(tf.cast(valid, tf.int64)) - 1, index)
+        out.update({name: tf.gather(value, real) for name, value in rows.items()})
+    return {f.name: out[f.name] for f in schema}
 
 
 def check_block(
@@ -247,6 +313,21 @@ def check_block(
         proto = present[feature.name]
         kind = proto.WhichOneof("kind")
         values = getattr(proto, kind).value if kind else []
+        if feature.varying:
+            blocks = _check_varying_block(
+                feature, present, kind, len(values), per_record, where, file, record
+            )
+            if count is not None and blocks != count:
+                raise SchemaMismatchError(
+                    f"Feature {feature.name!r} in packed {where} does not match the schema: "
+                    f"expected {count} examples (as for {schema.names[0]!r}); its "
+                    f"{lengths_name(feature.name)!r} counts {blocks}.",
+                    file=file,
+                    record=record,
+                    feature=feature.name,
+                )
+            count = blocks
+            continue
         if feature.encoding == "raw":
             unit = feature.raw_nbytes
             total = len(values[0]) if kind == feature.kind and len(values) == 1 else -1
@@ -274,6 +355,40 @@ def check_block(
             )
         count = blocks
     return count or 0
+
+
+def _check_varying_block(
+    feature: Feature,
+    present: Any,
+    kind: str | None,
+    total: int,
+    per_record: int,
+    where: str,
+    file: str | None,
+    record: int | None,
+) -> int:
+    """The examples of one packed block of a varying feature, after checking its lengths."""
+    name = lengths_name(feature.name)
+    lengths = present[name].int64_list.value if name in present else None
+    problem = None
+    if kind not in (feature.kind, None):
+        problem = f"a {kind} instead of a {feature.kind}"
+    elif lengths is None:
+        problem = f"no {name!r} feature with each example's number of values"
+    elif not 1 <= len(lengths) <= per_record or any(n < 0 for n in lengths):
+        problem = f"{len(lengths)} row lengths in {name!r}, expected 1 to {per_record}"
+    elif sum(lengths) != total:
+        problem = f"{total} values where {name!r} counts {sum(lengths)}"
+    if problem is not None:
+        raise SchemaMismatchError(
+            f"Feature {feature.name!r} in packed {where} does not match the schema: "
+            f"expected {feature.describe()} per example, the block's values one after the "
+            f"other beside their row lengths; found {problem}.",
+            file=file,
+            record=record,
+            feature=feature.name,
+        )
+    return len(lengths or [])
 
 
 def pass_seed(seed: int | None) -> Any:

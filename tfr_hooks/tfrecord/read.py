@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
@@ -55,6 +56,17 @@ from tfr_hooks.tfrecord.memory import (
     memory_dataset,
 )
 from tfr_hooks.tfrecord.packed import check_block, packed_dataset
+from tfr_hooks.tfrecord.ragged import (
+    PadTo,
+    RaggedArray,
+    Shaping,
+    batch_examples,
+    bucket_key,
+    bucket_of,
+    check_shaping,
+    group_by_length,
+    pad_batch,
+)
 from tfr_hooks.tfrecord.schema import Schema
 from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, load_schema
 
@@ -265,6 +277,10 @@ def dataset(
     decode: Mapping[str, Any] | None = None,
     in_memory: bool | str = False,
     memory_budget: int | None = None,
+    pad_to: PadTo = None,
+    padding_values: Any = None,
+    bucket_boundaries: Sequence[int] | None = None,
+    bucket_by: str | None = None,
     shard: str = "auto",
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
@@ -319,17 +335,37 @@ def dataset(
             each epoch (each new iterator) follows a fresh permutation of all the
             examples when ``shuffle_buffer > 0`` (its size then no longer matters),
             the stored order when it is 0, and ends with its own final batch.
-            With ``map_fn``, its output (dense tensors of one shape for all examples)
-            is what is held. ``"auto"`` does so when the decoded data fits
-            ``memory_budget`` (with a ``map_fn``, its size is estimated by decoding the
-            first 16 examples); when it does not but the parsed records do, it holds
-            the records and runs ``map_fn`` on every batch, in parallel; otherwise (or
-            with features of varying length and no ``map_fn``) it streams. It logs its
+            With ``map_fn``, its output (dense tensors of one shape for all examples,
+            or 1-D lists of varying length) is what is held. A feature of varying
+            length is held as one flat array of values and row offsets. ``"auto"``
+            does so when the decoded data fits ``memory_budget`` (with a ``map_fn``,
+            its size is estimated by decoding the first 16 examples; lists of varying
+            length from the first 256); when it does not but the parsed records do, it
+            holds the records and runs ``map_fn`` on every batch, in parallel;
+            otherwise it streams. It logs its
             choice and why at INFO level. ``False`` (the default) streams from the
             files, in constant memory, as before: holding a whole data set in memory
             is a choice about the machine's resources that only the caller can make.
         memory_budget: Bytes the decoded data may take for ``in_memory="auto"``;
             ``None`` for half of the memory available at the call.
+        pad_to: How features of varying length reach the batch: ``None`` (the
+            default) as ``tf.RaggedTensor`` rows; ``"longest"`` padded to the batch's
+            longest row (as ``padded_batch``); an integer ``L`` padded or cut to ``L``
+            values (a fixed shape); or a dict of feature name -> one of these (features
+            not named stay ragged). Applied to ``map_fn``'s outputs when given, before
+            ``batch_map_fn``. See :mod:`tfr_hooks.tfrecord.ragged`.
+        padding_values: The value padding adds: ``None`` for 0 (``b""`` for strings,
+            ``False`` for bools), a scalar, or a dict of feature name -> scalar.
+        bucket_boundaries: Batch examples of about the same length together, as
+            ``tf.data.Dataset.bucket_by_sequence_length``: bucket ``i`` holds lengths
+            from ``bucket_boundaries[i-1]`` (0 for the first) up to, not including,
+            ``bucket_boundaries[i]`` (the last has no upper end); every batch comes
+            from one bucket. In memory the number of batches per epoch is exact and
+            each epoch serves them in a fresh random order; streamed, each bucket
+            fills its batches in the order the examples come (the epoch's length is
+            then learned at its end).
+        bucket_by: The feature whose length picks the bucket; ``None`` for the only
+            feature (or ``map_fn`` output) of varying length.
         shard: How a multi-worker strategy (``MultiWorkerMirroredStrategy``) splits the
             data among its workers: ``"auto"`` by file when there are at least as many
             files as workers, by data otherwise; ``"file"`` (an error with fewer files
@@ -371,6 +407,7 @@ def dataset(
         raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
     if memory_budget is not None:
         check_positive_int(memory_budget, "memory_budget")
+    shaping = check_shaping(pad_to, padding_values, bucket_boundaries, bucket_by)
     task = sharding.current_task()
     sharding.check_shard(shard)
     plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
@@ -388,6 +425,7 @@ def dataset(
             map_fn=map_fn,
             batch_map_fn=batch_map_fn,
             prefetch=bool(prefetch),
+            shaping=shaping,
         )
         # no files to split: every worker gathers the same batches and keeps its share
         memory_shard = "data" if shard in ("auto", "file") else shard
@@ -407,6 +445,7 @@ def dataset(
         batch_map_fn=batch_map_fn,
         prefetch=prefetch,
         autotune=autotune,
+        shaping=shaping,
     )
     return sharding.shard_dataset(built, shard, len(plan.files), task)
 
@@ -425,6 +464,7 @@ def _build_dataset(
     prefetch: int | None,
     autotune: bool = False,
     batch_map_fn: Callable[[Any], Any] | None = None,
+    shaping: Shaping = Shaping(),
 ) -> tf.data.Dataset:
     reads = num_parallel_reads or min(len(plan.files), 4)
     calls = tf.data.AUTOTUNE if autotune else max(1, min(os.cpu_count() or 1, 8))
@@ -459,17 +499,23 @@ def _build_dataset(
             num_epochs=num_epochs,
             drop_remainder=drop_remainder,
         )
-    if map_fn is not None:
-        parsed = (
-            parsed.unbatch()
-            .map(
+    bucketed = shaping.bucket_boundaries is not None
+    if map_fn is not None or bucketed:
+        examples = parsed.unbatch()
+        if map_fn is not None:
+            examples = examples.map(
                 _as_dict(map_fn, plan.names), num_parallel_calls=calls, deterministic=deterministic
             )
-            .batch(batch_size, drop_remainder=drop_remainder)
-        )
+        if bucketed:
+            parsed = group_by_length(examples, batch_size, drop_remainder, shaping)
+        else:
+            parsed = batch_examples(examples, batch_size, drop_remainder)
+    if shaping.pads:
+        parsed = parsed.map(lambda batch: pad_batch(batch, shaping))
     if batch_map_fn is not None:
         parsed = _map_batches(parsed, batch_map_fn)
-    parsed = _with_cardinality(parsed, plan, batch_size, num_epochs, drop_remainder)
+    if not bucketed:  # bucketed, the batches of an epoch depend on the order of the examples
+        parsed = _with_cardinality(parsed, plan, batch_size, num_epochs, drop_remainder)
     return _finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
 
@@ -549,19 +595,8 @@ def _memory_mode(
     decoding the first examples. When the decoded data does not fit but the parsed
     records do, it holds those and runs ``map_fn`` on every batch; otherwise it streams.
     """
-    varying = [f.name for f in plan.schema if f.varying]
     if in_memory is True:
-        if varying and map_fn is None:
-            hint = ", ".join(f"{name!r}: {{'default': ...}}" for name in varying)
-            raise ValueError(
-                "Expected every feature to have a fixed shape to hold the data in memory "
-                "(give one that some records lack a default: decode={" + hint + "}, or "
-                f"stream). Received features of varying length: {varying}"
-            )
         return "decoded"
-    if varying and map_fn is None:
-        logger.info("in_memory='auto': streaming from the files, as %s vary in length.", varying)
-        return None
     examples = plan.examples
     if examples is None:
         examples = count_examples(plan.files, plan.compression, plan.per_record)
@@ -569,7 +604,7 @@ def _memory_mode(
     budget = default_memory_budget() if memory_budget is None else memory_budget
     mib = 2**20
     if map_fn is None:
-        size = decoded_nbytes(plan.schema, examples, file_bytes)
+        size = _records_nbytes(plan, examples, file_bytes)
         chosen = size <= budget
         logger.info(
             "in_memory='auto': %s (%d examples decode to %.1f MiB; memory_budget %.1f MiB).",
@@ -597,8 +632,8 @@ def _memory_mode(
             budget / mib,
         )
         return "decoded"
-    encoded = None if varying else decoded_nbytes(plan.schema, examples, file_bytes)
-    if encoded is not None and encoded <= budget:
+    encoded = _records_nbytes(plan, examples, file_bytes)
+    if encoded <= budget:
         logger.info(
             "in_memory='auto': holding the encoded records in memory and running map_fn on "
             "every batch, as %s, more than memory_budget %.1f MiB, and the records take "
@@ -609,15 +644,34 @@ def _memory_mode(
         )
         return "encoded"
     logger.info(
-        "in_memory='auto': streaming from the files, as %s, and the records take %s; "
-        "memory_budget %.1f MiB.",
+        "in_memory='auto': streaming from the files, as %s, and the records take "
+        "%.1f MiB; memory_budget %.1f MiB.",
         why,
-        f"{encoded / mib:.1f} MiB"
-        if encoded is not None
-        else f"features {varying} of varying length",
+        encoded / mib,
         budget / mib,
     )
     return None
+
+
+def _records_nbytes(plan: _Plan, examples: int, file_bytes: int) -> int:
+    """Bytes the parsed records take in memory; sampled when a feature varies in length."""
+    if not any(f.varying for f in plan.schema):
+        return decoded_nbytes(plan.schema, examples, file_bytes)
+    sample = mapped_sample_nbytes(
+        plan.files,
+        plan.compression,
+        plan.schema,
+        lambda example: example,
+        per_record=plan.per_record,
+        sample=_LENGTH_SAMPLE,
+    )
+    if sample is None:
+        return decoded_nbytes(plan.schema, examples, file_bytes)
+    return sample[0] * examples // max(1, sample[1])
+
+
+#: Examples read to estimate the memory of features of varying length.
+_LENGTH_SAMPLE = 256
 
 
 def _as_dict(map_fn: Callable[..., Any], names: tuple[str, ...] | None) -> Callable[..., Any]:
@@ -644,6 +698,7 @@ def _memory_data(
     map_fn: Callable[..., Any] | None,
     batch_map_fn: Callable[..., Any] | None,
     prefetch: bool,
+    shaping: Shaping = Shaping(),
 ) -> tuple[tf.data.Dataset, int]:
     """The in-memory pipeline of batches (dicts), and the examples of one pass."""
     decode_each_batch = None
@@ -669,6 +724,21 @@ def _memory_data(
         )
         if map_fn is not None:
             decode_each_batch = _as_dict(map_fn, plan.names)
+    buckets = None
+    if shaping.bucket_boundaries is not None:
+        if decode_each_batch is not None:
+            raise ValueError(
+                "Expected the decoded data to fit in memory to bucket it there (held "
+                "encoded, an example's length is known only after map_fn). Received: "
+                f"bucket_boundaries={list(shaping.bucket_boundaries)} with the encoded "
+                "records held; raise memory_budget, or stream with in_memory=False"
+            )
+        key = bucket_key(shaping, {name: _spec_of(value) for name, value in arrays.items()})
+        held = arrays[key]
+        lengths = held.lengths if isinstance(held, RaggedArray) else np.full(
+            len(held), held.shape[1] if held.ndim > 1 else 1, np.int64
+        )
+        buckets = bucket_of(lengths, shaping.bucket_boundaries)
     data = memory_dataset(
         arrays,
         batch_size,
@@ -676,14 +746,27 @@ def _memory_data(
         seed=seed,
         drop_remainder=drop_remainder,
         num_epochs=num_epochs,
-        prefetch=2 if prefetch and batch_map_fn is None else None,
+        prefetch=2 if prefetch and batch_map_fn is None and not shaping.pads else None,
         map_fn=decode_each_batch,
+        buckets=buckets,
     )
+    if shaping.pads:
+        data = data.map(lambda batch: pad_batch(batch, shaping))
+        if prefetch and batch_map_fn is None:
+            data = data.prefetch(2)
     if batch_map_fn is not None:
         data = _map_batches(data, batch_map_fn)
         if prefetch:
             data = data.prefetch(2)
     return data, len(next(iter(arrays.values())))
+
+
+def _spec_of(held: Any) -> Any:
+    """A stand-in spec of one held feature: ragged for a :class:`RaggedArray`."""
+    if isinstance(held, RaggedArray):
+        return tf.RaggedTensorSpec([None, None], tf.as_dtype(held.values.dtype) if
+                                   held.values.dtype.kind not in "OSU" else tf.string)
+    return tf.TensorSpec(held.shape)
 
 
 def _map_batches(data: tf.data.Dataset, batch_map_fn: Callable[..., Any]) -> tf.data.Dataset:
@@ -719,6 +802,10 @@ def read_batches(
     compression: str | None = None,
     name: str = "tfrecord_input",
     decode: Mapping[str, Any] | None = None,
+    pad_to: PadTo = None,
+    padding_values: Any = None,
+    bucket_boundaries: Sequence[int] | None = None,
+    bucket_by: str | None = None,
 ) -> Batches:
     """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
 
@@ -790,6 +877,14 @@ def read_batches(
         compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
         name: Name scope of the ops.
         decode: Changes to the schema, as for :func:`dataset`.
+        pad_to: As for :func:`dataset`: ``None`` keeps features of varying length
+            ragged, ``"longest"`` pads to the batch's longest row, an integer pads or
+            cuts to that length; a dict per feature.
+        padding_values: As for :func:`dataset`: the value padding adds.
+        bucket_boundaries: As for :func:`dataset`: batches of one length bucket each.
+            Only with ``pipeline="dataset"`` (a queue batches records before they are
+            parsed, so it cannot group them by length).
+        bucket_by: As for :func:`dataset`: the feature whose length picks the bucket.
 
     Returns:
         A :class:`Batches`.
@@ -827,7 +922,18 @@ def read_batches(
     if memory_budget is not None:
         check_positive_int(memory_budget, "memory_budget")
     _check_functions(map_fn, batch_map_fn)
+    shaping = check_shaping(pad_to, padding_values, bucket_boundaries, bucket_by)
     if pipeline == "queue":
+        if shaping.bucket_boundaries is not None:
+            raise ValueError(
+                expected(
+                    "bucket_boundaries",
+                    "None with pipeline='queue' (a queue batches the records before they "
+                    "are parsed, so it cannot group them by length; bucket with "
+                    "pipeline='dataset')",
+                    list(shaping.bucket_boundaries),
+                )
+            )
         if map_fn is not None:
             raise ValueError(
                 expected(
@@ -884,6 +990,7 @@ def read_batches(
                 map_fn=map_fn,
                 batch_map_fn=batch_map_fn,
                 prefetch=True,
+                shaping=shaping,
             )
             data = _finish(data, plan.names, prefetch=None, autotune=False)
             iterator = tf.compat.v1.data.make_initializable_iterator(data)
@@ -902,6 +1009,7 @@ def read_batches(
                 map_fn=map_fn,
                 batch_map_fn=batch_map_fn,
                 prefetch=1,
+                shaping=shaping,
             )
             iterator = tf.compat.v1.data.make_initializable_iterator(data)
             tensors = iterator.get_next()
@@ -918,6 +1026,7 @@ def read_batches(
                     capacity=cap,
                     drop_remainder=drop_remainder,
                 )
+            parsed = pad_batch(parsed, shaping)
             if batch_map_fn is not None:
                 parsed = batch_map_fn(parsed)
             tensors = _structure(parsed, plan.names)
