@@ -437,20 +437,16 @@ def test_a_feature_some_records_lack_reads_as_ragged_in_graph_mode(tmp_path, mis
 
 
 @pytest.mark.parametrize("missing", [0, 30])
-def test_memory_refuses_a_feature_some_records_lack_the_same_way(tmp_path, missing):
+def test_a_feature_some_records_lack_reads_as_ragged_in_memory_too(tmp_path, missing):
+    # held as values and row offsets: the same ragged rows as streamed, empty where absent
     path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
-    with (
-        tf.Graph().as_default(),
-        pytest.raises(
-            ValueError,
-            match=r"give one that some records lack a default: "
-            r"decode=\{'t': \{'default': \.\.\.\}\}.*Received features of varying length: "
-            r"\['t'\]",
-        ),
-    ):
-        tfrecord.read_batches(path, 16, in_memory=True)
-    with pytest.raises(ValueError, match=r"decode=\{'t': \{'default': \.\.\.\}\}"):
-        tfrecord.dataset(path, 16, in_memory=True)
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(path, 16, in_memory=True)
+        assert batches.in_memory
+        with new_session() as session:
+            results = run_graph_batches(session, batches.tensors, batches.initializers)
+    assert column(results, "t") == expected_t(missing)
+    assert column(tfrecord.dataset(path, 16, in_memory=True), "t") == expected_t(missing)
 
 
 @pytest.mark.parametrize("missing", [0, 30])
@@ -676,13 +672,15 @@ def test_convert_keeps_a_varying_length_feature_unpacked(tmp_path):
     assert_same_columns(converted, read_all(path))
 
 
-def test_convert_packed_refuses_a_varying_length_feature_by_name(tmp_path):
+def test_convert_packs_a_varying_length_feature_with_its_row_lengths(tmp_path):
     path = tokens_file(tmp_path)
-    with pytest.raises(ValueError, match=r"feature 'tokens' of shape \(None,\)") as info:
-        tfrecord.convert(path, tmp_path / "out", examples_per_record=4)
-    assert "decode={'tokens': ('int64', (N,))}" in str(info.value)
-    assert "examples_per_record=1" in str(info.value)
-    assert not (tmp_path / "out").exists()  # refused before anything is written
+    result = tfrecord.convert(path, tmp_path / "out", examples_per_record=4)
+    assert result.schema["tokens"].shape == (None,)
+    record = next(tfrecord.iter_records(str(tmp_path / "out" / "data-00000-of-00001.tfrecord")))
+    first = tf.train.Example.FromString(record).features.feature
+    assert list(first["tokens/row_lengths"].int64_list.value) == [0, 1, 2, 3]
+    assert list(first["tokens"].int64_list.value) == [0, 0, 1, 0, 1, 2]
+    assert_same_columns(read_all(tmp_path / "out"), read_all(path))
 
 
 def test_convert_refuses_to_write_over_its_input(tmp_path):

@@ -489,7 +489,7 @@ def test_map_fn_returning_ragged_is_refused_naming_it(jpegs):
     def ragged(example: dict[str, tf.Tensor]) -> dict[str, Any]:
         return {"r": tf.RaggedTensor.from_row_lengths([1, 2, 3], [1, 2]), "id": example["id"]}
 
-    with pytest.raises(ValueError, match=r"dense tensors of a fixed shape .*'r'"):
+    with pytest.raises(ValueError, match=r"dense tensors, or 1-D lists of varying length.*'r'"):
         tfrecord.dataset(jpegs, 4, in_memory=True, map_fn=ragged)
 
 

@@ -150,7 +150,7 @@ def test_write_refuses_bad_packing(tmp_path):
         ValueError, match=r"Expected `examples_per_record` to be a positive integer"
     ):
         tfrecord.write({"i": np.arange(5)}, tmp_path, examples_per_record=0)
-    with pytest.raises(ValueError, match=r"fixed, non-empty shape.*feature 'e' of shape \(0,\)"):
+    with pytest.raises(ValueError, match=r"non-empty shape.*feature 'e' of shape \(0,\)"):
         tfrecord.write({"e": np.zeros((5, 0))}, tmp_path / "e", examples_per_record=2)
 
 

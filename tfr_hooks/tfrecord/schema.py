@@ -415,6 +415,8 @@ class Feature:
             TypeError: If the dtype cannot be stored.
         """
         shape = tuple(int(d) for d in array.shape[1:])
+        if array.dtype.kind == "O" and array.ndim == 1 and _holds_lists(array):
+            return cls(name, _list_dtype(name, array), (None,))
         if array.dtype.kind in "USO":
             dtype = "string" if array.dtype.kind in "UO" else "bytes"
             return cls(name, dtype, shape, "bytes")
@@ -425,6 +427,41 @@ class Feature:
                 f"Received: dtype={array.dtype}"
             )
         return cls(name, dtype, shape)  # the encoding chosen by _auto_encoding
+
+
+def _holds_lists(array: np.ndarray) -> bool:
+    """Whether an object array holds one list (or 1-D array) of values per example."""
+    return any(isinstance(item, (np.ndarray, list, tuple)) for item in array.tolist()[:64])
+
+
+def _list_dtype(name: str, array: np.ndarray) -> str:
+    """The dtype of the values of an object array of 1-D lists (varying length)."""
+    dtypes = set()
+    for index, item in enumerate(array.tolist()):
+        row = np.asarray(item)
+        if row.ndim != 1:
+            raise ValueError(
+                f"Expected each item of array {name!r} to be a 1-D list of values (a "
+                f"feature of varying length). Received: item {index} of shape {row.shape}"
+            )
+        if len(row):
+            dtypes.add("string" if row.dtype.kind in "USO" else row.dtype.name)
+    if not dtypes:
+        return "float32"
+    if len(dtypes) > 1:
+        if all(d in _NUMERIC for d in dtypes):
+            return np.result_type(*dtypes).name
+        raise TypeError(
+            f"Expected the lists of array {name!r} to hold values of one kind. "
+            f"Received: dtypes {sorted(dtypes)}"
+        )
+    dtype = dtypes.pop()
+    if dtype != "string" and dtype not in _NUMERIC:
+        raise TypeError(
+            f"Expected the lists of array {name!r} to hold bool, integer, float or string "
+            f"values. Received: dtype={dtype}"
+        )
+    return dtype
 
 
 def _auto_encoding(dtype: str, shape: Any, has_default: bool = False) -> str:

@@ -61,6 +61,24 @@ def shard_name(prefix: str, index: int, shards: int, compression: str = "") -> s
     return f"{prefix}-{index:05d}-of-{shards:05d}.tfrecord{_SUFFIX[compression]}"
 
 
+def _as_array(value: object) -> np.ndarray:
+    """One feature's examples as an array; rows of varying length as an object array."""
+    if isinstance(value, tf.RaggedTensor):
+        value = value.to_list() if value.dtype == tf.string else [
+            np.asarray(row) for row in value.numpy()
+        ]
+    if isinstance(value, list) and value and all(
+        isinstance(row, (list, tuple, np.ndarray)) for row in value
+    ):
+        lengths = {len(row) for row in value}
+        if len(lengths) > 1:  # a feature of varying length: one 1-D array per example
+            rows = np.empty(len(value), dtype=object)
+            for index, row in enumerate(value):
+                rows[index] = np.asarray(row)
+            return rows
+    return np.asarray(value)
+
+
 def _as_arrays(data: object) -> dict[str, np.ndarray]:
     if isinstance(data, np.ndarray):
         named: dict[str, Any] = {"x": data}
@@ -79,7 +97,7 @@ def _as_arrays(data: object) -> dict[str, np.ndarray]:
             raise TypeError(
                 expected("name", "a non-empty string (an array's name in `data`)", name)
             )
-        array = np.asarray(value)
+        array = _as_array(value)
         if array.ndim == 0:
             raise ValueError(
                 expected(f"data[{name!r}]", "an array whose first dimension counts examples", value)
@@ -172,6 +190,9 @@ def write(
         data: A numpy array (feature ``"x"``), an ``(x, y)`` tuple (features ``"x"`` and
             ``"y"``), or a dict of named arrays. All arrays share their first dimension.
             Supported dtypes: bool, (u)int8/16/32/64, float16/32/64, and strings or bytes.
+            A feature of varying length (token ids, box labels) is a ``tf.RaggedTensor``,
+            a list of lists of different lengths, or a 1-D object array of 1-D arrays;
+            it is stored as a list per example, also in packed shards.
         directory: Output directory, created if needed.
         shards: Number of files, at least 1 and at most the number of examples.
         compression: ``None``/``""`` (none), ``"gzip"`` or ``"zlib"``.
