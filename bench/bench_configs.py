@@ -84,13 +84,15 @@ ROWS: list[tuple[str, str]] = [
 
 #: The rows of ``--suite real`` (bench_real): JPEG images (``img_``) and token sequences
 #: (``txt_``), each data set a table of its own, as a model is.
-_MEMORY = "needs in_memory with map_fn (issue 19 item 1); fails with the reason until then"
-_PACKED = "needs tfrecord.convert to pack foreign files (issue 19); fails until then"
+_MEMORY = "in_memory=True, map_fn decoded once (text: pad_to='longest')"
+_PACKED = "tfrecord.convert(examples_per_record=128), then streamed (text: pad_to='longest')"
+_BUCKETED = "in_memory=True, bucket_boundaries (the hand-written buckets), pad_to='longest'"
 REAL_ROWS: list[tuple[str, str]] = [
     ("img_fit_hand", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data (guide)"),
     ("img_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset(map_fn=decode)"),
     ("img_loop_memory", f"FunctionLoop, spe=32 + 3 callbacks, in memory: {_MEMORY}"),
     ("img_loop_packed", f"FunctionLoop, spe=32 + 3 callbacks, packed: {_PACKED}"),
+    ("img_session_memory", f"SessionLoop + 3 callbacks (tf_keras, graph mode), {_MEMORY}"),
     ("img_model_only", "ceiling: model alone, train_step x32 per call on 8 held batches"),
     ("img_input_hand", "input alone: hand-written tf.data (parse + decode_jpeg map)"),
     ("img_input_hand_cached", "input alone: the same + .cache() after decode, later passes"),
@@ -99,14 +101,18 @@ REAL_ROWS: list[tuple[str, str]] = [
     ("img_input_packed", f"input alone, packed: {_PACKED}"),
     ("txt_fit_padded", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data, padded_batch"),
     ("txt_fit_bucketed", "the same with bucket_by_sequence_length"),
-    ("txt_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset (ragged, padded)"),
+    ("txt_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset, pad_to='longest'"),
     ("txt_loop_memory", f"FunctionLoop, spe=32 + 3 callbacks, in memory: {_MEMORY}"),
     ("txt_loop_packed", f"FunctionLoop, spe=32 + 3 callbacks, packed: {_PACKED}"),
+    ("txt_loop_memory_bucketed", f"FunctionLoop, spe=32 + 3 callbacks, {_BUCKETED}"),
+    ("txt_session_memory_bucketed", f"SessionLoop + 3 callbacks (graph mode), {_BUCKETED}"),
     ("txt_model_only", "ceiling: model alone, train_step x32 per call on 8 held batches"),
     ("txt_input_padded", "input alone: hand-written tf.data, padded_batch"),
     ("txt_input_bucketed", "input alone: hand-written tf.data, bucket_by_sequence_length"),
     ("txt_input_padded_cached", "input alone: padded_batch + .cache() after parse, later passes"),
-    ("txt_input_stream", "input alone: tfrecord.dataset, ragged tokens padded per batch"),
+    ("txt_input_stream", "input alone: tfrecord.dataset, pad_to='longest'"),
+    ("txt_input_stream_bucketed", "input alone: tfrecord.dataset, bucket_boundaries, pad_to"),
+    ("txt_input_memory_bucketed", f"input alone, {_BUCKETED}"),
     ("txt_input_memory", f"input alone, in memory: {_MEMORY}"),
     ("txt_input_packed", f"input alone, packed: {_PACKED}"),
 ]

@@ -18,13 +18,12 @@ num_parallel_calls=AUTOTUNE)``, ``batch``/``padded_batch``/``bucket_by_sequence_
 ``prefetch(AUTOTUNE)``); ``cached`` adds ``.cache()`` after the decode (filled by a full
 pass before the warm-up epoch, so every timed epoch reads from the cache); ``stream`` is
 the package's ``tfrecord.dataset(files, batch, shuffle_buffer=..., map_fn=decode)``;
-``memory`` and ``packed`` are the package's in-memory and packed pipelines, which need
-features it does not have yet: those rows check for them and fail with the reason.
+``memory`` and ``packed`` are the package's in-memory and packed pipelines (see
+:func:`package_pipeline`); ``*_bucketed`` text rows batch by length.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,8 @@ __all__ = ["FUNCTIONS", "padded_share"]
 SHUFFLE = 512
 #: Bucket boundaries of the bucketed text pipeline (token counts).
 BUCKETS = [16, 32, 48, 64, 96, 128, 192, 256, 384]
+#: Bytes of one decoded image (uint8, 64 x 64 x 3).
+IMAGE_BYTES = 64 * 64 * 3
 #: Distinct in-memory batches the model-alone rows cycle through.
 HELD_BATCHES = 8
 IMAGE_FEATURES = {
@@ -130,102 +131,48 @@ def _package_decode(kind: str) -> Any:
     return lambda ex: {"tokens": ex["tokens"], "label": ex["label"]}
 
 
-def _pad_batch(x: Any, y: Any) -> Any:
-    """Per batch: ragged token lists -> dense, padded with 0 to the batch's longest."""
-    return (x.to_tensor() if isinstance(x, tf.RaggedTensor) else x), y
-
-
-def stream_pipeline(spec: w.Spec, kind: str) -> Any:
-    """The package's streamed pipeline, endless (``num_epochs=None``).
-
-    Images: ``map_fn`` decodes each JPEG (the package then re-batches). Text: the
-    package parses ``tokens`` as a ragged feature per batch (no ``map_fn``; one with
-    variable-length outputs could not be re-batched), padded per batch afterwards.
-    """
-    if kind == "img":
-        return tfrecord.dataset(
-            _files(spec, kind),
-            spec.batch_size,
-            shuffle_buffer=SHUFFLE,
-            seed=spec.seed,
-            num_epochs=None,
-            drop_remainder=True,
-            map_fn=_package_decode(kind),
-            as_tuple=("image", "label"),
-        )
-    data = tfrecord.dataset(
-        _files(spec, kind),
-        spec.batch_size,
-        shuffle_buffer=SHUFFLE,
-        seed=spec.seed,
-        num_epochs=None,
-        drop_remainder=True,
-        as_tuple=("tokens", "label"),
-        prefetch=None,
-    )
-    return data.map(_pad_batch, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-
-
-def has_memory_map_fn() -> bool:
-    """Whether ``tfrecord.dataset`` can decode with a ``map_fn`` in memory (issue 19 item 1)."""
-    return "batch_map_fn" in inspect.signature(tfrecord.dataset).parameters
-
-
-def memory_pipeline(spec: w.Spec, kind: str) -> Any:
-    """The package's in-memory pipeline with a decoding ``map_fn`` (needs issue 19 item 1).
-
-    Images are decoded once into memory; text keeps its token lists (ragged) and pads
-    each gathered batch in ``batch_map_fn``, which needs variable-length features held
-    in memory (issue 19 item 2): until then the package refuses it at once with its own
-    reason, and the row is reported as failed.
-    """
-    extra: dict[str, Any] = {}
-    if has_memory_map_fn() and kind == "txt":
-        extra["batch_map_fn"] = _pad_batch
-    data = tfrecord.dataset(
-        _files(spec, kind),
-        spec.batch_size,
-        shuffle_buffer=1,
-        seed=spec.seed,
-        num_epochs=None,
-        drop_remainder=True,
-        in_memory=True,
-        map_fn=_package_decode(kind),
-        as_tuple=("image", "label") if kind == "img" else ("tokens", "label"),
-        **extra,
-    )
-    if kind == "txt" and not extra:
-        data = data.map(_pad_batch)
-    return data
-
-
-def packed_pipeline(spec: w.Spec, kind: str) -> Any:
-    """The package's packed shards of this data (needs ``tfrecord.convert``).
-
-    Converts the producer's files once into packed shards (128 examples a record) next
-    to them, then streams those as :func:`stream_pipeline` does.
-    """
-    convert = getattr(tfrecord, "convert", None)
-    if convert is None:
-        raise NotImplementedError(
-            "needs tfrecord.convert to pack files the package did not write (issue 19)"
-        )
+def _packed_files(spec: w.Spec, kind: str) -> str:
+    """Packed shards (128 examples a record) of the producer's files, converted once."""
     source = Path(_files(spec, kind)[0]).parent
     target = source.parent / (source.name + "-packed")
     if not (target / "schema.json").exists():
-        convert(str(source), str(target), examples_per_record=128)
-    extra: dict[str, Any] = {"map_fn": _package_decode(kind)} if kind == "img" else {}
-    data = tfrecord.dataset(
-        str(target),
-        spec.batch_size,
-        shuffle_buffer=w.PACKED_WINDOW,
-        seed=spec.seed,
-        num_epochs=None,
-        drop_remainder=True,
-        as_tuple=("image", "label") if kind == "img" else ("tokens", "label"),
-        **extra,
-    )
-    return data if kind == "img" else data.map(_pad_batch)
+        tfrecord.convert(str(source), str(target), examples_per_record=128)
+    return str(target)
+
+
+def package_pipeline(spec: w.Spec, kind: str, source: str) -> Any:
+    """One of the package's pipelines, endless (``num_epochs=None``), batches (x, label).
+
+    ``stream``: ``tfrecord.dataset(files, map_fn=decode)`` (images decoded every epoch;
+    text parsed per batch as ragged tokens). ``memory``: ``in_memory=True`` with the same
+    ``map_fn``, decoded once (the token lists held as values and row offsets).
+    ``packed``: the packed shards, streamed. Text batches are padded to each batch's
+    longest row (``pad_to="longest"``); ``*_bucketed`` also batches by length
+    (``bucket_boundaries=BUCKETS``), as the hand-written bucketed pipeline does.
+    """
+    base = source.removesuffix("_bucketed")
+    files: Any = _packed_files(spec, kind) if base == "packed" else _files(spec, kind)
+    kwargs: dict[str, Any] = {
+        "seed": spec.seed,
+        "num_epochs": None,
+        "drop_remainder": True,
+        "as_tuple": ("image", "label") if kind == "img" else ("tokens", "label"),
+    }
+    if kind == "img" or base == "memory":
+        kwargs["map_fn"] = _package_decode(kind)
+    if kind == "txt":
+        kwargs["pad_to"] = "longest"
+        if source.endswith("_bucketed"):
+            kwargs["bucket_boundaries"] = BUCKETS
+    if base == "memory":
+        kwargs.update(in_memory=True, shuffle_buffer=1)
+        if kind == "img":  # the RSS check: images are where the data dominates
+            info = _info(spec, kind)
+            w.MEMORY_USE["rss_baseline_mb"] = w._rss_now_mb()
+            w.MEMORY_USE["decoded_mb"] = info["examples"] * (IMAGE_BYTES + 8) / 2**20
+    else:
+        kwargs["shuffle_buffer"] = w.PACKED_WINDOW if base == "packed" else SHUFFLE
+    return tfrecord.dataset(files, spec.batch_size, **kwargs)
 
 
 def pipeline(spec: w.Spec, kind: str, source: str) -> Any:
@@ -236,12 +183,8 @@ def pipeline(spec: w.Spec, kind: str, source: str) -> Any:
         return hand_pipeline(spec, kind, "bucketed")
     if source == "cached":
         return hand_pipeline(spec, kind, "padded", cached=True)
-    if source == "stream":
-        return stream_pipeline(spec, kind)
-    if source == "memory":
-        return memory_pipeline(spec, kind)
-    if source == "packed":
-        return packed_pipeline(spec, kind)
+    if source.removesuffix("_bucketed") in ("stream", "memory", "packed"):
+        return package_pipeline(spec, kind, source)
     raise ValueError(f"Unknown pipeline {source!r}")
 
 
@@ -377,6 +320,71 @@ def function_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
     return _with_share(spec, kind, source, clock.result())
 
 
+def _graph_layers(kind: str, inputs: Any) -> Any:
+    """:func:`real_model`'s layers in tf_keras, on a graph-mode batch tensor."""
+    import tf_keras
+    from bench_real_data import IMAGE_CLASSES, TEXT_CLASSES, VOCAB
+
+    layers = tf_keras.layers
+    if kind == "img":
+        h = layers.Rescaling(1.0 / 255)(inputs)
+        for filters in (16, 32, 64):
+            h = layers.Conv2D(filters, 3, strides=2, activation="relu")(h)
+        h = layers.GlobalAveragePooling2D()(h)
+        return layers.Dense(IMAGE_CLASSES)(h)
+    h = layers.Embedding(VOCAB, 32, mask_zero=True)(inputs)
+    h = layers.GlobalAveragePooling1D()(h)
+    return layers.Dense(TEXT_CLASSES)(h)
+
+
+def session_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
+    """``SessionLoop`` + the 3 callbacks (``KerasCallbacks``) on the package's ``source``.
+
+    Graph mode, as the digits session rows: ``tfrecord.read_batches`` with the same
+    arguments as :func:`package_pipeline`, a tf_keras model on the batch tensor.
+    """
+    import tf_keras
+
+    import tfr_hooks
+
+    clock = w.Clock(spec)
+    base = source.removesuffix("_bucketed")
+    kwargs: dict[str, Any] = {
+        "seed": spec.seed,
+        "num_epochs": None,
+        "drop_remainder": True,
+        "as_tuple": ("image", "label") if kind == "img" else ("tokens", "label"),
+        "map_fn": _package_decode(kind) if kind == "img" or base == "memory" else None,
+        "in_memory": base == "memory",
+        "shuffle_buffer": 1 if base == "memory" else SHUFFLE,
+    }
+    if kind == "txt":
+        kwargs["pad_to"] = "longest"
+        if source.endswith("_bucketed"):
+            kwargs["bucket_boundaries"] = BUCKETS
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(spec.seed)
+        batches = tfrecord.read_batches(_files(spec, kind), spec.batch_size, **kwargs)
+        x, y = batches.tensors
+        inputs = tf_keras.Input(tensor=x)
+        net = tf_keras.Model(inputs, _graph_layers(kind, inputs))
+        training = tfr_hooks.keras_training_graph(
+            net,
+            y,
+            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            optimizer=tf_keras.optimizers.legacy.Adam(w.LEARNING_RATE),
+            metrics=["accuracy"],
+        )
+        hook = tfr_hooks.KerasCallbacks(w.callbacks(tf_keras, spec.workdir), net)
+        hooks = w.bracket_hooks(clock, [hook])
+        hooks.append(w.clock_hook(clock))
+        loop = tfr_hooks.SessionLoop(
+            training, hooks=hooks, steps_per_epoch=_steps(spec, kind), data=batches
+        )
+        loop.run(epochs=spec.epochs + 1)
+    return _with_share(spec, kind, source, clock.result())
+
+
 def model_alone(spec: w.Spec, kind: str) -> dict[str, Any]:
     """The model alone: ``train_step`` on batches held in memory, 32 steps per call.
 
@@ -435,6 +443,8 @@ def _row(kind: str, what: str, source: str) -> Any:
         return lambda s: fit(s, kind, source)
     if what == "loop":
         return lambda s: function_loop(s, kind, source)
+    if what == "session":
+        return lambda s: session_loop(s, kind, source)
     raise ValueError(what)
 
 
@@ -449,6 +459,7 @@ FUNCTIONS: dict[str, Any] = {
     "img_loop_stream": _row("img", "loop", "stream"),
     "img_loop_memory": _row("img", "loop", "memory"),
     "img_loop_packed": _row("img", "loop", "packed"),
+    "img_session_memory": _row("img", "session", "memory"),
     "img_model_only": lambda s: model_alone(s, "img"),
     "txt_input_padded": _row("txt", "input", "padded"),
     "txt_input_bucketed": _row("txt", "input", "bucketed"),
@@ -456,10 +467,14 @@ FUNCTIONS: dict[str, Any] = {
     "txt_input_stream": _row("txt", "input", "stream"),
     "txt_input_memory": _row("txt", "input", "memory"),
     "txt_input_packed": _row("txt", "input", "packed"),
+    "txt_input_stream_bucketed": _row("txt", "input", "stream_bucketed"),
+    "txt_input_memory_bucketed": _row("txt", "input", "memory_bucketed"),
     "txt_fit_padded": _row("txt", "fit", "padded"),
     "txt_fit_bucketed": _row("txt", "fit", "bucketed"),
     "txt_loop_stream": _row("txt", "loop", "stream"),
     "txt_loop_memory": _row("txt", "loop", "memory"),
     "txt_loop_packed": _row("txt", "loop", "packed"),
+    "txt_loop_memory_bucketed": _row("txt", "loop", "memory_bucketed"),
+    "txt_session_memory_bucketed": _row("txt", "session", "memory_bucketed"),
     "txt_model_only": lambda s: model_alone(s, "txt"),
 }

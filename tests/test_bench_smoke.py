@@ -123,7 +123,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # --suite real on tiny data sets written with a plain tf.io.TFRecordWriter: one row of
-    # each kind, in this process; the in-memory slot fails until the package can do it
+    # each kind, in this process, the package's in-memory, packed and bucketed ones too
     monkeypatch.syspath_prepend(str(BENCH))
     for name in ("bench_configs", "bench_real", "bench_real_data", "bench_report"):
         sys.modules.pop(name, None)
@@ -160,6 +160,13 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
         "txt_input_bucketed",
         "txt_loop_stream",
         "img_loop_memory",  # JPEGs decoded once into memory (in_memory with map_fn)
+        "img_input_packed",  # converted to packed shards: the box lists kept
+        "img_session_memory",
+        "txt_input_memory",  # token lists held as values and row offsets
+        "txt_input_memory_bucketed",
+        "txt_loop_memory_bucketed",
+        "txt_session_memory_bucketed",
+        "txt_input_packed",
     ]
     results = {(c, c[:3]): [run(c)] for c in configs}
     for (config, _), (result,) in results.items():
@@ -172,10 +179,16 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     }
     assert all(0.0 < share < 1.0 for share in shares.values()), shares
     assert shares["txt_input_bucketed"] < shares["txt_input_padded"]
+    assert shares["txt_input_memory_bucketed"] < shares["txt_input_memory"]
+    assert "decoded_mb" in results[("img_loop_memory", "img")][0]  # the RSS check's inputs
 
     tables = bench_report.summarize(results, ["img", "txt"], configs)
     assert [t.model for t in tables] == ["img", "txt"]
     assert tables[0].reference == tables[0].get("img_fit_hand").median
     markdown = bench_report.render_markdown(tables, {"date": "today", "configs": configs})
     assert "| padded positions |" in markdown and "## txt:" in markdown
-    assert bench_report.check_targets(tables) == []  # the digits targets are not theirs
+    targets = bench_report.check_targets(tables)  # the targets, on these rows
+    names = {(t.model, t.comparison) for t in targets}
+    assert ("img", "img_input_memory / img_input_hand_cached") in names
+    assert ("txt", "txt_input_memory_bucketed / txt_input_bucketed") in names
+    assert all(t.model in ("img", "txt") for t in targets)  # not the digits targets
