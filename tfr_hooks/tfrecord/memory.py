@@ -44,6 +44,7 @@ __all__ = [
     "default_memory_budget",
     "count_examples",
     "GATHER_EXAMPLES",
+    "GATHER_BYTES",
     "LOAD_CHUNK",
     "Held",
     "nbytes_of",
@@ -54,8 +55,11 @@ logger = logging.getLogger(__name__)
 #: What is held for one feature: an array ``[examples, ...]``, or values and row offsets.
 Held = Union[np.ndarray, RaggedArray]
 
-#: Examples gathered by one element of the pipeline (then cut into batches).
+#: Examples gathered by one element of the pipeline at most (then cut into batches).
 GATHER_EXAMPLES = 4096
+#: Bytes gathered by one element at most: large examples (images) are gathered a batch
+#: at a time, as cutting a big gathered chunk into batches copies the data twice.
+GATHER_BYTES = 1 << 20
 #: Examples decoded together while loading (small: the chunks in flight add to the peak).
 LOAD_CHUNK = 1024
 _ALIGN = 64  # TensorFlow takes a numpy buffer without copying when it is this aligned
@@ -396,8 +400,11 @@ def memory_dataset(
             f"batch_size={batch_size} for {count} examples"
         )
     dtypes = [tf.string if v.dtype.kind in "OSU" else tf.as_dtype(v.dtype) for v in flat]
-    # one gathered element per batch when rows vary in length or batches follow buckets
-    chunk = batch_size if ragged else batch_size * max(1, GATHER_EXAMPLES // batch_size)
+    # one gathered element per batch when rows vary in length or batches follow buckets,
+    # else several batches' worth, up to GATHER_BYTES
+    per_example = max(1, sum(v.nbytes for v in flat) // max(1, count))
+    gather = min(GATHER_EXAMPLES, GATHER_BYTES // per_example)
+    chunk = batch_size if ragged else batch_size * max(1, gather // batch_size)
     full = count // chunk
 
     eager = tf.executing_eagerly()
