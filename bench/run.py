@@ -252,25 +252,62 @@ def machine() -> dict[str, Any]:
 def write_report(
     args: argparse.Namespace, results: dict[Any, list[Any]], meta: dict[str, Any]
 ) -> Path:
+    """Write the run's report, chart and raw runs to ``args.out``.
+
+    In ``bench/results`` (the runs of record), the digits suite's runs are kept in
+    ``latest.json`` and the real suite's in ``latest_real.json``, and ``latest.md`` holds
+    the report of each suite's latest run, one after the other, each with its own date,
+    command and machine: ratios are only ever taken within one run.
+    """
     tables = summarize(results, args.model_list, args.configs)
     args.out.mkdir(parents=True, exist_ok=True)
     md = args.out / "latest.md"
-    md.write_text(render_markdown(tables, meta))
     title = (
         f"tfr_hooks benchmark {meta['date']} - TF {meta.get('tensorflow')}, "
         f"{meta['cpu_count']} CPUs, {meta.get('examples', 0):,} examples, "
         f"batch {meta['batch_size']}"
     )
-    render_png(tables, str(args.out / "latest.png"), title)
     raw = {f"{c}|{m}": runs for (c, m), runs in results.items()}
-    (args.out / "latest.json").write_text(json.dumps({"meta": meta, "runs": raw}, indent=1))
     digits_run = any(kind_of(c) is None for c in args.configs)
-    if args.out.resolve() == (HERE / "results").resolve() and not args.only and digits_run:
+    of_record = args.out.resolve() == (HERE / "results").resolve() and not args.only
+    if of_record and not digits_run:  # the real suite alone: beside the digits run
+        (args.out / "latest_real.json").write_text(
+            json.dumps({"meta": meta, "runs": raw}, indent=1)
+        )
+        render_png(tables, str(args.out / "latest_real.png"), title)
+        md.write_text(records_report(args.out))
+        return md
+    md.write_text(render_markdown(tables, meta))
+    render_png(tables, str(args.out / "latest.png"), title)
+    (args.out / "latest.json").write_text(json.dumps({"meta": meta, "runs": raw}, indent=1))
+    if of_record and digits_run:
         # the full run of record: the README quotes it (its figures are written nowhere else)
         readme = HERE.parent / "README.md"
         summary = render_readme_summary(tables, meta)
         readme.write_text(replace_readme_summary(readme.read_text(), summary))
+        if (args.out / "latest_real.json").exists():
+            md.write_text(records_report(args.out))
     return md
+
+
+def _report_of(path: Path) -> str:
+    """The markdown report of one saved run (``latest.json`` or ``latest_real.json``)."""
+    saved = json.loads(path.read_text())
+    results: dict[tuple[str, str], list[Any]] = {}
+    for key, runs in saved["runs"].items():
+        config, model = key.split("|", 1)
+        results[(config, model)] = runs
+    meta = saved["meta"]
+    configs = list(meta.get("configs") or dict.fromkeys(c for c, _ in results))
+    models = list(dict.fromkeys(m for _, m in results if m != "-"))
+    return render_markdown(summarize(results, models, configs), meta)
+
+
+def records_report(out: Path) -> str:
+    """``latest.md`` of the runs of record: the digits run, then the real suite's run."""
+    parts = [_report_of(out / name) for name in ("latest.json", "latest_real.json")
+             if (out / name).exists()]
+    return "\n\n---\n\n".join(part.rstrip("\n") for part in parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,11 @@ the features to return.
 
 The two readers share one vocabulary: ``shuffle_buffer``, ``seed``, ``drop_remainder``,
 ``num_parallel_reads``, ``num_epochs``, ``in_memory``, ``memory_budget``, ``schema``,
-``as_tuple``, ``compression`` and ``decode`` have the same names, meanings and defaults in
-both (``num_parallel_reads`` counts reader threads for the queue pipeline).
+``as_tuple``, ``compression``, ``decode``, ``map_fn``, ``batch_map_fn`` and, for
+features of varying length (:mod:`tfr_hooks.tfrecord.ragged`), ``pad_to``,
+``padding_values``, ``bucket_boundaries`` and ``bucket_by`` have the same names,
+meanings and defaults in both (``num_parallel_reads`` counts reader threads for the
+queue pipeline, which cannot bucket).
 """
 
 from __future__ import annotations
