@@ -316,37 +316,73 @@ def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
     cached = "img_input_hand_cached" if k == "img" else "txt_input_padded_cached"
     hand_input = "img_input_hand" if k == "img" else "txt_input_padded"
     fit = "img_fit_hand" if k == "img" else "txt_fit_padded"
-    add(t, "in-memory input alone >= the hand-written .cache() pass", f"{k}_input_memory",
-        cached, 1.0)
-    add(t, "streamed input alone >= the hand-written pipeline", f"{k}_input_stream",
-        hand_input, 1.0)
+    add(
+        t,
+        "in-memory input alone >= the hand-written .cache() pass",
+        f"{k}_input_memory",
+        cached,
+        1.0,
+    )
+    add(
+        t, "streamed input alone >= the hand-written pipeline", f"{k}_input_stream", hand_input, 1.0
+    )
     add(t, "packed input alone >= 2x streamed", f"{k}_input_packed", f"{k}_input_stream", 2.0)
-    add(t, "FunctionLoop + 3 callbacks, fastest pipeline >= 0.90x the model alone",
-        f"{k}_loop_memory", f"{k}_model_only", 0.9)
-    add(t, "FunctionLoop + 3 callbacks, fastest pipeline >= fit on the hand-written one",
-        f"{k}_loop_memory", fit, 1.0)
+    add(
+        t,
+        "FunctionLoop + 3 callbacks, fastest pipeline >= 0.90x the model alone",
+        f"{k}_loop_memory",
+        f"{k}_model_only",
+        0.9,
+    )
+    add(
+        t,
+        "FunctionLoop + 3 callbacks, fastest pipeline >= fit on the hand-written one",
+        f"{k}_loop_memory",
+        fit,
+        1.0,
+    )
     if k == "txt":
-        add(t, "bucketed input alone >= the hand-written bucketed pipeline",
-            "txt_input_memory_bucketed", "txt_input_bucketed", 1.0)
-        add(t, "FunctionLoop bucketed >= fit on the hand-written bucketed pipeline",
-            "txt_loop_memory_bucketed", "txt_fit_bucketed", 1.0)
+        add(
+            t,
+            "bucketed input alone >= the hand-written bucketed pipeline",
+            "txt_input_memory_bucketed",
+            "txt_input_bucketed",
+            1.0,
+        )
+        add(
+            t,
+            "FunctionLoop bucketed >= fit on the hand-written bucketed pipeline",
+            "txt_loop_memory_bucketed",
+            "txt_fit_bucketed",
+            1.0,
+        )
         by_name = {r.config: r for r in t.rows}
         ours, theirs = by_name.get("txt_input_memory_bucketed"), by_name.get("txt_input_padded")
         mine = None if ours is None else ours.padded_share
         base = None if theirs is None else theirs.padded_share
         ratio = None if not mine or base is None else base / mine
         targets.append(
-            Target(k, "bucketed batches waste less padding than padded_batch",
-                   "padded share: txt_input_padded / txt_input_memory_bucketed", ratio, 1.0,
-                   None if ratio is None else ratio > 1.0)
+            Target(
+                k,
+                "bucketed batches waste less padding than padded_batch",
+                "padded share: txt_input_padded / txt_input_memory_bucketed",
+                ratio,
+                1.0,
+                None if ratio is None else ratio > 1.0,
+            )
         )
     for row in t.rows:
         share = row.rss_over_data
         if share is not None:
             targets.append(
-                Target(k, "in-memory peak RSS above the baseline <= 1.5x the bytes held",
-                       f"{row.config}: 1.5 / ((peak - baseline) / held)",
-                       1.5 / share if share > 0 else None, 1.0, share <= 1.5)
+                Target(
+                    k,
+                    "in-memory peak RSS above the baseline <= 1.5x the bytes held",
+                    f"{row.config}: 1.5 / ((peak - baseline) / held)",
+                    1.5 / share if share > 0 else None,
+                    1.0,
+                    share <= 1.5,
+                )
             )
 
 

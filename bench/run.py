@@ -305,8 +305,11 @@ def _report_of(path: Path) -> str:
 
 def records_report(out: Path) -> str:
     """``latest.md`` of the runs of record: the digits run, then the real suite's run."""
-    parts = [_report_of(out / name) for name in ("latest.json", "latest_real.json")
-             if (out / name).exists()]
+    parts = [
+        _report_of(out / name)
+        for name in ("latest.json", "latest_real.json")
+        if (out / name).exists()
+    ]
     return "\n\n---\n\n".join(part.rstrip("\n") for part in parts) + "\n"
 
 

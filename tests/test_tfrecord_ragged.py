@@ -149,12 +149,14 @@ def test_images_with_box_lists_read_packed_after_convert(images, tmp_path):
     codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
     tfrecord.convert(images, tmp_path / "packed", examples_per_record=8, compression="gzip")
     for kwargs in ({}, {"shuffle_buffer": 24, "seed": 3}, {"in_memory": True}):
-        check_images(by_id(list(tfrecord.dataset(tmp_path / "packed", BATCH, map_fn=decode,
-                                                 **kwargs))), codec)
+        check_images(
+            by_id(list(tfrecord.dataset(tmp_path / "packed", BATCH, map_fn=decode, **kwargs))),
+            codec,
+        )
 
 
-@pytest.mark.parametrize("pipeline", ["dataset", "memory", "queue"])
-def test_images_with_box_lists_read_in_graph_mode(images, pipeline):
+@pytest.mark.parametrize("pipeline", ["dataset", "memory", "queue", "packed"])
+def test_images_with_box_lists_read_in_graph_mode(images, pipeline, tmp_path):
     codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
     kwargs: dict[str, Any] = {"pipeline": "queue" if pipeline == "queue" else "dataset"}
     if pipeline == "memory":
@@ -178,8 +180,12 @@ def test_images_with_box_lists_read_in_graph_mode(images, pipeline):
         kwargs["batch_map_fn"] = decode_batch
     else:
         kwargs["map_fn"] = decode
+    files = images
+    if pipeline == "packed":
+        files = str(tmp_path / "packed")
+        tfrecord.convert(images, files, examples_per_record=8)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(images, BATCH, num_epochs=1, **kwargs)
+        batches = tfrecord.read_batches(files, BATCH, num_epochs=1, **kwargs)
         assert isinstance(batches.tensors["boxes"], tf.RaggedTensor)
         with new_session() as session:
             results = run_graph_batches(session, batches.tensors, batches.initializers)
@@ -201,8 +207,11 @@ def tokens_of(i: int, length: int) -> list[int]:
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory: pytest.TempPathFactory) -> str:
     records = [
-        example(tokens=int64_feature(tokens_of(i, n)), label=int64_feature([i % 2]),
-                id=int64_feature([i]))
+        example(
+            tokens=int64_feature(tokens_of(i, n)),
+            label=int64_feature([i % 2]),
+            id=int64_feature([i]),
+        )
         for i, n in enumerate(token_lengths())
     ]
     return write_records(tmp_path_factory.mktemp("text") / "text.tfrecord", records)
@@ -273,7 +282,7 @@ def test_bucketed_batches_hold_one_bucket_and_waste_less_padding(texts, packed_t
         counts = np.bincount([bucket_index(n, BOUNDARIES) for n in token_lengths()])
         assert data.cardinality() == sum(-(-int(c) // BATCH) for c in counts)
     padded = bucketed = 0
-    for epoch in range(2):
+    for _ in range(2):
         batches = list(data)
         found = by_id(batches)
         check_texts(found)
@@ -287,8 +296,9 @@ def test_bucketed_batches_hold_one_bucket_and_waste_less_padding(texts, packed_t
 
 
 def test_memory_bucketed_epochs_follow_a_fresh_order(texts):
-    data = tfrecord.dataset(texts, BATCH, in_memory=True, shuffle_buffer=1, seed=4,
-                            bucket_boundaries=BOUNDARIES)
+    data = tfrecord.dataset(
+        texts, BATCH, in_memory=True, shuffle_buffer=1, seed=4, bucket_boundaries=BOUNDARIES
+    )
     first, second = ([rows(b["id"]) for b in data] for _ in range(2))
     assert first != second
     assert sorted(map(tuple, first)) != sorted(map(tuple, second))  # batches regrouped too
@@ -296,15 +306,18 @@ def test_memory_bucketed_epochs_follow_a_fresh_order(texts):
 
 def test_bucketed_with_drop_remainder_keeps_only_full_batches(texts):
     for kwargs in ({"in_memory": True}, {}):
-        batches = list(tfrecord.dataset(texts, BATCH, drop_remainder=True,
-                                        bucket_boundaries=BOUNDARIES, **kwargs))
+        batches = list(
+            tfrecord.dataset(
+                texts, BATCH, drop_remainder=True, bucket_boundaries=BOUNDARIES, **kwargs
+            )
+        )
         assert all(b["tokens"].shape[0] == BATCH for b in batches)
 
 
 def test_padding_values_and_a_dict_per_feature(texts):
-    batch = next(iter(tfrecord.dataset(
-        texts, BATCH, pad_to={"tokens": 200}, padding_values={"tokens": -1}
-    )))
+    batch = next(
+        iter(tfrecord.dataset(texts, BATCH, pad_to={"tokens": 200}, padding_values={"tokens": -1}))
+    )
     tokens = batch["tokens"].numpy()
     assert tokens.shape == (BATCH, 200)
     lengths = token_lengths()[:BATCH]
@@ -338,8 +351,14 @@ def test_map_fn_returning_lists_is_held_in_memory_and_decoded_once(texts):
         half = tokens[: (tf.shape(tokens)[0] + 1) // 2]
         return {"tokens": half, "id": ex["id"]}
 
-    data = tfrecord.dataset(texts, BATCH, in_memory=True, map_fn=keep_first_half,
-                            bucket_boundaries=[4, 8], pad_to="longest")
+    data = tfrecord.dataset(
+        texts,
+        BATCH,
+        in_memory=True,
+        map_fn=keep_first_half,
+        bucket_boundaries=[4, 8],
+        pad_to="longest",
+    )
     for _ in range(3):
         found = by_id(list(data))
         for i, n in enumerate(token_lengths()):
@@ -347,7 +366,8 @@ def test_map_fn_returning_lists_is_held_in_memory_and_decoded_once(texts):
     assert len(calls) == TEXTS  # once per example, for three epochs
     streamed = by_id(list(tfrecord.dataset(texts, BATCH, map_fn=keep_first_half)))
     assert isinstance(streamed[0]["tokens"], list)
-    assert streamed[5]["tokens"] == tokens_of(5, token_lengths()[5])[: (token_lengths()[5] + 1) // 2]
+    n = token_lengths()[5]
+    assert streamed[5]["tokens"] == tokens_of(5, n)[: (n + 1) // 2]
 
 
 def test_write_keeps_varying_lists_in_packed_shards(tmp_path):
@@ -375,8 +395,11 @@ def test_bad_shaping_arguments_are_named(texts):
         tfrecord.dataset(texts, BATCH, bucket_by="tokens")
     with pytest.raises(ValueError, match=r"Expected `bucket_by` to be one of the features"):
         tfrecord.dataset(texts, BATCH, in_memory=True, bucket_boundaries=[4], bucket_by="text")
-    with tf.Graph().as_default(), pytest.raises(
-        ValueError, match=r"Expected `bucket_boundaries` to be None with pipeline='queue'"
+    with (
+        tf.Graph().as_default(),
+        pytest.raises(
+            ValueError, match=r"Expected `bucket_boundaries` to be None with pipeline='queue'"
+        ),
     ):
         tfrecord.read_batches(texts, BATCH, pipeline="queue", bucket_boundaries=[4])
 
@@ -384,8 +407,15 @@ def test_bad_shaping_arguments_are_named(texts):
 def test_bucket_by_is_needed_when_several_features_vary(images):
     with pytest.raises(ValueError, match=r"several features vary in length: \['boxes', 'xmin'\]"):
         tfrecord.dataset(images, BATCH, map_fn=decode, in_memory=True, bucket_boundaries=[2])
-    data = tfrecord.dataset(images, BATCH, map_fn=decode, in_memory=True,
-                            bucket_boundaries=[2], bucket_by="boxes", pad_to={"boxes": "longest"})
+    data = tfrecord.dataset(
+        images,
+        BATCH,
+        map_fn=decode,
+        in_memory=True,
+        bucket_boundaries=[2],
+        bucket_by="boxes",
+        pad_to={"boxes": "longest"},
+    )
     for batch in data:
         assert isinstance(batch["xmin"], tf.RaggedTensor)  # not named in pad_to: ragged
         lengths = [len(r) for r in rows(batch["xmin"])]

@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -53,7 +53,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: What is held for one feature: an array ``[examples, ...]``, or values and row offsets.
-Held = Union[np.ndarray, RaggedArray]
+Held = np.ndarray | RaggedArray
 
 #: Examples gathered by one element of the pipeline at most (then cut into batches).
 GATHER_EXAMPLES = 4096
@@ -391,8 +391,10 @@ def memory_dataset(
     count = len(held[0])
     ragged = any(isinstance(value, RaggedArray) for value in held)
     plan = _batch_plan(count, batch_size, drop_remainder, buckets)
-    per_pass = len(plan[0]) if plan is not None else (
-        count // batch_size if drop_remainder else math.ceil(count / batch_size)
+    per_pass = (
+        len(plan[0])
+        if plan is not None
+        else (count // batch_size if drop_remainder else math.ceil(count / batch_size))
     )
     if per_pass == 0:
         raise ValueError(
@@ -415,8 +417,8 @@ def memory_dataset(
     def columns() -> list[Any]:
         # evaluated once per pass; hands numpy's (aligned) buffers over without a copy
         data = tf.numpy_function(source, [], dtypes, stateful=True, name="in_memory_data")
-        for tensor, value in zip(data, flat, strict=True):
-            tensor.set_shape(value.shape)
+        for tensor, array in zip(data, flat, strict=True):
+            tensor.set_shape(array.shape)
         out: list[Any] = [data[-1] if buckets is not None else None]  # the buckets first
         position = 0
         for value in held:

@@ -65,6 +65,7 @@ def lengths_name(name: str) -> str:
     """The packed record's feature of the row lengths of varying feature ``name``."""
     return name + LENGTHS
 
+
 #: Examples parsed together when not shuffling (the window then only sets the parse size).
 WINDOW_EXAMPLES = 4096
 # dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards), as schema.Feature

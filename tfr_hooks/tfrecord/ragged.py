@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -45,13 +45,14 @@ __all__ = [
     "bucket_key",
 ]
 
-PadTo = Union[None, str, int, Mapping[str, Union[None, str, int]]]
+PadTo = str | int | Mapping[str, str | int | None] | None
 
 
 @dataclass
 class RaggedArray:
-    """A feature of varying length in memory: ``values[row_splits[i]:row_splits[i+1]]``
-    is example ``i``.
+    """A feature of varying length in memory, as values and row offsets.
+
+    Example ``i`` is ``values[row_splits[i]:row_splits[i + 1]]``.
 
     Attributes:
         values: All the examples' values, one after the other (1-D).
@@ -100,6 +101,7 @@ class Shaping:
 
     @property
     def pads(self) -> bool:
+        """Whether any feature is padded."""
         return self.pad_to is not None
 
     def length_of(self, name: str) -> str | int | None:
@@ -109,6 +111,7 @@ class Shaping:
         return self.pad_to
 
     def padding_for(self, name: str, dtype: tf.DType) -> Any:
+        """The value padding adds to feature ``name`` of ``dtype``."""
         value = self.padding_values
         if isinstance(value, Mapping):
             value = value.get(name)
@@ -149,8 +152,11 @@ def check_shaping(
         padding_values, (Mapping, int, float, bool, str, bytes)
     ):
         raise TypeError(
-            expected("padding_values", "None, a scalar or a dict of feature name -> scalar",
-                     padding_values)
+            expected(
+                "padding_values",
+                "None, a scalar or a dict of feature name -> scalar",
+                padding_values,
+            )
         )
     boundaries: tuple[int, ...] | None = None
     if bucket_boundaries is not None:
@@ -174,10 +180,8 @@ def check_shaping(
         if not isinstance(bucket_by, str):
             raise TypeError(expected("bucket_by", "None or a feature name", bucket_by))
         if boundaries is None:
-            raise ValueError(
-                expected("bucket_by", "None without `bucket_boundaries`", bucket_by)
-            )
-    return Shaping(pad_to, padding_values, boundaries, bucket_by)
+            raise ValueError(expected("bucket_by", "None without `bucket_boundaries`", bucket_by))
+    return Shaping(pad_to, padding_values, boundaries, bucket_by)  # type: ignore[arg-type]
 
 
 def is_list(spec: Any) -> bool:
@@ -193,11 +197,7 @@ def bucket_key(shaping: Shaping, spec: Mapping[str, Any]) -> str:
     ``spec`` maps names to one example's specs (lists of varying length are 1-D
     ``TensorSpec``s of unknown length) or to batch specs (``RaggedTensorSpec``).
     """
-    varying = [
-        name
-        for name, s in spec.items()
-        if is_list(s) or isinstance(s, tf.RaggedTensorSpec)
-    ]
+    varying = [name for name, s in spec.items() if is_list(s) or isinstance(s, tf.RaggedTensorSpec)]
     if shaping.bucket_by is not None:
         if shaping.bucket_by not in spec:
             raise ValueError(
@@ -209,8 +209,11 @@ def bucket_key(shaping: Shaping, spec: Mapping[str, Any]) -> str:
             expected(
                 "bucket_by",
                 "the feature whose length picks the bucket, as "
-                + (f"several features vary in length: {varying}" if varying
-                   else "no feature varies in length"),
+                + (
+                    f"several features vary in length: {varying}"
+                    if varying
+                    else "no feature varies in length"
+                ),
                 None,
             )
         )
@@ -290,4 +293,3 @@ def group_by_length(
         return batch_examples(window, batch_size, drop_remainder)
 
     return data.group_by_window(bucket, reduce, window_size=batch_size)
-

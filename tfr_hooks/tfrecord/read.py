@@ -73,6 +73,9 @@ from tfr_hooks.tfrecord.ragged import (
 from tfr_hooks.tfrecord.schema import Schema
 from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, load_schema
 
+#: The default shaping: features of varying length as ragged rows, no buckets.
+RAGGED = Shaping()
+
 __all__ = ["Batches", "dataset", "read_batches", "PIPELINES"]
 
 logger = logging.getLogger(__name__)
@@ -467,7 +470,7 @@ def _build_dataset(
     prefetch: int | None,
     autotune: bool = False,
     batch_map_fn: Callable[[Any], Any] | None = None,
-    shaping: Shaping = Shaping(),
+    shaping: Shaping = RAGGED,
 ) -> tf.data.Dataset:
     reads = num_parallel_reads or min(len(plan.files), 4)
     calls = tf.data.AUTOTUNE if autotune else max(1, min(os.cpu_count() or 1, 8))
@@ -701,7 +704,7 @@ def _memory_data(
     map_fn: Callable[..., Any] | None,
     batch_map_fn: Callable[..., Any] | None,
     prefetch: bool,
-    shaping: Shaping = Shaping(),
+    shaping: Shaping = RAGGED,
 ) -> tuple[tf.data.Dataset, int]:
     """The in-memory pipeline of batches (dicts), and the examples of one pass."""
     decode_each_batch = None
@@ -738,8 +741,10 @@ def _memory_data(
             )
         key = bucket_key(shaping, {name: _spec_of(value) for name, value in arrays.items()})
         held = arrays[key]
-        lengths = held.lengths if isinstance(held, RaggedArray) else np.full(
-            len(held), held.shape[1] if held.ndim > 1 else 1, np.int64
+        lengths = (
+            held.lengths
+            if isinstance(held, RaggedArray)
+            else np.full(len(held), held.shape[1] if held.ndim > 1 else 1, np.int64)
         )
         buckets = bucket_of(lengths, shaping.bucket_boundaries)
     data = memory_dataset(
@@ -767,8 +772,10 @@ def _memory_data(
 def _spec_of(held: Any) -> Any:
     """A stand-in spec of one held feature: ragged for a :class:`RaggedArray`."""
     if isinstance(held, RaggedArray):
-        return tf.RaggedTensorSpec([None, None], tf.as_dtype(held.values.dtype) if
-                                   held.values.dtype.kind not in "OSU" else tf.string)
+        return tf.RaggedTensorSpec(
+            [None, None],
+            tf.as_dtype(held.values.dtype) if held.values.dtype.kind not in "OSU" else tf.string,
+        )
     return tf.TensorSpec(held.shape)
 
 

@@ -64,11 +64,15 @@ def shard_name(prefix: str, index: int, shards: int, compression: str = "") -> s
 def _as_array(value: object) -> np.ndarray:
     """One feature's examples as an array; rows of varying length as an object array."""
     if isinstance(value, tf.RaggedTensor):
-        value = value.to_list() if value.dtype == tf.string else [
-            np.asarray(row) for row in value.numpy()
-        ]
-    if isinstance(value, list) and value and all(
-        isinstance(row, (list, tuple, np.ndarray)) for row in value
+        value = (
+            value.to_list()
+            if value.dtype == tf.string
+            else [np.asarray(row) for row in value.numpy()]
+        )
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(row, (list, tuple, np.ndarray)) for row in value)
     ):
         lengths = {len(row) for row in value}
         if len(lengths) > 1:  # a feature of varying length: one 1-D array per example
