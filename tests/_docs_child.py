@@ -116,7 +116,7 @@ def write_data(jpegs: bool = True) -> None:
     if not jpegs:
         return
     ramp = np.tile(np.arange(16, dtype=np.uint8) * 16, (16, 1))
-    jpegs = []
+    jpegs: list[bytes] = []
     with tf.io.TFRecordWriter("images.tfrecord") as writer:
         for i in range(200):
             image = np.stack([ramp, ramp.T, np.full_like(ramp, i)], -1)
