@@ -68,7 +68,13 @@ def write_data(jpegs: bool = True) -> None:
     - ``taxi.gz``: 500 GZIP records in TFX's layout, optional features held as empty lists;
     - ``images.tfrecord``: 200 records in the layout of TensorFlow's image pipelines
       (``image/encoded`` 16x16 JPEG bytes, ``image/class/label``), by a plain writer;
-      only with ``jpegs`` (encoding JPEG starts TensorFlow's runtime).
+      only with ``jpegs`` (encoding JPEG starts TensorFlow's runtime);
+    - ``objects.tfrecord.gz``: 200 GZIP records of the same layout with box lists: the
+      same JPEGs, ``image/class/label``, and ``image/object/bbox/label`` (int64) and
+      ``image/object/bbox/xmin`` (float) of 1 to 4 values, absent from every fifth
+      record (an image without boxes); only with ``jpegs``;
+    - ``text.tfrecord``: 400 records of token ids, ``tokens`` (int64, 1..999, lengths
+      lognormal from 5 to 500, median about 40) and ``label``, by a plain writer.
     """
     from sklearn.datasets import load_digits
 
@@ -110,11 +116,29 @@ def write_data(jpegs: bool = True) -> None:
     if not jpegs:
         return
     ramp = np.tile(np.arange(16, dtype=np.uint8) * 16, (16, 1))
+    jpegs: list[bytes] = []
     with tf.io.TFRecordWriter("images.tfrecord") as writer:
         for i in range(200):
             image = np.stack([ramp, ramp.T, np.full_like(ramp, i)], -1)
             encoded = tf.io.encode_jpeg(image).numpy()
             writer.write(_example({"image/encoded": [encoded], "image/class/label": [i % 10]}))
+            jpegs.append(encoded)
+
+    options = tf.io.TFRecordOptions(compression_type="GZIP")
+    with tf.io.TFRecordWriter("objects.tfrecord.gz", options) as writer:
+        for i, encoded in enumerate(jpegs):
+            record: dict[str, Any] = {"image/encoded": [encoded], "image/class/label": [i % 10]}
+            if i % 5:  # producers leave the keys out for an image without boxes
+                boxes = [(i + k) % 7 for k in range(i % 4 + 1)]
+                record["image/object/bbox/label"] = boxes
+                record["image/object/bbox/xmin"] = [b / 10 for b in boxes]
+            writer.write(_example(record))
+
+    lengths = np.clip(rng.lognormal(3.7, 0.8, 400), 5, 500).astype(int)
+    with tf.io.TFRecordWriter("text.tfrecord") as writer:
+        for i, length in enumerate(lengths):
+            tokens = rng.integers(1, 1000, size=length).tolist()
+            writer.write(_example({"tokens": tokens, "label": [i % 2]}))
 
 
 def scaffold(document: str) -> dict[str, Any]:
