@@ -420,3 +420,23 @@ def test_bucket_by_is_needed_when_several_features_vary(images):
         assert isinstance(batch["xmin"], tf.RaggedTensor)  # not named in pad_to: ragged
         lengths = [len(r) for r in rows(batch["xmin"])]
         assert len({n >= 2 for n in lengths}) == 1
+
+
+def test_as_tuple_names_the_outputs_of_batch_map_fn(images):
+    def decode_batch(batch: dict[str, Any]) -> dict[str, Any]:
+        return {"n": tf.strings.length(batch["image/encoded"]), "y": batch["id"]}
+
+    first = next(
+        iter(tfrecord.dataset(images, BATCH, batch_map_fn=decode_batch, as_tuple=("y", "n")))
+    )
+    assert isinstance(first, tuple) and rows(first[0]) == list(range(BATCH))
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            images,
+            BATCH,
+            pipeline="queue",
+            num_epochs=1,
+            batch_map_fn=decode_batch,
+            as_tuple=("y", "n"),
+        )
+        assert isinstance(batches.tensors, tuple) and len(batches.tensors) == 2

@@ -82,15 +82,15 @@ def convert(
         chunk_size: Examples parsed and written together (affects speed and memory only).
         progress: Called with the number of examples just written, after each chunk.
         examples_per_record: Examples per output record; ``N > 1`` writes packed shards
-            (see :func:`~tfr_hooks.tfrecord.write`), which need every feature to have a
-            fixed shape.
+            (see :func:`~tfr_hooks.tfrecord.write`); a feature of varying length is kept,
+            beside its row lengths (see :mod:`tfr_hooks.tfrecord.packed`).
 
     Returns:
         A :class:`~tfr_hooks.tfrecord.WriteResult` with the shard paths and the schema.
 
     Raises:
         ValueError: If an argument is out of range, a feature cannot be stored in the
-            chosen layout (varying length with ``examples_per_record > 1``), or
+            chosen layout (no values with ``examples_per_record > 1``), or
             ``directory`` holds the input files.
         FileExistsError: If ``directory`` already holds a dataset and not ``overwrite``.
         TFRecordError: If an input file is missing, not a TFRecord file, or its records

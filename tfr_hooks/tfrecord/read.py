@@ -257,7 +257,8 @@ def _structure(tensors: Any, names: tuple[str, ...] | None) -> Any:
     if not isinstance(tensors, dict) or any(name not in tensors for name in names):
         found = sorted(tensors) if isinstance(tensors, dict) else type(tensors).__name__
         raise ValueError(
-            f"Expected `map_fn` to return a dict with the keys of `as_tuple` {list(names)}. "
+            "Expected `map_fn` (or `batch_map_fn`) to return a dict with the keys of "
+            f"`as_tuple` {list(names)}. "
             f"Received: keys={found}"
         )
     return tuple(tensors[name] for name in names)
@@ -324,7 +325,8 @@ def dataset(
             which would otherwise repeat them at every new iterator).
         prefetch: Batches to prefetch; ``tf.data.AUTOTUNE``, or 0/``None`` for none.
         as_tuple: Feature names to return as a tuple, e.g. ``("image", "label")``;
-            ``None`` returns a dict of all features.
+            ``None`` returns a dict of all features. With ``map_fn`` or
+            ``batch_map_fn``, the names of the last one's outputs.
         compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
         autotune: Let tf.data tune parallelism and prefetching while it runs. Off by
             default: with it on, starting a new iterator over the dataset (each epoch,
@@ -416,7 +418,8 @@ def dataset(
     shaping = check_shaping(pad_to, padding_values, bucket_boundaries, bucket_by)
     task = sharding.current_task()
     sharding.check_shard(shard)
-    plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
+    renamed = map_fn is not None or batch_map_fn is not None  # as_tuple names their outputs
+    plan = _plan(files, schema, compression, as_tuple, select=not renamed, decode=decode)
     seed = sharding.shared_seed(seed, shuffle_buffer, task)
     mode = _memory_mode(plan, in_memory, memory_budget, map_fn) if in_memory else None
     if mode is not None:
@@ -883,7 +886,8 @@ def read_batches(
             ``None`` for half of the memory available at the call.
         capacity: ``"queue"`` only: the queue's capacity; default ``shuffle_buffer +
             (num_parallel_reads + 2) * batch_size``.
-        as_tuple: Feature names to return as a tuple, e.g. ``("x", "y")``.
+        as_tuple: Feature names to return as a tuple, e.g. ``("x", "y")``; with
+            ``map_fn`` or ``batch_map_fn``, the names of the last one's outputs.
         compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
         name: Name scope of the ops.
         decode: Changes to the schema, as for :func:`dataset`.
@@ -975,7 +979,8 @@ def read_batches(
         raise ValueError(
             expected("capacity", "None with pipeline='dataset' (a queue's capacity)", capacity)
         )
-    plan = _plan(files, schema, compression, as_tuple, select=map_fn is None, decode=decode)
+    renamed = map_fn is not None or batch_map_fn is not None  # as_tuple names their outputs
+    plan = _plan(files, schema, compression, as_tuple, select=not renamed, decode=decode)
     if pipeline == "queue" and plan.per_record > 1:
         raise ValueError(
             expected(
