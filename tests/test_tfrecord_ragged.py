@@ -440,3 +440,19 @@ def test_as_tuple_names_the_outputs_of_batch_map_fn(images):
             as_tuple=("y", "n"),
         )
         assert isinstance(batches.tensors, tuple) and len(batches.tensors) == 2
+
+
+def test_convert_with_map_fn_stores_decoded_pixels_in_packed_shards(images, tmp_path):
+    codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
+    result = tfrecord.convert(images, tmp_path / "pixels", map_fn=decode, examples_per_record=8)
+    assert result.schema["image"].shape == (SIDE, SIDE, 3)
+    assert result.schema["image"].dtype == "uint8" and result.schema["image"].encoding == "raw"
+    assert result.schema["boxes"].shape == (None,)
+    for kwargs in ({}, {"in_memory": True}):  # read back with no decoding at all
+        check_images(by_id(list(tfrecord.dataset(tmp_path / "pixels", BATCH, **kwargs))), codec)
+    with pytest.raises(ValueError, match=r"static shape.*'image'"):
+        tfrecord.convert(
+            images,
+            tmp_path / "unknown",
+            map_fn=lambda ex: {"image": tf.io.decode_jpeg(ex["image/encoded"])},
+        )

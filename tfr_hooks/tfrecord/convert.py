@@ -31,6 +31,7 @@ from tfr_hooks.tfrecord.files import (
 )
 from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.packed import check_block, check_packable, unpack
+from tfr_hooks.tfrecord.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import find_sidecar, load_schema
 from tfr_hooks.tfrecord.write import WriteResult, _clear, write_shards
@@ -53,6 +54,7 @@ def convert(
     chunk_size: int = 4096,
     progress: Callable[[int], object] | None = None,
     examples_per_record: int = 1,
+    map_fn: Callable[[dict[str, Any]], Any] | None = None,
 ) -> WriteResult:
     """Rewrite TFRecord files of ``tf.train.Example`` records, from any producer, as shards.
 
@@ -84,6 +86,13 @@ def convert(
         examples_per_record: Examples per output record; ``N > 1`` writes packed shards
             (see :func:`~tfr_hooks.tfrecord.write`); a feature of varying length is kept,
             beside its row lengths (see :mod:`tfr_hooks.tfrecord.packed`).
+        map_fn: Applied to each parsed example (a dict of tensors), in parallel, before
+            writing: its outputs (a dict of dense tensors of one shape for every
+            example, or 1-D lists of varying length) are what is stored, under their
+            names. Decoding the JPEG bytes of ``image/encoded`` here stores raw pixels,
+            so that reading the result never decodes an image again (several times the
+            disk space of the JPEGs; packed, the fastest pipeline for data larger than
+            memory).
 
     Returns:
         A :class:`~tfr_hooks.tfrecord.WriteResult` with the shard paths and the schema.
@@ -123,12 +132,17 @@ def convert(
     paths = resolve_files(files)
     out_dir = os.fspath(directory)
     _check_not_input(paths, out_dir)
+    if map_fn is not None and not callable(map_fn):
+        raise TypeError(expected("map_fn", "callable or None", map_fn))
     sources = [_Source(path) for path in paths]
     read_schema = _read_schema(paths, schema, decode, sources)
-    stored = Schema(Feature(f.name, f.dtype, f.shape) for f in read_schema)
-    _check_layout(stored, read_schema, examples_per_record)
     for source in sources:
         source.check(read_schema)
+    if map_fn is None:
+        stored = Schema(Feature(f.name, f.dtype, f.shape) for f in read_schema)
+    else:
+        stored = _mapped_schema(sources[0], read_schema, map_fn)
+    _check_layout(stored, stored if map_fn is not None else read_schema, examples_per_record)
     num_examples = None if shards == 1 else sum(s.count() for s in sources)
     if num_examples is not None and shards > num_examples:
         raise ValueError(
@@ -137,7 +151,7 @@ def convert(
         )
     tf.io.gfile.makedirs(out_dir)
     _clear(out_dir, prefix, overwrite)
-    chunks = _chunks(sources, read_schema, chunk_size)
+    chunks = _chunks(sources, read_schema, chunk_size, map_fn, stored)
     result = write_shards(
         stored,
         chunks,
@@ -261,17 +275,64 @@ def _to_numpy(feature: Feature, value: Any) -> np.ndarray:
     return array
 
 
-def _chunks(sources: list[_Source], schema: Schema, chunk_size: int) -> Iterator[dict[str, Any]]:
-    """The examples of ``sources``, in order, parsed ``chunk_size`` records at a time."""
-    for source in sources:
-        records = tf.data.TFRecordDataset(source.path, compression_type=source.compression)
-        if source.per_record > 1:
-            per_record = source.per_record
-            batches = records.batch(max(1, chunk_size // per_record)).map(
-                lambda serialized, n=per_record: unpack(schema, serialized, n)
-            )
+def _parsed(source: _Source, schema: Schema, chunk_size: int) -> tf.data.Dataset:
+    """The batches of ``source``'s examples, ``chunk_size`` records at a time."""
+    records = tf.data.TFRecordDataset(source.path, compression_type=source.compression)
+    if source.per_record > 1:
+        per_record = source.per_record
+        return records.batch(max(1, chunk_size // per_record)).map(
+            lambda serialized, n=per_record: unpack(schema, serialized, n)
+        )
+    return records.batch(chunk_size).map(schema.parse_batch)
+
+
+def _mapped(
+    batches: tf.data.Dataset, map_fn: Callable[[dict[str, Any]], Any], chunk_size: int
+) -> tf.data.Dataset:
+    examples = batches.unbatch().map(
+        map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    return batch_examples(examples, chunk_size, drop_remainder=False)
+
+
+def _mapped_schema(
+    source: _Source, schema: Schema, map_fn: Callable[[dict[str, Any]], Any]
+) -> Schema:
+    """The schema of ``map_fn``'s outputs: what ``convert`` stores."""
+    spec = _parsed(source, schema, 1).unbatch().map(map_fn).element_spec
+    if not isinstance(spec, dict) or not all(isinstance(k, str) for k in spec):
+        raise TypeError(
+            expected("map_fn", "a function returning a dict of name -> tensor", spec)
+        )
+    features = []
+    for name, value in spec.items():
+        dtype = "bytes" if value.dtype == tf.string else value.dtype.name
+        if is_list(value):
+            features.append(Feature(name, dtype, (None,)))
+        elif isinstance(value, tf.TensorSpec) and value.shape.is_fully_defined():
+            features.append(Feature(name, dtype, tuple(value.shape.as_list())))
         else:
-            batches = records.batch(chunk_size).map(schema.parse_batch)
+            raise ValueError(
+                f"Expected `map_fn` to return dense tensors of a static shape, or 1-D "
+                f"lists of varying length, to store them (set_shape or resize {name!r} to "
+                f"one shape). Received: {name!r}: {value}"
+            )
+    return Schema(features)
+
+
+def _chunks(
+    sources: list[_Source],
+    schema: Schema,
+    chunk_size: int,
+    map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    stored: Schema | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The examples of ``sources``, in order, parsed ``chunk_size`` records at a time."""
+    out = stored if stored is not None else schema
+    for source in sources:
+        batches = _parsed(source, schema, chunk_size)
+        if map_fn is not None:
+            batches = _mapped(batches, map_fn, chunk_size)
         iterator = iter(batches)
         while True:
             try:
@@ -281,4 +342,4 @@ def _chunks(sources: list[_Source], schema: Schema, chunk_size: int) -> Iterator
             except tf.errors.OpError as error:
                 clear = explain_error(error, [source.path], schema, source.compression)
                 raise (clear or error) from error
-            yield {f.name: _to_numpy(f, batch[f.name]) for f in schema}
+            yield {f.name: _to_numpy(f, batch[f.name]) for f in out}

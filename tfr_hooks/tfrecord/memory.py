@@ -65,6 +65,7 @@ LOAD_CHUNK = 1024
 _ALIGN = 64  # TensorFlow takes a numpy buffer without copying when it is this aligned
 _FALLBACK_BUDGET = 2 << 30
 _WAIT_SECS = 60.0
+_CALLS = max(1, min(os.cpu_count() or 1, 8))  # gathers in flight: one per core
 
 
 def default_memory_budget() -> int:
@@ -466,7 +467,7 @@ def memory_dataset(
         def gather(index: Any) -> dict[str, Any]:
             return {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
 
-        gathered = slices_of(salt, bucket).map(gather)
+        gathered = slices_of(salt, bucket).map(gather, num_parallel_calls=_CALLS, deterministic=True)
         if map_fn is not None:  # encoded examples: decode each pass, in parallel
             if plan is not None:  # each gathered element is a whole batch of one bucket
                 return gathered.flat_map(

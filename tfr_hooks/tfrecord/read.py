@@ -520,7 +520,9 @@ def _build_dataset(
         else:
             parsed = batch_examples(examples, batch_size, drop_remainder)
     if shaping.pads:
-        parsed = parsed.map(lambda batch: pad_batch(batch, shaping))
+        parsed = parsed.map(
+            lambda batch: pad_batch(batch, shaping), num_parallel_calls=calls, deterministic=True
+        )
     if batch_map_fn is not None:
         parsed = _map_batches(parsed, batch_map_fn)
     if not bucketed:  # bucketed, the batches of an epoch depend on the order of the examples
@@ -762,7 +764,10 @@ def _memory_data(
         buckets=buckets,
     )
     if shaping.pads:
-        data = data.map(lambda batch: pad_batch(batch, shaping))
+        calls = max(1, min(os.cpu_count() or 1, 8))
+        data = data.map(
+            lambda batch: pad_batch(batch, shaping), num_parallel_calls=calls, deterministic=True
+        )
         if prefetch and batch_map_fn is None:
             data = data.prefetch(2)
     if batch_map_fn is not None:
