@@ -301,9 +301,7 @@ def _mapped_schema(
     """The schema of ``map_fn``'s outputs: what ``convert`` stores."""
     spec = _parsed(source, schema, 1).unbatch().map(map_fn).element_spec
     if not isinstance(spec, dict) or not all(isinstance(k, str) for k in spec):
-        raise TypeError(
-            expected("map_fn", "a function returning a dict of name -> tensor", spec)
-        )
+        raise TypeError(expected("map_fn", "a function returning a dict of name -> tensor", spec))
     features = []
     for name, value in spec.items():
         dtype = "bytes" if value.dtype == tf.string else value.dtype.name

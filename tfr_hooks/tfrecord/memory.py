@@ -467,7 +467,9 @@ def memory_dataset(
         def gather(index: Any) -> dict[str, Any]:
             return {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
 
-        gathered = slices_of(salt, bucket).map(gather, num_parallel_calls=_CALLS, deterministic=True)
+        gathered = slices_of(salt, bucket).map(
+            gather, num_parallel_calls=_CALLS, deterministic=True
+        )
         if map_fn is not None:  # encoded examples: decode each pass, in parallel
             if plan is not None:  # each gathered element is a whole batch of one bucket
                 return gathered.flat_map(
