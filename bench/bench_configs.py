@@ -85,7 +85,10 @@ ROWS: list[tuple[str, str]] = [
 #: The rows of ``--suite real`` (bench_real): JPEG images (``img_``) and token sequences
 #: (``txt_``), each data set a table of its own, as a model is.
 _MEMORY = "in_memory=True, map_fn decoded once (text: pad_to='longest')"
-_PACKED = "tfrecord.convert(examples_per_record=128), then streamed (text: pad_to='longest')"
+_PACKED = (
+    "tfrecord.convert(examples_per_record=128) (images: map_fn=decode, raw pixels stored), "
+    "then streamed (text: pad_to='longest')"
+)
 _BUCKETED = "in_memory=True, bucket_boundaries (the hand-written buckets), pad_to='longest'"
 REAL_ROWS: list[tuple[str, str]] = [
     ("img_fit_hand", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data (guide)"),

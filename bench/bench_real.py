@@ -132,11 +132,16 @@ def _package_decode(kind: str) -> Any:
 
 
 def _packed_files(spec: w.Spec, kind: str) -> str:
-    """Packed shards (128 examples a record) of the producer's files, converted once."""
+    """Packed shards (128 examples a record) of the producer's files, converted once.
+
+    Images are decoded by the conversion (``convert(map_fn=decode)``): the shards hold raw
+    pixels, so reading them never decodes a JPEG (at about 4x the JPEGs' disk space).
+    """
     source = Path(_files(spec, kind)[0]).parent
-    target = source.parent / (source.name + "-packed")
+    target = source.parent / (source.name + ("-packed-pixels" if kind == "img" else "-packed"))
     if not (target / "schema.json").exists():
-        tfrecord.convert(str(source), str(target), examples_per_record=128)
+        map_fn = _package_decode(kind) if kind == "img" else None
+        tfrecord.convert(str(source), str(target), examples_per_record=128, map_fn=map_fn)
     return str(target)
 
 
@@ -146,7 +151,8 @@ def package_pipeline(spec: w.Spec, kind: str, source: str) -> Any:
     ``stream``: ``tfrecord.dataset(files, map_fn=decode)`` (images decoded every epoch;
     text parsed per batch as ragged tokens). ``memory``: ``in_memory=True`` with the same
     ``map_fn``, decoded once (the token lists held as values and row offsets).
-    ``packed``: the packed shards, streamed. Text batches are padded to each batch's
+    ``packed``: the packed shards, streamed (images decoded by the conversion, so the
+    shards hold pixels). Text batches are padded to each batch's
     longest row (``pad_to="longest"``); ``*_bucketed`` also batches by length
     (``bucket_boundaries=BUCKETS``), as the hand-written bucketed pipeline does.
     """
@@ -158,8 +164,8 @@ def package_pipeline(spec: w.Spec, kind: str, source: str) -> Any:
         "drop_remainder": True,
         "as_tuple": ("image", "label") if kind == "img" else ("tokens", "label"),
     }
-    if kind == "img" or base == "memory":
-        kwargs["map_fn"] = _package_decode(kind)
+    if (kind == "img" and base != "packed") or base == "memory":
+        kwargs["map_fn"] = _package_decode(kind)  # packed images hold decoded pixels
     if kind == "txt":
         kwargs["pad_to"] = "longest"
         if source.endswith("_bucketed"):
