@@ -145,6 +145,7 @@ def test_images_with_box_lists_read_on_every_tf2_pipeline(images, pipeline):
         check_images(by_id(list(data)), codec)
 
 
+@pytest.mark.slow  # three pipelines over a conversion; the pixels test below packs too
 def test_images_with_box_lists_read_packed_after_convert(images, tmp_path):
     codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
     tfrecord.convert(images, tmp_path / "packed", examples_per_record=8, compression="gzip")
