@@ -350,6 +350,7 @@ def memory_dataset(
     prefetch: int | None,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     buckets: np.ndarray | None = None,
+    batch_fn: Callable[[dict[str, Any]], Any] | None = None,
 ) -> tf.data.Dataset:
     """Batches gathered from in-memory arrays, a fresh permutation every pass.
 
@@ -375,6 +376,8 @@ def memory_dataset(
         map_fn: Applied to each gathered example, in parallel, before batching (the
             arrays then hold encoded examples that ``map_fn`` decodes every pass).
         buckets: The bucket of each example (``int64``), or ``None``.
+        batch_fn: Applied to each gathered batch in the same parallel step as the
+            gather (padding), when there is no ``map_fn``.
 
     Returns:
         A dataset of dicts of batch tensors, of exact known cardinality.
@@ -411,6 +414,10 @@ def memory_dataset(
     full = count // chunk
 
     eager = tf.executing_eagerly()
+    # batch_fn runs with the gather when each gathered element is one whole batch
+    fused = map_fn is None and (chunk == batch_size or plan is not None)
+    if batch_fn is not None and map_fn is not None:
+        raise ValueError("Expected `batch_fn` without `map_fn` (apply it to the batches)")
 
     def source() -> list[np.ndarray]:
         return flat
@@ -465,7 +472,8 @@ def memory_dataset(
         bucket, *data = columns()
 
         def gather(index: Any) -> dict[str, Any]:
-            return {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
+            batch = {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
+            return batch_fn(batch) if batch_fn is not None and fused else batch
 
         gathered = slices_of(salt, bucket).map(
             gather, num_parallel_calls=_CALLS, deterministic=True
@@ -489,7 +497,8 @@ def memory_dataset(
             return gathered.take(full)
         if chunk == batch_size or plan is not None:
             return gathered
-        return gathered.rebatch(batch_size, drop_remainder=drop_remainder)
+        batches = gathered.rebatch(batch_size, drop_remainder=drop_remainder)
+        return batches if batch_fn is None else batches.map(batch_fn)
 
     if eager:
         salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)

@@ -26,6 +26,7 @@ queue pipeline, which cannot bucket).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -752,6 +753,8 @@ def _memory_data(
             else np.full(len(held), held.shape[1] if held.ndim > 1 else 1, np.int64)
         )
         buckets = bucket_of(lengths, shaping.bucket_boundaries)
+    pad = functools.partial(pad_batch, shaping=shaping) if shaping.pads else None
+    pad_after = pad is not None and decode_each_batch is not None  # padded after decoding
     data = memory_dataset(
         arrays,
         batch_size,
@@ -759,15 +762,14 @@ def _memory_data(
         seed=seed,
         drop_remainder=drop_remainder,
         num_epochs=num_epochs,
-        prefetch=2 if prefetch and batch_map_fn is None and not shaping.pads else None,
+        prefetch=2 if prefetch and batch_map_fn is None and not pad_after else None,
         map_fn=decode_each_batch,
         buckets=buckets,
+        batch_fn=pad if decode_each_batch is None else None,
     )
-    if shaping.pads:
+    if pad is not None and pad_after:
         calls = max(1, min(os.cpu_count() or 1, 8))
-        data = data.map(
-            lambda batch: pad_batch(batch, shaping), num_parallel_calls=calls, deterministic=True
-        )
+        data = data.map(pad, num_parallel_calls=calls, deterministic=True)
         if prefetch and batch_map_fn is None:
             data = data.prefetch(2)
     if batch_map_fn is not None:
