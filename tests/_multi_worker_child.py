@@ -11,7 +11,8 @@ Modes:
   ``KerasCallbacks`` (ModelCheckpoint, BackupAndRestore, TensorBoard, CSVLogger, a
   progress bar), ``PreemptionCheckpoint`` and ``TensorBoardLogger``, writing under OUT.
   ``KILL_AT_EPOCH``/``TERM_AT_EPOCH`` (with ``..._AT_BATCH``, ``..._TASK``): the task
-  sends itself SIGKILL/SIGTERM after that batch. A preempted worker prints
+  sends itself SIGKILL/SIGTERM after that batch. ``GLOBAL_BATCH`` sets the global batch
+  (24 by default). A preempted worker prints
   ``PREEMPTED {json}`` and exits with the hook's code.
 * ``step DATA``: a ``step_fn`` whose logs show which examples each replica read.
 """
@@ -25,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-GLOBAL_BATCH = 24
+GLOBAL_BATCH = int(os.environ.get("GLOBAL_BATCH", "24"))
 EPOCHS = 3
 
 

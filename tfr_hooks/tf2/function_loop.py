@@ -27,7 +27,7 @@ from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.tf2 import distribute
-from tfr_hooks.tfrecord.sharding import is_multi_worker
+from tfr_hooks.tfrecord.sharding import distributed_steps, is_multi_worker
 
 __all__ = ["FunctionLoop"]
 
@@ -200,7 +200,12 @@ class FunctionLoop:
             dataset=self.data,
             validation_data=validation_data,
         )
-        cardinality = int(self.data.cardinality())
+        # a known length: Keras' params["steps"] get it up front; under a multi-worker
+        # strategy, the steps a pass really makes (None when only running it tells)
+        workers = 1
+        if is_multi_worker(self.strategy):
+            workers = distribute.current_task(self.strategy).num_workers
+        known = distributed_steps(self.data, workers)
         return run_loop(
             runner,
             self.hooks,
@@ -209,8 +214,7 @@ class FunctionLoop:
             initial_epoch=initial_epoch,
             steps_per_epoch=self.steps_per_epoch,
             steps_per_execution=self.steps_per_execution,
-            # a known length: Keras' params["steps"] get it up front
-            known_steps=cardinality if cardinality > 0 else None,
+            known_steps=known if known else None,
             validation_freq=validation_freq,
             validation_steps=validation_steps,
         )
@@ -361,8 +365,22 @@ class _Executor:
             pending = iterator.get_next_as_optional()
             return pending, pending.has_value()
 
+        def skip(iterator: Any, pending: Any, count: Any) -> Any:
+            # drop ``pending`` and the batches after it, up to ``count`` in all, in the
+            # graph (no step runs); under a multi-worker strategy every worker drops the
+            # same number, as get_next_as_optional agrees on whether any has data left
+            def cond(skipped: Any, pending: Any) -> Any:
+                return tf.logical_and(skipped < count, pending.has_value())
+
+            def body(skipped: Any, pending: Any) -> Any:
+                return skipped + 1, iterator.get_next_as_optional()
+
+            skipped, pending = tf.while_loop(cond, body, (tf.constant(0, tf.int64), pending))
+            return skipped, pending, pending.has_value()
+
         self.execute = tf.function(execute, autograph=False, reduce_retracing=True)
         self.first = tf.function(first, autograph=False)
+        self.skip = tf.function(skip, autograph=False)
 
 
 class _FunctionRunner:
@@ -419,6 +437,22 @@ class _FunctionRunner:
             self.pending, more = self.steps.executor(True).first(self.iterator)
             self.more = bool(more)
         self.ran_out = not self.more
+
+    def skip_batches(self, count: int) -> int:
+        """Pass over the next ``count`` training batches without a step; return how many.
+
+        A run resumed mid-epoch starts the epoch's data again and skips the batches the
+        interrupted run trained on: the same ones, when the data's order is the same
+        (no shuffling, or a seeded one). It costs the input work of those batches
+        (reading and parsing them), not their steps.
+        """
+        skipped, self.pending, more = self.steps.executor(True).skip(
+            self.iterator, self.pending, tf.constant(count, tf.int64)
+        )
+        self.more = bool(more)
+        self.ran_out = not self.more
+        logger.info("Skipped %d batches of the resumed epoch", int(skipped))
+        return int(skipped)
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         for hook, args in zip(self.hooks, hook_args, strict=True):

@@ -19,9 +19,10 @@ which all of them save. So:
    a ``SystemExit`` with ``exit_code`` (42 by default, TensorFlow's own), so the process
    exits cleanly with a code the launcher can read as "restart me".
 4. Started again with the same ``log_dir``, the hook restores the checkpoint before the
-   first step and the loop resumes at the saved epoch, running only the steps left of it
-   (as Keras' ``BackupAndRestore`` resumes a mid-epoch backup); the run ends after the
-   epochs asked for.
+   first step and the loop resumes at the saved epoch: it starts the epoch's data again,
+   skips the batches already trained on and runs the rest of the epoch (as many steps
+   as an uninterrupted run, whatever the dataset's cardinality says); the run ends after
+   the epochs asked for.
 
 It works in one process too (no cluster: the signal is this process's own). It needs
 :class:`~tfr_hooks.FunctionLoop` (TF2): graph-mode runs have
@@ -332,15 +333,8 @@ class PreemptionCheckpoint(Hook):
                 loop.initial_epoch,
             )
             return
-        known = loop.steps_per_epoch
-        if step and (known is None or step >= known):
-            logger.warning(
-                "The preemption checkpoint is at step %d of epoch %d, but the epoch's "
-                "length is not known up front: the epoch runs again in full.",
-                step,
-                epoch,
-            )
-            step = 0
+        # the loop skips the batches of those steps and runs the epoch to the data's end
+        # (or to its steps_per_epoch): no length needs to be known up front
         loop.initial_epoch = epoch
         loop.initial_step = step
         self.restored = (epoch, step)
