@@ -66,10 +66,14 @@ class TaskInfo:
 
     @property
     def name(self) -> str:
-        """``/job:<type>/task:<id>``, as TensorFlow names tasks (``"local"`` outside one)."""
+        """``/job:<type>/replica:0/task:<id>``, as TensorFlow's device names spell the task.
+
+        The spelling of :attr:`tfr_hooks.distribute.WorkerLostError.task` too; ``"local"``
+        outside a cluster.
+        """
         if self.task_type is None:
             return "local"
-        return f"/job:{self.task_type}/task:{self.task_id}"
+        return f"/job:{self.task_type}/replica:0/task:{self.task_id}"
 
 
 def _task_from(cluster: dict[str, Any], task_type: str | None, task_id: int) -> TaskInfo:
