@@ -5,7 +5,8 @@ The case of the issue: 4,000 examples in 2 shards, a global batch of 32, 3 epoch
 in a partial batch of 16, which the strategy splits into one piece per replica: a pass
 makes 126 steps, while the dataset's ``cardinality()`` counts 125 global batches. A run
 preempted (a real SIGTERM to worker 1 in epoch 2) and started again must end where an
-uninterrupted one does: 378 optimizer steps, every epoch 126.
+uninterrupted one does: 378 optimizer steps, every epoch 126, and, the run complete, no
+preemption checkpoint left for a later start to go back to.
 """
 
 from __future__ import annotations
@@ -76,3 +77,5 @@ def test_preempted_and_restarted_run_makes_the_steps_of_an_uninterrupted_one(
         assert run["iterations"] == EPOCHS * STEPS == 378
         assert run["counts"][0][0] == STEPS  # the resumed epoch counts all its steps
     assert third[0]["weights"] == third[1]["weights"]
+    # the run ended well: the chief removed the preemption checkpoint
+    assert not (out / "preemption").exists()

@@ -187,6 +187,15 @@ class StopAfterEpoch(Hook):
             self.loop.request_stop("the test's stop")
 
 
+class CrashAfterEpoch(Hook):
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        if epoch == self.epoch:
+            raise RuntimeError("the test's crash")
+
+
 def _preempt(directory: Any, model: Any, at: tuple[int, int], hooks: list[Any]) -> Preempted:
     loop = FunctionLoop(
         _data(),
@@ -204,10 +213,14 @@ def test_a_newer_epoch_backup_wins_over_an_older_preemption_checkpoint(tmp_path)
     directory, backup = tmp_path / "preemption", str(tmp_path / "backup")
     model = _model()
     _preempt(directory, model, (0, 2), [])  # a checkpoint in epoch 0
-    # resumed from it, with a backup each epoch, then stopped after epoch 1 (not preempted)
+    # resumed from it, with a backup each epoch, then a crash after epoch 1 (a failed
+    # run leaves the checkpoint where it is)
     restore = keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)
     hooks = [KerasCallbacks([restore], model), PreemptionCheckpoint(directory, model=model)]
-    FunctionLoop(_data(), model=model, hooks=[*hooks, StopAfterEpoch(1)]).run(epochs=EPOCHS)
+    loop = FunctionLoop(_data(), model=model, hooks=[*hooks, CrashAfterEpoch(1)])
+    with pytest.raises(RuntimeError, match="the test's crash"):
+        loop.run(epochs=EPOCHS)
+    assert tf.train.latest_checkpoint(str(directory)) is not None
     at_backup = model.get_weights()
 
     fresh = _model()
@@ -246,3 +259,47 @@ def test_a_hook_restoring_after_it_has_the_last_word(tmp_path, caplog) -> None:
     assert record.epochs == [1, 2] and record.first_batch == 0
     assert record.iterations_at_start == STEPS
     assert int(fresh.optimizer.iterations.numpy()) == EPOCHS * STEPS
+
+
+def test_a_run_that_ends_well_removes_the_checkpoint_and_a_later_start_begins_afresh(
+    tmp_path,
+) -> None:
+    directory = tmp_path / "preemption"
+    beside = tmp_path / "preemption" / "notes.txt"
+    model = _model()
+    stop = _preempt(directory, model, (1, 2), [])
+    assert tf.train.latest_checkpoint(str(directory)) == stop.path
+    beside.write_text("not the hook's")
+
+    # the restart resumes from it and ends after its epochs: the checkpoint is removed
+    resumed = PreemptionCheckpoint(directory, model=model)
+    FunctionLoop(_data(), model=model, hooks=[resumed]).run(epochs=EPOCHS)
+    assert resumed.restored == (1, stop.step)
+    assert sorted(p.name for p in directory.iterdir()) == ["notes.txt"]  # only the hook's
+
+    # a later start of the same run trains from epoch 0, not from the old mid-epoch state
+    fresh = _model()
+    record = Record(fresh)
+    later = PreemptionCheckpoint(directory, model=fresh)
+    FunctionLoop(_data(), model=fresh, hooks=[record, later]).run(epochs=EPOCHS)
+    assert later.restored is None
+    assert record.epochs == [0, 1, 2] and record.first_batch == 0
+    assert record.iterations_at_start == 0
+
+    # a run a hook stops ends well too; with nothing else in it, the directory goes
+    beside.unlink()
+    _preempt(directory, fresh, (0, 2), [])
+    stopped = PreemptionCheckpoint(directory, model=fresh)
+    FunctionLoop(_data(), model=fresh, hooks=[stopped, StopAfterEpoch(0)]).run(epochs=EPOCHS)
+    assert stopped.restored is not None and not directory.exists()
+
+
+def test_delete_checkpoint_false_keeps_it(tmp_path) -> None:
+    directory = tmp_path / "preemption"
+    model = _model()
+    stop = _preempt(directory, model, (1, 2), [])
+    keep = PreemptionCheckpoint(directory, model=model, delete_checkpoint=False)
+    FunctionLoop(_data(), model=model, hooks=[keep]).run(epochs=EPOCHS)
+    assert tf.train.latest_checkpoint(str(directory)) == stop.path
+    with pytest.raises(TypeError, match="Received: delete_checkpoint='yes'"):
+        PreemptionCheckpoint(directory, model=model, delete_checkpoint="yes")  # type: ignore[arg-type]

@@ -81,7 +81,8 @@ def explain_lost_worker(error: BaseException, own: TaskInfo | None = None) -> Ba
     # one spelling, that of TensorFlow's device names, whichever part of TensorFlow
     # reported the task (gRPC names /job:worker/replica:0/task:1, others /job:worker/task:1)
     named = (
-        f"/job:{job}/replica:{replica or 0}/task:{index}" for job, replica, index in _TASK.findall(text)
+        f"/job:{job}/replica:{replica or 0}/task:{index}"
+        for job, replica, index in _TASK.findall(text)
     )
     tasks = [t for t in named if t != own_name]
     if not tasks and not any(word.lower() in text.lower() for word in _LOST):
