@@ -303,3 +303,68 @@ def test_delete_checkpoint_false_keeps_it(tmp_path) -> None:
     assert tf.train.latest_checkpoint(str(directory)) == stop.path
     with pytest.raises(TypeError, match="Received: delete_checkpoint='yes'"):
         PreemptionCheckpoint(directory, model=model, delete_checkpoint="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({}, id="streamed"),
+        pytest.param({"examples_per_record": 8}, id="packed"),
+        pytest.param({"in_memory": True}, id="in_memory"),
+    ],
+)
+def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
+    tmp_path, pipeline: dict[str, Any]
+) -> None:
+    # 200 examples in 3 shards, shuffled with a seed, batches of 16: 13 a pass. A run
+    # preempted in epoch 1 and started again (new dataset, new loop, as a new process
+    # has) trains on the batches of an uninterrupted run, each example once an epoch
+    from tfr_hooks import tfrecord
+
+    n, batch = 200, 16
+    pack = {k: v for k, v in pipeline.items() if k == "examples_per_record"}
+    tfrecord.write({"index": np.arange(n)}, tmp_path / "data", shards=3, **pack)
+    read = {k: v for k, v in pipeline.items() if k != "examples_per_record"}
+
+    def run(directory: Any, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        seen: dict[int, list[list[int]]] = {}
+        data = tfrecord.dataset(tmp_path / "data", batch, shuffle_buffer=64, seed=3, **read)
+        counter = tf.Variable(0, dtype=tf.int64)
+        loop_state: list[Any] = []
+
+        def note(indices: Any) -> Any:
+            seen.setdefault(loop_state[0].epoch, []).append(indices.numpy().tolist())
+            return np.int64(0)
+
+        def step_fn(b: Any) -> dict[str, Any]:
+            tf.py_function(note, [b["index"]], tf.int64)
+            counter.assign_add(1)
+            return {"steps": tf.cast(counter, tf.float64)}
+
+        hooks: list[Any] = [PreemptionCheckpoint(directory, objects={"counter": counter})]
+        if at is not None:
+            hooks.insert(0, SigtermAt(*at))
+        loop = FunctionLoop(data, step_fn=step_fn, hooks=hooks)
+        loop_state.append(loop.loop)
+        stop = None
+        try:
+            loop.run(epochs=EPOCHS)
+        except Preempted as preempted:
+            stop = preempted
+        return seen, (stop, int(counter.numpy()))
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == EPOCHS * 13
+    before, (stop, _) = run(tmp_path / "p", (1, 2))
+    assert stop is not None and stop.epoch == 1 and 2 < stop.step < 13
+    after, (_, total) = run(tmp_path / "p", None)
+    assert total == EPOCHS * 13  # the steps of an uninterrupted run
+    assert sorted(after) == [1, 2]
+    # the resumed epoch goes on at the next batch of the interrupted epoch's order
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    for epoch in (1, 2):  # every example once an epoch
+        examples = [
+            i for b in (before[1][: stop.step] + after[1] if epoch == 1 else after[2]) for i in b
+        ]
+        assert sorted(examples) == list(range(n))

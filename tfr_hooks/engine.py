@@ -16,7 +16,9 @@ Epoch boundaries:
   The number of steps is learned from the first epoch and shown to hooks (it replaces a
   length known up front that the data did not match). A run resumed mid-epoch on a
   runner that can skip batches (``skip_batches(n) -> skipped``) passes over the batches
-  already trained on and runs that epoch to the data's end.
+  already trained on and runs that epoch to the data's end; a runner that can replay
+  passes (``replay_passes(epoch)``) first starts the data as often as the earlier epochs
+  did, so that a seeded shuffle gives the resumed epoch its own order.
 * ``steps_per_epoch=None`` and a one-shot source: the data running out closes the current
   epoch and ends training.
 * ``steps_per_epoch=N``: epochs are counted in steps; the data is started once. Data
@@ -289,6 +291,11 @@ def _run_epoch(
     first = epoch == loop.initial_epoch
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
+    replay = getattr(runner, "replay_passes", None)
+    if first and steps_per_epoch is None and replay is not None:
+        # the first epoch of a run that starts late (resumed): let the data's seeded
+        # shuffles draw what they drew for the earlier epochs, so this one has its order
+        replay(epoch)
     runner.start_epoch(restart_data=first or steps_per_epoch is None)
     hooks.epoch_begin(epoch)
     # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and

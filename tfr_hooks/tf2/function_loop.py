@@ -242,6 +242,8 @@ class _CompiledSteps:
         self.executors: dict[bool, _Executor] = {}
         #: whether the model's state was created (or needs no creating) already
         self.built = False
+        #: passes over the training data started so far (an iterator each)
+        self.passes = 0
 
     def executor(self, training: bool) -> _Executor:
         """The compiled function for training steps, or for validation steps."""
@@ -436,7 +438,27 @@ class _FunctionRunner:
             self.iterator = iter(self.train_data)
             self.pending, more = self.steps.executor(True).first(self.iterator)
             self.more = bool(more)
+            self.steps.passes += 1
         self.ran_out = not self.more
+
+    def replay_passes(self, epoch: int) -> None:
+        """Start (and leave) a pass for each epoch before ``epoch`` this loop has not run.
+
+        A seeded shuffle (``shuffle_buffer`` with ``seed``, the in-memory permutations)
+        draws a new order for every pass started over the same dataset: epoch E of a run
+        gets the order of the (E+1)-th pass. A run resumed at epoch E in a new process
+        would give it the first pass's order; starting E passes first (each reads one
+        batch, which is when a streamed pipeline's shuffle draws its seed) gives it its
+        own. It costs each of those passes' start (a shuffle buffer's fill, one batch),
+        not an epoch of input.
+        """
+        executor = self.steps.executor(True)
+        missing = epoch - self.steps.passes
+        for _ in range(missing):
+            executor.first(iter(self.train_data))
+            self.steps.passes += 1
+        if missing > 0:
+            logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
 
     def skip_batches(self, count: int) -> int:
         """Pass over the next ``count`` training batches without a step; return how many.
