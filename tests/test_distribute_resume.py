@@ -79,3 +79,44 @@ def test_preempted_and_restarted_run_makes_the_steps_of_an_uninterrupted_one(
     assert third[0]["weights"] == third[1]["weights"]
     # the run ended well: the chief removed the preemption checkpoint
     assert not (out / "preemption").exists()
+
+
+def test_preempted_workers_resume_at_the_next_batch_of_their_order(tmp_path: Path) -> None:
+    # 200 examples in 2 shards, shuffled (the seed all workers share), global batch 16:
+    # each worker's 100 examples make 7 batches, 14 steps a pass. Preempted in epoch 1
+    # and started again, each worker trains on the batches it has in an uninterrupted
+    # run, from the next one on; together, on every example once an epoch.
+    from tfr_hooks import tfrecord
+
+    n = 200
+    tfrecord.write({"index": np.arange(n)}, tmp_path / "data" / "train", shards=2)
+    argv = [CHILD, "order", str(tmp_path / "data"), "{out}"]
+    batch = {"GLOBAL_BATCH": "16"}
+
+    def cluster(out: str, env: dict[str, str]) -> list:
+        return run_cluster([a.replace("{out}", out) for a in argv], 2, timeout=240, env=env)
+
+    reference = [w.result() for w in cluster(str(tmp_path / "ref"), batch)]
+    assert [r["steps"] for r in reference] == [EPOCHS * 14] * 2
+    term = {**batch, "TERM_AT_EPOCH": "1", "TERM_AT_BATCH": "3", "TERM_TASK": "1"}
+    workers = cluster(str(tmp_path / "run"), term)
+    for worker in workers:
+        assert worker.returncode == 42, worker.stderr[-3000:]
+    before = [_preempted(w.stdout) for w in workers]
+    assert before[0]["epoch"] == 1 and 3 < before[0]["step"] < 14
+    after = [w.result() for w in cluster(str(tmp_path / "run"), batch)]
+
+    for ref, old, new in zip(reference, before, after, strict=True):
+        assert new["steps"] == EPOCHS * 14
+        assert old["seen"]["0"] == ref["seen"]["0"]
+        assert sorted(new["seen"]) == ["1", "2"]
+        assert old["seen"]["1"] + new["seen"]["1"] == ref["seen"]["1"]
+        assert new["seen"]["2"] == ref["seen"]["2"]
+    for epoch in ("1", "2"):
+        examples = [
+            i
+            for old, new in zip(before, after, strict=True)
+            for b in old["seen"].get(epoch, []) + new["seen"][epoch]
+            for i in b
+        ]
+        assert sorted(examples) == list(range(n)), epoch
