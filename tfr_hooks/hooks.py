@@ -101,11 +101,16 @@ class LoopState:
         is_chief: Whether this process writes the run's files, when the loop was told
             (``SessionLoop(master=..., is_chief=...)``); ``None`` lets a hook decide from
             the strategy or ``TF_CONFIG``. Kept across runs.
+        strategy: The ``tf.distribute.Strategy`` a :class:`~tfr_hooks.FunctionLoop`
+            trains under (``None`` in graph mode), for hooks that need it without a
+            model (:class:`~tfr_hooks.PreemptionCheckpoint` with ``objects``). Kept
+            across runs.
     """
 
     def __init__(self) -> None:
         self.reset()
         self.is_chief: bool | None = None
+        self.strategy: Any = None
 
     def reset(
         self,

@@ -145,6 +145,7 @@ class FunctionLoop:
             extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
         self.hooks = HookList([*user_hooks, *extra])
         self.loop = LoopState()
+        self.loop.strategy = self.strategy
         # the compiled functions, built once per loop and kept across runs
         self._steps = _CompiledSteps(
             self.strategy,

@@ -291,7 +291,10 @@ class PreemptionCheckpoint(Hook):
     # -- helpers ---------------------------------------------------------------------
 
     def _strategy(self) -> Any:
+        """The model's strategy, else the loop's (a ``step_fn`` loop), else the current one."""
         strategy = getattr(self.model, "distribute_strategy", None)
+        if strategy is None:
+            strategy = getattr(self.loop, "strategy", None)
         if strategy is None:
             strategy = tf.distribute.get_strategy()
         return strategy
