@@ -300,3 +300,22 @@ def test_a_lost_worker_has_one_spelling_whichever_part_of_tensorflow_names_it() 
     own = tf.errors.UnavailableError(None, None, "Socket closed by /job:worker/task:0")
     assert distribute.explain_lost_worker(own, chief).task is None
     assert chief.name == "/job:worker/replica:0/task:0"
+
+
+def test_the_steps_a_pass_makes_under_a_multi_worker_strategy() -> None:
+    from tfr_hooks.tfrecord.sharding import distributed_steps
+
+    policies = tf.data.experimental.AutoShardPolicy
+
+    def sharded(policy: object) -> tf.data.Dataset:
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = policy
+        return tf.data.Dataset.range(4000).batch(32).with_options(options)
+
+    assert distributed_steps(sharded(policies.FILE), 1) == 125  # one worker: as it reads
+    assert distributed_steps(sharded(policies.DATA), 2) == 125  # global batches, split
+    assert distributed_steps(sharded(policies.OFF), 2) == 250  # every worker reads all
+    # by file, each worker's share decides (126 for 2 shards of 2,000): not known up front
+    assert distributed_steps(sharded(policies.FILE), 2) is None
+    assert distributed_steps(sharded(policies.AUTO), 2) is None
+    assert distributed_steps(tf.data.Dataset.range(5).repeat().batch(2), 2) is None
