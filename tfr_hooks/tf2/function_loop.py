@@ -173,7 +173,13 @@ class FunctionLoop:
             validation_steps: Stop each validation pass after this many steps.
             validation_freq: Validate after every this many epochs of this run.
             initial_epoch: The epoch to start at (when resuming); a hook such as
-                ``KerasCallbacks`` with ``BackupAndRestore`` may move it further.
+                ``KerasCallbacks`` with ``BackupAndRestore`` may move it further. When
+                the data decides the epoch's length, the loop first starts (and leaves)
+                a pass over ``data`` for every earlier epoch it has not run, so that a
+                seeded shuffle gives the epoch the order it has in an uninterrupted run;
+                resumed mid-epoch (a :class:`~tfr_hooks.PreemptionCheckpoint`), it then
+                skips the batches already trained on and runs the epoch to the data's
+                end.
 
         Returns:
             A dict from each log name (and ``val_<name>``, and anything hooks add to the
