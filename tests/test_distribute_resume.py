@@ -5,8 +5,13 @@ The case of the issue: 4,000 examples in 2 shards, a global batch of 32, 3 epoch
 in a partial batch of 16, which the strategy splits into one piece per replica: a pass
 makes 126 steps, while the dataset's ``cardinality()`` counts 125 global batches. A run
 preempted (a real SIGTERM to worker 1 in epoch 2) and started again must end where an
-uninterrupted one does: 378 optimizer steps, every epoch 126, and, the run complete, no
-preemption checkpoint left for a later start to go back to.
+uninterrupted one does: 378 optimizer steps, every epoch 126, the weights of an
+uninterrupted run (within 1e-6; bitwise equal in the runs seen, without
+``enable_op_determinism``, which TensorFlow needs to promise it), and, the run complete,
+no preemption checkpoint left for a later start to go back to.
+
+A second test shuffles (with the seed all workers share) and checks the batches: each
+worker resumes at the next batch of the order it has in an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -79,6 +84,14 @@ def test_preempted_and_restarted_run_makes_the_steps_of_an_uninterrupted_one(
     assert third[0]["weights"] == third[1]["weights"]
     # the run ended well: the chief removed the preemption checkpoint
     assert not (out / "preemption").exists()
+
+    # and it ends with the weights of an uninterrupted run (same batches, same state)
+    argv_ref = [CHILD, "keras", str(data), str(tmp_path / "ref"), "file"]
+    reference = [w.result() for w in run_cluster(argv_ref, 2, timeout=300, env=batch)]
+    assert reference[0]["iterations"] == 378
+    assert [r[0] for r in reference[0]["counts"]] == [STEPS] * EPOCHS
+    for ours, theirs in zip(third[0]["weights"], reference[0]["weights"], strict=True):
+        np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=0, atol=1e-6)
 
 
 def test_preempted_workers_resume_at_the_next_batch_of_their_order(tmp_path: Path) -> None:
