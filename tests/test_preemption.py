@@ -368,3 +368,18 @@ def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
             i for b in (before[1][: stop.step] + after[1] if epoch == 1 else after[2]) for i in b
         ]
         assert sorted(examples) == list(range(n))
+
+
+def test_a_resumed_epoch_counts_the_steps_and_examples_of_a_whole_one(tmp_path) -> None:
+    model = _model()
+    stop = _preempt(tmp_path / "p", model, (1, 2), [])
+    counts: list[tuple[int, int, int]] = []
+
+    class Counts(Hook):
+        def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+            counts.append((epoch, self.loop.epoch_steps, self.loop.epoch_examples))
+
+    resumed = PreemptionCheckpoint(tmp_path / "p", model=model)
+    FunctionLoop(_data(), model=model, hooks=[Counts(), resumed]).run(epochs=EPOCHS)
+    assert resumed.restored == (1, stop.step)
+    assert counts == [(1, STEPS, STEPS * 4), (2, STEPS, STEPS * 4)]

@@ -15,10 +15,11 @@ Epoch boundaries:
   epoch (a final partial batch included); the runner restarts the data for the next one.
   The number of steps is learned from the first epoch and shown to hooks (it replaces a
   length known up front that the data did not match). A run resumed mid-epoch on a
-  runner that can skip batches (``skip_batches(n) -> skipped``) passes over the batches
-  already trained on and runs that epoch to the data's end; a runner that can replay
-  passes (``replay_passes(epoch)``) first starts the data as often as the earlier epochs
-  did, so that a seeded shuffle gives the resumed epoch its own order.
+  runner that can skip batches (``skip_batches(n) -> (batches, examples)``) passes over
+  the batches already trained on (they count in ``loop.epoch_examples``) and runs that
+  epoch to the data's end; a runner that can replay passes (``replay_passes(epoch)``)
+  first starts the data as often as the earlier epochs did, so that a seeded shuffle
+  gives the resumed epoch its own order.
 * ``steps_per_epoch=None`` and a one-shot source: the data running out closes the current
   epoch and ends training.
 * ``steps_per_epoch=N``: epochs are counted in steps; the data is started once. Data
@@ -307,7 +308,7 @@ def _run_epoch(
         # the data decides the epoch: pass over the batches the interrupted run already
         # trained on, then run to the data's end, so that the epoch has the steps (and
         # the batches) of an uninterrupted one, whatever its length was thought to be
-        skipped = skip(done)
+        skipped, skipped_examples = skip(done)
         if skipped < done:
             logger.warning(
                 "Epoch %d resumes at step %d, but its data holds only %d batches.",
@@ -316,6 +317,7 @@ def _run_epoch(
                 skipped,
             )
         length = None
+        loop.epoch_examples = skipped_examples  # seen before the interruption
     loop.epoch_steps = done
     exhausted = False
     while length is None or loop.epoch_steps < length:

@@ -378,14 +378,19 @@ class _Executor:
             # drop ``pending`` and the batches after it, up to ``count`` in all, in the
             # graph (no step runs); under a multi-worker strategy every worker drops the
             # same number, as get_next_as_optional agrees on whether any has data left
-            def cond(skipped: Any, pending: Any) -> Any:
+            def cond(skipped: Any, examples: Any, pending: Any) -> Any:
                 return tf.logical_and(skipped < count, pending.has_value())
 
-            def body(skipped: Any, pending: Any) -> Any:
-                return skipped + 1, iterator.get_next_as_optional()
+            def body(skipped: Any, examples: Any, pending: Any) -> Any:
+                size = strategy.run(_batch_size, args=(pending.get_value(),))
+                if not single:  # the examples of every replica of every worker
+                    size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
+                examples += tf.cast(size, tf.int64)
+                return skipped + 1, examples, iterator.get_next_as_optional()
 
-            skipped, pending = tf.while_loop(cond, body, (tf.constant(0, tf.int64), pending))
-            return skipped, pending, pending.has_value()
+            zero = tf.constant(0, tf.int64)
+            skipped, examples, pending = tf.while_loop(cond, body, (zero, zero, pending))
+            return skipped, examples, pending, pending.has_value()
 
         self.execute = tf.function(execute, autograph=False, reduce_retracing=True)
         self.first = tf.function(first, autograph=False)
@@ -467,21 +472,25 @@ class _FunctionRunner:
         if missing > 0:
             logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
 
-    def skip_batches(self, count: int) -> int:
-        """Pass over the next ``count`` training batches without a step; return how many.
+    def skip_batches(self, count: int) -> tuple[int, int]:
+        """Pass over the next ``count`` training batches without a step.
 
         A run resumed mid-epoch starts the epoch's data again and skips the batches the
         interrupted run trained on: the same ones, when the data's order is the same
         (no shuffling, or a seeded one). It costs the input work of those batches
         (reading and parsing them), not their steps.
+
+        Returns:
+            The batches skipped (fewer than ``count`` if the data ran out) and their
+            examples (of all replicas).
         """
-        skipped, self.pending, more = self.steps.executor(True).skip(
+        skipped, examples, self.pending, more = self.steps.executor(True).skip(
             self.iterator, self.pending, tf.constant(count, tf.int64)
         )
         self.more = bool(more)
         self.ran_out = not self.more
         logger.info("Skipped %d batches of the resumed epoch", int(skipped))
-        return int(skipped)
+        return int(skipped), int(examples)
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         for hook, args in zip(self.hooks, hook_args, strict=True):
