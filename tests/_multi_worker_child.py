@@ -11,9 +11,12 @@ Modes:
   ``KerasCallbacks`` (ModelCheckpoint, BackupAndRestore, TensorBoard, CSVLogger, a
   progress bar), ``PreemptionCheckpoint`` and ``TensorBoardLogger``, writing under OUT.
   ``KILL_AT_EPOCH``/``TERM_AT_EPOCH`` (with ``..._AT_BATCH``, ``..._TASK``): the task
-  sends itself SIGKILL/SIGTERM after that batch. A preempted worker prints
+  sends itself SIGKILL/SIGTERM after that batch. ``GLOBAL_BATCH`` sets the global batch
+  (24 by default). A preempted worker prints
   ``PREEMPTED {json}`` and exits with the hook's code.
 * ``step DATA``: a ``step_fn`` whose logs show which examples each replica read.
+* ``order DATA OUT``: a shuffled ``step_fn`` run with ``PreemptionCheckpoint`` that notes
+  the examples of every step of this worker (``TERM_...`` as in ``keras`` mode).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import sys
 import time
 from typing import Any
 
-GLOBAL_BATCH = 24
+import numpy as np
+
+GLOBAL_BATCH = int(os.environ.get("GLOBAL_BATCH", "24"))
 EPOCHS = 3
 
 
@@ -175,6 +180,61 @@ def step_mode(data: str, extra: list[str]) -> dict[str, Any]:
     return {"history": history, "counts": counts}
 
 
+def order_mode(data: str, out: str) -> dict[str, Any]:
+    """A ``step_fn`` that notes the examples each step of this worker trains on.
+
+    Shuffled (with the seed all workers share), sharded by file, with
+    ``PreemptionCheckpoint``; ``TERM_AT_EPOCH``/``TERM_AT_BATCH``/``TERM_TASK`` as in
+    ``keras`` mode. The result (or the ``PREEMPTED`` line) holds ``seen``: epoch to the
+    list of this worker's batches of example indexes.
+    """
+    import tensorflow as tf
+
+    strategy = _strategy(tf)
+    from tfr_hooks import FunctionLoop, Hook, Preempted, PreemptionCheckpoint, tfrecord
+
+    train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shuffle_buffer=64)
+    seen: dict[str, list[list[int]]] = {}
+    state: list[Any] = []
+    with strategy.scope():
+        counter = tf.Variable(
+            0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
+
+    def note(indices: Any) -> Any:
+        if indices.shape[0]:  # a worker out of data joins with empty batches
+            seen.setdefault(str(state[0].epoch), []).append(indices.numpy().tolist())
+        return np.int64(0)
+
+    def step_fn(batch: dict[str, Any]) -> dict[str, Any]:
+        tf.py_function(note, [batch["index"]], tf.int64)
+        counter.assign_add(1)
+        return {"size": tf.cast(tf.shape(batch["index"])[0], tf.float64)}
+
+    class Term(Hook):
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            at = os.environ.get("TERM_AT_EPOCH")
+            if (
+                at is not None
+                and (self.loop.epoch, self.loop.epoch_steps)
+                == (int(at), int(os.environ.get("TERM_AT_BATCH", "1")))
+                and _task_index() == int(os.environ.get("TERM_TASK", "1"))
+            ):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(2.0)  # TensorFlow's handler polls for SIGTERM once a second
+
+    preemption = PreemptionCheckpoint(os.path.join(out, "preemption"), objects={"n": counter})
+    loop = FunctionLoop(train, step_fn=step_fn, hooks=[Term(), preemption], strategy=strategy)
+    state.append(loop.loop)
+    try:
+        loop.run(epochs=EPOCHS)
+    except Preempted as stop:
+        print("PREEMPTED " + json.dumps({"epoch": stop.epoch, "step": stop.step, "seen": seen}))
+        sys.stdout.flush()
+        raise
+    return {"seen": seen, "steps": int(counter.numpy())}
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -189,6 +249,8 @@ def main(argv: list[str]) -> None:
         result = keras_mode(argv[1], argv[2], argv[3:])
     elif mode == "step":
         result = step_mode(argv[1], argv[2:])
+    elif mode == "order":
+        result = order_mode(argv[1], argv[2])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     sys.stdout.flush()

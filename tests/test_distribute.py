@@ -54,7 +54,11 @@ def test_roles_come_from_tf_config(as_task) -> None:
     assert distribute.current_task() == distribute.TaskInfo("worker", 0, 2, True)
     as_task(_config(1))
     task = distribute.current_task()
-    assert (task.is_chief, task.num_workers, task.name) == (False, 2, "/job:worker/task:1")
+    assert (task.is_chief, task.num_workers, task.name) == (
+        False,
+        2,
+        "/job:worker/replica:0/task:1",
+    )
     # with a chief task, worker 0 is not the chief
     as_task(_config(0, chief=True))
     assert not distribute.current_task().is_chief
@@ -276,3 +280,42 @@ def test_a_lost_worker_error_names_the_task() -> None:
     assert distribute.explain_lost_worker(ValueError("bad value"), chief) is None
     unrelated = tf.errors.UnavailableError(None, None, "x")
     assert distribute.explain_lost_worker(unrelated, chief) is None
+
+
+def test_a_lost_worker_has_one_spelling_whichever_part_of_tensorflow_names_it() -> None:
+    # the coordination service (PreemptionCheckpoint's handler) spells tasks without the
+    # replica; gRPC's details with it: WorkerLostError.task has TensorFlow's device form
+    chief = distribute.TaskInfo("worker", 0, 2, True)
+    short = tf.errors.UnavailableError(
+        None,
+        None,
+        "The following tasks are unhealthy (stopped sending heartbeats):\n"
+        "/job:worker/task:1\nThe tasks have crashed. Reported by /job:worker/task:0",
+    )
+    better = distribute.explain_lost_worker(short, chief)
+    assert isinstance(better, distribute.WorkerLostError)
+    assert better.task == "/job:worker/replica:0/task:1"
+    assert str(better).startswith("Lost task /job:worker/replica:0/task:1 of the cluster")
+    # this process's own task, in either spelling, is never the lost one
+    own = tf.errors.UnavailableError(None, None, "Socket closed by /job:worker/task:0")
+    assert distribute.explain_lost_worker(own, chief).task is None
+    assert chief.name == "/job:worker/replica:0/task:0"
+
+
+def test_the_steps_a_pass_makes_under_a_multi_worker_strategy() -> None:
+    from tfr_hooks.tfrecord.sharding import distributed_steps
+
+    policies = tf.data.experimental.AutoShardPolicy
+
+    def sharded(policy: object) -> tf.data.Dataset:
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = policy
+        return tf.data.Dataset.range(4000).batch(32).with_options(options)
+
+    assert distributed_steps(sharded(policies.FILE), 1) == 125  # one worker: as it reads
+    assert distributed_steps(sharded(policies.DATA), 2) == 125  # global batches, split
+    assert distributed_steps(sharded(policies.OFF), 2) == 250  # every worker reads all
+    # by file, each worker's share decides (126 for 2 shards of 2,000): not known up front
+    assert distributed_steps(sharded(policies.FILE), 2) is None
+    assert distributed_steps(sharded(policies.AUTO), 2) is None
+    assert distributed_steps(tf.data.Dataset.range(5).repeat().batch(2), 2) is None

@@ -187,6 +187,15 @@ class StopAfterEpoch(Hook):
             self.loop.request_stop("the test's stop")
 
 
+class CrashAfterEpoch(Hook):
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        if epoch == self.epoch:
+            raise RuntimeError("the test's crash")
+
+
 def _preempt(directory: Any, model: Any, at: tuple[int, int], hooks: list[Any]) -> Preempted:
     loop = FunctionLoop(
         _data(),
@@ -204,10 +213,14 @@ def test_a_newer_epoch_backup_wins_over_an_older_preemption_checkpoint(tmp_path)
     directory, backup = tmp_path / "preemption", str(tmp_path / "backup")
     model = _model()
     _preempt(directory, model, (0, 2), [])  # a checkpoint in epoch 0
-    # resumed from it, with a backup each epoch, then stopped after epoch 1 (not preempted)
+    # resumed from it, with a backup each epoch, then a crash after epoch 1 (a failed
+    # run leaves the checkpoint where it is)
     restore = keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)
     hooks = [KerasCallbacks([restore], model), PreemptionCheckpoint(directory, model=model)]
-    FunctionLoop(_data(), model=model, hooks=[*hooks, StopAfterEpoch(1)]).run(epochs=EPOCHS)
+    loop = FunctionLoop(_data(), model=model, hooks=[*hooks, CrashAfterEpoch(1)])
+    with pytest.raises(RuntimeError, match="the test's crash"):
+        loop.run(epochs=EPOCHS)
+    assert tf.train.latest_checkpoint(str(directory)) is not None
     at_backup = model.get_weights()
 
     fresh = _model()
@@ -246,3 +259,127 @@ def test_a_hook_restoring_after_it_has_the_last_word(tmp_path, caplog) -> None:
     assert record.epochs == [1, 2] and record.first_batch == 0
     assert record.iterations_at_start == STEPS
     assert int(fresh.optimizer.iterations.numpy()) == EPOCHS * STEPS
+
+
+def test_a_run_that_ends_well_removes_the_checkpoint_and_a_later_start_begins_afresh(
+    tmp_path,
+) -> None:
+    directory = tmp_path / "preemption"
+    beside = tmp_path / "preemption" / "notes.txt"
+    model = _model()
+    stop = _preempt(directory, model, (1, 2), [])
+    assert tf.train.latest_checkpoint(str(directory)) == stop.path
+    beside.write_text("not the hook's")
+
+    # the restart resumes from it and ends after its epochs: the checkpoint is removed
+    resumed = PreemptionCheckpoint(directory, model=model)
+    FunctionLoop(_data(), model=model, hooks=[resumed]).run(epochs=EPOCHS)
+    assert resumed.restored == (1, stop.step)
+    assert sorted(p.name for p in directory.iterdir()) == ["notes.txt"]  # only the hook's
+
+    # a later start of the same run trains from epoch 0, not from the old mid-epoch state
+    fresh = _model()
+    record = Record(fresh)
+    later = PreemptionCheckpoint(directory, model=fresh)
+    FunctionLoop(_data(), model=fresh, hooks=[record, later]).run(epochs=EPOCHS)
+    assert later.restored is None
+    assert record.epochs == [0, 1, 2] and record.first_batch == 0
+    assert record.iterations_at_start == 0
+
+    # a run a hook stops ends well too; with nothing else in it, the directory goes
+    beside.unlink()
+    _preempt(directory, fresh, (0, 2), [])
+    stopped = PreemptionCheckpoint(directory, model=fresh)
+    FunctionLoop(_data(), model=fresh, hooks=[stopped, StopAfterEpoch(0)]).run(epochs=EPOCHS)
+    assert stopped.restored is not None and not directory.exists()
+
+
+def test_delete_checkpoint_false_keeps_it(tmp_path) -> None:
+    directory = tmp_path / "preemption"
+    model = _model()
+    stop = _preempt(directory, model, (1, 2), [])
+    keep = PreemptionCheckpoint(directory, model=model, delete_checkpoint=False)
+    FunctionLoop(_data(), model=model, hooks=[keep]).run(epochs=EPOCHS)
+    assert tf.train.latest_checkpoint(str(directory)) == stop.path
+    with pytest.raises(TypeError, match="Received: delete_checkpoint='yes'"):
+        PreemptionCheckpoint(directory, model=model, delete_checkpoint="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({}, id="streamed"),
+        pytest.param({"examples_per_record": 8}, id="packed"),
+        pytest.param({"in_memory": True}, id="in_memory"),
+    ],
+)
+def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
+    tmp_path, pipeline: dict[str, Any]
+) -> None:
+    # 200 examples in 3 shards, shuffled with a seed, batches of 16: 13 a pass. A run
+    # preempted in epoch 1 and started again (new dataset, new loop, as a new process
+    # has) trains on the batches of an uninterrupted run, each example once an epoch
+    from tfr_hooks import tfrecord
+
+    n, batch = 200, 16
+    pack = {k: v for k, v in pipeline.items() if k == "examples_per_record"}
+    tfrecord.write({"index": np.arange(n)}, tmp_path / "data", shards=3, **pack)
+    read = {k: v for k, v in pipeline.items() if k != "examples_per_record"}
+
+    def run(directory: Any, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        seen: dict[int, list[list[int]]] = {}
+        data = tfrecord.dataset(tmp_path / "data", batch, shuffle_buffer=64, seed=3, **read)
+        counter = tf.Variable(0, dtype=tf.int64)
+        loop_state: list[Any] = []
+
+        def note(indices: Any) -> Any:
+            seen.setdefault(loop_state[0].epoch, []).append(indices.numpy().tolist())
+            return np.int64(0)
+
+        def step_fn(b: Any) -> dict[str, Any]:
+            tf.py_function(note, [b["index"]], tf.int64)
+            counter.assign_add(1)
+            return {"steps": tf.cast(counter, tf.float64)}
+
+        hooks: list[Any] = [PreemptionCheckpoint(directory, objects={"counter": counter})]
+        if at is not None:
+            hooks.insert(0, SigtermAt(*at))
+        loop = FunctionLoop(data, step_fn=step_fn, hooks=hooks)
+        loop_state.append(loop.loop)
+        stop = None
+        try:
+            loop.run(epochs=EPOCHS)
+        except Preempted as preempted:
+            stop = preempted
+        return seen, (stop, int(counter.numpy()))
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == EPOCHS * 13
+    before, (stop, _) = run(tmp_path / "p", (1, 2))
+    assert stop is not None and stop.epoch == 1 and 2 < stop.step < 13
+    after, (_, total) = run(tmp_path / "p", None)
+    assert total == EPOCHS * 13  # the steps of an uninterrupted run
+    assert sorted(after) == [1, 2]
+    # the resumed epoch goes on at the next batch of the interrupted epoch's order
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    for epoch in (1, 2):  # every example once an epoch
+        examples = [
+            i for b in (before[1][: stop.step] + after[1] if epoch == 1 else after[2]) for i in b
+        ]
+        assert sorted(examples) == list(range(n))
+
+
+def test_a_resumed_epoch_counts_the_steps_and_examples_of_a_whole_one(tmp_path) -> None:
+    model = _model()
+    stop = _preempt(tmp_path / "p", model, (1, 2), [])
+    counts: list[tuple[int, int, int]] = []
+
+    class Counts(Hook):
+        def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+            counts.append((epoch, self.loop.epoch_steps, self.loop.epoch_examples))
+
+    resumed = PreemptionCheckpoint(tmp_path / "p", model=model)
+    FunctionLoop(_data(), model=model, hooks=[Counts(), resumed]).run(epochs=EPOCHS)
+    assert resumed.restored == (1, stop.step)
+    assert counts == [(1, STEPS, STEPS * 4), (2, STEPS, STEPS * 4)]

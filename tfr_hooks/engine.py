@@ -13,7 +13,13 @@ Epoch boundaries:
 
 * ``steps_per_epoch=None`` and a re-initializable source: the data running out ends the
   epoch (a final partial batch included); the runner restarts the data for the next one.
-  The number of steps is learned from the first epoch and shown to hooks.
+  The number of steps is learned from the first epoch and shown to hooks (it replaces a
+  length known up front that the data did not match). A run resumed mid-epoch on a
+  runner that can skip batches (``skip_batches(n) -> (batches, examples)``) passes over
+  the batches already trained on (they count in ``loop.epoch_examples``) and runs that
+  epoch to the data's end; a runner that can replay passes (``replay_passes(epoch)``)
+  first starts the data as often as the earlier epochs did, so that a seeded shuffle
+  gives the resumed epoch its own order.
 * ``steps_per_epoch=None`` and a one-shot source: the data running out closes the current
   epoch and ends training.
 * ``steps_per_epoch=N``: epochs are counted in steps; the data is started once. Data
@@ -286,12 +292,32 @@ def _run_epoch(
     first = epoch == loop.initial_epoch
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
+    replay = getattr(runner, "replay_passes", None)
+    if first and steps_per_epoch is None and replay is not None:
+        # the first epoch of a run that starts late (resumed): let the data's seeded
+        # shuffles draw what they drew for the earlier epochs, so this one has its order
+        replay(epoch)
     runner.start_epoch(restart_data=first or steps_per_epoch is None)
     hooks.epoch_begin(epoch)
     # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
     # only the rest are run
     done = loop.initial_step if first else 0
     length = steps_per_epoch if steps_per_epoch is not None or not done else loop.steps_per_epoch
+    skip = getattr(runner, "skip_batches", None)
+    if done and steps_per_epoch is None and skip is not None:
+        # the data decides the epoch: pass over the batches the interrupted run already
+        # trained on, then run to the data's end, so that the epoch has the steps (and
+        # the batches) of an uninterrupted one, whatever its length was thought to be
+        skipped, skipped_examples = skip(done)
+        if skipped < done:
+            logger.warning(
+                "Epoch %d resumes at step %d, but its data holds only %d batches.",
+                epoch,
+                done,
+                skipped,
+            )
+        length = None
+        loop.epoch_examples = skipped_examples  # seen before the interruption
     loop.epoch_steps = done
     exhausted = False
     while length is None or loop.epoch_steps < length:
@@ -333,7 +359,16 @@ def _run_epoch(
         elif not runner.reinitializable:
             logger.info("One-shot input exhausted after %d steps; training ends.", loop.epoch_steps)
             more = False
-        elif loop.steps_per_epoch is None:
+        elif loop.steps_per_epoch != loop.epoch_steps:
+            if loop.steps_per_epoch is not None:
+                logger.info(
+                    "Epoch %d ran %d steps, not the %d expected up front (the dataset's "
+                    "cardinality); the loop counts %d from now on.",
+                    epoch,
+                    loop.epoch_steps,
+                    loop.steps_per_epoch,
+                    loop.epoch_steps,
+                )
             loop.steps_per_epoch = loop.epoch_steps
     return dict(loop.batch_logs), more
 

@@ -76,8 +76,10 @@ class LoopState:
             resumed from a mid-epoch checkpoint, such as a
             :class:`~tfr_hooks.PreemptionCheckpoint`'s); 0 otherwise. A hook may set it
             where it may move ``initial_epoch`` (or in the first ``epoch_begin``); the
-            first epoch then counts from it and runs only the steps left of the epoch's
-            known length (``steps_per_epoch``).
+            first epoch then counts from it and runs only the steps left: up to
+            ``steps_per_epoch`` when one is configured, else (on a runner that can skip
+            batches, such as :class:`~tfr_hooks.FunctionLoop`'s) it skips that many
+            batches of the epoch's data and runs to its end.
         epoch: The current epoch, counted from 0.
         global_step: Steps run since ``run`` started (this run only).
         epoch_steps: Steps run so far in the current epoch.
@@ -99,11 +101,16 @@ class LoopState:
         is_chief: Whether this process writes the run's files, when the loop was told
             (``SessionLoop(master=..., is_chief=...)``); ``None`` lets a hook decide from
             the strategy or ``TF_CONFIG``. Kept across runs.
+        strategy: The ``tf.distribute.Strategy`` a :class:`~tfr_hooks.FunctionLoop`
+            trains under (``None`` in graph mode), for hooks that need it without a
+            model (:class:`~tfr_hooks.PreemptionCheckpoint` with ``objects``). Kept
+            across runs.
     """
 
     def __init__(self) -> None:
         self.reset()
         self.is_chief: bool | None = None
+        self.strategy: Any = None
 
     def reset(
         self,

@@ -39,8 +39,9 @@ class WorkerLostError(RuntimeError):
     """A worker of the cluster went away (killed, crashed, its host lost) during training.
 
     Attributes:
-        task: The lost task as TensorFlow names it (``/job:worker/replica:0/task:1``),
-            or ``None`` when the error did not say.
+        task: The lost task as TensorFlow's device names spell it
+            (``/job:worker/replica:0/task:1``, whichever spelling the error used), or
+            ``None`` when the error did not say.
     """
 
     def __init__(self, message: str, task: str | None = None) -> None:
@@ -48,7 +49,7 @@ class WorkerLostError(RuntimeError):
         self.task = task
 
 
-_TASK = re.compile(r"/job:[A-Za-z_]+(?:/replica:\d+)?/task:\d+")
+_TASK = re.compile(r"/job:([A-Za-z_]+)(?:/replica:(\d+))?/task:(\d+)")
 _LOST = ("Connection reset by peer", "unhealthy", "heartbeat", "Socket closed", "connection")
 
 
@@ -77,7 +78,13 @@ def explain_lost_worker(error: BaseException, own: TaskInfo | None = None) -> Ba
         return None
     text = str(error)
     own_name = None if own is None else own.name
-    tasks = [t for t in _TASK.findall(text) if t.replace("/replica:0", "") != own_name]
+    # one spelling, that of TensorFlow's device names, whichever part of TensorFlow
+    # reported the task (gRPC names /job:worker/replica:0/task:1, others /job:worker/task:1)
+    named = (
+        f"/job:{job}/replica:{replica or 0}/task:{index}"
+        for job, replica, index in _TASK.findall(text)
+    )
+    tasks = [t for t in named if t != own_name]
     if not tasks and not any(word.lower() in text.lower() for word in _LOST):
         return None
     task = tasks[0] if tasks else None

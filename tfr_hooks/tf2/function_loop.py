@@ -27,7 +27,7 @@ from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.tf2 import distribute
-from tfr_hooks.tfrecord.sharding import is_multi_worker
+from tfr_hooks.tfrecord.sharding import distributed_steps, is_multi_worker
 
 __all__ = ["FunctionLoop"]
 
@@ -145,6 +145,7 @@ class FunctionLoop:
             extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
         self.hooks = HookList([*user_hooks, *extra])
         self.loop = LoopState()
+        self.loop.strategy = self.strategy
         # the compiled functions, built once per loop and kept across runs
         self._steps = _CompiledSteps(
             self.strategy,
@@ -172,7 +173,13 @@ class FunctionLoop:
             validation_steps: Stop each validation pass after this many steps.
             validation_freq: Validate after every this many epochs of this run.
             initial_epoch: The epoch to start at (when resuming); a hook such as
-                ``KerasCallbacks`` with ``BackupAndRestore`` may move it further.
+                ``KerasCallbacks`` with ``BackupAndRestore`` may move it further. When
+                the data decides the epoch's length, the loop first starts (and leaves)
+                a pass over ``data`` for every earlier epoch it has not run, so that a
+                seeded shuffle gives the epoch the order it has in an uninterrupted run;
+                resumed mid-epoch (a :class:`~tfr_hooks.PreemptionCheckpoint`), it then
+                skips the batches already trained on and runs the epoch to the data's
+                end.
 
         Returns:
             A dict from each log name (and ``val_<name>``, and anything hooks add to the
@@ -200,7 +207,12 @@ class FunctionLoop:
             dataset=self.data,
             validation_data=validation_data,
         )
-        cardinality = int(self.data.cardinality())
+        # a known length: Keras' params["steps"] get it up front; under a multi-worker
+        # strategy, the steps a pass really makes (None when only running it tells)
+        workers = 1
+        if is_multi_worker(self.strategy):
+            workers = distribute.current_task(self.strategy).num_workers
+        known = distributed_steps(self.data, workers)
         return run_loop(
             runner,
             self.hooks,
@@ -209,8 +221,7 @@ class FunctionLoop:
             initial_epoch=initial_epoch,
             steps_per_epoch=self.steps_per_epoch,
             steps_per_execution=self.steps_per_execution,
-            # a known length: Keras' params["steps"] get it up front
-            known_steps=cardinality if cardinality > 0 else None,
+            known_steps=known if known else None,
             validation_freq=validation_freq,
             validation_steps=validation_steps,
         )
@@ -238,6 +249,8 @@ class _CompiledSteps:
         self.executors: dict[bool, _Executor] = {}
         #: whether the model's state was created (or needs no creating) already
         self.built = False
+        #: passes over the training data started so far (an iterator each)
+        self.passes = 0
 
     def executor(self, training: bool) -> _Executor:
         """The compiled function for training steps, or for validation steps."""
@@ -361,8 +374,27 @@ class _Executor:
             pending = iterator.get_next_as_optional()
             return pending, pending.has_value()
 
+        def skip(iterator: Any, pending: Any, count: Any) -> Any:
+            # drop ``pending`` and the batches after it, up to ``count`` in all, in the
+            # graph (no step runs); under a multi-worker strategy every worker drops the
+            # same number, as get_next_as_optional agrees on whether any has data left
+            def cond(skipped: Any, examples: Any, pending: Any) -> Any:
+                return tf.logical_and(skipped < count, pending.has_value())
+
+            def body(skipped: Any, examples: Any, pending: Any) -> Any:
+                size = strategy.run(_batch_size, args=(pending.get_value(),))
+                if not single:  # the examples of every replica of every worker
+                    size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
+                examples += tf.cast(size, tf.int64)
+                return skipped + 1, examples, iterator.get_next_as_optional()
+
+            zero = tf.constant(0, tf.int64)
+            skipped, examples, pending = tf.while_loop(cond, body, (zero, zero, pending))
+            return skipped, examples, pending, pending.has_value()
+
         self.execute = tf.function(execute, autograph=False, reduce_retracing=True)
         self.first = tf.function(first, autograph=False)
+        self.skip = tf.function(skip, autograph=False)
 
 
 class _FunctionRunner:
@@ -418,7 +450,47 @@ class _FunctionRunner:
             self.iterator = iter(self.train_data)
             self.pending, more = self.steps.executor(True).first(self.iterator)
             self.more = bool(more)
+            self.steps.passes += 1
         self.ran_out = not self.more
+
+    def replay_passes(self, epoch: int) -> None:
+        """Start (and leave) a pass for each epoch before ``epoch`` this loop has not run.
+
+        A seeded shuffle (``shuffle_buffer`` with ``seed``, the in-memory permutations)
+        draws a new order for every pass started over the same dataset: epoch E of a run
+        gets the order of the (E+1)-th pass. A run resumed at epoch E in a new process
+        would give it the first pass's order; starting E passes first (each reads one
+        batch, which is when a streamed pipeline's shuffle draws its seed) gives it its
+        own. It costs each of those passes' start (a shuffle buffer's fill, one batch),
+        not an epoch of input.
+        """
+        executor = self.steps.executor(True)
+        missing = epoch - self.steps.passes
+        for _ in range(missing):
+            executor.first(iter(self.train_data))
+            self.steps.passes += 1
+        if missing > 0:
+            logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
+
+    def skip_batches(self, count: int) -> tuple[int, int]:
+        """Pass over the next ``count`` training batches without a step.
+
+        A run resumed mid-epoch starts the epoch's data again and skips the batches the
+        interrupted run trained on: the same ones, when the data's order is the same
+        (no shuffling, or a seeded one). It costs the input work of those batches
+        (reading and parsing them), not their steps.
+
+        Returns:
+            The batches skipped (fewer than ``count`` if the data ran out) and their
+            examples (of all replicas).
+        """
+        skipped, examples, self.pending, more = self.steps.executor(True).skip(
+            self.iterator, self.pending, tf.constant(count, tf.int64)
+        )
+        self.more = bool(more)
+        self.ran_out = not self.more
+        logger.info("Skipped %d batches of the resumed epoch", int(skipped))
+        return int(skipped), int(examples)
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         for hook, args in zip(self.hooks, hook_args, strict=True):

@@ -19,9 +19,10 @@ which all of them save. So:
    a ``SystemExit`` with ``exit_code`` (42 by default, TensorFlow's own), so the process
    exits cleanly with a code the launcher can read as "restart me".
 4. Started again with the same ``log_dir``, the hook restores the checkpoint before the
-   first step and the loop resumes at the saved epoch, running only the steps left of it
-   (as Keras' ``BackupAndRestore`` resumes a mid-epoch backup); the run ends after the
-   epochs asked for.
+   first step and the loop resumes at the saved epoch: it starts the epoch's data again,
+   skips the batches already trained on and runs the rest of the epoch (as many steps
+   as an uninterrupted run, whatever the dataset's cardinality says); the run ends after
+   the epochs asked for.
 
 It works in one process too (no cluster: the signal is this process's own). It needs
 :class:`~tfr_hooks.FunctionLoop` (TF2): graph-mode runs have
@@ -31,6 +32,7 @@ It works in one process too (no cluster: the signal is this process's own). It n
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import os
 import shutil
@@ -91,6 +93,11 @@ class PreemptionCheckpoint(Hook):
             (``tf.Variable``, ``tf.Module``, a Keras model or optimizer) to save, for a
             ``step_fn`` loop.
         exit_code: The code the process exits with after a preemption.
+        delete_checkpoint: Whether the chief removes the checkpoint from ``log_dir``
+            when a run ends without an error and without a preemption (it ran its
+            epochs, or a hook stopped it), as Keras' ``BackupAndRestore`` removes its
+            backup: a later start then begins afresh (or where another hook's backup
+            says) instead of going back to an old mid-epoch state. ``False`` keeps it.
 
     Attributes:
         preempted: Whether the last run stopped on a preemption.
@@ -118,6 +125,7 @@ class PreemptionCheckpoint(Hook):
         model: Any = None,
         objects: Mapping[str, Any] | None = None,
         exit_code: int = PREEMPTION_EXIT_CODE,
+        delete_checkpoint: bool = True,
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir):
             raise TypeError(expected("log_dir", "a path (str or os.PathLike)", log_dir))
@@ -136,7 +144,10 @@ class PreemptionCheckpoint(Hook):
         self.log_dir = os.fspath(log_dir)
         self.model = model
         self.objects = dict(objects or {})
+        if not isinstance(delete_checkpoint, bool):
+            raise TypeError(expected("delete_checkpoint", "True or False", delete_checkpoint))
         self.exit_code = exit_code
+        self.delete_checkpoint = delete_checkpoint
         self.preempted = False
         self.restored: tuple[int, int] | None = None
         self._signalled = threading.Event()
@@ -268,16 +279,22 @@ class PreemptionCheckpoint(Hook):
         return None
 
     def end(self, session: Any) -> None:
-        """Give SIGTERM back to its previous handler."""
+        """Give SIGTERM back; after a run that ended well, remove the checkpoint (chief)."""
         if self._previous is not None and threading.current_thread() is threading.main_thread():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(signal.SIGTERM, self._previous)
         self._previous = None
+        finished = self.loop.error is None and not self.preempted
+        if finished and self.delete_checkpoint and self._task.is_chief:
+            self._remove_checkpoints()
 
     # -- helpers ---------------------------------------------------------------------
 
     def _strategy(self) -> Any:
+        """The model's strategy, else the loop's (a ``step_fn`` loop), else the current one."""
         strategy = getattr(self.model, "distribute_strategy", None)
+        if strategy is None:
+            strategy = getattr(self.loop, "strategy", None)
         if strategy is None:
             strategy = tf.distribute.get_strategy()
         return strategy
@@ -296,6 +313,23 @@ class PreemptionCheckpoint(Hook):
                 f"own. Received: log_dir={self.log_dir!r}"
             ) from error
         return int(value[0]), int(value[1])
+
+    def _remove_checkpoints(self) -> None:
+        """Remove the checkpoints of ``log_dir`` (and the directory, if nothing else is left)."""
+        state = tf.train.get_checkpoint_state(self.log_dir)
+        if state is None:
+            return
+        prefixes = {state.model_checkpoint_path, *state.all_model_checkpoint_paths}
+        for prefix in prefixes:
+            prefix = os.path.join(self.log_dir, os.path.basename(prefix))
+            for path in glob.glob(glob.escape(prefix) + ".*"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.log_dir, "checkpoint"))
+        with contextlib.suppress(OSError):
+            os.rmdir(self.log_dir)  # only when empty: never another writer's files
+        logger.info("The run ended: removed the preemption checkpoint in %s", self.log_dir)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         logger.warning(
@@ -332,15 +366,8 @@ class PreemptionCheckpoint(Hook):
                 loop.initial_epoch,
             )
             return
-        known = loop.steps_per_epoch
-        if step and (known is None or step >= known):
-            logger.warning(
-                "The preemption checkpoint is at step %d of epoch %d, but the epoch's "
-                "length is not known up front: the epoch runs again in full.",
-                step,
-                epoch,
-            )
-            step = 0
+        # the loop skips the batches of those steps and runs the epoch to the data's end
+        # (or to its steps_per_epoch): no length needs to be known up front
         loop.initial_epoch = epoch
         loop.initial_step = step
         self.restored = (epoch, step)

@@ -8,6 +8,8 @@ benchmark's parent) can pick ports without paying for TensorFlow's import:
   from the strategy's cluster resolver or from ``TF_CONFIG``.
 * :func:`shard_dataset`: the sharding policy of :func:`tfr_hooks.tfrecord.dataset`: by
   file when there are at least as many files as workers, by data otherwise.
+* :func:`distributed_steps`: how many global steps one pass over such a dataset makes under
+  a multi-worker strategy, when that is known before the pass.
 * :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
   ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
 
@@ -35,6 +37,7 @@ __all__ = [
     "check_shard",
     "shared_seed",
     "shard_dataset",
+    "distributed_steps",
     "loopback_cluster",
 ]
 
@@ -63,10 +66,14 @@ class TaskInfo:
 
     @property
     def name(self) -> str:
-        """``/job:<type>/task:<id>``, as TensorFlow names tasks (``"local"`` outside one)."""
+        """``/job:<type>/replica:0/task:<id>``, as TensorFlow's device names spell the task.
+
+        The spelling of :attr:`tfr_hooks.distribute.WorkerLostError.task` too; ``"local"``
+        outside a cluster.
+        """
         if self.task_type is None:
             return "local"
-        return f"/job:{self.task_type}/task:{self.task_id}"
+        return f"/job:{self.task_type}/replica:0/task:{self.task_id}"
 
 
 def _task_from(cluster: dict[str, Any], task_type: str | None, task_id: int) -> TaskInfo:
@@ -221,6 +228,44 @@ def shard_dataset(
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = policy
     return dataset.with_options(options)
+
+
+def distributed_steps(dataset: tf.data.Dataset, num_workers: int) -> int | None:
+    """The global steps one pass over ``dataset`` makes on ``num_workers`` workers.
+
+    A multi-worker strategy splits every batch a worker's pipeline makes (of the global
+    batch size) into one piece per replica of the cluster, and each step takes one piece
+    per replica. So with the data split by *data* (every worker makes every global batch
+    and keeps its pieces) a pass makes ``cardinality()`` steps; with the splitting
+    ``"off"`` (every worker reads everything) ``num_workers`` times as many; with the
+    data split by *file*, each worker batches its own files, so the pass makes
+    ``num_workers`` steps for every batch of the worker with the most: one more step than
+    ``cardinality()`` as soon as a worker's share ends in a partial batch (2 workers, 2
+    files of 2,000 examples, global batch 32: 126 steps, not 125). That count needs each
+    file's number of examples, which the dataset does not carry: ``None`` then, and the
+    loop learns the length from the first pass.
+
+    Args:
+        dataset: The dataset of global batches, with its ``auto_shard_policy``.
+        num_workers: The worker processes of the cluster.
+
+    Returns:
+        The steps of a pass, or ``None`` when they are not known before it runs.
+    """
+    import tensorflow as tf
+
+    cardinality = int(dataset.cardinality())
+    if cardinality < 0:
+        return None
+    if num_workers <= 1:
+        return cardinality
+    policies = tf.data.experimental.AutoShardPolicy
+    policy = dataset.options().experimental_distribute.auto_shard_policy
+    if policy == policies.DATA:
+        return cardinality
+    if policy == policies.OFF:
+        return cardinality * num_workers
+    return None  # by file (or AUTO, which tries files first): the shares decide
 
 
 def loopback_cluster(num_workers: int) -> list[str]:
