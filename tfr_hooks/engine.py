@@ -310,7 +310,10 @@ def _run_epoch(
     loop.input_stats = None
     # the run's first execution (tracing, warm-up) is left out when more follow
     clock = EpochClock(time.perf_counter, skip_first=loop.global_step == 0)
-    runner.start_epoch(restart_data=first or steps_per_epoch is None)
+    restart = first or steps_per_epoch is None
+    runner.start_epoch(restart_data=restart)
+    if restart:  # a new pass of the data, and its first batch: time spent on the input
+        clock.restarted()
     hooks.epoch_begin(epoch)
     # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
     # only the rest are run

@@ -23,7 +23,8 @@ What is measured, and what is not:
   graph's input ops (``IteratorGetNext``, a queue's dequeue); in
   :class:`~tfr_hooks.FunctionLoop`, from the end of one step to the arrival of the next
   batch, inside the compiled function (the fetch may overlap the step; only what is left
-  after the step counts), plus the fetch that starts each epoch.
+  after the step counts). Restarting the data at the start of an epoch (the
+  initializers, or a new iterator and its first batch) counts as waiting too.
 * Step time is the epoch's wall time from the restart of the data to the end of its
   last step: hooks' time included, the validation pass not.
 * The run's first execution (tracing, graph optimization, the pipeline's warm-up) is
@@ -324,7 +325,12 @@ class EpochClock:
         self._after = [0, 0, 0.0]
         self._first_end: float | None = None
         self._end = self._start
+        self._restart = 0.0
         self.measured = False
+
+    def restarted(self) -> None:
+        """The data was restarted: the time since the clock started was spent on input."""
+        self._restart = self._clock() - self._start
 
     def step(self, steps: int, examples: int, wait: float | None) -> None:
         """Add one execution of ``steps`` steps; ``wait=None`` when it was not measured."""
@@ -344,6 +350,7 @@ class EpochClock:
         if not self.measured:
             return None
         start, (steps, examples, wait) = self._start, self._all
+        wait += self._restart
         if self._skip and self._after[0] and self._first_end is not None:
             start, (steps, examples, wait) = self._first_end, self._after
         return InputStats(epoch, int(steps), int(examples), float(wait), self._end - start)

@@ -70,11 +70,13 @@ def input_wait(fetches: Iterable[Any]) -> Any:
         The tensor, or ``None`` when ``fetches`` depend on no input op (data fed, or
         constants): the wait is then not measured.
     """
-    ops = input_ops(fetches)
-    if not ops:
+    # the outputs through new Identity ops: a control dependency on an op marks it, and
+    # marking an op a session has run already draws a warning from TensorFlow
+    outputs = [op.outputs[0] for op in input_ops(fetches) if op.outputs]
+    if not outputs:
         return None
     with tf.name_scope("tfr_hooks_input_wait"):
         start = tf.timestamp()
-        with tf.control_dependencies(ops):
+        with tf.control_dependencies([tf.identity(t) for t in outputs]):
             ready = tf.timestamp()
         return tf.maximum(ready - start, tf.constant(0.0, tf.float64))

@@ -283,7 +283,7 @@ class _Executor:
     the steps waited for their batches: after each step, the time until the batch
     fetched ahead arrived (the fetch may overlap the step; only what is left after it
     counts), measured with ``tf.timestamp`` inside the function. ``first(iterator) ->
-    (pending, more, wait)`` fetches the first batch ahead, ``wait`` long.
+    (pending, more)`` fetches the first batch ahead.
 
     With a Keras model, ``logs`` are the step's returned metric results (means over the
     replicas); with a user step, ``logs`` are ``(sums, weight)``: batch-size-weighted
@@ -370,10 +370,8 @@ class _Executor:
             return steps, examples, logs, pending, pending.has_value(), wait
 
         def first(iterator: Any) -> Any:
-            start = tf.timestamp()
             pending = iterator.get_next_as_optional()
-            more = pending.has_value()
-            return pending, more, _time_after(more) - start
+            return pending, pending.has_value()
 
         self.execute = tf.function(execute, autograph=False, reduce_retracing=True)
         self.first = tf.function(first, autograph=False)
@@ -406,7 +404,6 @@ class _FunctionRunner:
             self.val_data = self.strategy.experimental_distribute_dataset(validation_data)
         self.iterator: Any = None
         self.pending: Any = None  # the batch fetched ahead by the last call
-        self.first_wait = 0.0  # the wait for the epoch's first batch, not yet reported
         self.more = False  # whether ``pending`` holds a batch
         self.ran_out = False
         self.means = _Means()
@@ -431,19 +428,14 @@ class _FunctionRunner:
             self.model.reset_metrics()
         if restart_data or self.iterator is None:
             self.iterator = iter(self.train_data)
-            self.pending, more, wait = self.steps.executor(True).first(self.iterator)
+            self.pending, more = self.steps.executor(True).first(self.iterator)
             self.more = bool(more)
-            self.first_wait = float(wait)
         self.ran_out = not self.more
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         for hook, args in zip(self.hooks, hook_args, strict=True):
             _check_run_args(hook, args)
-        result = self._execute(self.steps.executor(True), self.iterator, limit)
-        if result.input_wait is not None:
-            result.input_wait += self.first_wait
-            self.first_wait = 0.0
-        return result
+        return self._execute(self.steps.executor(True), self.iterator, limit)
 
     def start_validation(self) -> bool:
         if self.val_data is None:
@@ -452,7 +444,7 @@ class _FunctionRunner:
             self.model.reset_metrics()
         self.val_means = _Means()
         self.val_iterator = iter(self.val_data)
-        self.val_pending, more, _ = self.steps.executor(False).first(self.val_iterator)
+        self.val_pending, more = self.steps.executor(False).first(self.val_iterator)
         self.val_more = bool(more)
         self.ran_out = not self.val_more
         return True
