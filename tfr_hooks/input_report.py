@@ -231,23 +231,19 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
         )
     if stats.bound == NOT_INPUT_BOUND:
         return "The model is the bottleneck: input changes will not help" + spe_hint + "."
-    fits = (
-        facts.decoded_nbytes is not None
-        and facts.memory_budget is not None
-        and facts.decoded_nbytes <= facts.memory_budget
-    )
+    decoded, budget, record = facts.decoded_nbytes, facts.memory_budget, facts.record_nbytes
+    fits = decoded is not None and budget is not None and decoded <= budget
     if facts.in_memory is False and fits:
-        assert facts.decoded_nbytes is not None and facts.memory_budget is not None
         return (
-            f"The decoded data ({_size(facts.decoded_nbytes)}) fits the memory budget "
-            f"({_size(facts.memory_budget)}): read it with in_memory=True (or 'auto') to "
-            "decode it once and gather batches from memory" + spe_hint + "."
+            f"The decoded data ({_size(decoded or 0)}) fits the memory budget "
+            f"({_size(budget or 0)}): read it with in_memory=True (or 'auto') to decode it "
+            "once and gather batches from memory" + spe_hint + "."
         )
-    packable = facts.examples_per_record == 1 and facts.record_nbytes is not None
-    if facts.in_memory is False and packable and facts.record_nbytes < SMALL_RECORD_BYTES:  # type: ignore[operator]
+    small = record is not None and record < SMALL_RECORD_BYTES
+    if facts.in_memory is False and facts.examples_per_record == 1 and small:
         return (
-            f"The records are small ({facts.record_nbytes:.0f} bytes on average) and the "
-            "data does not fit in memory: write packed shards (tfr-hooks convert DIR OUT "
+            f"The records are small ({record:.0f} bytes on average) and the data does not "
+            "fit in memory: write packed shards (tfr-hooks convert DIR OUT "
             "--examples-per-record 64) to parse many examples per record" + spe_hint + "."
         )
     if facts.in_memory is None:
