@@ -24,7 +24,9 @@ import pytest
 import tensorflow as tf
 
 from helpers import keras_classifier, scalars
-from tfr_hooks import FunctionLoop, Hook, SessionLoop, TensorBoardLogger, tfrecord
+from tfr_hooks import FunctionLoop, Hook, LoopState, SessionLoop, TensorBoardLogger, tfrecord
+from tfr_hooks.engine import run_loop
+from tfr_hooks.hooks import HookList
 from tfr_hooks.input_report import (
     EXAMPLES_PER_SEC,
     HISTORY_KEYS,
@@ -122,6 +124,45 @@ def test_restarting_the_data_counts_as_waiting_for_input() -> None:
     now[0] = 13.0
     clock.step(4, 40, 0.5)
     assert clock.stats(3) == InputStats(3, 4, 40, 1.5, 3.0)
+
+
+def test_the_engine_puts_the_measurement_in_the_history_not_in_the_hooks_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from test_engine_lifecycle import FakeRunner
+
+    class Waiting(FakeRunner):
+        """Reports a wait of 0 for each step it runs."""
+
+        def run_step(self, hook_args: Any, limit: int) -> Any:
+            result = super().run_step(hook_args, limit)
+            result.input_wait = 0.0 if result.steps else None
+            return result
+
+    class Seen(Hook):
+        def begin(self) -> None:
+            self.logs: list[set[str]] = []
+            self.stats: list[Any] = []
+
+        def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+            self.logs.append(set(logs))
+            self.stats.append(self.loop.input_stats)
+
+    seen = Seen()
+    loop = LoopState()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        history = run_loop(Waiting(val=None), HookList([seen]), loop, epochs=3)
+    assert set(history) == {"loss", WAIT_SHARE, EXAMPLES_PER_SEC}
+    # the first epoch's steps, after the first, waited for nothing (the later epochs'
+    # restarts of the data count, however short)
+    assert history[WAIT_SHARE][0] == 0.0 and all(0 <= v <= 1 for v in history[WAIT_SHARE])
+    assert all(rate > 0 for rate in history[EXAMPLES_PER_SEC])
+    assert seen.logs == [{"loss"}] * 3  # hooks (Keras callbacks) get fit's logs
+    assert [s.epoch for s in seen.stats] == [0, 1, 2]
+    assert [s.steps for s in seen.stats] == [2, 3, 3]  # the run's first step left out
+    assert verdicts(caplog)[0].startswith("Epoch 0: 0% of step time waiting for input (not")
+    # a runner that does not measure its input adds nothing
+    assert set(run_loop(FakeRunner(val=None), HookList([]), LoopState(), epochs=1)) == {"loss"}
 
 
 # --- both loops, on cases whose truth is known -----------------------------------------
