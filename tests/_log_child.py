@@ -82,7 +82,8 @@ def run_logged(*runs: tuple[dict[str, str], tuple[str, ...]]) -> list[tuple[dict
 
 
 def _history(history: dict[str, list[float]]) -> dict[str, list[float]]:
-    return {k: [float(v) for v in vs] for k, vs in history.items()}
+    """The logged metrics (not the loop's ``input/`` measurements, which vary by run)."""
+    return {k: [float(v) for v in vs] for k, vs in history.items() if not k.startswith("input/")}
 
 
 def main(argv: list[str]) -> None:

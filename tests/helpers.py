@@ -12,6 +12,7 @@ import tf_keras
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tfr_hooks
+import tfr_hooks.input_report
 from tfr_hooks.graph.metrics import RunningMeans
 
 v1 = tf.compat.v1
@@ -195,6 +196,11 @@ class Recorder:
                 self._rec("on_test_batch_end", batch, logs)
 
         return _Recorder()
+
+
+def metrics(history: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A run's history without the loop's own input measurements (``input/...`` keys)."""
+    return {k: v for k, v in history.items() if k not in tfr_hooks.input_report.HISTORY_KEYS}
 
 
 def scalars(path: Path, tag: str) -> list[tuple[int, float]]:

@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import metrics
+from tfr_hooks.input_report import WAIT_SHARE
+
 CHILD = Path(__file__).with_name("_function_loop_child.py")
 
 
@@ -45,8 +48,11 @@ def test_mirrored_strategy_matches_a_single_device_run() -> None:
     mirrored, default = result["mirrored"], result["default"]
     assert mirrored["iterations"] == default["iterations"] == 12
     assert mirrored["epochs"] == [[4, 96]] * 3
-    assert sorted(mirrored["history"]) == ["accuracy", "loss", "val_accuracy", "val_loss"]
-    for key, values in default["history"].items():
+    assert sorted(metrics(mirrored["history"])) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    # the input is measured under the strategy too, once per epoch
+    assert len(mirrored["history"][WAIT_SHARE]) == 3
+    assert all(0 <= share <= 1 for share in mirrored["history"][WAIT_SHARE])
+    for key, values in metrics(default["history"]).items():
         assert mirrored["history"][key] == pytest.approx(values, rel=1e-4), key
     assert mirrored["history"]["loss"][-1] < mirrored["history"]["loss"][0]
     for ours, theirs in zip(mirrored["weights"], default["weights"], strict=True):

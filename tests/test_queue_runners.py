@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import tfr_hooks
 from conftest import queue_batches, write_records
-from helpers import WATCHER, Threads
+from helpers import WATCHER, Threads, metrics
 from tfr_hooks import tfrecord
 
 v1 = tf.compat.v1
@@ -269,7 +269,7 @@ def test_queue_runner_hook_owns_the_cancel_that_unblocks_a_blocked_step() -> Non
     # the blocked dequeue failed as the end of the data: one epoch of the five batches
     assert hook.cancelled == [True]
     assert loop.loop.global_step == 5
-    assert history == {}  # no fetches asked, one epoch closed
+    assert metrics(history) == {}  # no fetches asked, one epoch closed
     owners = [h for h in loop.hooks if isinstance(h, tfr_hooks.QueueRunnerHook)]
     assert len(owners) == 1 and loop.loop.input_cancels == (owners[0].cancel,)
     # the signal watcher ran, as there was input it could cancel

@@ -7,6 +7,8 @@ Usage::
     tfr-hooks convert FILE_OR_DIR_OR_GLOB... OUTDIR [--decode NAME=DTYPE:SHAPE]...
         [--shards N] [--compression gzip|zlib] [--examples-per-record N]
     tfr-hooks inspect FILE_OR_DIR_OR_GLOB... [--json] [--max-records N]
+    tfr-hooks measure FILE_OR_DIR_OR_GLOB... --batch-size N [--json] [--batches N]
+        [--memory-budget BYTES]
 
 Only the standard library is imported at module level: :func:`main` imports TensorFlow
 through :func:`tfr_hooks.quiet.import_tensorflow`, which drops its start-up notices
@@ -34,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfr-hooks",
         description="Convert .npz arrays or TFRecord files written by any tool to TFRecord "
-        "shards with a stored schema, and inspect TFRecord files written by any tool.",
+        "shards with a stored schema, inspect TFRecord files written by any tool, and "
+        "measure how fast this machine reads them through each pipeline.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -105,6 +108,35 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: detected per file",
     )
+
+    measure = commands.add_parser(
+        "measure",
+        help="time the pipelines your files allow on this machine, and recommend one",
+        description="Read TFRecord files written by any tool through each pipeline the "
+        "data allows (streamed from the files; held in memory when the decoded data fits "
+        "the memory budget), time the batches after the first, compare the decoded size "
+        "with the memory budget, and recommend a pipeline (in memory, packed shards or "
+        "streamed).",
+    )
+    measure.add_argument("files", nargs="+", metavar="FILE", help="files, directories or globs")
+    measure.add_argument(
+        "--batch-size", type=int, required=True, metavar="N", help="examples per batch"
+    )
+    measure.add_argument(
+        "--batches",
+        type=int,
+        default=100,
+        metavar="N",
+        help="batches to time per pipeline, after the first (default 100)",
+    )
+    measure.add_argument(
+        "--memory-budget",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="bytes the decoded data may take in memory (default: half the available memory)",
+    )
+    measure.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 
@@ -125,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "inspect" and args.max_records is not None and args.max_records < 1:
         parser.error(f"--max-records must be a positive integer, not {args.max_records}")
+    if args.command == "measure":
+        for flag, value in (("--batch-size", args.batch_size), ("--batches", args.batches)):
+            if value < 1:
+                parser.error(f"{flag} must be a positive integer, not {value}")
+        if args.memory_budget is not None and args.memory_budget < 1:
+            parser.error(f"--memory-budget must be a positive integer, not {args.memory_budget}")
     if args.command == "convert" and args.shards < 1:
         parser.error(f"--shards must be a positive integer, not {args.shards}")
     if args.command == "convert" and args.examples_per_record < 1:
@@ -151,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "convert": _convert,
         "inspect": _inspect,
+        "measure": _measure,
     }
     try:
         return commands[args.command](args)
@@ -416,6 +455,37 @@ def _bytes_text(found: Any) -> str:
     if found.min_bytes == found.max_bytes:
         return str(found.min_bytes)
     return f"{found.min_bytes}..{found.max_bytes}"
+
+
+def _measure(args: argparse.Namespace) -> int:
+    from tfr_hooks.measure import measure
+
+    result = measure(
+        args.files,
+        args.batch_size,
+        max_batches=args.batches,
+        memory_budget=args.memory_budget,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    print(
+        f"{result.num_examples} examples in {len(result.files)} file(s), "
+        f"{result.file_bytes} bytes ({result.record_bytes:.0f} bytes a record, "
+        f"{result.examples_per_record} example(s) a record)"
+    )
+    fits = "fits" if result.fits else "does not fit"
+    print(
+        f"Decoded: {result.decoded_bytes} bytes, which {fits} the memory budget of "
+        f"{result.memory_budget} bytes"
+    )
+    rows = []
+    for rate in result.rates:
+        speed = "-" if rate.examples_per_sec is None else f"{rate.examples_per_sec:,.0f}"
+        rows.append([rate.pipeline, speed, f"{rate.setup_secs:.2f}", rate.note])
+    _print_table(["pipeline", "examples/s", "setup s", "note"], rows, sys.stdout)
+    print(f"Recommendation: {result.recommendation}")
+    return 0
 
 
 def _print_table(header: list[str], rows: list[list[str]], out: TextIO) -> None:

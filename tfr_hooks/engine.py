@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,6 +43,7 @@ from tfr_hooks.checks import (
     check_positive_int,
 )
 from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_all
+from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
 
 __all__ = [
     "Runner",
@@ -72,6 +74,8 @@ class StepResult:
         hook_results: Each hook's results for what it asked in ``before_run``.
         options: The ``RunOptions`` the step ran with, for ``after_run``.
         run_metadata: The step's ``RunMetadata``, for ``after_run``.
+        input_wait: Seconds the steps waited for their input, or ``None`` when the
+            runner does not measure it (see :mod:`tfr_hooks.input_report`).
     """
 
     steps: int = 0
@@ -82,6 +86,7 @@ class StepResult:
     hook_results: Sequence[Any] | None = None
     options: Any = None
     run_metadata: Any = None
+    input_wait: float | None = None
 
 
 class Runner(Protocol):
@@ -214,8 +219,15 @@ def run_loop(
     known_steps: int | None = None,
     validation_freq: int = 1,
     validation_steps: int | None = None,
+    input_facts: InputFacts | Callable[[], InputFacts] | None = None,
 ) -> dict[str, list[Any]]:
     """Run epochs of steps with hooks; return the history of epoch logs.
+
+    When the runner measures its steps' input wait (``StepResult.input_wait``), each
+    epoch's :class:`~tfr_hooks.input_report.InputStats` is shown to hooks as
+    ``loop.input_stats`` from the end of its last step on, added to the history under
+    :data:`~tfr_hooks.input_report.HISTORY_KEYS` (not to the logs hooks get), and the
+    run's verdict is logged (see :mod:`tfr_hooks.input_report`).
 
     Args:
         runner: Runs the steps and the validation steps.
@@ -229,6 +241,8 @@ def run_loop(
             (a dataset's cardinality), shown to hooks as ``loop.steps_per_epoch``.
         validation_freq: Validate after every this many epochs (as ``fit`` counts).
         validation_steps: Stop each validation pass after this many steps.
+        input_facts: What the loop knows about its input, for the verdict's remedy (or
+            a function returning it, called when the first verdict is logged).
 
     Returns:
         A dict from each log name to its list of per-epoch values, like Keras'
@@ -244,6 +258,7 @@ def run_loop(
         steps_per_execution=steps_per_execution,
     )
     history: dict[str, list[Any]] = {}
+    report = InputReport(input_facts)
     error: BaseException | None = None
     started = False
     try:
@@ -258,12 +273,18 @@ def run_loop(
             logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch)
             if logs is None:
                 break
+            stats = loop.input_stats
+            if stats is not None:
+                report.epoch_end(stats)
             if (epoch + 1) % validation_freq == 0:  # as model.fit counts it
                 val_logs = _validate(runner, hooks, loop, validation_steps)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)
             for key, value in logs.items():  # keys hooks added (a callback's lr) too
                 history.setdefault(key, []).append(python_value(value))
+            if stats is not None:  # keys with a "/", which no metric name has
+                for key, value in stats.history().items():
+                    history.setdefault(key, []).append(value)
             if not more or loop.stop_requested:
                 break
     except BaseException as exc:  # re-raised by end_run, after cleanup
@@ -292,12 +313,18 @@ def _run_epoch(
     first = epoch == loop.initial_epoch
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
+    loop.input_stats = None
     replay = getattr(runner, "replay_passes", None)
     if first and steps_per_epoch is None and replay is not None:
         # the first epoch of a run that starts late (resumed): let the data's seeded
         # shuffles draw what they drew for the earlier epochs, so this one has its order
         replay(epoch)
-    runner.start_epoch(restart_data=first or steps_per_epoch is None)
+    # the run's first execution (tracing, warm-up) is left out when more follow
+    clock = EpochClock(time.perf_counter, skip_first=loop.global_step == 0)
+    restart = first or steps_per_epoch is None
+    runner.start_epoch(restart_data=restart)
+    if restart:  # a new pass of the data, and its first batch: time spent on the input
+        clock.restarted()
     hooks.epoch_begin(epoch)
     # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
     # only the rest are run
@@ -329,6 +356,7 @@ def _run_epoch(
             limit = min(limit, length - loop.epoch_steps)
         step = functools.partial(runner.run_step, limit=limit)
         result = run_hooked_step(hooks, loop, runner.run_args, runner.session, step)
+        clock.step(result.steps, result.examples, result.input_wait)
         loop.epoch_steps += result.steps
         loop.global_step += result.steps
         loop.epoch_examples += result.examples
@@ -343,6 +371,7 @@ def _run_epoch(
             epoch,
         )
         return None, False
+    loop.input_stats = clock.stats(epoch)
     more = True
     if exhausted:
         if steps_per_epoch is not None:

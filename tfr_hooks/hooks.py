@@ -43,6 +43,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
+from tfr_hooks.input_report import InputStats
 
 __all__ = [
     "Hook",
@@ -98,6 +99,12 @@ class LoopState:
             failed run from a finished one.
         input_cancels: The ``cancel`` methods of the run's hooks that own blocking input
             (:class:`~tfr_hooks.QueueRunnerHook`); see :meth:`cancel_input`.
+        input_stats: The current epoch's input measurement
+            (:class:`~tfr_hooks.input_report.InputStats`: ``wait_share``, the share of
+            step time spent waiting for the next batch, its class ``bound`` by the
+            profiler's thresholds, ``examples_per_sec``), set when its last step has
+            run (before the validation pass and ``epoch_end``); ``None`` before that,
+            or when the loop does not measure its input.
         is_chief: Whether this process writes the run's files, when the loop was told
             (``SessionLoop(master=..., is_chief=...)``); ``None`` lets a hook decide from
             the strategy or ``TF_CONFIG``. Kept across runs.
@@ -136,6 +143,7 @@ class LoopState:
         self.stop_reason = ""
         self.error: BaseException | None = None
         self.input_cancels: tuple[Callable[[], bool], ...] = ()
+        self.input_stats: InputStats | None = None
 
     def cancel_input(self) -> bool:
         """Unblock a step waiting on input, from any thread (a signal watcher's).

@@ -9,6 +9,10 @@ TensorBoard's own writer, so it needs no session and no eager context):
 * ``LOG_DIR/train``: ``epoch_<name>`` for each epoch log without ``val_``, including
   ``epoch_learning_rate``; ``batch_<name>`` every ``update_freq`` batches.
 * ``LOG_DIR/validation``: ``epoch_<name>`` for each ``val_<name>`` epoch log.
+* ``LOG_DIR/train`` too: the loop's input measurement of each epoch
+  (``loop.input_stats``, see :mod:`tfr_hooks.input_report`) as ``input/wait_share``
+  and ``input/examples_per_sec``, the keys of the run's history, which TensorBoard
+  shows as a group of their own (``input``).
 * In graph mode, the session's graph, once per run, in ``LOG_DIR/train`` (TensorBoard's
   Graphs tab), as ``FileWriter(logdir, graph)`` and ``tf_keras``'
   ``TensorBoard(write_graph=True)`` write it.
@@ -28,6 +32,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tfr_hooks.hooks import Hook
+from tfr_hooks.input_report import InputStats
 from tfr_hooks.tfrecord import sharding
 
 __all__ = ["TensorBoardLogger"]
@@ -123,7 +128,7 @@ class TensorBoardLogger(Hook):
             self._write("train", self.loop.global_step + 1, values)
 
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
-        """Write ``epoch_<name>`` scalars to ``train/`` and ``validation/``."""
+        """Write ``epoch_<name>`` and ``input/...`` scalars to ``train/`` and ``validation/``."""
         train: dict[str, float] = {}
         validation: dict[str, float] = {}
         for key, value in logs.items():
@@ -137,6 +142,9 @@ class TensorBoardLogger(Hook):
             lr = self._optimizer_learning_rate()
             if lr is not None:
                 train["epoch_learning_rate"] = lr
+        stats = getattr(getattr(self, "loop", None), "input_stats", None)
+        if isinstance(stats, InputStats) and stats.epoch == epoch:
+            train.update(stats.history())  # input/wait_share, input/examples_per_sec
         self._write("train", epoch, train)
         if validation:
             self._write("validation", epoch, validation)

@@ -29,6 +29,7 @@ from tfr_hooks.graph.cluster import (
     worker_device,
 )
 from tfr_hooks.graph.hooked_run import merged_run, prepared_run
+from tfr_hooks.graph.input_wait import input_wait
 from tfr_hooks.graph.metrics import RunningMeans
 from tfr_hooks.graph.setup import (
     check_data,
@@ -39,6 +40,7 @@ from tfr_hooks.graph.setup import (
 )
 from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
+from tfr_hooks.input_report import InputFacts, facts_of_files
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.read import Batches
@@ -218,6 +220,11 @@ class SessionLoop:
         with self.graph.as_default(), loop_device(self.graph, self._device):
             self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
             self._batch_size = _as_tensor_or_none(batch_size)
+            # what the step waits for its batch, from inside its session.run
+            self._input_wait = input_wait(
+                [*_as_list(train_op), *self._means.update.values(), self._batch_size]
+            )
+        self._data = data
         # the running means of each Validation given to run, built on first use
         self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}
         auto = input_hooks(self.graph, user_hooks, data, training)
@@ -319,7 +326,21 @@ class SessionLoop:
                 steps_per_epoch=self.steps_per_epoch,
                 validation_freq=validation_freq,
                 validation_steps=validation_steps,
+                input_facts=self._input_facts,
             )
+
+    def _input_facts(self) -> InputFacts:
+        """What the loop knows of its input's files, for the verdict's remedy."""
+        data = self._data
+        if data is None:
+            return InputFacts()
+        return facts_of_files(
+            data.files,
+            schema=data.schema,
+            num_examples=data.num_examples,
+            examples_per_record=data.examples_per_record,
+            in_memory=data.in_memory,
+        )
 
     def _validation_means(
         self, validation: Validation | None
@@ -351,6 +372,7 @@ class SessionLoop:
             run_timeout_secs=self.run_timeout_secs,
             cluster=self._cluster,
             pass_examples=None if self._stream is None else self._stream.num_examples,
+            input_wait=self._input_wait,
         )
 
 
@@ -372,6 +394,8 @@ class _RunSettings:
         cluster: Creates the session on a cluster's master, or ``None``.
         pass_examples: The examples of one pass of a queue stream the loop splits into
             epochs, or ``None``.
+        input_wait: The tensor of the seconds a step waits for its input (see
+            :mod:`tfr_hooks.graph.input_wait`), or ``None`` when it is not measured.
     """
 
     graph: Any
@@ -386,6 +410,7 @@ class _RunSettings:
     run_timeout_secs: float | None
     cluster: ClusterSession | None
     pass_examples: int | None
+    input_wait: Any = None
 
 
 class _SessionRunner:
@@ -411,6 +436,8 @@ class _SessionRunner:
         }
         if settings.batch_size is not None:
             self.fetches["batch_size"] = settings.batch_size
+        if settings.input_wait is not None:
+            self.fetches["input_wait"] = settings.input_wait
         self.options = None
         if settings.run_timeout_secs is not None:
             self.options = _v1.RunOptions(timeout_in_ms=int(settings.run_timeout_secs * 1000))
@@ -451,6 +478,8 @@ class _SessionRunner:
             return StepResult(exhausted=True)
         result.logs = result.results["logs"]
         result.examples = int(result.results.get("batch_size", 1))
+        if "input_wait" in result.results:
+            result.input_wait = float(result.results["input_wait"])
         if self.pass_examples is not None:
             self.seen += result.examples
             self.ran_out = self.seen >= self.boundary
@@ -574,6 +603,10 @@ def _graph_of(train_op: Any) -> Any:
             train_op,
         )
     )
+
+
+def _as_list(train_op: Any) -> list[Any]:
+    return list(train_op) if isinstance(train_op, (list, tuple)) else [train_op]
 
 
 def _as_tensor_or_none(value: Any) -> Any:

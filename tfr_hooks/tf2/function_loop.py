@@ -25,6 +25,7 @@ import tensorflow as tf
 from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
 from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
+from tfr_hooks.input_report import InputFacts
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.tf2 import distribute
 from tfr_hooks.tfrecord.sharding import distributed_steps, is_multi_worker
@@ -224,6 +225,8 @@ class FunctionLoop:
             known_steps=known if known else None,
             validation_freq=validation_freq,
             validation_steps=validation_steps,
+            # a dataset says nothing of its files: the remedy names what to try
+            input_facts=InputFacts(steps_per_execution=self.steps_per_execution),
         )
 
 
@@ -286,10 +289,14 @@ class _CompiledSteps:
 class _Executor:
     """A compiled function that runs up to ``limit`` steps on an iterator, in the graph.
 
-    ``execute(iterator, pending, limit) -> (steps, examples, logs, pending, more)``:
+    ``execute(iterator, pending, limit) -> (steps, examples, logs, pending, more, wait)``:
     ``pending`` is the ``Optional`` batch fetched ahead by the previous call (or by
     ``first``); the call runs it, then up to ``limit - 1`` further batches, and returns
-    the next one ahead with ``more`` (whether it holds a batch).
+    the next one ahead with ``more`` (whether it holds a batch). ``wait`` is the seconds
+    the steps waited for their batches: after each step, the time until the batch
+    fetched ahead arrived (the fetch may overlap the step; only what is left after it
+    counts), measured with ``tf.timestamp`` inside the function. ``first(iterator) ->
+    (pending, more)`` fetches the first batch ahead.
 
     With a Keras model, ``logs`` are the step's returned metric results (means over the
     replicas); with a user step, ``logs`` are ``(sums, weight)``: batch-size-weighted
@@ -349,26 +356,31 @@ class _Executor:
         def execute(iterator: Any, pending: Any, limit: Any) -> Any:
             logs, size = one_step_fn(pending.get_value())
             examples = tf.cast(size, tf.int64)
+            done = _time_after(size)
             pending = iterator.get_next_as_optional()
+            wait = _wait_since(done, pending)
 
-            def cond(steps: Any, examples: Any, logs: Any, pending: Any) -> Any:
+            def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
                 return tf.logical_and(steps < limit, pending.has_value())
 
-            def body(steps: Any, examples: Any, logs: Any, pending: Any) -> Any:
+            def body(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
                 new_logs, size = one_step_fn(pending.get_value())
+                done = _time_after(size)
+                pending = iterator.get_next_as_optional()
                 return (
                     steps + 1,
                     examples + tf.cast(size, tf.int64),
                     accumulate(logs, new_logs),
-                    iterator.get_next_as_optional(),
+                    pending,
+                    wait + _wait_since(done, pending),
                 )
 
-            steps, examples, logs, pending = tf.while_loop(
-                cond, body, (tf.constant(1, tf.int64), examples, logs, pending)
+            steps, examples, logs, pending, wait = tf.while_loop(
+                cond, body, (tf.constant(1, tf.int64), examples, logs, pending, wait)
             )
             if keras_step and not _is_default_strategy(strategy):  # global logs
                 logs = distribute.global_metric_results(model)
-            return steps, examples, logs, pending, pending.has_value()
+            return steps, examples, logs, pending, pending.has_value(), wait
 
         def first(iterator: Any) -> Any:
             pending = iterator.get_next_as_optional()
@@ -523,7 +535,7 @@ class _FunctionRunner:
         return result
 
     def _execute(self, executor: _Executor, iterator: Any, limit: int) -> StepResult:
-        steps, examples, logs, self.pending, more = executor.execute(
+        steps, examples, logs, self.pending, more, wait = executor.execute(
             iterator, self.pending, tf.constant(limit, tf.int64)
         )
         self.more = bool(more)
@@ -531,7 +543,9 @@ class _FunctionRunner:
         # a model's metric results, in the order fit shows them; or a user step's means
         keras = self.model is not None
         values = dict(sorted(logs.items())) if keras else self.means.add(*logs)
-        return StepResult(int(steps), int(examples), values, exhausted=not self.more)
+        result = StepResult(int(steps), int(examples), values, exhausted=not self.more)
+        result.input_wait = float(wait)
+        return result
 
     def finish(self) -> None:
         model = self.model
@@ -623,6 +637,17 @@ def _check_run_args(hook: Any, args: Any) -> None:
             f"in after_run, or use SessionLoop). Received: {name}=SessionRunArgs("
             f"fetches={fetches!r}, feed_dict={feeds!r})"
         )
+
+
+def _time_after(tensor: Any) -> Any:
+    """``tf.timestamp()`` (seconds, float64) once ``tensor`` is computed."""
+    with tf.control_dependencies([tensor]):
+        return tf.timestamp()
+
+
+def _wait_since(done: Any, pending: Any) -> Any:
+    """Seconds from ``done`` until the ``Optional`` batch ``pending`` arrived (0 if before)."""
+    return tf.maximum(_time_after(pending.has_value()) - done, tf.constant(0.0, tf.float64))
 
 
 def _batch_size(batch: Any) -> Any:

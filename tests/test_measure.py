@@ -1,0 +1,87 @@
+"""``tfr-hooks measure``: the pipelines a user's own files allow, timed here, and a choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records
+from tfr_hooks import cli, tfrecord
+from tfr_hooks.measure import measure
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 16)).astype(np.float32)
+    directory = tmp_path_factory.mktemp("written") / "data"
+    tfrecord.write({"x": x, "y": np.arange(600)}, directory, shards=2)
+    return directory
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert cli.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_measure_json_times_both_pipelines_and_holds_fitting_data_in_memory(
+    written: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = run(["measure", str(written), "--batch-size", "32", "--batches", "20", "--json"], capsys)
+    result = json.loads(out)
+    assert result["num_examples"] == 600 and len(result["files"]) == 2
+    assert result["decoded_bytes"] == 600 * (16 * 4 + 8)  # float32 x 16, int64 y
+    assert result["fits"] is True
+    rates = {r["pipeline"]: r for r in result["rates"]}
+    assert set(rates) == {"streamed", "in_memory"}
+    assert all(r["examples_per_sec"] > 0 and r["batches"] == 20 for r in rates.values())
+    assert result["recommendation"].startswith("Hold the data in memory")
+    assert "in_memory=True" in result["recommendation"]
+
+
+def test_measure_table_without_memory_recommends_packed_shards_for_small_records(
+    written: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["measure", str(written), "--batch-size", "32", "--batches", "5"]
+    lines = run([*argv, "--memory-budget", "1000"], capsys).splitlines()
+    assert lines[0].startswith("600 examples in 2 file(s)")
+    assert "does not fit the memory budget of 1000 bytes" in lines[1]
+    table = {line.split()[0]: line for line in lines[3:5]}
+    assert "not measured: the decoded data does not fit" in table["in_memory"]
+    assert table["streamed"].split()[1] != "-"  # a rate
+    assert lines[-1].startswith("Recommendation: Write packed shards")
+    assert "--examples-per-record 64" in lines[-1]
+
+
+def test_measure_reads_a_foreign_file(tmp_path: Path) -> None:
+    # written by a plain TFRecordWriter: no schema.json, a feature of varying length
+    records = [
+        example(
+            image=bytes_feature([bytes(50 + i % 7)]),
+            scores=float_feature([0.5] * (1 + i % 3)),
+            label=int64_feature([i % 2]),
+        )
+        for i in range(200)
+    ]
+    path = write_records(tmp_path / "foreign.tfrecord", records)
+    result = measure(str(path), 16, max_batches=5, memory_budget=10**9)
+    assert result.num_examples == 200 and result.examples_per_record == 1
+    streamed, in_memory = result.rates
+    assert streamed.pipeline == "streamed" and streamed.examples_per_sec
+    assert in_memory.examples_per_sec is None and "fixed shape" in in_memory.note
+    assert result.recommendation.startswith("Write packed shards")  # 126-byte records
+
+
+@pytest.mark.parametrize(
+    "flags", [["--batch-size", "0"], ["--batch-size", "8", "--batches", "0"], []]
+)
+def test_measure_usage_errors_exit_with_status_2(
+    written: Path, flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["measure", str(written), *flags])
+    assert info.value.code == 2
+    assert "usage: tfr-hooks" in capsys.readouterr().err

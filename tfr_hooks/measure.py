@@ -1,0 +1,211 @@
+"""How fast this machine can read a user's own TFRecord files, and which pipeline to use.
+
+:func:`measure` reads the files through each pipeline the data allows, here and now:
+streamed from the files (``tfrecord.dataset``) and held in memory
+(``tfrecord.dataset(in_memory=True)``, when the decoded data fits the memory budget and
+every feature has a fixed shape). It times the batches after the first (the warm-up),
+and compares the decoded size with the memory budget. Its :class:`Measurement` ends with
+a recommendation: hold the data in memory when it fits; else, for small records, write
+packed shards; else stream. ``tfr-hooks measure`` prints it (``--json`` for scripts).
+
+The rates are those of the input alone: what a loop could reach with a free model. Compare
+them with a run's ``input/examples_per_sec`` (see :mod:`tfr_hooks.input_report`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tfr_hooks.checks import check_positive_int
+from tfr_hooks.input_report import SMALL_RECORD_BYTES
+
+__all__ = ["Measurement", "PipelineRate", "measure"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PipelineRate:
+    """One pipeline's rate on the files.
+
+    Attributes:
+        pipeline: ``"streamed"`` or ``"in_memory"``.
+        examples_per_sec: Examples per second after the first batch, or ``None`` when the
+            pipeline was not measured.
+        batches: The batches timed.
+        setup_secs: Seconds to build the pipeline (loading and decoding, in memory).
+        note: Why it was not measured, or what to know about it.
+    """
+
+    pipeline: str
+    examples_per_sec: float | None = None
+    batches: int = 0
+    setup_secs: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class Measurement:
+    """What :func:`measure` found.
+
+    Attributes:
+        files: The files read.
+        batch_size: The batch size used.
+        num_examples: Examples in one pass over the files.
+        examples_per_record: Examples stored per record (more than 1: packed shards).
+        file_bytes: The files' total size.
+        record_bytes: Mean stored bytes of a record.
+        decoded_bytes: Bytes the decoded examples take in memory.
+        memory_budget: Bytes they may take (half the memory available by default).
+        rates: Each pipeline's rate.
+        recommendation: What to use, in one sentence.
+    """
+
+    files: list[str]
+    batch_size: int
+    num_examples: int
+    examples_per_record: int
+    file_bytes: int
+    record_bytes: float
+    decoded_bytes: int
+    memory_budget: int
+    rates: list[PipelineRate] = field(default_factory=list)
+    recommendation: str = ""
+
+    @property
+    def fits(self) -> bool:
+        """Whether the decoded data fits the memory budget."""
+        return self.decoded_bytes <= self.memory_budget
+
+    def to_dict(self) -> dict[str, Any]:
+        """The measurement as a JSON-ready dict."""
+        return {**asdict(self), "fits": self.fits}
+
+
+def measure(
+    files: Any,
+    batch_size: int,
+    *,
+    max_batches: int = 100,
+    memory_budget: int | None = None,
+) -> Measurement:
+    """Time each pipeline the files allow, and recommend one.
+
+    Args:
+        files: Paths, directories or glob patterns of TFRecord files (any writer).
+        batch_size: Examples per batch.
+        max_batches: Batches to time per pipeline, after the first (the data is
+            repeated when it holds fewer).
+        memory_budget: Bytes the decoded data may take; ``None`` for half the memory
+            available now.
+
+    Returns:
+        The :class:`Measurement`.
+
+    Raises:
+        NoFilesError: If no file matches.
+        ValueError: If ``batch_size`` or ``max_batches`` is not a positive integer.
+
+    Examples:
+        >>> result = measure("data/train", 128)  # doctest: +SKIP
+        >>> result.recommendation  # doctest: +SKIP
+        'Hold the data in memory: ...'
+    """
+    from tfr_hooks import tfrecord
+    from tfr_hooks.tfrecord import memory
+
+    check_positive_int(batch_size, "batch_size")
+    check_positive_int(max_batches, "max_batches")
+    if memory_budget is not None:
+        check_positive_int(memory_budget, "memory_budget")
+    infos = tfrecord.inspect(files, max_records=100)
+    per_record = max(
+        (info.stored.examples_per_record for info in infos if info.stored is not None),
+        default=1,
+    )
+    records = sum(info.num_records for info in infos)
+    file_bytes = sum(info.size_bytes for info in infos)
+    examples = records * per_record
+    schema = tfrecord.infer_schema(files)
+    budget = memory_budget if memory_budget is not None else memory.default_memory_budget()
+    result = Measurement(
+        files=[info.path for info in infos],
+        batch_size=batch_size,
+        num_examples=examples,
+        examples_per_record=per_record,
+        file_bytes=file_bytes,
+        record_bytes=file_bytes / max(1, records),
+        decoded_bytes=memory.decoded_nbytes(schema, examples, file_bytes),
+        memory_budget=budget,
+    )
+    streamed = _time(
+        "streamed", max_batches, lambda: tfrecord.dataset(files, batch_size, num_epochs=None)
+    )
+    result.rates.append(streamed)
+    if result.fits:
+        in_memory = _time(
+            "in_memory",
+            max_batches,
+            lambda: tfrecord.dataset(
+                files, batch_size, num_epochs=None, in_memory=True, memory_budget=budget
+            ),
+        )
+    else:
+        in_memory = PipelineRate(
+            "in_memory", note="not measured: the decoded data does not fit the memory budget"
+        )
+    result.rates.append(in_memory)
+    result.recommendation = _recommend(result, streamed, in_memory)
+    return result
+
+
+def _time(pipeline: str, batches: int, build: Any) -> PipelineRate:
+    """Build a dataset and time ``batches`` batches after its first."""
+    import tensorflow as tf
+
+    began = time.perf_counter()
+    try:
+        ds = build()
+    except (ValueError, TypeError) as error:  # features of varying length, in memory
+        return PipelineRate(pipeline, note=f"not measured: {error}")
+    setup = time.perf_counter() - began
+    iterator = iter(ds)
+    next(iterator)  # the warm-up: a shuffle buffer's fill, the first reads
+    examples = 0
+    start = time.perf_counter()
+    for _ in range(batches):
+        batch = next(iterator)
+        first = tf.nest.flatten(batch)[0]
+        examples += int(first.shape[0]) if first.shape.rank else 1
+    secs = time.perf_counter() - start
+    return PipelineRate(pipeline, examples / secs if secs > 0 else None, batches, setup)
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1000 or unit == "GB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:.1f} GB"  # pragma: no cover
+
+
+def _recommend(result: Measurement, streamed: PipelineRate, in_memory: PipelineRate) -> str:
+    if in_memory.examples_per_sec is not None:
+        speedup = ""
+        if streamed.examples_per_sec:
+            speedup = f", {in_memory.examples_per_sec / streamed.examples_per_sec:.1f}x streamed"
+        return (
+            f"Hold the data in memory: the decoded data ({_size(result.decoded_bytes)}) fits "
+            f"the memory budget ({_size(result.memory_budget)}); read it with "
+            f"in_memory=True (or 'auto'){speedup}."
+        )
+    if result.examples_per_record == 1 and result.record_bytes < SMALL_RECORD_BYTES:
+        return (
+            f"Write packed shards: the records are small ({result.record_bytes:.0f} bytes on "
+            "average) and the data does not stay in memory, so parsing many examples per "
+            "record pays (tfr-hooks convert FILES OUTDIR --examples-per-record 64)."
+        )
+    return "Stream from the files: the data does not stay in memory and its records are large."
