@@ -2,8 +2,8 @@
 
 :func:`measure` reads the files through each pipeline the data allows, here and now:
 streamed from the files (``tfrecord.dataset``) and held in memory
-(``tfrecord.dataset(in_memory=True)``, when the decoded data fits the memory budget and
-every feature has a fixed shape). It times the batches after the first (the warm-up),
+(``tfrecord.dataset(in_memory=True)``, when the decoded data fits the memory budget;
+features of varying length held as values and row offsets). It times the batches after the first (the warm-up),
 and compares the decoded size with the memory budget. Its :class:`Measurement` ends with
 a recommendation: hold the data in memory when it fits; else, for small records, write
 packed shards; else stream. ``tfr-hooks measure`` prints it (``--json`` for scripts).
@@ -138,7 +138,14 @@ def measure(
         examples_per_record=per_record,
         file_bytes=file_bytes,
         record_bytes=file_bytes / max(1, records),
-        decoded_bytes=memory.decoded_nbytes(schema, examples, file_bytes),
+        decoded_bytes=memory.records_nbytes(
+            [info.path for info in infos],
+            infos[0].compression if infos else "",
+            schema,
+            examples,
+            file_bytes,
+            per_record,
+        ),
         memory_budget=budget,
     )
     streamed = _time(
@@ -169,7 +176,7 @@ def _time(pipeline: str, batches: int, build: Any) -> PipelineRate:
     began = time.perf_counter()
     try:
         ds = build()
-    except (ValueError, TypeError) as error:  # features of varying length, in memory
+    except (ValueError, TypeError) as error:  # a pipeline the data does not allow
         return PipelineRate(pipeline, note=f"not measured: {error}")
     setup = time.perf_counter() - began
     iterator = iter(ds)

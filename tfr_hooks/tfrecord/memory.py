@@ -43,6 +43,8 @@ __all__ = [
     "decoded_nbytes",
     "default_memory_budget",
     "count_examples",
+    "records_nbytes",
+    "LENGTH_SAMPLE",
     "GATHER_EXAMPLES",
     "GATHER_BYTES",
     "LOAD_CHUNK",
@@ -104,6 +106,34 @@ def decoded_nbytes(schema: Schema, examples: int, file_bytes: int = 0) -> int:
         else:
             total += examples * feature.raw_nbytes
     return total + (file_bytes if strings else 0)
+
+
+#: Examples read to estimate the memory of features of varying length.
+LENGTH_SAMPLE = 256
+
+
+def records_nbytes(
+    files: Sequence[str],
+    compression: str,
+    schema: Schema,
+    examples: int,
+    file_bytes: int = 0,
+    per_record: int = 1,
+) -> int:
+    """Bytes the parsed (decoded by the schema) examples take in memory.
+
+    Exact for fixed-size numeric features (:func:`decoded_nbytes`); a feature of
+    varying length is estimated from the first :data:`LENGTH_SAMPLE` examples.
+    """
+    if not any(f.varying for f in schema):
+        return decoded_nbytes(schema, examples, file_bytes)
+    sample = mapped_sample_nbytes(
+        files, compression, schema, lambda example: example, per_record=per_record,
+        sample=LENGTH_SAMPLE,
+    )
+    if sample is None:
+        return decoded_nbytes(schema, examples, file_bytes)
+    return sample[0] * examples // max(1, sample[1])
 
 
 def count_examples(files: Sequence[str], compression: str, per_record: int) -> int:

@@ -58,6 +58,7 @@ from tfr_hooks.tfrecord.memory import (
     load_mapped,
     mapped_sample_nbytes,
     memory_dataset,
+    records_nbytes,
 )
 from tfr_hooks.tfrecord.packed import check_block, packed_dataset
 from tfr_hooks.tfrecord.ragged import (
@@ -667,23 +668,9 @@ def _memory_mode(
 
 def _records_nbytes(plan: _Plan, examples: int, file_bytes: int) -> int:
     """Bytes the parsed records take in memory; sampled when a feature varies in length."""
-    if not any(f.varying for f in plan.schema):
-        return decoded_nbytes(plan.schema, examples, file_bytes)
-    sample = mapped_sample_nbytes(
-        plan.files,
-        plan.compression,
-        plan.schema,
-        lambda example: example,
-        per_record=plan.per_record,
-        sample=_LENGTH_SAMPLE,
+    return records_nbytes(
+        plan.files, plan.compression, plan.schema, examples, file_bytes, plan.per_record
     )
-    if sample is None:
-        return decoded_nbytes(plan.schema, examples, file_bytes)
-    return sample[0] * examples // max(1, sample[1])
-
-
-#: Examples read to estimate the memory of features of varying length.
-_LENGTH_SAMPLE = 256
 
 
 def _as_dict(map_fn: Callable[..., Any], names: tuple[str, ...] | None) -> Callable[..., Any]:
