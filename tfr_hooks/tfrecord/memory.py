@@ -128,7 +128,11 @@ def records_nbytes(
     if not any(f.varying for f in schema):
         return decoded_nbytes(schema, examples, file_bytes)
     sample = mapped_sample_nbytes(
-        files, compression, schema, lambda example: example, per_record=per_record,
+        files,
+        compression,
+        schema,
+        lambda example: example,
+        per_record=per_record,
         sample=LENGTH_SAMPLE,
     )
     if sample is None:

@@ -51,7 +51,6 @@ from tfr_hooks.tfrecord.files import (
 from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.memory import (
     count_examples,
-    decoded_nbytes,
     default_memory_budget,
     fresh_randomness,
     load,
