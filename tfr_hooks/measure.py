@@ -6,7 +6,8 @@ streamed from the files (``tfrecord.dataset``) and held in memory
 features of varying length held as values and row offsets). It times the batches after
 the first (the warm-up), and compares the decoded size with the memory budget. Its
 :class:`Measurement` ends with a recommendation: hold the data in memory when it fits;
-else, for small records, write packed shards; else stream. ``tfr-hooks measure`` prints it (``--json`` for scripts).
+else, for small records, write packed shards; else stream. ``tfr-hooks measure`` prints
+it (``--json`` for scripts).
 
 The rates are those of the input alone: what a loop could reach with a free model. Compare
 them with a run's ``input/examples_per_sec`` (see :mod:`tfr_hooks.input_report`).
