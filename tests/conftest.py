@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,3 +100,24 @@ def queue_batches(
     return v1.train.batch(
         example, batch_size, capacity=capacity, num_threads=1, allow_smaller_final_batch=True
     )
+
+
+@pytest.fixture
+def default_signal_handlers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Python's own SIGINT and SIGTERM handlers for the test, as in a user's script.
+
+    The signal tests check what a run does to a process whose Ctrl-C raises
+    ``KeyboardInterrupt`` and whose SIGTERM ends it; a worker process of the suite may
+    have inherited other dispositions (an ignored SIGINT). The handlers found are kept
+    in the test's ``user_properties`` and put back afterwards.
+    """
+    assert threading.current_thread() is threading.main_thread(), "signals need the main thread"
+    found = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    request.node.user_properties.append(("signal handlers found", repr(found)))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in found.items():
+            signal.signal(sig, handler)

@@ -50,6 +50,7 @@ def test_hooked_session_raises_the_users_error_after_cleanup(
     assert final.final_ops_values == 7
 
 
+@pytest.mark.usefixtures("default_signal_handlers")
 def test_hooked_session_stops_the_users_loop_on_sigint(
     graph: tf.Graph, records_100: Path, no_leaked_threads: None
 ) -> None:

@@ -33,7 +33,7 @@ v1 = tf.compat.v1
 START_TIMEOUT_S = 240  # importing TensorFlow on two slow, shared cores
 STOP_TIMEOUT_S = 30  # a graceful stop must end the process within this
 BLOCK_S = 2  # after the last step it can take, a process is blocked well within this
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("default_signal_handlers")]
 
 
 def _default_signals() -> None:
