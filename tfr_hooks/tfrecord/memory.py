@@ -47,6 +47,7 @@ __all__ = [
     "LENGTH_SAMPLE",
     "GATHER_EXAMPLES",
     "GATHER_BYTES",
+    "PARALLEL_CALLS",
     "LOAD_CHUNK",
     "Held",
     "nbytes_of",
@@ -67,7 +68,8 @@ LOAD_CHUNK = 1024
 _ALIGN = 64  # TensorFlow takes a numpy buffer without copying when it is this aligned
 _FALLBACK_BUDGET = 2 << 30
 _WAIT_SECS = 60.0
-_CALLS = max(1, min(os.cpu_count() or 1, 8))  # gathers in flight: one per core
+#: Parallel calls of the pipelines' per-batch maps: one per core, at most 8.
+PARALLEL_CALLS = max(1, min(os.cpu_count() or 1, 8))
 
 
 def default_memory_budget() -> int:
@@ -510,7 +512,7 @@ def memory_dataset(
             return batch_fn(batch) if batch_fn is not None and fused else batch
 
         gathered = slices_of(salt, bucket).map(
-            gather, num_parallel_calls=_CALLS, deterministic=True
+            gather, num_parallel_calls=PARALLEL_CALLS, deterministic=True
         )
         if map_fn is not None:  # encoded examples: decode each pass, in parallel
             if plan is not None:  # each gathered element is a whole batch of one bucket

@@ -50,6 +50,7 @@ from tfr_hooks.tfrecord.files import (
 )
 from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.memory import (
+    PARALLEL_CALLS,
     count_examples,
     default_memory_budget,
     fresh_randomness,
@@ -477,7 +478,7 @@ def _build_dataset(
     shaping: Shaping = RAGGED,
 ) -> tf.data.Dataset:
     reads = num_parallel_reads or min(len(plan.files), 4)
-    calls = tf.data.AUTOTUNE if autotune else max(1, min(os.cpu_count() or 1, 8))
+    calls = tf.data.AUTOTUNE if autotune else PARALLEL_CALLS
     if prefetch == tf.data.AUTOTUNE and not autotune:
         prefetch = 2
     codec = plan.compression
@@ -754,8 +755,7 @@ def _memory_data(
         batch_fn=pad if decode_each_batch is None else None,
     )
     if pad is not None and pad_after:
-        calls = max(1, min(os.cpu_count() or 1, 8))
-        data = data.map(pad, num_parallel_calls=calls, deterministic=True)
+        data = data.map(pad, num_parallel_calls=PARALLEL_CALLS, deterministic=True)
         if prefetch and batch_map_fn is None:
             data = data.prefetch(2)
     if batch_map_fn is not None:
@@ -777,8 +777,9 @@ def _spec_of(held: Any) -> Any:
 
 def _map_batches(data: tf.data.Dataset, batch_map_fn: Callable[..., Any]) -> tf.data.Dataset:
     """``batch_map_fn`` on every batch, its random ops drawing anew every epoch."""
-    calls = max(1, min(os.cpu_count() or 1, 8))
-    return data.map(fresh_randomness(batch_map_fn), num_parallel_calls=calls, deterministic=True)
+    return data.map(
+        fresh_randomness(batch_map_fn), num_parallel_calls=PARALLEL_CALLS, deterministic=True
+    )
 
 
 def _check_functions(map_fn: object, batch_map_fn: object) -> None:
