@@ -58,7 +58,7 @@ class Snapshot(tfr_hooks.Hook):
         self.epochs.append(epoch)
 
 
-def _session_run(logdir, *extra_hooks, with_checkpoint=True):
+def _session_run(logdir, *extra_hooks, with_checkpoint=True, leading_hooks=()):
     with tf.Graph().as_default():
         it = v1.data.make_initializable_iterator(
             tf.data.Dataset.from_tensor_slices(_arrays()).batch(BATCH)
@@ -70,7 +70,7 @@ def _session_run(logdir, *extra_hooks, with_checkpoint=True):
         loop = tfr_hooks.SessionLoop(
             model.train_op,
             {"loss": model.loss},
-            hooks=[*hooks, snap, *extra_hooks],
+            hooks=[*leading_hooks, *hooks, snap, *extra_hooks],
             initializers=[it.initializer],
             batch_size=model.batch_size,
         )
@@ -107,6 +107,27 @@ def test_session_loop_resumes_at_the_right_epoch_step_and_optimizer_state(tmp_pa
     # and training continues as if nothing happened
     _assert_same(second.at_epoch_end[5], reference.at_epoch_end[5])
     assert second.at_epoch_end[5]["global_step"] == EPOCHS * STEPS
+
+
+class FinalizeGraph(tfr_hooks.Hook):
+    """Freezes the graph once the session exists, as the queue threads' runs do in effect.
+
+    An op added after a session has run the graph races with the runs of threads started
+    in an earlier hook (the queue runners): TensorFlow then warns that ops it had run
+    were changed. A finalized graph turns that race into an error every time.
+    """
+
+    def after_create_session(self, session, coord):
+        session.graph.finalize()
+
+
+def test_the_checkpoint_adds_no_op_once_the_session_exists(tmp_path):
+    first, _, error = _session_run(tmp_path / "run", Crash(), leading_hooks=[FinalizeGraph()])
+    assert str(error) == "the machine went away"
+    second, history, error = _session_run(tmp_path / "run", leading_hooks=[FinalizeGraph()])
+    assert error is None
+    assert second.initial_epoch == 3 and len(history["loss"]) == 3
+    _assert_same(second.at_start, first.at_epoch_end[2])
 
 
 @pytest.mark.parametrize("as_path", [False, True], ids=["str", "Path"])

@@ -131,11 +131,19 @@ class EpochCheckpoint(Hook):
         self.last_saved: str | None = None
 
     def begin(self) -> None:
-        """Reset the run's state."""
+        """Reset the run's state and build the saver in the run's (default) graph.
+
+        The saver is built here, before the session exists, as a stock
+        ``CheckpointSaverHook`` builds its own: once a session runs the graph (the queue
+        threads start in an earlier hook's ``after_create_session``), adding ops to it
+        races with those runs, and TensorFlow warns that the ops it had already seen were
+        changed after it ran them.
+        """
         self._session = None
         self._counter = 0
         self.restored_from = None
         self.last_saved = None
+        self._saver_for(tf.compat.v1.get_default_graph())
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Restore the latest checkpoint, if any, and move ``loop.initial_epoch`` there."""
