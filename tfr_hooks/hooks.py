@@ -112,12 +112,21 @@ class LoopState:
             trains under (``None`` in graph mode), for hooks that need it without a
             model (:class:`~tfr_hooks.PreemptionCheckpoint` with ``objects``). Kept
             across runs.
+        resumes_mid_epoch: Whether a run that starts with ``initial_step`` set continues
+            that epoch's data exactly at its next batch (the loop replays the earlier
+            passes of a seeded shuffle and skips the batches already trained on), so a
+            checkpoint hook may record a position inside an epoch. A
+            :class:`~tfr_hooks.SessionLoop` sets it when its ``data`` is a
+            ``read_batches(pipeline="dataset")`` pipeline (streamed, packed or in memory)
+            and the data decides the epochs (no ``steps_per_epoch``); ``False`` otherwise
+            (a queue pipeline's order is not reproducible). Kept across runs.
     """
 
     def __init__(self) -> None:
         self.reset()
         self.is_chief: bool | None = None
         self.strategy: Any = None
+        self.resumes_mid_epoch = False
 
     def reset(
         self,

@@ -5,15 +5,29 @@ model's weights, the optimizer's slots and iteration count, a global step) at th
 every epoch, and at the start of a run restores the latest one it finds in ``log_dir`` and
 moves ``loop.initial_epoch`` so the loop continues where the last run stopped.
 
-The epoch to resume at is part of the checkpoint's name, ``ckpt-epoch<E>-<N>`` (``E`` the
-epoch to start at, ``N`` a save counter kept across runs), so the name that TensorFlow's
-``checkpoint`` state file points to says everything; there is no second file that could
-disagree with it. An epoch cut short by a stop request (Ctrl-C, ``StopOnSignal``) is saved
-as well, with ``E`` the interrupted epoch: the resumed run repeats that epoch in full,
-from the weights it had reached. (An epoch counts as complete when it ran the number of
-steps known at its start; when that number is not known yet, when no stop was requested
-before this hook's ``epoch_end``: put the hook before hooks that stop training from their
-own ``epoch_end``, such as ``KerasCallbacks`` with ``EarlyStopping``.)
+The position to resume at is part of the checkpoint's name, ``ckpt-epoch<E>-<N>`` (``E``
+the epoch to start at, ``N`` a save counter kept across runs), or
+``ckpt-epoch<E>-step<S>-<N>`` inside an epoch (``S`` steps of epoch ``E`` already run), so
+the name that TensorFlow's ``checkpoint`` state file points to says everything; there is
+no second file that could disagree with it. An epoch cut short by a stop request (Ctrl-C,
+SIGTERM through ``StopOnSignal``) is saved as well, and so is every ``save_steps``-th step
+when asked:
+
+* where the loop resumes mid-epoch exactly (``loop.resumes_mid_epoch``: a
+  :class:`~tfr_hooks.SessionLoop` on a ``read_batches(pipeline="dataset")`` pipeline,
+  streamed, packed or in memory, without ``steps_per_epoch``), at the step reached: the
+  resumed run starts the epoch's data in the same order (replaying the earlier passes of a
+  seeded shuffle), skips the ``S`` batches already trained on and runs the rest, so that
+  with a seed every example is seen once per epoch and the weights end as an
+  uninterrupted run's;
+* elsewhere (a queue pipeline, whose order no run can repeat; data the loop was not
+  given; ``steps_per_epoch``), with ``E`` the interrupted epoch: the resumed run repeats
+  that epoch in full, from the weights it had reached.
+
+(An epoch counts as complete when it ran the number of steps known at its start; when
+that number is not known yet, when no stop was requested before this hook's
+``epoch_end``: put the hook before hooks that stop training from their own ``epoch_end``,
+such as ``KerasCallbacks`` with ``EarlyStopping``.)
 
 Crash safety relies on TensorFlow's own atomic writes, which ``tests/test_signals.py``
 checks by SIGKILLing a process in the middle of a save: the data and index files are
@@ -33,17 +47,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.checks import check_bool, check_positive_int
+from tfr_hooks.checks import check_bool, check_optional_positive_int, check_positive_int
 from tfr_hooks.hooks import Hook
 from tfr_hooks.tfrecord import sharding
 
-__all__ = ["EpochCheckpoint", "CHECKPOINT_PREFIX", "resume_epoch_of"]
+__all__ = ["EpochCheckpoint", "CHECKPOINT_PREFIX", "resume_epoch_of", "resume_position_of"]
 
 logger = logging.getLogger(__name__)
 
 #: The file name prefix of the checkpoints :class:`EpochCheckpoint` writes.
 CHECKPOINT_PREFIX = "ckpt-epoch"
-_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)-(\d+)$")
+_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)(?:-step(\d+))?-(\d+)$")
 
 
 def resume_epoch_of(path: str) -> tuple[int, int]:
@@ -58,22 +72,48 @@ def resume_epoch_of(path: str) -> tuple[int, int]:
     Raises:
         ValueError: If ``path`` is not named like :class:`EpochCheckpoint`'s checkpoints.
     """
+    epoch, _, counter = resume_position_of(path)
+    return epoch, counter
+
+
+def resume_position_of(path: str) -> tuple[int, int, int]:
+    """The epoch and step to resume at and the save counter encoded in a checkpoint path.
+
+    Args:
+        path: A checkpoint prefix written by :class:`EpochCheckpoint`.
+
+    Returns:
+        ``(epoch, step, counter)``: ``step`` is the number of steps of ``epoch`` already
+        run (0 for a checkpoint of an epoch's end).
+
+    Raises:
+        ValueError: If ``path`` is not named like :class:`EpochCheckpoint`'s checkpoints.
+
+    Examples:
+        >>> resume_position_of("runs/1/ckpt-epoch2-step5-7")
+        (2, 5, 7)
+        >>> resume_position_of("runs/1/ckpt-epoch3-8")
+        (3, 0, 8)
+    """
     match = _NAME.search(os.path.basename(os.fspath(path)))
     if match is None:
         raise ValueError(
-            f"Expected a checkpoint named '{CHECKPOINT_PREFIX}<epoch>-<n>' (written by "
+            f"Expected a checkpoint named '{CHECKPOINT_PREFIX}<epoch>-<n>' or "
+            f"'{CHECKPOINT_PREFIX}<epoch>-step<step>-<n>' (written by "
             f"tfr_hooks.EpochCheckpoint). Received: path={path!r}"
         )
-    return int(match.group(1)), int(match.group(2))
+    return int(match.group(1)), int(match.group(2) or 0), int(match.group(3))
 
 
 class EpochCheckpoint(Hook):
-    """Save all variables at each epoch end; restore the latest and resume at its epoch.
+    """Save all variables at each epoch end; restore the latest and resume where it was.
 
     Put it in a :class:`~tfr_hooks.SessionLoop`'s hooks and call ``loop.run(epochs=N)``
-    again with the same ``log_dir`` after a crash or a Ctrl-C: the run restores the
-    weights, optimizer state and global step, starts at the right epoch and ends after
-    epoch ``N - 1`` as asked. ``log_dir`` holding no checkpoint starts from scratch.
+    again with the same ``log_dir`` after a crash, a Ctrl-C or a SIGTERM: the run restores
+    the weights, optimizer state and global step, starts at the right epoch (and, on a
+    ``read_batches(pipeline="dataset")`` pipeline, at the right step of it, with the data
+    at the next batch: see the module's docstring) and ends after epoch ``N - 1`` as
+    asked. ``log_dir`` holding no checkpoint starts from scratch.
 
     Args:
         log_dir: The directory of the checkpoints (created when needed), absolute or
@@ -82,6 +122,11 @@ class EpochCheckpoint(Hook):
         restore: Whether to restore the latest checkpoint when a run starts.
         var_list: The variables to save (default: all global variables, with the
             optimizer's slots and the global step).
+        save_steps: Also save after every this many steps of an epoch, at the data's
+            position where the loop resumes mid-epoch (``loop.resumes_mid_epoch``), so a
+            process killed without warning (SIGKILL, a lost machine) loses at most that
+            many steps; ``None`` (the default) saves at epoch ends and on a stop only.
+            Elsewhere those saves are skipped: a resumed run would repeat the epoch.
 
     Attributes:
         restored_from: The checkpoint restored at the start of the last run, or ``None``.
@@ -89,8 +134,9 @@ class EpochCheckpoint(Hook):
 
     Raises:
         TypeError: If ``log_dir`` is not a path.
-        ValueError: If ``max_to_keep`` is not a positive integer; when a run starts, if
-            the latest checkpoint in ``log_dir`` does not match the graph's variables.
+        ValueError: If ``max_to_keep`` or ``save_steps`` is not a positive integer; when
+            a run starts, if the latest checkpoint in ``log_dir`` does not match the
+            graph's variables.
         FileNotFoundError: When a run starts, if the ``checkpoint`` state file in
             ``log_dir`` names a latest checkpoint whose files are missing.
 
@@ -111,6 +157,7 @@ class EpochCheckpoint(Hook):
         max_to_keep: int = 3,
         restore: bool = True,
         var_list: Any = None,
+        save_steps: int | None = None,
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir):
             raise TypeError(
@@ -118,15 +165,18 @@ class EpochCheckpoint(Hook):
             )
         check_positive_int(max_to_keep, "max_to_keep")
         check_bool(restore, "restore")
+        check_optional_positive_int(save_steps, "save_steps")
         self.log_dir = os.fspath(log_dir)
         self.max_to_keep = max_to_keep
         self.restore = restore
         self.var_list = var_list
+        self.save_steps = save_steps
         self._graph: Any = None
         self._saver: Any = None
         self._session: Any = None
         self._counter = 0
         self._steps_known: int | None = None
+        self._saved_at = -1  # the epoch step of the last save_steps save
         self.restored_from: str | None = None
         self.last_saved: str | None = None
 
@@ -146,7 +196,12 @@ class EpochCheckpoint(Hook):
         self._saver_for(tf.compat.v1.get_default_graph())
 
     def after_create_session(self, session: Any, coord: Any) -> None:
-        """Restore the latest checkpoint, if any, and move ``loop.initial_epoch`` there."""
+        """Restore the latest checkpoint, if any, and move the loop's start there.
+
+        ``loop.initial_epoch`` becomes the checkpoint's epoch, and ``loop.initial_step``
+        its step when the loop resumes mid-epoch (``loop.resumes_mid_epoch``); a
+        mid-epoch checkpoint restored where it does not repeats its epoch in full.
+        """
         self._session = session
         saver = self._saver_for(session.graph)
         state = tf.train.get_checkpoint_state(self.log_dir)
@@ -155,7 +210,7 @@ class EpochCheckpoint(Hook):
             return
         # get_checkpoint_state has already joined a relative path to log_dir
         path = self._located(state.model_checkpoint_path)
-        epoch, counter = resume_epoch_of(path)
+        epoch, step, counter = resume_position_of(path)
         self._counter = counter + 1  # names are never reused, even without restoring
         if not self.restore:
             return
@@ -181,29 +236,73 @@ class EpochCheckpoint(Hook):
         )
         self.restored_from = path
         loop = self.loop
-        if epoch > loop.initial_epoch:
+        if epoch > loop.initial_epoch or (epoch == loop.initial_epoch and step):
             loop.initial_epoch = epoch
-        logger.info("Restored %s: resuming at epoch %d.", path, loop.initial_epoch)
+            if step and loop.resumes_mid_epoch:
+                loop.initial_step = step
+            elif step:
+                logger.warning(
+                    "%s was saved at step %d of epoch %d, but this loop cannot resume "
+                    "its data there (a queue pipeline, data it was not given, or "
+                    "steps_per_epoch): epoch %d runs again in full.",
+                    path,
+                    step,
+                    epoch,
+                    epoch,
+                )
+        logger.info(
+            "Restored %s: resuming at epoch %d, step %d.",
+            path,
+            loop.initial_epoch,
+            loop.initial_step,
+        )
 
     def epoch_begin(self, epoch: int) -> None:
         """Note the epoch's length, if known before it runs."""
-        self._steps_known = self.loop.steps_per_epoch
+        loop = self.loop
+        self._steps_known = loop.steps_per_epoch
+        # a resumed epoch starts at the step of the checkpoint it was restored from
+        self._saved_at = loop.initial_step if epoch == loop.initial_epoch else -1
+
+    def before_run(self, run_context: Any) -> None:
+        """Every ``save_steps`` steps into an epoch, save its position before the next."""
+        loop = self.loop
+        steps = loop.epoch_steps
+        if (
+            self.save_steps is not None
+            and loop.resumes_mid_epoch
+            and steps > 0
+            and steps % self.save_steps == 0
+            and steps != self._saved_at
+        ):
+            self._save(f"{CHECKPOINT_PREFIX}{loop.epoch}-step{steps}")
+            self._saved_at = steps
 
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
-        """Save every variable; the name records the epoch to resume at."""
-        if self._session is None or self._saver is None:
-            return
-        told = self.loop.is_chief  # SessionLoop(is_chief=...), else the strategy/TF_CONFIG
-        if not (told if told is not None else sharding.current_task().is_chief):
-            return  # the chief saves, once
+        """Save every variable; the name records the epoch (and step) to resume at."""
         loop = self.loop
         if self._steps_known is not None:
             complete = loop.epoch_steps >= self._steps_known
         else:  # the epoch's length is unknown (or was learned from this very epoch)
             complete = not loop.stop_requested
-        resume = epoch + 1 if complete else epoch
+        if complete:
+            name = f"{CHECKPOINT_PREFIX}{epoch + 1}"
+        elif loop.resumes_mid_epoch and loop.epoch_steps:
+            name = f"{CHECKPOINT_PREFIX}{epoch}-step{loop.epoch_steps}"
+        else:
+            name = f"{CHECKPOINT_PREFIX}{epoch}"
+        self._save(name)
+        self._saved_at = -1
+
+    def _save(self, name: str) -> None:
+        """Save every variable as ``log_dir/<name>-<counter>``, on the chief only."""
+        if self._session is None or self._saver is None:
+            return
+        told = self.loop.is_chief  # SessionLoop(is_chief=...), else the strategy/TF_CONFIG
+        if not (told if told is not None else sharding.current_task().is_chief):
+            return  # the chief saves, once
         os.makedirs(self.log_dir, exist_ok=True)
-        prefix = os.path.join(self.log_dir, f"{CHECKPOINT_PREFIX}{resume}")
+        prefix = os.path.join(self.log_dir, name)
         self.last_saved = self._saver.save(
             self._session, prefix, global_step=self._counter, write_meta_graph=False
         )

@@ -242,8 +242,13 @@ class SessionLoop:
                 self.wait_for_chief_secs,
             )
         self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
+        #: what a skipped batch is pulled through: a tensor of the data's own batches
+        self._skip_tensor = data.batch_size if data is not None and not _is_queue(data) else None
+        #: the session a run used last and the passes over the data started in it
+        self._passes: tuple[Any, int] = (None, 0)
         self.loop = LoopState()
         self.loop.is_chief = is_chief
+        self.loop.resumes_mid_epoch = self._skip_tensor is not None and steps_per_epoch is None
 
     def run(
         self,
@@ -316,18 +321,23 @@ class SessionLoop:
         if self._stream is not None:
             _check_stream_epochs(self._stream, epochs, initial_epoch)
         runner = _SessionRunner(self._settings(self._validation_means(validation_data)), session)
-        with self.graph.as_default():  # hooks look things up in the default graph
-            return run_loop(
-                runner,
-                self.hooks,
-                self.loop,
-                epochs=epochs,
-                initial_epoch=initial_epoch,
-                steps_per_epoch=self.steps_per_epoch,
-                validation_freq=validation_freq,
-                validation_steps=validation_steps,
-                input_facts=self._input_facts,
-            )
+        if session is not None and self._passes[0] is session:
+            runner.passes = self._passes[1]  # the data's random ops go on in this session
+        try:
+            with self.graph.as_default():  # hooks look things up in the default graph
+                return run_loop(
+                    runner,
+                    self.hooks,
+                    self.loop,
+                    epochs=epochs,
+                    initial_epoch=initial_epoch,
+                    steps_per_epoch=self.steps_per_epoch,
+                    validation_freq=validation_freq,
+                    validation_steps=validation_steps,
+                    input_facts=self._input_facts,
+                )
+        finally:
+            self._passes = (None, 0) if runner.owns_session else (runner.session, runner.passes)
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input's files, for the verdict's remedy."""
@@ -373,6 +383,7 @@ class SessionLoop:
             cluster=self._cluster,
             pass_examples=None if self._stream is None else self._stream.num_examples,
             input_wait=self._input_wait,
+            skip_tensor=self._skip_tensor if self.steps_per_epoch is None else None,
         )
 
 
@@ -396,6 +407,10 @@ class _RunSettings:
             epochs, or ``None``.
         input_wait: The tensor of the seconds a step waits for its input (see
             :mod:`tfr_hooks.graph.input_wait`), or ``None`` when it is not measured.
+        skip_tensor: A tensor computed from each batch of the training data (its batch
+            size), run to pass over a batch without a step when a run resumes mid-epoch;
+            ``None`` when the loop cannot skip batches exactly (a queue pipeline, data
+            the loop was not given, epochs counted in steps).
     """
 
     graph: Any
@@ -411,6 +426,7 @@ class _RunSettings:
     cluster: ClusterSession | None
     pass_examples: int | None
     input_wait: Any = None
+    skip_tensor: Any = None
 
 
 class _SessionRunner:
@@ -443,6 +459,12 @@ class _SessionRunner:
             self.options = _v1.RunOptions(timeout_in_ms=int(settings.run_timeout_secs * 1000))
         self.run_args = _v1.train.SessionRunArgs(self.fetches, None, self.options)
         self.fast_run: Callable[[], Any] | None = None
+        #: passes over the training data started in this session (initializations)
+        self.passes = 0
+        #: the engine skips batches of a resumed epoch only where that is exact
+        self.skip_batches: Callable[[int], tuple[int, int]] | None = None
+        if settings.skip_tensor is not None:
+            self.skip_batches = self._skip_batches
 
     def start(self) -> None:
         settings = self.settings
@@ -462,7 +484,58 @@ class _SessionRunner:
         ops = [self.settings.means.reset]
         if restart_data:
             ops.extend(self.settings.initializers)
+            if self.pass_examples is None:
+                self.ran_out = False  # a new pass; its end is found by its OutOfRangeError
+                self.passes += 1
         self.session.run(ops)
+
+    def replay_passes(self, epoch: int) -> None:
+        """Start (and leave) a pass of the data for each epoch before ``epoch`` not run.
+
+        The graph-mode pipelines that reshuffle every pass (in memory, packed shards)
+        draw each pass's seed from a stateful random op when their iterator is
+        initialized: epoch E of a run gets the order of the session's (E+1)-th
+        initialization. A run resumed at epoch E in a new session runs the initializers
+        E times first, so that its first epoch gets its own order, as in an uninterrupted
+        run. It costs E initializations (each starts a pass and drops it: the first
+        batch a prefetch may have begun), not E epochs of input. A streamed pipeline
+        (``shuffle_buffer`` with a ``seed``) repeats its order every pass and is not
+        changed by it. A queue stream is not restarted, so nothing is replayed.
+        """
+        if self.pass_examples is not None or not self.settings.initializers:
+            return
+        missing = epoch - self.passes
+        for _ in range(missing):
+            self.session.run(self.settings.initializers)
+            self.passes += 1
+        if missing > 0:
+            logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
+
+    def _skip_batches(self, count: int) -> tuple[int, int]:
+        """Pass over the next ``count`` training batches without a step.
+
+        A run resumed mid-epoch starts the epoch's data again (after
+        :meth:`replay_passes`) and drops the batches the interrupted run trained on: the
+        same ones, as the order of the pass is the same (no shuffle, or a seeded one).
+        Each batch is pulled through the data's batch size tensor, one ``session.run``
+        each: it costs the input work of those batches (reading and parsing streamed
+        shards, a gather in memory) and a run's overhead, not their steps.
+
+        Returns:
+            The batches skipped (fewer than ``count`` if the data ran out) and their
+            examples.
+        """
+        pull = self.session.make_callable(self.settings.skip_tensor)
+        skipped = examples = 0
+        while skipped < count:
+            try:
+                examples += int(pull())
+            except tf.errors.OutOfRangeError:
+                self.ran_out = True
+                break
+            skipped += 1
+        logger.info("Skipped %d batches (%d examples) of the resumed epoch", skipped, examples)
+        return skipped, examples
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         try:
