@@ -27,9 +27,9 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tfr_hooks  # noqa: E402
-from _faults import LinearModel  # noqa: E402
-from tfr_hooks import tfrecord  # noqa: E402
+import tfr_hooks
+from _faults import LinearModel
+from tfr_hooks import tfrecord
 
 EXAMPLES, BATCH, EPOCHS, SEED = 44, 8, 3, 5  # 6 batches an epoch, the last one of 4
 STEPS = -(-EXAMPLES // BATCH)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -67,6 +68,10 @@ def _per_epoch(steps: list[tuple[int, int, list[int]]]) -> dict[int, list[list[i
     return epochs
 
 
+def _flat(batches: Any) -> list[int]:
+    return [i for batch in batches for i in batch]
+
+
 def _assert_bitwise(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> None:
     assert sorted(ours) == sorted(theirs)
     for name in ours:
@@ -80,7 +85,7 @@ def test_a_stop_mid_epoch_resumes_at_the_next_batch_with_every_example_once(
     ref = _reference(reference, data, pipeline)
     ref_epochs = _per_epoch(ref["steps"])
     for epoch in range(EPOCHS):  # the data is shuffled: the check below means something
-        assert sorted(sum(ref_epochs[epoch], [])) == list(range(EXAMPLES))
+        assert sorted(_flat(ref_epochs[epoch])) == list(range(EXAMPLES))
     assert ref_epochs[0] != ref_epochs[1] or pipeline == "stream"  # a new order each pass
     logdir = str(tmp_path / "ckpt")
 
@@ -95,7 +100,7 @@ def test_a_stop_mid_epoch_resumes_at_the_next_batch_with_every_example_once(
     assert first["steps"] + second["steps"] == ref["steps"]
     consumed = _per_epoch(first["steps"] + second["steps"])
     for epoch in range(EPOCHS):
-        assert sorted(sum(consumed[epoch], [])) == list(range(EXAMPLES)), epoch
+        assert sorted(_flat(consumed[epoch])) == list(range(EXAMPLES)), epoch
     # the resumed epoch has its full steps and examples, and the run its epochs
     assert second["epoch_counts"] == {1: (STEPS, EXAMPLES), 2: (STEPS, EXAMPLES)}
     assert len(second["history"]["loss"]) == 2
@@ -157,3 +162,165 @@ def test_checkpoint_names_give_their_position():
         resume_position_of("model-3")
     with pytest.raises(ValueError, match="save_steps"):
         tfr_hooks.EpochCheckpoint("runs", save_steps=0)
+
+
+# -- real processes: SIGTERM mid-epoch, SIGKILL after the last save ---------------------
+
+
+def _default_signals() -> None:
+    """The default SIGINT/SIGTERM dispositions (a background suite may ignore SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class Child:
+    """A ``_graph_resume_child.py`` process; every wait is bounded."""
+
+    def __init__(self, tmp_path: Path, name: str, *args: str) -> None:
+        self.out = tmp_path / f"{name}.jsonl"  # the steps it ran, and its result
+        self.stderr = tmp_path / f"{name}.stderr"
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, str(CHILD), "--out", str(self.out), *args]
+        with open(self.stderr, "wb") as stderr:
+            self.popen = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, preexec_fn=_default_signals
+            )
+        self.lines: list[str] = []
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        """The first stdout line starting with ``prefix``; fails after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        buffer = b""
+        fd = self.popen.stdout.fileno()
+        while True:
+            for line in self.lines:
+                if line.startswith(prefix):
+                    return line
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {prefix!r} line in {timeout} s\n{self.tail()}")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise AssertionError(f"exited before {prefix!r}\n{self.tail()}")
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                self.lines.extend(line.decode() for line in complete)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout} s\n{self.tail()}") from None
+
+    def tail(self) -> str:
+        return (
+            "stdout: "
+            + "\n".join(self.lines[-10:])
+            + "\nstderr: "
+            + self.stderr.read_text(errors="replace")[-3000:]
+        )
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=30)
+        self.popen.stdout.close()
+
+
+@pytest.fixture
+def child(tmp_path: Path):
+    """Start child processes for this test only; each is killed when the test ends."""
+    started: list[Child] = []
+
+    def _start(name: str, *args: str) -> Child:
+        started.append(Child(tmp_path, name, *args))
+        return started[-1]
+
+    try:
+        yield _start
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+def _lines(path: Path) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+    """The steps a run wrote to ``path``, and its DONE result (none if it was killed)."""
+    steps, done = [], []
+    for line in path.read_text().splitlines():
+        kind, _, payload = line.partition(" ")
+        (steps if kind == "STEP" else done).append(json.loads(payload))
+    return steps, done
+
+
+def _until(steps: list[list[Any]], epoch: int, step: int) -> list[list[Any]]:
+    """The steps up to (not including) step ``step`` of ``epoch``: what a save kept."""
+    return [s for s in steps if (s[0], s[1]) < (epoch, step)]
+
+
+def _assert_like_reference(
+    consumed: list[list[Any]], final: dict[str, Any], ref: dict[str, Any]
+) -> None:
+    assert [tuple(s) for s in consumed] == [(e, i, ids) for e, i, ids in ref["steps"]]
+    for epoch in range(EPOCHS):
+        ids = _flat(s[2] for s in consumed if s[0] == epoch)
+        assert sorted(ids) == list(range(EXAMPLES)), epoch  # each example once an epoch
+    state = {name: np.asarray(value, ref["state"][name].dtype) for name, value in final.items()}
+    _assert_bitwise(state, ref["state"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipeline", ["memory", "stream"])
+def test_a_process_sigtermed_mid_epoch_resumes_at_the_next_batch(
+    tmp_path, data, reference, child, pipeline
+):
+    ref = _reference(reference, data, pipeline)
+    data_dir = os.path.dirname(data["plain"])
+    args = ["--data", data_dir, "--pipeline", pipeline, "--logdir", str(tmp_path / "ckpt")]
+    first = child("first", *args, "--ready", "1:2", "--pace", "0.5")
+    first.wait_for("READY", START_TIMEOUT_S)  # epoch 1, step 2; the steps are now slow
+    first.popen.send_signal(signal.SIGTERM)
+    assert first.wait(STOP_TIMEOUT_S) == 0, first.tail()
+    latest = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    epoch, step, _ = resume_position_of(latest)
+    assert epoch == 1 and 2 <= step < STEPS, latest  # saved where the stop left epoch 1
+    steps, done = _lines(first.out)
+    assert (steps[-1][0], steps[-1][1]) == (1, step - 1)  # the last step it ran
+    assert sorted(done[0]["epoch_counts"]) == ["0", "1"]  # epoch 1 closed early
+
+    second = child("second", *args)
+    assert second.wait(START_TIMEOUT_S) == 0, second.tail()
+    resumed, done = _lines(second.out)
+    assert done[0]["initial"] == [1, step]
+    assert done[0]["epoch_counts"] == {"1": [STEPS, EXAMPLES], "2": [STEPS, EXAMPLES]}
+    _assert_like_reference(steps + resumed, done[0]["state"], ref)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipeline", ["packed", "memory"])
+def test_a_process_sigkilled_after_its_last_save_resumes_from_it(
+    tmp_path, data, reference, child, pipeline
+):
+    ref = _reference(reference, data, pipeline)
+    data_dir = os.path.dirname(data["plain"])
+    logdir = tmp_path / "ckpt"
+    args = ["--data", data_dir, "--pipeline", pipeline, "--logdir", str(logdir)]
+    first = child("first", *args, "--save-steps", "2", "--ready", "1:1", "--pace", "0.5")
+    first.wait_for("SAVED " + str(logdir / "ckpt-epoch1-step2-"), START_TIMEOUT_S)
+    time.sleep(0.6)  # a step after the save: work the kill loses
+    first.popen.send_signal(signal.SIGKILL)
+    assert first.wait(STOP_TIMEOUT_S) == -signal.SIGKILL, first.tail()
+    latest = tf.train.latest_checkpoint(str(logdir))
+    epoch, step, _ = resume_position_of(latest)
+    assert (epoch, step) >= (1, 2), latest
+    steps, done = _lines(first.out)
+    assert not done and (steps[-1][0], steps[-1][1]) >= (epoch, step)  # it ran past it
+
+    second = child("second", *args, "--save-steps", "2")
+    assert second.wait(START_TIMEOUT_S) == 0, second.tail()
+    resumed, done = _lines(second.out)
+    assert done[0]["initial"] == [epoch, step]
+    # the steps the kill lost are run again, on the same batches: those that count are
+    # the first run's up to its last save, then the second run's
+    _assert_like_reference(_until(steps, epoch, step) + resumed, done[0]["state"], ref)

@@ -6,16 +6,24 @@ a tensor that, fetched with them, is the seconds from the start of the ``session
 to the end of those ops (``tf.timestamp`` before and after): the time the step could
 not go on for want of its batch. Fetching it costs two timestamp ops a step, not the
 tracing ``RunMetadata`` would.
+
+Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow refuses to run a
+timestamp op ("Timestamp cannot be called when determinism is enabled"), which would
+fail every step: the wait is then not measured (no input verdict is logged).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["INPUT_OP_TYPES", "input_ops", "input_wait"]
+__all__ = ["INPUT_OP_TYPES", "input_ops", "input_wait", "op_determinism_enabled"]
+
+logger = logging.getLogger(__name__)
 
 #: The op types a step's batch comes out of.
 INPUT_OP_TYPES = frozenset(
@@ -68,8 +76,12 @@ def input_wait(fetches: Iterable[Any]) -> Any:
 
     Returns:
         The tensor, or ``None`` when ``fetches`` depend on no input op (data fed, or
-        constants): the wait is then not measured.
+        constants), or when op determinism is enabled (timestamps are refused then):
+        the wait is then not measured.
     """
+    if op_determinism_enabled():
+        logger.info("Op determinism is enabled: the steps' input wait is not measured.")
+        return None
     # the outputs through new Identity ops: a control dependency on an op marks it, and
     # marking an op a session has run already draws a warning from TensorFlow
     outputs = [op.outputs[0] for op in input_ops(fetches) if op.outputs]
@@ -80,3 +92,16 @@ def input_wait(fetches: Iterable[Any]) -> Any:
         with tf.control_dependencies([tf.identity(t) for t in outputs]):
             ready = tf.timestamp()
         return tf.maximum(ready - start, tf.constant(0.0, tf.float64))
+
+
+def op_determinism_enabled() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism()`` is in effect.
+
+    TensorFlow has no public getter; its own ``is_op_determinism_enabled`` is used where
+    it exists, else the ``TF_DETERMINISTIC_OPS`` variable that also turns it on.
+    """
+    try:
+        from tensorflow.python.framework.config import is_op_determinism_enabled
+    except ImportError:  # moved in another TensorFlow: the variable is the fallback
+        return os.environ.get("TF_DETERMINISTIC_OPS", "").lower() in ("1", "true")
+    return bool(is_op_determinism_enabled())
