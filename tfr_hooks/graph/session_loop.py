@@ -273,7 +273,11 @@ class SessionLoop:
             validation_freq: Validate after every this many epochs, counted as
                 ``model.fit`` counts it (after epochs ``validation_freq - 1``,
                 ``2 * validation_freq - 1``, ...).
-            initial_epoch: The epoch to start at (when resuming).
+            initial_epoch: The epoch to start at (when resuming). Without
+                ``steps_per_epoch``, a session that has not yet started that many passes
+                over the data first starts them (running the initializers), so that a
+                seeded shuffle that reshuffles each pass (in memory, packed shards) gives
+                the epoch the order it has in an uninterrupted run.
             session: A ``tf.compat.v1.Session`` on the train op's graph to use (for
                 example the ``tf_keras`` backend session); the loop then initializes only
                 variables that are not yet initialized and leaves the session open.
