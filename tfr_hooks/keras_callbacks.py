@@ -414,9 +414,8 @@ class KerasCallbacks(Hook):
             done = batch + 1 if batch > 0 else 0
             known = loop.steps_per_epoch
             optimizer = getattr(self.model, "optimizer", None)
-            first_batch = known and optimizer is not None and batch == 0
-            if first_batch and int(optimizer.iterations.numpy()) == epoch * known + 1:
-                done = 1
+            if batch == 0 and known is not None and optimizer is not None:
+                done = int(int(optimizer.iterations.numpy()) == epoch * known + 1)
             if done > loop.initial_step:
                 logger.info(
                     "Resuming at epoch %d, step %d from a batch-level Keras backup",
