@@ -19,6 +19,8 @@ import pytest
 
 from helpers import keras_classifier
 
+pytestmark = pytest.mark.slow  # six runs of 39 steps: too long for the fast run
+
 N, BATCH, EPOCHS, SAVE_FREQ = 200, 16, 3, 4
 STEPS = -(-N // BATCH)  # 13 a pass
 
