@@ -17,6 +17,10 @@ Modes:
 * ``step DATA``: a ``step_fn`` whose logs show which examples each replica read.
 * ``order DATA OUT``: a shuffled ``step_fn`` run with ``PreemptionCheckpoint`` that notes
   the examples of every step of this worker (``TERM_...`` as in ``keras`` mode).
+* ``cardinality DATA``: for each pipeline (streamed ``stream*`` files, packed ``packed*``
+  files, in memory) and ``drop_remainder``, the dataset's ``cardinality()``, the
+  ``loop.steps_per_epoch`` hooks see at each epoch's start, and the steps and examples
+  each epoch ran.
 """
 
 from __future__ import annotations
@@ -242,6 +246,60 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     return {"seen": seen, "steps": int(counter.numpy())}
 
 
+class _EpochWatch:
+    """A hook noting, per epoch, the steps known at its start and those it ran."""
+
+    @staticmethod
+    def make() -> Any:
+        from tfr_hooks import Hook
+
+        class _Watch(Hook):
+            def __init__(self) -> None:
+                self.seen: list[dict[str, Any]] = []
+
+            def epoch_begin(self, epoch: int) -> None:
+                self.seen.append({"known": self.loop.steps_per_epoch})
+
+            def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+                self.seen[-1].update(steps=self.loop.epoch_steps, examples=self.loop.epoch_examples)
+
+        return _Watch()
+
+
+def cardinality_mode(data: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    strategy = _strategy(tf)
+    from tfr_hooks import FunctionLoop, tfrecord
+
+    names = sorted(os.listdir(data))
+    result: dict[str, Any] = {}
+    for pipeline in ("stream", "packed", "memory"):
+        prefix = "packed" if pipeline == "packed" else "stream"
+        files = [os.path.join(data, n) for n in names if n.startswith(prefix)]
+        for drop in (False, True):
+            train = tfrecord.dataset(
+                files,
+                GLOBAL_BATCH,
+                shuffle_buffer=32,
+                seed=5,
+                drop_remainder=drop,
+                in_memory=pipeline == "memory",
+            )
+            watch = _EpochWatch.make()
+
+            def step_fn(batch: dict[str, Any]) -> dict[str, Any]:
+                return {"n": tf.cast(tf.shape(batch["id"])[0], tf.float64)}
+
+            loop = FunctionLoop(train, step_fn=step_fn, hooks=[watch], strategy=strategy)
+            loop.run(epochs=2)
+            result[f"{pipeline} drop={drop}"] = {
+                "cardinality": int(train.cardinality()),
+                "epochs": watch.seen,
+            }
+    return result
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -258,6 +316,8 @@ def main(argv: list[str]) -> None:
         result = step_mode(argv[1], argv[2:])
     elif mode == "order":
         result = order_mode(argv[1], argv[2])
+    elif mode == "cardinality":
+        result = cardinality_mode(argv[1])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     sys.stdout.flush()

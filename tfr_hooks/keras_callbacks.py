@@ -21,6 +21,7 @@ Keras that built the model (``tf_keras.callbacks`` or ``keras.callbacks``).
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -241,8 +242,11 @@ class KerasCallbacks(Hook):
         self.model.stop_training = False
         self._began = True
         self._call("on_train_begin", {})
+        # what the backups restored say, read before the other workers' paths move
+        positions = self._backup_positions()
         self._writing.after_train_begin(self._active, self._keras)
         self._pick_up_initial_epoch()
+        self._pick_up_initial_step(positions)
 
     def epoch_begin(self, epoch: int) -> None:
         """``on_epoch_begin(epoch, {})``."""
@@ -362,6 +366,64 @@ class KerasCallbacks(Hook):
         if restored is not None and int(restored) > loop.initial_epoch:
             logger.info("Resuming at epoch %d from a Keras backup", int(restored))
             loop.initial_epoch = int(restored)
+
+    def _backup_positions(self) -> list[tuple[Any, int, int]]:
+        """``(callback, epoch, batch)`` from each Keras 3 ``BackupAndRestore``'s metadata.
+
+        ``batch`` is the index of the last batch trained before a batch-level save
+        (``save_freq=N``), 0 in a save at an epoch's end (which names the next epoch).
+        """
+        found: list[tuple[Any, int, int]] = []
+        if self.flavor != "keras" or self.graph_mode:
+            return found
+        for callback in self._active:
+            if not isinstance(callback, self._keras.callbacks.BackupAndRestore):
+                continue
+            path = getattr(callback, "_training_metadata_path", None)
+            if not path or not tf.io.gfile.exists(path):
+                continue
+            try:
+                with tf.io.gfile.GFile(path, "r") as f:
+                    metadata = json.loads(f.read())
+                found.append((callback, int(metadata["epoch"]), int(metadata.get("batch", 0))))
+            except (ValueError, KeyError, TypeError) as error:
+                logger.warning("Could not read the Keras backup metadata %s: %s", path, error)
+        return found
+
+    def _pick_up_initial_step(self, positions: list[tuple[Any, int, int]]) -> None:
+        """Resume mid-epoch where a batch-level ``BackupAndRestore`` save was taken.
+
+        Keras records the last batch of a batch-level save (``save_freq=N``) but
+        ``fit`` restarts that epoch from its first batch (keras-team/keras#19179), so
+        that its first batches are trained twice. Here the loop resumes at the next
+        batch instead, as after a :class:`~tfr_hooks.PreemptionCheckpoint`: it skips
+        the batches trained before the save and runs the epoch to its end.
+
+        An epoch-end save and a save after an epoch's first batch both record batch 0;
+        the optimizer's step count tells them apart when the steps of an epoch are
+        known up front (``loop.steps_per_epoch``), else batch 0 is taken as the epoch's
+        start.
+        """
+        loop = self.loop
+        for callback, epoch, batch in positions:
+            # Keras counts the epoch of its batch-level saves from its own epoch ends: a
+            # resumed callback would write epoch 0 until its first one
+            callback._current_epoch = epoch
+            if epoch != loop.initial_epoch:
+                continue
+            done = batch + 1 if batch > 0 else 0
+            known = loop.steps_per_epoch
+            optimizer = getattr(self.model, "optimizer", None)
+            if batch == 0 and known is not None and optimizer is not None:
+                done = int(int(optimizer.iterations.numpy()) == epoch * known + 1)
+            if done > loop.initial_step:
+                logger.info(
+                    "Resuming at epoch %d, step %d from a batch-level Keras backup",
+                    epoch,
+                    done,
+                )
+                loop.initial_step = done
+            callback._last_batch_seen = max(done - 1, 0)
 
 
 def _refuse_graph_incompatible(callbacks: Sequence[Any], keras: Any) -> None:

@@ -210,7 +210,8 @@ class PreemptionCheckpoint(Hook):
         # directory instead when there is none to restore, or only one older than the
         # start another hook (BackupAndRestore) has already restored
         saved = self._saved_position()
-        fresh = saved is not None and saved[0] >= self.loop.initial_epoch
+        start = (self.loop.initial_epoch, self.loop.initial_step)
+        fresh = saved is not None and saved >= start
         scratch = None if fresh else tempfile.mkdtemp(prefix="tfr_hooks_preemption_read_")
         reader = self._manager
         if scratch is not None:
@@ -226,10 +227,10 @@ class PreemptionCheckpoint(Hook):
         if saved is not None and not fresh:
             logger.info(
                 "The preemption checkpoint in %s (epoch %d, step %d) is older than epoch "
-                "%d, where another hook restored this run: not restored.",
+                "%d, step %d, where another hook restored this run: not restored.",
                 self.log_dir,
                 *saved,
-                self.loop.initial_epoch,
+                *start,
             )
         if fresh:
             epoch, step = (int(v) for v in self._position.numpy())

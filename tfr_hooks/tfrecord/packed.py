@@ -455,11 +455,18 @@ def packed_dataset(
     if num_epochs != 1:
         blocks = blocks.repeat(num_epochs)
     windows = blocks.batch(window)
-    if shuffle_buffer:
-        if tf.executing_eagerly():
-            salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-        else:
-            salts = tf.data.Dataset.random(seed=seed).map(lambda s: s + seed_value)
+    if shuffle_buffer and tf.executing_eagerly():
+        # the window's permutation is drawn from its blocks (in their shuffled order) and
+        # the seed: no second source beside the files, which TensorFlow's file sharding
+        # (MultiWorkerMirroredStrategy) could not split ("Did not find a shardable source")
+        base = 0 if seed is None else int(seed)
+
+        def unpack_window(serialized: Any) -> dict[str, Any]:
+            return unpack(schema, serialized, per_record, order_seed=_window_salt(serialized, base))
+
+        examples = windows.map(unpack_window, num_parallel_calls=2, deterministic=deterministic)
+    elif shuffle_buffer:
+        salts = tf.data.Dataset.random(seed=seed).map(lambda s: s + seed_value)
 
         def unpack_shuffled(serialized: Any, salt: Any) -> dict[str, Any]:
             return unpack(schema, serialized, per_record, order_seed=salt)
@@ -477,3 +484,10 @@ def packed_dataset(
     if prefetch:
         batches = batches.prefetch(prefetch)
     return batches
+
+
+def _window_salt(serialized: Any, seed: int) -> Any:
+    """An ``int64`` seed for a window's permutation: its blocks' fingerprints, in order."""
+    prints = tf.fingerprint(tf.reshape(tf.fingerprint(serialized), [1, -1]))
+    salt = tf.bitcast(prints, tf.int64)[0]
+    return tf.bitwise.bitwise_xor(salt, tf.constant(seed, tf.int64))

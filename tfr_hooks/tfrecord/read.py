@@ -388,7 +388,10 @@ def dataset(
     Returns:
         The dataset of batches. When the number of examples is known (every file is
         listed in a ``schema.json``, or the data is in memory) and ``num_epochs`` is
-        set, its ``cardinality()`` is exact.
+        set, its ``cardinality()`` is exact: the steps a pass makes, also when several
+        workers split it by file (then more than the global batches of the data, as
+        each worker's share may end in a partial batch; see
+        :func:`tfr_hooks.tfrecord.sharding.file_sharded_steps`).
 
     Raises:
         NoFilesError: If no file matches, or a file is missing.
@@ -458,7 +461,16 @@ def dataset(
         autotune=autotune,
         shaping=shaping,
     )
-    return sharding.shard_dataset(built, shard, len(plan.files), task)
+    return sharding.shard_dataset(
+        built,
+        shard,
+        len(plan.files),
+        task,
+        file_examples=plan.counts,
+        batch_size=batch_size,
+        drop_remainder=drop_remainder,
+        num_epochs=num_epochs,
+    )
 
 
 def _build_dataset(

@@ -9,7 +9,8 @@ benchmark's parent) can pick ports without paying for TensorFlow's import:
 * :func:`shard_dataset`: the sharding policy of :func:`tfr_hooks.tfrecord.dataset`: by
   file when there are at least as many files as workers, by data otherwise.
 * :func:`distributed_steps`: how many global steps one pass over such a dataset makes under
-  a multi-worker strategy, when that is known before the pass.
+  a multi-worker strategy, when that is known before the pass; :func:`file_sharded_steps`
+  counts them for a split by file, from each file's examples.
 * :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
   ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
 
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,7 @@ __all__ = [
     "shared_seed",
     "shard_dataset",
     "distributed_steps",
+    "file_sharded_steps",
     "loopback_cluster",
 ]
 
@@ -174,7 +177,15 @@ def shared_seed(seed: int | None, shuffle_buffer: int, task: TaskInfo | None = N
 
 
 def shard_dataset(
-    dataset: tf.data.Dataset, shard: str, num_files: int, task: TaskInfo | None = None
+    dataset: tf.data.Dataset,
+    shard: str,
+    num_files: int,
+    task: TaskInfo | None = None,
+    *,
+    file_examples: Sequence[int | None] | None = None,
+    batch_size: int | None = None,
+    drop_remainder: bool = False,
+    num_epochs: int | None = 1,
 ) -> tf.data.Dataset:
     """Set how a multi-worker strategy splits a TFRecord dataset among its workers.
 
@@ -184,11 +195,25 @@ def shard_dataset(
     ``"data"`` on data, ``"off"`` leaves the splitting to you. Either way every example
     is read once per epoch by exactly one worker.
 
+    Sharded by file on several workers, a pass makes more steps than the dataset has
+    global batches as soon as a worker's share ends in a partial batch (see
+    :func:`file_sharded_steps`). When ``file_examples`` gives every file's examples and
+    the dataset's cardinality is known, the returned dataset's ``cardinality()`` is then
+    the steps a pass makes under the strategy, and :func:`distributed_steps` tells the
+    loop so. Such a dataset is meant for the strategy: iterated on its own, outside
+    ``strategy.experimental_distribute_dataset``, it raises at its end, where it holds
+    fewer batches than it says.
+
     Args:
         dataset: The dataset of batches.
         shard: One of :data:`SHARD_POLICIES`.
         num_files: How many files the dataset reads.
         task: The task of this process (by default :func:`current_task`).
+        file_examples: The examples of each file, in the dataset's file order
+            (``None`` for a file whose count is unknown).
+        batch_size: The global batch size the dataset batches with.
+        drop_remainder: Whether the dataset drops each pass's final partial batch.
+        num_epochs: Passes over the files the dataset makes (``None``: forever).
 
     Returns:
         The dataset with its ``experimental_distribute.auto_shard_policy`` set.
@@ -227,7 +252,69 @@ def shard_dataset(
         )
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = policy
-    return dataset.with_options(options)
+    dataset = dataset.with_options(options)
+    steps = None
+    if policy == policies.FILE and workers > 1 and int(dataset.cardinality()) >= 0:
+        steps = file_sharded_steps(
+            file_examples, workers, batch_size, drop_remainder=drop_remainder, num_epochs=num_epochs
+        )
+    if steps is None:
+        return dataset
+    # TensorFlow's file-sharding rewrite leaves each worker's shard its own length (the
+    # assertion does not bind there); the cardinality shown is the steps of a pass
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
+    setattr(dataset, _STEPS_ATTRIBUTE, steps)
+    return dataset
+
+
+#: The attribute :func:`shard_dataset` marks a file-sharded dataset's pass length with.
+_STEPS_ATTRIBUTE = "_tfr_hooks_distributed_steps"
+
+
+def file_sharded_steps(
+    file_examples: Sequence[int | None] | None,
+    num_workers: int,
+    batch_size: int | None,
+    *,
+    drop_remainder: bool = False,
+    num_epochs: int | None = 1,
+) -> int | None:
+    """The global steps a pass makes when ``num_workers`` workers shard files by file.
+
+    TensorFlow's file sharding gives worker ``w`` the files ``w``, ``w + W``, ``w + 2W``,
+    ... of the dataset's file list (before any shuffle of the files); each worker batches
+    its own examples in batches of the global size, and the strategy splits each such
+    batch into one piece per replica of the cluster, a step taking one piece per
+    replica (an empty one from a worker whose data ran out). So a pass makes
+    ``W * max over workers of ceil(n_w / batch_size)`` steps (``floor`` with
+    ``drop_remainder``), with ``n_w`` the examples of worker ``w``'s files (times
+    ``num_epochs``): 2 workers with 2,000 examples each, global batch 32: 2 x 63 = 126,
+    while the data holds 125 global batches.
+
+    Args:
+        file_examples: The examples of each file, in the dataset's file order.
+        num_workers: The workers of the cluster.
+        batch_size: The global batch size.
+        drop_remainder: Whether each worker drops its final partial batch.
+        num_epochs: Passes over the files in one pass over the dataset.
+
+    Returns:
+        The steps, or ``None`` when a count, the batch size or the passes are unknown.
+    """
+    if not file_examples or batch_size is None or num_epochs is None or num_workers < 1:
+        return None
+    counts = list(file_examples)
+    if any(count is None for count in counts):
+        return None
+    shares = [
+        sum(int(c) for c in counts[worker::num_workers] if c is not None) * num_epochs
+        for worker in range(num_workers)
+    ]
+    if drop_remainder:
+        batches = max(share // batch_size for share in shares)
+    else:
+        batches = max(-(-share // batch_size) for share in shares)
+    return num_workers * batches
 
 
 def distributed_steps(dataset: tf.data.Dataset, num_workers: int) -> int | None:
@@ -240,10 +327,11 @@ def distributed_steps(dataset: tf.data.Dataset, num_workers: int) -> int | None:
     ``"off"`` (every worker reads everything) ``num_workers`` times as many; with the
     data split by *file*, each worker batches its own files, so the pass makes
     ``num_workers`` steps for every batch of the worker with the most: one more step than
-    ``cardinality()`` as soon as a worker's share ends in a partial batch (2 workers, 2
-    files of 2,000 examples, global batch 32: 126 steps, not 125). That count needs each
-    file's number of examples, which the dataset does not carry: ``None`` then, and the
-    loop learns the length from the first pass.
+    the data's global batches as soon as a worker's share ends in a partial batch (2
+    workers, 2 files of 2,000 examples, global batch 32: 126 steps, not 125). That count
+    needs each file's number of examples: a dataset :func:`shard_dataset` made with
+    them reports it as its ``cardinality()``; for any other, ``None``, and the loop
+    learns the length from the first pass.
 
     Args:
         dataset: The dataset of global batches, with its ``auto_shard_policy``.
@@ -265,7 +353,12 @@ def distributed_steps(dataset: tf.data.Dataset, num_workers: int) -> int | None:
         return cardinality
     if policy == policies.OFF:
         return cardinality * num_workers
-    return None  # by file (or AUTO, which tries files first): the shares decide
+    # by file (or AUTO, which tries files first): the shares decide, which only a
+    # dataset shard_dataset made for this cluster knows (its cardinality is the steps)
+    marked = getattr(dataset, _STEPS_ATTRIBUTE, None)
+    if policy == policies.FILE and marked == cardinality:
+        return cardinality
+    return None
 
 
 def loopback_cluster(num_workers: int) -> list[str]:

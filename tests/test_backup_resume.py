@@ -1,0 +1,114 @@
+"""Keras' ``BackupAndRestore(save_freq=N)`` through ``FunctionLoop`` resumes at the next batch.
+
+Keras records the last batch of a batch-level backup but ``fit`` starts that epoch again
+from its first batch (keras-team/keras#19179). Through ``KerasCallbacks`` the loop resumes
+at the batch after the backup instead, as after a ``PreemptionCheckpoint``: a run that
+fails in the middle of an epoch and is started again (a new model, a new dataset, as a
+new process would make them) ends with the steps, the examples (each once an epoch, by
+their ``id``) and the weights of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from helpers import keras_classifier
+
+pytestmark = pytest.mark.slow  # six runs of 39 steps: too long for the fast run
+
+N, BATCH, EPOCHS, SAVE_FREQ = 200, 16, 3, 4
+STEPS = -(-N // BATCH)  # 13 a pass
+
+
+def _write(root: Path) -> Path:
+    from tfr_hooks import tfrecord
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N, 4)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64)
+    tfrecord.write({"id": np.arange(N), "x": x, "y": y}, root, shards=2)
+    return root
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def _run(data: Path, backup: Path, pipeline: str, crash_at: tuple[int, int] | None) -> Any:
+    import keras
+    import tensorflow as tf
+
+    from tfr_hooks import FunctionLoop, Hook, KerasCallbacks, tfrecord
+
+    # first: it sets the global seed, which the dataset's seeded shuffle also uses
+    model = keras_classifier(lr=0.1, momentum=0.9)
+    train = tfrecord.dataset(
+        data,
+        BATCH,
+        shuffle_buffer=64,
+        seed=3,
+        as_tuple=("x", "y", "id"),
+        in_memory=pipeline == "memory",
+    )
+    model.jit_compile = False  # the step notes its ids through a py_function
+    seen: list[tuple[int, int, list[int]]] = []  # (epoch, step index, ids) of trained batches
+    state: list[Any] = []
+
+    def note(ids: Any) -> Any:
+        loop = state[0]
+        seen.append((loop.epoch, loop.epoch_steps, ids.numpy().tolist()))
+        return np.int64(0)
+
+    train_step = model.train_step
+
+    def recording_step(batch: Any) -> Any:
+        x, y, ids = batch
+        done = tf.py_function(note, [ids], tf.int64)
+        with tf.control_dependencies([done]):
+            return train_step((x, y))
+
+    model.train_step = recording_step
+
+    class Crash(Hook):
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            if crash_at == (self.loop.epoch, self.loop.epoch_steps):
+                raise _Crash("the machine went away")
+
+    backup_cb = keras.callbacks.BackupAndRestore(str(backup), save_freq=SAVE_FREQ)
+    loop = FunctionLoop(train, model=model, hooks=[KerasCallbacks([backup_cb], model), Crash()])
+    state.append(loop.loop)
+    with contextlib.suppress(_Crash):
+        loop.run(epochs=EPOCHS)
+    return seen, model, loop
+
+
+@pytest.mark.parametrize("pipeline", ["stream", "memory"])
+def test_batch_level_backup_resumes_at_the_next_batch(tmp_path: Path, pipeline: str) -> None:
+    data = _write(tmp_path / "data")
+    ref_seen, ref_model, _ = _run(data, tmp_path / "ref", pipeline, None)
+    assert len(ref_seen) == EPOCHS * STEPS
+
+    # fails after step 9 of epoch 1; the last backup (every 4 steps, counted over the
+    # run: after steps 16, 20 of 39) was taken after epoch 1's step 7 (index 6)
+    first, _, _ = _run(data, tmp_path / "run", pipeline, (1, 9))
+    assert (tmp_path / "run" / "training_metadata.json").exists()
+    backed_up = (STEPS + 9) // SAVE_FREQ * SAVE_FREQ - STEPS
+    assert backed_up == 7
+    second, model, _ = _run(data, tmp_path / "run", pipeline, None)
+
+    # the second run starts at epoch 1's eighth batch and trains on the rest
+    assert (second[0][0], second[0][1]) == (1, backed_up)
+    assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS
+    kept = [s for s in first if (s[0], s[1]) < (1, backed_up)]  # trained before the backup
+    assert kept + second == ref_seen  # the same batches, in the same order
+    for epoch in range(EPOCHS):
+        ids = sorted(i for e, _, batch in kept + second if e == epoch for i in batch)
+        assert ids == list(range(N)), epoch
+    for ours, theirs in zip(model.get_weights(), ref_model.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)  # bitwise
+    assert not (tmp_path / "run").exists()  # the run completed: Keras removed its backup
