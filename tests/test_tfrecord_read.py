@@ -9,9 +9,23 @@ import tensorflow as tf
 from tfr_hooks import tfrecord
 
 try:
-    from _tfrecord_data import image_label_arrays, new_session, run_graph_batches
+    from _tfrecord_data import (
+        example,
+        image_label_arrays,
+        int64_feature,
+        new_session,
+        run_graph_batches,
+        write_records,
+    )
 except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import image_label_arrays, new_session, run_graph_batches
+    from tests._tfrecord_data import (
+        example,
+        image_label_arrays,
+        int64_feature,
+        new_session,
+        run_graph_batches,
+        write_records,
+    )
 
 N = 1000
 BATCH = 128
@@ -94,6 +108,34 @@ def test_graph_mode_dataset_pipeline_one_epoch_per_initialization(shards):
                 assert sorted(sizes, reverse=True) == [BATCH] * 7 + [104]
                 labels = np.concatenate([labels for _, labels in results])
                 assert sorted(labels.tolist()) == list(range(N))
+
+
+def _streamed_graph_orders(files: list[str], epochs: int) -> list[list[int]]:
+    """The ids of each of ``epochs`` passes of a seeded streamed graph pipeline, in a new graph."""
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(files, 16, shuffle_buffer=32, seed=3)
+        assert not batches.in_memory
+        with new_session() as session:
+            return [
+                np.concatenate(
+                    run_graph_batches(session, batches.tensors["id"], batches.initializers)
+                ).tolist()
+                for _ in range(epochs)
+            ]
+
+
+def test_graph_mode_streamed_pipeline_reshuffles_each_pass_reproducibly(tmp_path):
+    # plain TFRecord files without a schema.json: the streamed tf.data pipeline
+    files = [
+        write_records(
+            tmp_path / f"ids-{k}.tfrecord", [example(id=int64_feature([i])) for i in part]
+        )
+        for k, part in enumerate((range(0, 60), range(60, 100)))
+    ]
+    orders = _streamed_graph_orders(files, 3)
+    assert all(sorted(order) == list(range(100)) for order in orders)
+    assert orders[0] != orders[1] and orders[1] != orders[2]  # a new order each pass
+    assert _streamed_graph_orders(files, 3) == orders  # the same sequence in a new graph
 
 
 def test_graph_mode_queue_pipeline_reads_num_epochs(shards):

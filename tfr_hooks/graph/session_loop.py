@@ -276,8 +276,8 @@ class SessionLoop:
             initial_epoch: The epoch to start at (when resuming). Without
                 ``steps_per_epoch``, a session that has not yet started that many passes
                 over the data first starts them (running the initializers), so that a
-                seeded shuffle that reshuffles each pass (in memory, packed shards) gives
-                the epoch the order it has in an uninterrupted run.
+                seeded shuffle that reshuffles each pass (streamed, packed shards, in
+                memory) gives the epoch the order it has in an uninterrupted run.
             session: A ``tf.compat.v1.Session`` on the train op's graph to use (for
                 example the ``tf_keras`` backend session); the loop then initializes only
                 variables that are not yet initialized and leaves the session open.
@@ -496,15 +496,15 @@ class _SessionRunner:
     def replay_passes(self, epoch: int) -> None:
         """Start (and leave) a pass of the data for each epoch before ``epoch`` not run.
 
-        The graph-mode pipelines that reshuffle every pass (in memory, packed shards)
-        draw each pass's seed from a stateful random op when their iterator is
-        initialized: epoch E of a run gets the order of the session's (E+1)-th
-        initialization. A run resumed at epoch E in a new session runs the initializers
-        E times first, so that its first epoch gets its own order, as in an uninterrupted
-        run. It costs E initializations (each starts a pass and drops it: the first
-        batch a prefetch may have begun), not E epochs of input. A streamed pipeline
-        (``shuffle_buffer`` with a ``seed``) repeats its order every pass and is not
-        changed by it. A queue stream is not restarted, so nothing is replayed.
+        The graph-mode ``read_batches(pipeline="dataset")`` pipelines (streamed, packed
+        shards, in memory) reshuffle every pass: they draw each pass's seed from a
+        stateful random op when their iterator is initialized, so epoch E of a run gets
+        the order of the session's (E+1)-th initialization. A run resumed at epoch E in a
+        new session runs the initializers E times first, so that its first epoch gets its
+        own order, as in an uninterrupted run. It costs E initializations (each starts a
+        pass and drops it: the first batch a prefetch may have begun, a shuffle buffer's
+        fill when streamed), not E epochs of input. Unshuffled data is not changed by it.
+        A queue stream is not restarted, so nothing is replayed.
         """
         if self.pass_examples is not None or not self.settings.initializers:
             return

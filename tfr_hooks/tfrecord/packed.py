@@ -51,6 +51,7 @@ __all__ = [
     "check_block",
     "packed_dataset",
     "pass_seed",
+    "record_passes",
     "WINDOW_EXAMPLES",
     "LENGTHS",
     "lengths_name",
@@ -404,6 +405,55 @@ def pass_seed(seed: int | None) -> Any:
     return tf.random.uniform([], maxval=tf.int64.max, dtype=tf.int64, seed=seed)
 
 
+def record_passes(
+    files: list[str],
+    compression: str,
+    *,
+    reads: int,
+    deterministic: bool,
+    buffer: int,
+    seed: int | None,
+    num_epochs: int | None,
+) -> tuple[tf.data.Dataset, Any]:
+    """The records of ``files`` for ``num_epochs`` passes, shuffled anew every pass.
+
+    With ``buffer > 0`` the files are shuffled, then the records in a buffer of
+    ``buffer``, both seeded by :func:`pass_seed`: eagerly, every new iterator reshuffles
+    (``tf.data``'s own reshuffling); in graph mode, every initialization of the iterator
+    draws the next seed of a sequence fixed by ``seed``, so each pass gets its own order,
+    the same in a new graph built the same way. The streamed and packed pipelines read
+    through it.
+
+    Args:
+        files: The shards.
+        compression: Their compression.
+        reads: Files read at once.
+        deterministic: Whether parallel reads keep a fixed order.
+        buffer: Records (blocks, for packed shards) in the shuffle buffer; 0 keeps the
+            stored order.
+        seed: Seed of the shuffles.
+        num_epochs: Passes; ``None`` repeats forever.
+
+    Returns:
+        The records, and the seed of the pass (``None`` unshuffled) for the shuffles
+        that follow.
+    """
+    seed_value = pass_seed(seed) if buffer else None
+    records = record_stream(
+        files,
+        compression,
+        reads=reads,
+        deterministic=deterministic,
+        shuffle_files=bool(buffer),
+        seed=seed_value,
+    )
+    if buffer:
+        records = records.shuffle(buffer, seed=seed_value)
+    if num_epochs != 1:
+        records = records.repeat(num_epochs)
+    return records, seed_value
+
+
 def packed_dataset(
     files: list[str],
     compression: str,
@@ -441,19 +491,15 @@ def packed_dataset(
     """
     window_examples = shuffle_buffer or max(batch_size, WINDOW_EXAMPLES)
     window = max(1, math.ceil(window_examples / per_record))
-    seed_value = pass_seed(seed) if shuffle_buffer else None
-    blocks = record_stream(
+    blocks, seed_value = record_passes(
         files,
         compression,
         reads=num_parallel_reads,
         deterministic=deterministic,
-        shuffle_files=bool(shuffle_buffer),
-        seed=seed_value,
+        buffer=max(2 * window, 16) if shuffle_buffer else 0,
+        seed=seed,
+        num_epochs=num_epochs,
     )
-    if shuffle_buffer:
-        blocks = blocks.shuffle(max(2 * window, 16), seed=seed_value)
-    if num_epochs != 1:
-        blocks = blocks.repeat(num_epochs)
     windows = blocks.batch(window)
     if shuffle_buffer and tf.executing_eagerly():
         # the window's permutation is drawn from its blocks (in their shuffled order) and

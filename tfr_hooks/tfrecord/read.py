@@ -45,7 +45,6 @@ from tfr_hooks.tfrecord.files import (
     check_framing,
     detect_compression,
     first_record,
-    record_stream,
     resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import infer_schema
@@ -60,7 +59,7 @@ from tfr_hooks.tfrecord.memory import (
     memory_dataset,
     records_nbytes,
 )
-from tfr_hooks.tfrecord.packed import check_block, packed_dataset
+from tfr_hooks.tfrecord.packed import check_block, packed_dataset, record_passes
 from tfr_hooks.tfrecord.ragged import (
     PadTo,
     RaggedArray,
@@ -307,8 +306,9 @@ def dataset(
         schema: A :class:`~tfr_hooks.tfrecord.Schema`, the path of a ``schema.json``, or
             ``None`` to use the stored sidecar or infer the schema from the records.
         shuffle_buffer: Examples in the shuffle buffer; 0 does not shuffle. When
-            shuffling, the order of the files is shuffled too.
-        seed: Seed for the shuffles.
+            shuffling, the order of the files is shuffled too, and every pass (every
+            new iterator; in graph mode, every initialization of one) gets a new order.
+        seed: Seed for the shuffles: the sequence of the passes' orders.
         deterministic: Whether parallel reads and parsing keep a fixed order.
         num_parallel_reads: Files read at once; ``None`` for ``min(files, 4)``.
         drop_remainder: Whether to drop the final, smaller batch (the batch dimension is
@@ -556,19 +556,21 @@ def _stream_batches(
     num_epochs: int | None,
     drop_remainder: bool,
 ) -> tf.data.Dataset:
-    """Batches parsed from shards of one example a record."""
-    records = record_stream(
+    """Batches parsed from shards of one example a record.
+
+    Shuffled, each pass gets its own order, in graph mode too (a seed drawn anew at every
+    initialization, as for packed shards and in memory: see
+    :func:`~tfr_hooks.tfrecord.packed.record_passes`), reproducibly given ``seed``.
+    """
+    records, _ = record_passes(
         plan.files,
         plan.compression,
         reads=reads,
         deterministic=deterministic,
-        shuffle_files=bool(shuffle_buffer),
+        buffer=shuffle_buffer,
         seed=seed,
+        num_epochs=num_epochs,
     )
-    if shuffle_buffer:
-        records = records.shuffle(shuffle_buffer, seed=seed)
-    if num_epochs != 1:
-        records = records.repeat(num_epochs)
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
     return batches.map(
         plan.schema.parse_batch, num_parallel_calls=calls, deterministic=deterministic
@@ -837,7 +839,9 @@ def read_batches(
     * ``pipeline="dataset"``: an initializable iterator over the pipeline
       :func:`dataset` builds; ``Batches.initializers`` holds its initializer, to run at
       each epoch start. One initialization reads ``num_epochs`` passes, then
-      ``OutOfRangeError`` (never with ``num_epochs=None``).
+      ``OutOfRangeError`` (never with ``num_epochs=None``). With ``shuffle_buffer``,
+      every pass has its own order (each initialization draws the next seed of a
+      sequence that ``seed`` fixes), the same sequence in a new graph built alike.
     * ``pipeline="dataset", in_memory=True``: every shard is read and decoded once,
       here; batches are gathered from memory (:mod:`tfr_hooks.tfrecord.memory`) through
       an initializable iterator as above. Each initialization reads ``num_epochs``
@@ -865,11 +869,12 @@ def read_batches(
         pipeline: ``"dataset"`` (``tf.data``) or ``"queue"`` (queue runners).
         shuffle_buffer: Examples to shuffle among; 0 (the default) keeps the stored
             order. For ``"dataset"``, the ``tf.data`` shuffle buffer as in
-            :func:`dataset` (the order of the files is shuffled too); in memory, any
+            :func:`dataset` (the order of the files is shuffled too; every pass, every
+            initialization, reshuffles); in memory, any
             value above 0 gives each pass a fresh permutation of all the examples; for
             ``"queue"``, the ``min_after_dequeue`` of ``shuffle_batch_join`` (and the
             file names are shuffled).
-        seed: Seed for the shuffles.
+        seed: Seed for the shuffles: the sequence of the passes' orders.
         num_parallel_reads: Files read at once; ``None`` for ``min(files, 4)`` as in
             :func:`dataset`. For ``"queue"`` it is the number of reader threads (one
             ``TFRecordReader`` each, taking the next file name from the queue);
