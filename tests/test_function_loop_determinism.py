@@ -82,3 +82,25 @@ def test_sigterm_and_sigkill_resumes_end_bitwise_equal_to_an_uninterrupted_run(
     for ours, theirs in zip(weights(result), weights(reference), strict=True):
         assert np.array_equal(ours, theirs)  # bitwise
     assert not (out / "preemption").exists() and not (out / "backup").exists()
+
+
+@pytest.mark.slow
+def test_a_kill_after_a_preemption_into_a_new_epoch_resumes_from_the_newer_backup(
+    tmp_path: Path,
+) -> None:
+    # the preemption saves at epoch 1's start, while the last periodic save is of epoch
+    # 0; the resumed attempt's periodic saves must name epoch 1 (Keras' callback learns
+    # its epoch from its own epoch ends), else the kill's restart goes back to the older
+    # preemption checkpoint and trains epoch 1's first steps a third time
+    data = write_data(tmp_path / "data", "memory")
+    (ref_attempt,) = run_attempts(data, tmp_path / "ref", "memory", [])
+    reference = ref_attempt.workers[0].result()
+    out = tmp_path / "run"
+    attempts = run_attempts(data, out, "memory", ["TERM:0:6:0", "KILL:1:4:0"])
+    starts = [tuple(seen(out, 0, attempt)[0][:2]) for attempt in (1, 2)]
+    assert starts[0] in ((1, 0), (1, 1)), starts
+    assert starts[1] == (1, 3), starts  # after the save of the attempt's third step
+    result = attempts[-1].workers[0].result()
+    assert stitched(out, 0, len(attempts)) == stitched(tmp_path / "ref", 0, 1)
+    for ours, theirs in zip(weights(result), weights(reference), strict=True):
+        assert np.array_equal(ours, theirs)  # bitwise

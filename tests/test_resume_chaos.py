@@ -9,8 +9,8 @@ other stops with an error; the next start resumes from the last periodic save), 
 chief and to the non-chief, starting the run again after each. It must end with the
 optimizer steps, the batches of every task (the same ones in the same order, every
 example once an epoch, by its id) and the weights, bitwise, of an uninterrupted run:
-in memory on two ``MultiWorkerMirroredStrategy`` workers (loopback, through the fork
-server), streamed on two workers and in one process.
+streamed on two ``MultiWorkerMirroredStrategy`` workers (loopback, through the fork
+server; each worker skips in its own files) and in memory in one process.
 
 The seed is ``CHAOS_SEED`` (default 20) and every failure names it and the plan drawn
 from it: ``CHAOS_SEED=<seed> pytest tests/test_resume_chaos.py`` replays it.
@@ -19,6 +19,7 @@ from it: ``CHAOS_SEED=<seed> pytest tests/test_resume_chaos.py`` replays it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 from collections.abc import Iterator
@@ -44,7 +45,7 @@ def plan(rng: random.Random, workers: int) -> list[str]:
     total = EPOCHS * STEPS
     while True:
         points = sorted(rng.sample(range(1, total - 1), 3))
-        if all(b - a >= GAP for a, b in zip(points, points[1:], strict=False)):
+        if all(b - a >= GAP for a, b in itertools.pairwise(points)):
             break
     kinds = ["TERM", "KILL", rng.choice(["TERM", "KILL"])]
     rng.shuffle(kinds)
