@@ -67,7 +67,7 @@ def replayable(case: str, stops: list[str]) -> Iterator[None]:
         ) from error
 
 
-@pytest.mark.parametrize(("pipeline", "workers"), [("memory", 2), ("stream", 2), ("stream", 0)])
+@pytest.mark.parametrize(("pipeline", "workers"), [("stream", 2), ("memory", 0)])
 def test_seeded_interruptions_end_equal_to_an_uninterrupted_run(
     tmp_path: Path, pipeline: str, workers: int
 ) -> None:
