@@ -29,6 +29,10 @@ What is measured, and what is not:
   last step: hooks' time included, the validation pass not.
 * The run's first execution (tracing, graph optimization, the pipeline's warm-up) is
   left out of the first epoch's figures when that epoch has more than one.
+* Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow refuses to run
+  the timestamp ops ("Timestamp cannot be called when determinism is enabled"): neither
+  loop measures the wait then (:func:`op_determinism_enabled` tells), so a
+  deterministic run gets no wait share and no verdict.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ __all__ = [
     "remedy",
     "verdict",
     "facts_of_files",
+    "op_determinism_enabled",
 ]
 
 logger = logging.getLogger(__name__)
@@ -350,3 +355,16 @@ class EpochClock:
         if self._skip and self._after[0] and self._first_end is not None:
             start, (steps, examples, wait) = self._first_end, self._after
         return InputStats(epoch, int(steps), int(examples), float(wait), self._end - start)
+
+
+def op_determinism_enabled() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism()`` is in effect.
+
+    TensorFlow has no public getter; its own ``is_op_determinism_enabled`` is used where
+    it exists, else the ``TF_DETERMINISTIC_OPS`` variable that also turns it on.
+    """
+    try:
+        from tensorflow.python.framework.config import is_op_determinism_enabled
+    except ImportError:  # moved in another TensorFlow: the variable is the fallback
+        return os.environ.get("TF_DETERMINISTIC_OPS", "").lower() in ("1", "true")
+    return bool(is_op_determinism_enabled())

@@ -249,7 +249,18 @@ class KerasCallbacks(Hook):
         self._pick_up_initial_step(positions)
 
     def epoch_begin(self, epoch: int) -> None:
-        """``on_epoch_begin(epoch, {})``."""
+        """``on_epoch_begin(epoch, {})``.
+
+        A Keras 3 ``BackupAndRestore`` learns the epoch of its batch-level saves from
+        its own epoch ends only: in a run another hook resumed at a later epoch than its
+        backup (a ``PreemptionCheckpoint``), it would write the backup's epoch until the
+        next epoch end, and a start from that save would go back further than needed.
+        It is told the epoch here.
+        """
+        if self.flavor == "keras" and not self.graph_mode:
+            for callback in self._active:
+                if isinstance(callback, self._keras.callbacks.BackupAndRestore):
+                    callback._current_epoch = epoch
         self._call("on_epoch_begin", epoch, {})
 
     def before_run(self, run_context: Any) -> None:

@@ -9,19 +9,21 @@ tracing ``RunMetadata`` would.
 
 Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow refuses to run a
 timestamp op ("Timestamp cannot be called when determinism is enabled"), which would
-fail every step: the wait is then not measured (no input verdict is logged).
+fail every step: the wait is then not measured (no input verdict is logged), as in
+``FunctionLoop`` (both ask :func:`tfr_hooks.input_report.op_determinism_enabled`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["INPUT_OP_TYPES", "input_ops", "input_wait", "op_determinism_enabled"]
+from tfr_hooks.input_report import op_determinism_enabled
+
+__all__ = ["INPUT_OP_TYPES", "input_ops", "input_wait"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,16 +94,3 @@ def input_wait(fetches: Iterable[Any]) -> Any:
         with tf.control_dependencies([tf.identity(t) for t in outputs]):
             ready = tf.timestamp()
         return tf.maximum(ready - start, tf.constant(0.0, tf.float64))
-
-
-def op_determinism_enabled() -> bool:
-    """Whether ``tf.config.experimental.enable_op_determinism()`` is in effect.
-
-    TensorFlow has no public getter; its own ``is_op_determinism_enabled`` is used where
-    it exists, else the ``TF_DETERMINISTIC_OPS`` variable that also turns it on.
-    """
-    try:
-        from tensorflow.python.framework.config import is_op_determinism_enabled
-    except ImportError:  # moved in another TensorFlow: the variable is the fallback
-        return os.environ.get("TF_DETERMINISTIC_OPS", "").lower() in ("1", "true")
-    return bool(is_op_determinism_enabled())

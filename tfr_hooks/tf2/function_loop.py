@@ -25,7 +25,7 @@ import tensorflow as tf
 from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
 from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
-from tfr_hooks.input_report import InputFacts
+from tfr_hooks.input_report import InputFacts, op_determinism_enabled
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.tf2 import distribute
 from tfr_hooks.tfrecord.sharding import distributed_steps, is_multi_worker
@@ -295,7 +295,9 @@ class _Executor:
     the next one ahead with ``more`` (whether it holds a batch). ``wait`` is the seconds
     the steps waited for their batches: after each step, the time until the batch
     fetched ahead arrived (the fetch may overlap the step; only what is left after it
-    counts), measured with ``tf.timestamp`` inside the function. ``first(iterator) ->
+    counts), measured with ``tf.timestamp`` inside the function; under op determinism,
+    which refuses timestamps, it is not measured (``measures_wait`` is ``False`` and
+    ``wait`` is 0). ``first(iterator) ->
     (pending, more)`` fetches the first batch ahead.
 
     With a Keras model, ``logs`` are the step's returned metric results (means over the
@@ -306,6 +308,19 @@ class _Executor:
     def __init__(self, fn: Callable[[Any], Any], strategy: Any, model: Any = None) -> None:
         keras_step = model is not None  # a Keras model's train_step/test_step
         self.keras_step = keras_step
+        # TensorFlow refuses tf.timestamp under enable_op_determinism(): no wait then
+        measures_wait = not op_determinism_enabled()
+        self.measures_wait = measures_wait
+        if not measures_wait:
+            logger.info("Op determinism is enabled: the steps' input wait is not measured.")
+
+        def time_after(tensor: Any) -> Any:
+            return _time_after(tensor) if measures_wait else None
+
+        def wait_since(done: Any, pending: Any) -> Any:
+            if not measures_wait:
+                return tf.constant(0.0, tf.float64)
+            return _wait_since(done, pending)
 
         def replica_step(batch: Any) -> Any:
             outputs = fn(batch)
@@ -356,23 +371,23 @@ class _Executor:
         def execute(iterator: Any, pending: Any, limit: Any) -> Any:
             logs, size = one_step_fn(pending.get_value())
             examples = tf.cast(size, tf.int64)
-            done = _time_after(size)
+            done = time_after(size)
             pending = iterator.get_next_as_optional()
-            wait = _wait_since(done, pending)
+            wait = wait_since(done, pending)
 
             def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
                 return tf.logical_and(steps < limit, pending.has_value())
 
             def body(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
                 new_logs, size = one_step_fn(pending.get_value())
-                done = _time_after(size)
+                done = time_after(size)
                 pending = iterator.get_next_as_optional()
                 return (
                     steps + 1,
                     examples + tf.cast(size, tf.int64),
                     accumulate(logs, new_logs),
                     pending,
-                    wait + _wait_since(done, pending),
+                    wait + wait_since(done, pending),
                 )
 
             steps, examples, logs, pending, wait = tf.while_loop(
@@ -544,7 +559,7 @@ class _FunctionRunner:
         keras = self.model is not None
         values = dict(sorted(logs.items())) if keras else self.means.add(*logs)
         result = StepResult(int(steps), int(examples), values, exhausted=not self.more)
-        result.input_wait = float(wait)
+        result.input_wait = float(wait) if executor.measures_wait else None
         return result
 
     def finish(self) -> None:
