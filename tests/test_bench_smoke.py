@@ -192,3 +192,38 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     assert ("img", "img_input_memory / img_input_hand_cached") in names
     assert ("txt", "txt_input_memory_bucketed / txt_input_bucketed") in names
     assert all(t.model in ("img", "txt") for t in targets)  # not the digits targets
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_resume_cost_bench_measures_both_loops_on_every_pipeline(tmp_path: Path) -> None:
+    # bench/skip_cost.py, which the README's and docs/distributed.md's resume costs link
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(BENCH.parent), env.get("PYTHONPATH", "")) if p
+    )
+    out = tmp_path / "resume_cost.md"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "skip_cost.py"),
+            "--examples=1280",
+            "--batch=64",
+            "--repeats=1",
+            f"--out={out}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if "Loop |" in line]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (loop, pipeline)
+        for pipeline in ("stream", "packed", "memory")
+        for loop in ("FunctionLoop", "SessionLoop")
+    ]
+    for row in rows:
+        assert float(row[2]) > 0  # seconds per 1,000 skipped batches, measured
+    assert all(float(r[5]) > 0 for r in rows if r[0].strip() == "SessionLoop")  # the replay
