@@ -493,3 +493,47 @@ def test_keras_tensorboard_callback_gets_the_input_scalars_in_session_loop(
     # the v1 callback writes one run, the log_dir itself; the input run sits in it
     assert "epoch_loss" in runs["."] and runs["input"] == set(HISTORY_KEYS)
     assert_input_run(tmp_path, history, epochs=3)
+
+
+# --- measure_input=False: nothing measured, nothing reported ------------------------------
+
+
+def test_function_loop_without_measure_input_reports_nothing(
+    small_data: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ds = tfrecord.dataset(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+    model = keras_classifier()
+    board = keras.callbacks.TensorBoard(str(tmp_path / "tb"))
+    hooks = [KerasCallbacks([board], model), TensorBoardLogger(tmp_path / "ours")]
+    loop = FunctionLoop(ds, model=model, hooks=hooks, measure_input=False)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        history = loop.run(epochs=2)
+    assert set(history) == {"loss", "accuracy"} and loop.loop.input_stats is None
+    assert verdicts(caplog) == []
+    assert "input" not in tensorboard_runs(tmp_path / "tb")
+    assert not set(HISTORY_KEYS) & tensorboard_runs(tmp_path / "ours")["train"]
+
+
+def test_session_loop_without_measure_input_reports_nothing(
+    graph: tf.Graph, small_data: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batches = tfrecord.read_batches(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+    model = GraphModel(batches, (8, 2))
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        loop, history = model.run(epochs=2, measure_input=False)
+    assert set(history) == {"loss"} and loop.loop.input_stats is None
+    assert verdicts(caplog) == []
+    assert not [op for op in graph.get_operations() if op.type == "Timestamp"]
+
+
+@pytest.mark.parametrize("make", ["function", "session"])
+def test_measure_input_must_be_a_bool(make: str, small_data: Path) -> None:
+    wording = r"Expected `measure_input` to be a bool. Received: measure_input="
+    with pytest.raises(TypeError, match=wording):
+        if make == "function":
+            ds = tfrecord.dataset(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+            FunctionLoop(ds, model=keras_classifier(), measure_input="no")  # type: ignore[arg-type]
+        else:
+            with tf.Graph().as_default():
+                batches = tfrecord.read_batches(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+                GraphModel(batches, (2,)).run(epochs=1, measure_input=1)
