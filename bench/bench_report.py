@@ -45,6 +45,7 @@ class Row:
     config: str
     description: str
     runs: list[float] = field(default_factory=list)  # examples/second of each repeat
+    by_round: list[float | None] = field(default_factory=list)  # the same, None if failed
     rss_mb: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)  # CPU microseconds per example
     hook_share: list[float] = field(default_factory=list)  # share of time inside callbacks
@@ -159,6 +160,7 @@ def summarize(
             key = (name, "-" if name in MODEL_FREE else model)
             row = Row(name, description)
             for run in results.get(key, []):
+                row.by_round.append(float(run["examples_per_sec"]) if run.get("ok") else None)
                 if run.get("ok"):
                     row.runs.append(float(run["examples_per_sec"]))
                     row.rss_mb.append(float(run["rss_mb"]))
@@ -572,6 +574,7 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             f">= {t.threshold:.2f} | {met} |"
         )
     lines += _multi_worker_lines(tables)
+    lines += _input_cost_lines(tables)
     ran = meta.get("configs", DESCRIPTIONS)
     suites = {kind_of(name) is None for name in ran}  # True: digits, False: real
     missing = [n for n in DESCRIPTIONS if n not in ran and (kind_of(n) is None) in suites]
@@ -639,6 +642,48 @@ def _multi_worker_lines(tables: Sequence[ModelTable]) -> list[str]:
         "| model | no strategy ex/s | 1 worker ex/s | 2 workers ex/s | 2 / 1 workers "
         "| 1 worker / no strategy |",
         "|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
+
+
+def _input_cost_lines(tables: Sequence[ModelTable]) -> list[str]:
+    """Each measured/unmeasured pair: the ratio of medians, of the rounds, of CPU time."""
+    rows = []
+    for t in tables:
+        for unmeasured, measured in UNMEASURED.items():
+            on, off = t.get(measured), t.get(unmeasured)
+            if on is None or off is None or on.median is None or off.median is None:
+                continue
+            rounds = [
+                a / b
+                for a, b in zip(on.by_round, off.by_round, strict=False)
+                if a is not None and b
+            ]
+            paired = statistics.median(rounds) if rounds else None
+            cpu_on, cpu_off = on.cpu_us_per_example, off.cpu_us_per_example
+            cpu = None if cpu_on is None or not cpu_off else cpu_off / cpu_on
+            spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else "n/a"
+            rows.append(
+                f"| {t.model} | `{measured}` | {_num(on.median / off.median, '{:.3f}')} | "
+                f"{_num(paired, '{:.3f}')} ({spread}) | {_num(cpu, '{:.3f}')} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "## The input measurement's cost",
+        "",
+        "Each row with the measurement (`measure_input=True`, the default) against the same "
+        "row without it (`_unmeasured`): the ratio of the two medians (the target: >= 0.99 "
+        "is a cost of at most 1%), the median of the ratios of the runs of the same round "
+        "(each pair ran one after the other, which cancels slower drift of the machine; "
+        "their min-max), and the ratio of CPU time per example (unmeasured / measured), "
+        "which other load disturbs less. Above 1: the measured row was faster, which is "
+        "noise.",
+        "",
+        "| model | row | ex/s: ratio of medians | ex/s: median of the rounds' ratios "
+        "| CPU us/ex: unmeasured / measured |",
+        "|---|---|---:|---:|---:|",
         *rows,
     ]
 
