@@ -10,8 +10,12 @@ their epochs run in turn (every other round in reverse order). A hook notes the 
 each step's end, so an epoch's step time leaves out the run's start and end. It prints,
 per loop, the median step time of each and the median of the rounds' ratios.
 
+``--model tiny`` (one ``Dense(10)`` layer) makes the step short, so that the
+measurement's absolute cost (microseconds a step) stands out of the machine's noise; a
+real model's step only dilutes it.
+
 Run:
-    python bench/profile_input_wait.py [--rounds 15] [--steps 200] [--model mlp]
+    python bench/profile_input_wait.py [--rounds 15] [--steps 192] [--model mlp]
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="epochs of each loop, in turn")
     parser.add_argument("--steps", type=int, default=200, help="steps an epoch")
-    parser.add_argument("--model", default="mlp", choices=("mlp", "cnn"))
+    parser.add_argument("--model", default="mlp", choices=("mlp", "cnn", "tiny"))
     parser.add_argument("--examples", type=int, default=8192, help="examples in the data")
     args = parser.parse_args(argv)
 
@@ -44,6 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     import tfr_hooks
 
     w.quiet()
+    if args.model == "tiny":  # the benchmark's models' head alone: one Dense(10) layer
+        layers = w._layers
+
+        def tiny(keras_module: Any, model: str, inputs: Any) -> Any:
+            if model != "tiny":
+                return layers(keras_module, model, inputs)
+            scaled = keras_module.layers.Rescaling(1.0 / 255)(inputs)
+            return keras_module.layers.Dense(10)(scaled)
+
+        w._layers = tiny
 
     class StepEnds(tfr_hooks.Hook):
         """The mean seconds a step, from the first step's end to the last's."""

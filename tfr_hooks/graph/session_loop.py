@@ -104,9 +104,9 @@ class SessionLoop:
         handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
             one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it.
         measure_input: Measure, per epoch, the share of step time spent waiting for
-            input (two ``tf.timestamp`` ops in each
-            ``session.run``; see :mod:`tfr_hooks.input_report`):
-            ``loop.input_stats``, the history's ``input/...`` keys and the verdict.
+            input (two ``tf.timestamp`` ops in each ``session.run``; see
+            :mod:`tfr_hooks.input_report`): ``loop.input_stats``, the history's
+            ``input/...`` keys and the verdict.
             ``False`` leaves the timestamps out of the step (to measure what they cost).
         master: The session target of this worker on a ``tf.compat.v1.train.Server``
             cluster (``server.target``, ``"grpc://host:port"``), for between-graph
