@@ -12,6 +12,7 @@ __all__ = [
     "LOOPS",
     "STREAMING_INPUTS",
     "MULTI_WORKER",
+    "UNMEASURED",
     "REAL_ROWS",
     "REAL_KINDS",
     "REAL_REFERENCE",
@@ -63,6 +64,14 @@ ROWS: list[tuple[str, str]] = [
     ("function_loop_32_memory_cb", "FunctionLoop, spe=32, in-memory pipeline + 3 callbacks"),
     ("function_loop_32_packed", "FunctionLoop, spe=32, packed shards (128 a record)"),
     ("function_loop_32_packed_cb", "FunctionLoop, spe=32, packed shards + 3 callbacks"),
+    (
+        "session_loop_memory_cb_unmeasured",
+        "session_loop_memory_cb with measure_input=False (no input-wait timestamps)",
+    ),
+    (
+        "function_loop_32_memory_cb_unmeasured",
+        "function_loop_32_memory_cb with measure_input=False (no input-wait timestamps)",
+    ),
     ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
     ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
     ("input_tf2", "ceiling: TF2 tf.data pipeline alone, consumed in a tf.function loop"),
@@ -153,6 +162,12 @@ STREAMING_INPUTS = ("input_queue", "input_dataset", "input_tf2")
 MODEL_CEILINGS = ("model_only", "model_only_tf2")
 #: Rows run as a cluster of N worker processes on loopback ports: row -> N.
 MULTI_WORKER = {"multi_worker_1": 1, "multi_worker_2": 2}
+#: The rows run without the input measurement -> the same row with it (the pair that
+#: prices it: same loop, data, steps_per_execution and callbacks, interleaved repeats).
+UNMEASURED = {
+    "session_loop_memory_cb_unmeasured": "session_loop_memory_cb",
+    "function_loop_32_memory_cb_unmeasured": "function_loop_32_memory_cb",
+}
 #: The package's loops.
 LOOPS = (
     "session_loop_queue",
@@ -174,4 +189,5 @@ LOOPS = (
     "function_loop_32_memory_cb",
     "function_loop_32_packed",
     "function_loop_32_packed_cb",
+    *UNMEASURED,
 )

@@ -322,8 +322,8 @@ def function_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
         steps_per_execution=32,
         steps_per_epoch=_steps(spec, kind),
     )
-    loop.run(epochs=spec.epochs + 1)
-    return _with_share(spec, kind, source, clock.result())
+    history = loop.run(epochs=spec.epochs + 1)
+    return _with_share(spec, kind, source, w.reported_share(history, clock.result()))
 
 
 def _graph_layers(kind: str, inputs: Any) -> Any:
@@ -387,8 +387,8 @@ def session_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
         loop = tfr_hooks.SessionLoop(
             training, hooks=hooks, steps_per_epoch=_steps(spec, kind), data=batches
         )
-        loop.run(epochs=spec.epochs + 1)
-    return _with_share(spec, kind, source, clock.result())
+        history = loop.run(epochs=spec.epochs + 1)
+    return _with_share(spec, kind, source, w.reported_share(history, clock.result()))
 
 
 def model_alone(spec: w.Spec, kind: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from bench_configs import (
     REFERENCE,
     ROWS,
     STREAMING_INPUTS,
+    UNMEASURED,
     kind_of,
 )
 
@@ -44,6 +45,7 @@ class Row:
     config: str
     description: str
     runs: list[float] = field(default_factory=list)  # examples/second of each repeat
+    by_round: list[float | None] = field(default_factory=list)  # the same, None if failed
     rss_mb: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)  # CPU microseconds per example
     hook_share: list[float] = field(default_factory=list)  # share of time inside callbacks
@@ -53,6 +55,8 @@ class Row:
     memory_use: list[tuple[float, float, float]] = field(default_factory=list)
     # text rows of the real suite: the share of padded (0) token positions, per repeat
     padded: list[float] = field(default_factory=list)
+    # the package's loops: the input wait share they reported themselves, per repeat
+    input_wait: list[float] = field(default_factory=list)
     median: float | None = None
     low: float | None = None
     high: float | None = None
@@ -74,6 +78,11 @@ class Row:
     def padded_share(self) -> float | None:
         """The median share of padded token positions (text rows of the real suite)."""
         return statistics.median(self.padded) if self.padded else None
+
+    @property
+    def input_wait_share(self) -> float | None:
+        """The median share of step time the loop reported waiting for input."""
+        return statistics.median(self.input_wait) if self.input_wait else None
 
     @property
     def in_callbacks(self) -> float | None:
@@ -151,6 +160,7 @@ def summarize(
             key = (name, "-" if name in MODEL_FREE else model)
             row = Row(name, description)
             for run in results.get(key, []):
+                row.by_round.append(float(run["examples_per_sec"]) if run.get("ok") else None)
                 if run.get("ok"):
                     row.runs.append(float(run["examples_per_sec"]))
                     row.rss_mb.append(float(run["rss_mb"]))
@@ -160,6 +170,8 @@ def summarize(
                         )
                     if "padded_share" in run:
                         row.padded.append(float(run["padded_share"]))
+                    if "input_wait_share" in run:
+                        row.input_wait.append(float(run["input_wait_share"]))
                     if "cpu_seconds" in run:
                         row.cpu_us.append(1e6 * run["cpu_seconds"] / run["examples"])
                     inside = run.get("hook_batch_seconds", 0.0) + run.get("hook_epoch_seconds", 0.0)
@@ -268,7 +280,7 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
         ):
             add(t, "the loop itself costs < 3% (vs hand-written)", base, bare, 0.97)
         by_name = {r.config: r for r in t.rows}
-        standard = [n for n in LOOPS if not n.endswith(("_reinit", "_cached"))]
+        standard = [n for n in LOOPS if not n.endswith(("_reinit", "_cached", "_unmeasured"))]
         for label, names in (
             ("best loop within 10% of the smaller ceiling", standard),
             ("... on batches cached in RAM (function_loop_32_cached)", ["function_loop_32_cached"]),
@@ -307,6 +319,8 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
             1.0,
         )
         _issue12_targets(t, add, targets)
+        for unmeasured, measured in UNMEASURED.items():
+            add(t, "the input measurement costs <= 1%", measured, unmeasured, 0.99)
     return targets
 
 
@@ -491,7 +505,8 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         f"Keras {meta.get('keras')}, Python {meta.get('python')}",
         *_data_lines(meta),
         f"- Batch size {meta.get('batch_size')}; each run: 1 warm-up epoch, then "
-        f"{meta.get('epochs')} timed epoch(s); {meta.get('repeats')} repeats, round-robin, "
+        f"{meta.get('epochs')} timed epoch(s); {meta.get('repeats')} repeats, round-robin "
+        "(every other round in reverse), "
         "each run in a fresh worker process (peak RSS is the worker's, which includes "
         "the TensorFlow/Keras libraries it shares with the fork server, about 0.35 GB)",
         f"- Total wall time: {meta.get('wall_minutes', 0):.1f} min",
@@ -504,7 +519,14 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         "the three callbacks (and, for the loops, `KerasCallbacks` itself), timed in the "
         "same run by a hook or callback on each side of them, median; in parentheses the "
         "part spent in their per-batch calls (the rest is epoch begin/end: the checkpoint "
-        "save, the TensorBoard write), which does not shrink with longer epochs.",
+        "save, the TensorBoard write), which does not shrink with longer epochs. "
+        "Input wait: the share of step time the loop itself reported waiting for input "
+        "(`input/wait_share` of its history, mean of the timed epochs; median of the "
+        "repeats), for the package's loops; over 20% is input-bound, 5-20% moderately, "
+        "under 5% not (see docs/input_bound.md). The `_unmeasured` rows run their "
+        "partner with `measure_input=False`; their repeats run beside their partner's, "
+        "in alternating order, and the ratio of the two medians is the measurement's "
+        "cost (Targets).",
     ]
     for table in tables:
         real = table.model in REAL_KINDS
@@ -518,19 +540,20 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             f"{reference}: {_num(table.reference)} ex/s; ceiling: {_num(table.ceiling)} ex/s "
             f"({table.ceiling_from}).",
             "",
-            f"| configuration | what | ex/s (median) | spread (min-max) | x {reference} "
-            "| x ceiling | CPU us/ex | in callbacks | peak RSS MB |"
+            f"| configuration | what | ex/s (median) | input wait | spread (min-max) "
+            f"| x {reference} | x ceiling | CPU us/ex | in callbacks | peak RSS MB |"
             + (" padded positions |" if padded else ""),
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if padded else ""),
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if padded else ""),
         ]
         for row in table.rows:
             if row.median is None:
                 reason = row.errors[0].splitlines()[0][:80] if row.errors else "not run"
-                lines.append(f"| `{row.config}` | {row.description} | failed | {reason} | | | |")
+                lines.append(f"| `{row.config}` | {row.description} | failed | | {reason} | | | |")
                 continue
             lines.append(
                 f"| `{row.config}` | {row.description} | {_num(row.median)} | "
-                f"{_num(row.low)}-{_num(row.high)} | {_num(row.vs_reference, '{:.2f}')} | "
+                f"{_pct(row.input_wait_share)} | {_num(row.low)}-{_num(row.high)} | "
+                f"{_num(row.vs_reference, '{:.2f}')} | "
                 f"{_num(row.vs_ceiling, '{:.2f}')} | {_num(row.cpu_us_per_example)} | "
                 f"{_shares(row)} | {_num(row.peak_rss_mb)} |"
                 + (f" {_pct(row.padded_share)} |" if padded else "")
@@ -551,6 +574,7 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             f">= {t.threshold:.2f} | {met} |"
         )
     lines += _multi_worker_lines(tables)
+    lines += _input_cost_lines(tables)
     ran = meta.get("configs", DESCRIPTIONS)
     suites = {kind_of(name) is None for name in ran}  # True: digits, False: real
     missing = [n for n in DESCRIPTIONS if n not in ran and (kind_of(n) is None) in suites]
@@ -618,6 +642,48 @@ def _multi_worker_lines(tables: Sequence[ModelTable]) -> list[str]:
         "| model | no strategy ex/s | 1 worker ex/s | 2 workers ex/s | 2 / 1 workers "
         "| 1 worker / no strategy |",
         "|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
+
+
+def _input_cost_lines(tables: Sequence[ModelTable]) -> list[str]:
+    """Each measured/unmeasured pair: the ratio of medians, of the rounds, of CPU time."""
+    rows = []
+    for t in tables:
+        for unmeasured, measured in UNMEASURED.items():
+            on, off = t.get(measured), t.get(unmeasured)
+            if on is None or off is None or on.median is None or off.median is None:
+                continue
+            rounds = [
+                a / b
+                for a, b in zip(on.by_round, off.by_round, strict=False)
+                if a is not None and b
+            ]
+            paired = statistics.median(rounds) if rounds else None
+            cpu_on, cpu_off = on.cpu_us_per_example, off.cpu_us_per_example
+            cpu = None if cpu_on is None or not cpu_off else cpu_off / cpu_on
+            spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else "n/a"
+            rows.append(
+                f"| {t.model} | `{measured}` | {_num(on.median / off.median, '{:.3f}')} | "
+                f"{_num(paired, '{:.3f}')} ({spread}) | {_num(cpu, '{:.3f}')} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "## The input measurement's cost",
+        "",
+        "Each row with the measurement (`measure_input=True`, the default) against the same "
+        "row without it (`_unmeasured`): the ratio of the two medians (the target: >= 0.99 "
+        "is a cost of at most 1%), the median of the ratios of the runs of the same round "
+        "(each pair ran one after the other, which cancels slower drift of the machine; "
+        "their min-max), and the ratio of CPU time per example (unmeasured / measured), "
+        "which other load disturbs less. Above 1: the measured row was faster, which is "
+        "noise.",
+        "",
+        "| model | row | ex/s: ratio of medians | ex/s: median of the rounds' ratios "
+        "| CPU us/ex: unmeasured / measured |",
+        "|---|---|---:|---:|---:|",
         *rows,
     ]
 

@@ -281,6 +281,20 @@ def bracket_hooks(clock: Clock, hooks: list[Any]) -> list[Any]:
     return [First(), *hooks, Last()]
 
 
+def reported_share(history: dict[str, list[float]], result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the loop's own reported input wait share of the timed epochs.
+
+    The mean of ``history["input/wait_share"]`` over the epochs after the warm-up (the
+    loop measures them; see ``tfr_hooks.input_report``); nothing when not measured.
+    """
+    from tfr_hooks.input_report import WAIT_SHARE
+
+    shares = history.get(WAIT_SHARE, [])[1:]
+    if shares:
+        result["input_wait_share"] = float(np.mean(shares))
+    return result
+
+
 def clock_hook(clock: Clock) -> Any:
     """A ``tfr_hooks.Hook`` (last in the list) that marks the clock at each epoch end."""
 
@@ -499,7 +513,12 @@ def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
 
 
 def session_loop(
-    spec: Spec, pipeline: str, with_callbacks: bool, *, reinit: bool = False
+    spec: Spec,
+    pipeline: str,
+    with_callbacks: bool,
+    *,
+    reinit: bool = False,
+    measure_input: bool = True,
 ) -> dict[str, Any]:
     """``SessionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``."""
     clock = Clock(spec)
@@ -518,9 +537,10 @@ def session_loop(
             hooks=hooks,
             steps_per_epoch=None if reinit else steps_per_epoch(spec),
             data=batches,
+            measure_input=measure_input,
         )
-        loop.run(epochs=spec.epochs + 1)
-    return clock.result()
+        history = loop.run(epochs=spec.epochs + 1)
+    return reported_share(history, clock.result())
 
 
 def input_only(spec: Spec, pipeline: str) -> dict[str, Any]:
@@ -628,6 +648,7 @@ def function_loop(
     cached: bool = False,
     source: str = "records",
     strategy: Any = None,
+    measure_input: bool = True,
 ) -> dict[str, Any]:
     """``FunctionLoop``: ``steps_per_epoch`` steps an epoch, or one pass if ``reinit``.
 
@@ -659,9 +680,10 @@ def function_loop(
         steps_per_execution=steps_per_execution,
         steps_per_epoch=None if reinit else steps_per_epoch(spec),
         strategy=strategy,
+        measure_input=measure_input,
     )
-    loop.run(epochs=spec.epochs + 1)
-    return clock.result()
+    history = loop.run(epochs=spec.epochs + 1)
+    return reported_share(history, clock.result())
 
 
 def multi_worker(spec: Spec) -> dict[str, Any]:
@@ -767,6 +789,12 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "function_loop_32_memory_cb": lambda s: function_loop(s, 32, True, source="memory"),
     "function_loop_32_packed": lambda s: function_loop(s, 32, False, source="packed"),
     "function_loop_32_packed_cb": lambda s: function_loop(s, 32, True, source="packed"),
+    "session_loop_memory_cb_unmeasured": lambda s: session_loop(
+        s, "memory", True, measure_input=False
+    ),
+    "function_loop_32_memory_cb_unmeasured": lambda s: function_loop(
+        s, 32, True, source="memory", measure_input=False
+    ),
     "input_queue": lambda s: input_only(s, "queue"),
     "input_dataset": lambda s: input_only(s, "dataset"),
     "input_tf2": input_only_tf2,

@@ -2,8 +2,8 @@
 
 Writes a synthetic TFRecord data set with the package's writer, then trains the same
 model (an MLP and a small CNN) with every configuration of ``bench_configs.ROWS``,
-``--repeats`` times each, round-robin, and writes ``bench/results/latest.md`` (the table)
-and ``bench/results/latest.png`` (the chart).
+``--repeats`` times each, round-robin (every other round in reverse order), and writes
+``bench/results/latest.md`` (the table) and ``bench/results/latest.png`` (the chart).
 
 Each run happens in its own worker process, so its peak RSS and its graph are its own.
 The workers are forked from a fork server that has imported TensorFlow, tf_keras and
@@ -50,6 +50,7 @@ from bench_configs import (  # noqa: E402
     REAL_KINDS,
     REAL_ROWS,
     ROWS,
+    UNMEASURED,
     kind_of,
 )
 from bench_report import (  # noqa: E402
@@ -146,13 +147,19 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(config, model) pairs of one round; model-free rows once, under model "-".
 
     The real suite's rows run once each, under their data set's name (``img``, ``txt``).
+    A row without the input measurement (``UNMEASURED``) runs right after its partner,
+    when both run, so the pair sees the same state of the machine.
     """
-    pairs = [(c, "-") for c in args.configs if c in MODEL_FREE]
+    configs = [c for c in args.configs if c not in UNMEASURED or UNMEASURED[c] not in args.configs]
+    for unmeasured, measured in UNMEASURED.items():
+        if unmeasured in args.configs and measured in configs:
+            configs.insert(configs.index(measured) + 1, unmeasured)
+    pairs = [(c, "-") for c in configs if c in MODEL_FREE]
     for model in args.model_list:
         if model in REAL_KINDS:
-            pairs += [(c, model) for c in args.configs if kind_of(c) == model]
+            pairs += [(c, model) for c in configs if kind_of(c) == model]
         else:
-            pairs += [(c, model) for c in args.configs if c not in MODEL_FREE and not kind_of(c)]
+            pairs += [(c, model) for c in configs if c not in MODEL_FREE and not kind_of(c)]
     return pairs
 
 
@@ -359,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     pairs = plan(args)
     for repeat in range(args.repeats):
-        for i, (config, model) in enumerate(pairs):
+        # every other round in reverse, so that neither row of a pair always runs first
+        for i, (config, model) in enumerate(pairs if repeat % 2 == 0 else pairs[::-1]):
             t0 = time.perf_counter()
             spec = spec_for(args, config, model, repeat)
             if config in MULTI_WORKER:

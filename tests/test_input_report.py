@@ -23,8 +23,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import keras_classifier, scalars
-from tfr_hooks import FunctionLoop, Hook, LoopState, SessionLoop, TensorBoardLogger, tfrecord
+from helpers import TensorFed, keras_classifier, scalars
+from tfr_hooks import (
+    FunctionLoop,
+    Hook,
+    KerasCallbacks,
+    LoopState,
+    SessionLoop,
+    TensorBoardLogger,
+    tfrecord,
+)
 from tfr_hooks.engine import run_loop
 from tfr_hooks.hooks import HookList
 from tfr_hooks.input_report import (
@@ -436,3 +444,96 @@ def test_session_loop_reads_a_large_model_on_memory_data_as_not_input_bound(
     lines = verdicts(caplog)
     assert len(lines) == 1 and "(not input-bound;" in lines[0]
     assert "The model is the bottleneck" in lines[0]
+
+
+# --- beside Keras' own TensorBoard callback ---------------------------------------------
+
+
+def tensorboard_runs(log_dir: Path) -> dict[str, set[str]]:
+    """What ``tensorboard --logdir log_dir`` loads: each run's scalar tags."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    board = EventMultiplexer().AddRunsFromDirectory(str(log_dir))
+    board.Reload()
+    return {run: set(tags["scalars"]) | set(tags["tensors"]) for run, tags in board.Runs().items()}
+
+
+def assert_input_run(log_dir: Path, history: dict[str, list[float]], epochs: int) -> None:
+    """The history's input values, epoch by epoch, in a run ``input`` of ``log_dir``."""
+    for key in HISTORY_KEYS:
+        written = scalars(log_dir / "input", key)
+        assert [step for step, _ in written] == list(range(epochs))
+        assert [v for _, v in written] == pytest.approx(history[key], rel=1e-6)
+
+
+def test_keras_tensorboard_callback_gets_the_input_scalars_in_function_loop(
+    small_data: Path, tmp_path: Path
+) -> None:
+    ds = tfrecord.dataset(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+    model = keras_classifier()
+    board = keras.callbacks.TensorBoard(str(tmp_path / "tb"))
+    loop = FunctionLoop(ds, model=model, hooks=[KerasCallbacks([board], model)])
+    history = loop.run(epochs=2)
+    runs = tensorboard_runs(tmp_path / "tb")
+    # beside the callback's own runs, in a run of their own, in the `input` tag group
+    assert {"train", "input"} <= set(runs) and "epoch_loss" in runs["train"]
+    assert runs["input"] == set(HISTORY_KEYS)
+    assert_input_run(tmp_path / "tb", history, epochs=2)
+
+
+def test_keras_tensorboard_callback_gets_the_input_scalars_in_session_loop(
+    graph: tf.Graph, tmp_path: Path
+) -> None:
+    import tf_keras
+
+    ours = TensorFed()
+    board = tf_keras.callbacks.TensorBoard(str(tmp_path), profile_batch=0, write_graph=False)
+    history = ours.run([board], 3)  # through KerasTrainingGraph.keras_callbacks
+    runs = tensorboard_runs(tmp_path)
+    # the v1 callback writes one run, the log_dir itself; the input run sits in it
+    assert "epoch_loss" in runs["."] and runs["input"] == set(HISTORY_KEYS)
+    assert_input_run(tmp_path, history, epochs=3)
+
+
+# --- measure_input=False: nothing measured, nothing reported ------------------------------
+
+
+def test_function_loop_without_measure_input_reports_nothing(
+    small_data: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ds = tfrecord.dataset(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+    model = keras_classifier()
+    board = keras.callbacks.TensorBoard(str(tmp_path / "tb"))
+    hooks = [KerasCallbacks([board], model), TensorBoardLogger(tmp_path / "ours")]
+    loop = FunctionLoop(ds, model=model, hooks=hooks, measure_input=False)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        history = loop.run(epochs=2)
+    assert set(history) == {"loss", "accuracy"} and loop.loop.input_stats is None
+    assert not [r for r in caplog.records if r.name == "tfr_hooks.input_report"]  # no verdict
+    assert "input" not in tensorboard_runs(tmp_path / "tb")
+    assert not set(HISTORY_KEYS) & tensorboard_runs(tmp_path / "ours")["train"]
+
+
+def test_session_loop_without_measure_input_reports_nothing(
+    graph: tf.Graph, small_data: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batches = tfrecord.read_batches(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+    model = GraphModel(batches, (8, 2))
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        loop, history = model.run(epochs=2, measure_input=False)
+    assert set(history) == {"loss"} and loop.loop.input_stats is None
+    assert not [r for r in caplog.records if r.name == "tfr_hooks.input_report"]  # no verdict
+    assert not [op for op in graph.get_operations() if op.type == "Timestamp"]
+
+
+@pytest.mark.parametrize("make", ["function", "session"])
+def test_measure_input_must_be_a_bool(make: str, small_data: Path) -> None:
+    wording = r"Expected `measure_input` to be a bool. Received: measure_input="
+    with pytest.raises(TypeError, match=wording):
+        if make == "function":
+            ds = tfrecord.dataset(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+            FunctionLoop(ds, model=keras_classifier(), measure_input="no")  # type: ignore[arg-type]
+        else:
+            with tf.Graph().as_default():
+                batches = tfrecord.read_batches(small_data, SMALL_BATCH, as_tuple=("x", "y"))
+                GraphModel(batches, (2,)).run(epochs=1, measure_input=1)

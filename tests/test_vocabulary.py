@@ -31,7 +31,7 @@ READER_ARGUMENTS = (
     "map_fn",
     "batch_map_fn",
 )
-LOOP_ARGUMENTS = ("data", "hooks", "steps_per_epoch", "handle_signals")
+LOOP_ARGUMENTS = ("data", "hooks", "steps_per_epoch", "handle_signals", "measure_input")
 RUN_ARGUMENTS = (
     "epochs",
     "validation_data",

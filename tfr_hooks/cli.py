@@ -113,10 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         "measure",
         help="time the pipelines your files allow on this machine, and recommend one",
         description="Read TFRecord files written by any tool through each pipeline the "
-        "data allows (streamed from the files; held in memory when the decoded data fits "
-        "the memory budget), time the batches after the first, compare the decoded size "
-        "with the memory budget, and recommend a pipeline (in memory, packed shards or "
-        "streamed).",
+        "data allows (streamed from the files; packed, estimated on a sample of them "
+        "converted to packed shards in a temporary directory; held in memory when the "
+        "decoded data fits the memory budget), time the batches after the first (the best "
+        "of three rounds), compare the decoded size with the memory budget, and recommend "
+        "a pipeline (in memory, packed shards or streamed).",
     )
     measure.add_argument("files", nargs="+", metavar="FILE", help="files, directories or globs")
     measure.add_argument(
@@ -127,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=100,
         metavar="N",
-        help="batches to time per pipeline, after the first (default 100)",
+        help="batches to time per pipeline and round, after the first (default 100)",
     )
     measure.add_argument(
         "--memory-budget",

@@ -13,6 +13,12 @@ and ``logs``::
     epoch_end            -> on_epoch_end(epoch, logs)          (the loop's shared logs)
     end                  -> on_train_end                       (not after a failure)
 
+With Keras' own ``TensorBoard`` callback in the list, the hook also writes the loop's
+input measurement of each epoch (``loop.input_stats``: ``input/wait_share`` and
+``input/examples_per_sec``, see :mod:`tfr_hooks.input_report`) to a run of its own beside
+the callback's runs, ``LOG_DIR/input`` (:data:`tfr_hooks.tensorboard.INPUT_RUN`), after
+the callbacks' ``on_epoch_end``: TensorBoard shows them as the group ``input``.
+
 It works with ``tf_keras`` models in graph mode (:class:`~tfr_hooks.SessionLoop`) and with
 Keras 3 or eager ``tf_keras`` models in a TF2 loop: the callbacks must come from the
 Keras that built the model (``tf_keras.callbacks`` or ``keras.callbacks``).
@@ -23,6 +29,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +37,8 @@ import tensorflow as tf
 
 from tfr_hooks.chief_only import ChiefOnlyWriting
 from tfr_hooks.hooks import Hook
+from tfr_hooks.input_report import InputStats
+from tfr_hooks.tensorboard import INPUT_RUN, InputScalarWriter
 from tfr_hooks.tfrecord import sharding
 
 __all__ = ["KerasCallbacks"]
@@ -193,6 +202,7 @@ class KerasCallbacks(Hook):
         self._val_seen = 0
         self._writing = ChiefOnlyWriting(sharding.TaskInfo())
         self._active: list[Any] = list(self.callbacks)
+        self._input_scalars = InputScalarWriter()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -205,6 +215,7 @@ class KerasCallbacks(Hook):
         self._deferred = self._val_deferred = False
         self._val_steps = None
         self._val_seen = 0
+        self._input_scalars = InputScalarWriter()
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Set params and model, then ``on_train_begin``; pick up a restored epoch."""
@@ -328,6 +339,7 @@ class KerasCallbacks(Hook):
         # into floats for the history.
         self._last_logs = dict(logs)
         self._call("on_epoch_end", epoch, logs)
+        self._write_input_scalars(epoch)
         if getattr(self.model, "stop_training", False):
             self.loop.request_stop("a Keras callback set model.stop_training")
 
@@ -338,12 +350,23 @@ class KerasCallbacks(Hook):
                 self._call("on_train_end", {} if self.graph_mode else dict(self._last_logs))
         finally:
             self._began = False
+            self._input_scalars.close()  # before a non-chief's temporary dir goes
             self._writing.restore()  # original paths back, temporary dir removed
             self._active = list(self.callbacks)
             while self._contexts:
                 self._contexts.pop().__exit__(None, None, None)
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _write_input_scalars(self, epoch: int) -> None:
+        """The epoch's input measurement beside each ``TensorBoard`` callback's runs."""
+        stats = getattr(self.loop, "input_stats", None)
+        if not isinstance(stats, InputStats) or stats.epoch != epoch:
+            return  # not measured (data fed by a hook, or measure_input=False)
+        for callback in self._active:  # on a non-chief, log_dir is its temporary place
+            if isinstance(callback, self._keras.callbacks.TensorBoard):
+                log_dir = os.fspath(callback.log_dir)
+                self._input_scalars.write(os.path.join(log_dir, INPUT_RUN), stats)
 
     def _call(self, method: str, *args: Any) -> None:
         for callback in self._active:  # the callbacks this worker runs

@@ -1,13 +1,17 @@
 """How fast this machine can read a user's own TFRecord files, and which pipeline to use.
 
 :func:`measure` reads the files through each pipeline the data allows, here and now:
-streamed from the files (``tfrecord.dataset``) and held in memory
-(``tfrecord.dataset(in_memory=True)``, when the decoded data fits the memory budget;
-features of varying length held as values and row offsets). It times the batches after
-the first (the warm-up), and compares the decoded size with the memory budget. Its
-:class:`Measurement` ends with a recommendation: hold the data in memory when it fits;
-else, for small records, write packed shards; else stream. ``tfr-hooks measure`` prints
-it (``--json`` for scripts).
+streamed from the files (``tfrecord.dataset``); packed, estimated on a sample (the first
+examples, enough for the timed batches, converted to packed shards of
+:data:`PACKED_EXAMPLES_PER_RECORD` examples a record in a temporary directory, as
+``tfr-hooks convert --examples-per-record`` writes them, then streamed); and held in
+memory (``tfrecord.dataset(in_memory=True)``, when the decoded data fits the memory
+budget; features of varying length held as values and row offsets). It times the
+batches after the first (the warm-up), and compares the decoded size with the memory
+budget. Its :class:`Measurement` ends with a recommendation: hold the data in memory when
+it fits; else write packed shards when they read faster here (or, not timed, when the
+records are small); else stream. ``tfr-hooks measure`` prints it (``--json`` for
+scripts).
 
 The rates are those of the input alone: what a loop could reach with a free model. Compare
 them with a run's ``input/examples_per_sec`` (see :mod:`tfr_hooks.input_report`).
@@ -16,6 +20,8 @@ them with a run's ``input/examples_per_sec`` (see :mod:`tfr_hooks.input_report`)
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,9 +29,17 @@ from typing import Any
 from tfr_hooks.checks import check_positive_int
 from tfr_hooks.input_report import SMALL_RECORD_BYTES
 
-__all__ = ["Measurement", "PipelineRate", "measure"]
+__all__ = ["PACKED_EXAMPLES_PER_RECORD", "Measurement", "PipelineRate", "measure"]
 
 logger = logging.getLogger(__name__)
+
+#: Examples per record of the packed estimate (what the recommendation's command writes).
+PACKED_EXAMPLES_PER_RECORD = 64
+#: The packed estimate recommends packed shards when it reads this much faster than the
+#: files streamed (a smaller gain is within the noise of a short timing).
+PACKED_GAIN = 1.2
+#: Timings of each pipeline; its rate is the best of them.
+ROUNDS = 3
 
 
 @dataclass
@@ -33,11 +47,13 @@ class PipelineRate:
     """One pipeline's rate on the files.
 
     Attributes:
-        pipeline: ``"streamed"`` or ``"in_memory"``.
+        pipeline: ``"streamed"``, ``"packed"`` (the estimate, on a sample of the files
+            converted to packed shards) or ``"in_memory"``.
         examples_per_sec: Examples per second after the first batch, or ``None`` when the
             pipeline was not measured.
         batches: The batches timed.
-        setup_secs: Seconds to build the pipeline (loading and decoding, in memory).
+        setup_secs: Seconds to build the pipeline (loading and decoding, in memory;
+            converting the sample, packed).
         note: Why it was not measured, or what to know about it.
     """
 
@@ -98,8 +114,9 @@ def measure(
     Args:
         files: Paths, directories or glob patterns of TFRecord files (any writer).
         batch_size: Examples per batch.
-        max_batches: Batches to time per pipeline, after the first (the data is
-            repeated when it holds fewer).
+        max_batches: Batches to time per pipeline and round, after the first (the data
+            is repeated when it holds fewer); each pipeline's rate is the best of
+            :data:`ROUNDS` rounds.
         memory_budget: Bytes the decoded data may take; ``None`` for half the memory
             available now.
 
@@ -153,6 +170,8 @@ def measure(
         "streamed", max_batches, lambda: tfrecord.dataset(files, batch_size, num_epochs=None)
     )
     result.rates.append(streamed)
+    packed = _time_packed(infos, schema, batch_size, max_batches, per_record)
+    result.rates.append(packed)
     if result.fits:
         in_memory = _time(
             "in_memory",
@@ -166,12 +185,83 @@ def measure(
             "in_memory", note="not measured: the decoded data does not fit the memory budget"
         )
     result.rates.append(in_memory)
-    result.recommendation = _recommend(result, streamed, in_memory)
+    result.recommendation = _recommend(result, streamed, packed, in_memory)
     return result
 
 
+def _time_packed(
+    infos: Any, schema: Any, batch_size: int, batches: int, per_record: int
+) -> PipelineRate:
+    """The packed estimate: a sample of the files written as packed shards, then timed.
+
+    The sample is the first examples of the files, enough for ``batches + 1`` batches
+    (all of them when the files hold fewer; the timing repeats them). Converting it is
+    the pipeline's setup; the temporary shards are removed afterwards.
+    """
+    import tensorflow as tf
+
+    from tfr_hooks import tfrecord
+
+    if per_record > 1:
+        return PipelineRate(
+            "packed",
+            note=f"the files are packed shards already ({per_record} examples a record): "
+            "their rate is the streamed one",
+        )
+    wanted = batch_size * (batches + 1)
+    with tempfile.TemporaryDirectory(prefix="tfr_hooks_measure_") as tmp:
+        began = time.perf_counter()
+        sample = os.path.join(tmp, "sample.tfrecord")
+        taken = 0
+        with tf.io.TFRecordWriter(sample) as writer:
+            for info in infos:
+                if taken >= wanted:
+                    break
+                records = tf.data.TFRecordDataset(info.path, compression_type=info.compression)
+                for record in records.take(wanted - taken):
+                    writer.write(record.numpy())
+                    taken += 1
+        try:
+            tfrecord.convert(
+                sample,
+                os.path.join(tmp, "packed"),
+                schema=schema,
+                examples_per_record=PACKED_EXAMPLES_PER_RECORD,
+            )
+        except (ValueError, TypeError) as error:  # a feature packing cannot store
+            return PipelineRate("packed", note=f"not measured: {error}")
+        setup = time.perf_counter() - began
+        rate = _time(
+            "packed",
+            batches,
+            lambda: tfrecord.dataset(os.path.join(tmp, "packed"), batch_size, num_epochs=None),
+        )
+    rate.setup_secs += setup
+    rate.note = (
+        f"estimate: the first {taken} examples converted to packed shards "
+        f"({PACKED_EXAMPLES_PER_RECORD} examples a record)"
+    )
+    return rate
+
+
+def _rows(tensor: Any) -> Any:
+    """The examples in a batch component (dense, ragged or sparse), as an int64 tensor."""
+    import tensorflow as tf
+
+    if isinstance(tensor, tf.RaggedTensor):
+        return tensor.nrows(out_type=tf.int64)
+    if isinstance(tensor, tf.SparseTensor):
+        return tensor.dense_shape[0]
+    return tf.shape(tensor, out_type=tf.int64)[0] if tensor.shape.rank else tf.constant(1, tf.int64)
+
+
 def _time(pipeline: str, batches: int, build: Any) -> PipelineRate:
-    """Build a dataset and time ``batches`` batches after its first."""
+    """Build a dataset and time ``batches`` batches after its first, best of :data:`ROUNDS`.
+
+    The batches are consumed inside a compiled function (as a loop's steps take them, no
+    Python per batch); the best round is the rate the machine allows, least disturbed
+    by other work on it.
+    """
     import tensorflow as tf
 
     began = time.perf_counter()
@@ -181,15 +271,25 @@ def _time(pipeline: str, batches: int, build: Any) -> PipelineRate:
         return PipelineRate(pipeline, note=f"not measured: {error}")
     setup = time.perf_counter() - began
     iterator = iter(ds)
-    next(iterator)  # the warm-up: a shuffle buffer's fill, the first reads
-    examples = 0
-    start = time.perf_counter()
-    for _ in range(batches):
-        batch = next(iterator)
-        first = tf.nest.flatten(batch)[0]
-        examples += int(first.shape[0]) if first.shape.rank else 1
-    secs = time.perf_counter() - start
-    return PipelineRate(pipeline, examples / secs if secs > 0 else None, batches, setup)
+
+    def consume(count: Any) -> Any:
+        def body(i: Any, seen: Any) -> Any:
+            first = tf.nest.flatten(next(iterator))[0]  # the whole batch is made
+            return i + 1, seen + _rows(first)
+
+        zero = tf.constant(0, tf.int64)
+        return tf.while_loop(lambda i, _: i < count, body, [zero, zero])[1]
+
+    run = tf.function(consume, autograph=False)
+    run(tf.constant(1, tf.int64))  # the warm-up: tracing, a shuffle buffer's fill
+    best: float | None = None
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        examples = int(run(tf.constant(batches, tf.int64)))
+        secs = time.perf_counter() - start
+        if secs > 0:
+            best = max(best or 0.0, examples / secs)
+    return PipelineRate(pipeline, best, batches, setup)
 
 
 def _size(nbytes: float) -> str:
@@ -200,7 +300,9 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.1f} GB"  # pragma: no cover
 
 
-def _recommend(result: Measurement, streamed: PipelineRate, in_memory: PipelineRate) -> str:
+def _recommend(
+    result: Measurement, streamed: PipelineRate, packed: PipelineRate, in_memory: PipelineRate
+) -> str:
     if in_memory.examples_per_sec is not None:
         speedup = ""
         if streamed.examples_per_sec:
@@ -210,10 +312,26 @@ def _recommend(result: Measurement, streamed: PipelineRate, in_memory: PipelineR
             f"the memory budget ({_size(result.memory_budget)}); read it with "
             f"in_memory=True (or 'auto'){speedup}."
         )
-    if result.examples_per_record == 1 and result.record_bytes < SMALL_RECORD_BYTES:
+    command = f"tfr-hooks convert FILES OUTDIR --examples-per-record {PACKED_EXAMPLES_PER_RECORD}"
+    gain = None
+    if packed.examples_per_sec and streamed.examples_per_sec:
+        gain = packed.examples_per_sec / streamed.examples_per_sec
+    if result.examples_per_record == 1 and gain is not None and gain >= PACKED_GAIN:
+        return (
+            f"Write packed shards: the data does not stay in memory, and packed shards read "
+            f"{gain:.1f}x faster than the files streamed (timed here on a sample) "
+            f"({command})."
+        )
+    small = result.record_bytes < SMALL_RECORD_BYTES
+    if result.examples_per_record == 1 and small and gain is None:  # packing not timed
         return (
             f"Write packed shards: the records are small ({result.record_bytes:.0f} bytes on "
             "average) and the data does not stay in memory, so parsing many examples per "
-            "record pays (tfr-hooks convert FILES OUTDIR --examples-per-record 64)."
+            f"record pays ({command})."
+        )
+    if gain is not None:
+        return (
+            "Stream from the files: the data does not stay in memory, and packed shards "
+            f"read no faster here ({gain:.1f}x streamed, timed on a sample)."
         )
     return "Stream from the files: the data does not stay in memory and its records are large."

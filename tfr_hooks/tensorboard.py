@@ -18,6 +18,13 @@ TensorBoard's own writer, so it needs no session and no eager context):
   ``TensorBoard(write_graph=True)`` write it.
 
 Open them with ``tensorboard --logdir LOG_DIR``.
+
+Users of Keras' own ``TensorBoard`` callback (through :class:`~tfr_hooks.KerasCallbacks`)
+get the input scalars too: :class:`InputScalarWriter` writes them to a run of their own,
+``input``, beside the callback's runs (``LOG_DIR/input``). A run of its own, not a second
+events file in the callback's ``train`` directory: TensorBoard follows only the newest
+events file of a run directory while it is being written (unless started with
+``--reload_multifile``), so two writers in one directory would hide one's scalars.
 """
 
 from __future__ import annotations
@@ -35,11 +42,58 @@ from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import InputStats
 from tfr_hooks.tfrecord import sharding
 
-__all__ = ["TensorBoardLogger"]
+__all__ = ["INPUT_RUN", "InputScalarWriter", "TensorBoardLogger"]
 
 logger = logging.getLogger(__name__)
 
 _LR_KEYS = ("learning_rate", "lr")
+
+#: The run, beside a Keras ``TensorBoard`` callback's ``train`` and ``validation`` runs,
+#: that holds the loop's input scalars (``input/wait_share``, ``input/examples_per_sec``).
+INPUT_RUN = "input"
+
+
+def _scalar_event(step: int, values: dict[str, Any]) -> Event | None:
+    """An event of the numeric ``values`` as scalars at ``step``; ``None`` if none is."""
+    scalars = []
+    for tag, value in values.items():
+        try:
+            scalars.append(Summary.Value(tag=tag, simple_value=float(value)))
+        except (TypeError, ValueError):
+            continue  # not a number
+    if not scalars:
+        return None
+    return Event(wall_time=time.time(), step=step, summary=Summary(value=scalars))
+
+
+class InputScalarWriter:
+    """Writes each epoch's input measurement as scalars of a run directory.
+
+    The tags are the run history's keys (:data:`~tfr_hooks.input_report.HISTORY_KEYS`),
+    which TensorBoard shows as a group of their own, ``input``; the step is the epoch.
+    :class:`~tfr_hooks.KerasCallbacks` uses it to put them beside the runs of Keras'
+    ``TensorBoard`` callback, in ``LOG_DIR/input`` (:data:`INPUT_RUN`).
+    """
+
+    def __init__(self) -> None:
+        self._writers: dict[str, EventFileWriter] = {}
+
+    def write(self, run_dir: str | os.PathLike[str], stats: InputStats) -> None:
+        """Write ``stats`` as the scalars of its epoch in ``run_dir``, and flush them."""
+        path = os.fspath(run_dir)
+        writer = self._writers.get(path)
+        if writer is None:  # the writer makes the directory
+            writer = self._writers[path] = EventFileWriter(path)
+        event = _scalar_event(stats.epoch, stats.history())
+        if event is not None:
+            writer.add_event(event)
+        writer.flush()
+
+    def close(self) -> None:
+        """Close the event files."""
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
 
 
 class TensorBoardLogger(Hook):
@@ -160,16 +214,9 @@ class TensorBoardLogger(Hook):
     def _write(self, run: str, step: int, values: dict[str, Any]) -> None:
         if not self._chief:  # the chief writes the run's events, once
             return
-        scalars = []
-        for tag, value in values.items():
-            try:
-                scalars.append(Summary.Value(tag=tag, simple_value=float(value)))
-            except (TypeError, ValueError):
-                continue  # not a number
-        if not scalars:
-            return
-        event = Event(wall_time=time.time(), step=step, summary=Summary(value=scalars))
-        self._writer(run).add_event(event)
+        event = _scalar_event(step, values)
+        if event is not None:
+            self._writer(run).add_event(event)
 
     def _writer(self, run: str) -> EventFileWriter:
         writer = self._writers.get(run)

@@ -11,6 +11,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import (
+    check_bool,
     check_fetches,
     check_non_negative_int,
     check_optional_positive_int,
@@ -76,7 +77,7 @@ class SessionLoop:
     ``num_epochs=None`` never runs out either, so it needs ``steps_per_epoch``.
 
     The arguments it shares with :class:`~tfr_hooks.FunctionLoop` (``data``, ``hooks``,
-    ``steps_per_epoch``, ``handle_signals``, and ``run``'s ``epochs``,
+    ``steps_per_epoch``, ``handle_signals``, ``measure_input``, and ``run``'s ``epochs``,
     ``validation_data``, ``validation_steps``, ``validation_freq``, ``initial_epoch``)
     have the same names, meanings and defaults.
 
@@ -102,6 +103,11 @@ class SessionLoop:
             queue nobody fills) with ``DeadlineExceededError``; ``None`` waits forever.
         handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
             one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it.
+        measure_input: Measure, per epoch, the share of step time spent waiting for
+            input (two ``tf.timestamp`` ops in each ``session.run``; see
+            :mod:`tfr_hooks.input_report`): ``loop.input_stats``, the history's
+            ``input/...`` keys and the verdict.
+            ``False`` leaves the timestamps out of the step (to measure what they cost).
         master: The session target of this worker on a ``tf.compat.v1.train.Server``
             cluster (``server.target``, ``"grpc://host:port"``), for between-graph
             replication as ``MonitoredTrainingSession`` runs it: the chief restores the
@@ -163,6 +169,7 @@ class SessionLoop:
         session_config: Any = None,
         run_timeout_secs: float | None = None,
         handle_signals: bool = True,
+        measure_input: bool = True,
         master: str | bytes = "",
         is_chief: bool | None = None,
         chief_only_hooks: Sequence[Any] | None = None,
@@ -191,6 +198,7 @@ class SessionLoop:
             _refuse_endless(data)
         user_hooks = check_hooks(hooks)
         check_positive_number(run_timeout_secs, "run_timeout_secs", optional=True)
+        check_bool(measure_input, "measure_input")
         master, is_chief = _check_cluster(master, is_chief)
         chief_hooks = check_hooks(chief_only_hooks, argument="chief_only_hooks")
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
@@ -221,9 +229,12 @@ class SessionLoop:
             self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
             self._batch_size = _as_tensor_or_none(batch_size)
             # what the step waits for its batch, from inside its session.run
-            self._input_wait = input_wait(
-                [*_as_list(train_op), *self._means.update.values(), self._batch_size]
-            )
+            self._input_wait = None
+            if measure_input:
+                self._input_wait = input_wait(
+                    [*_as_list(train_op), *self._means.update.values(), self._batch_size]
+                )
+        self.measure_input = measure_input
         self._data = data
         # the running means of each Validation given to run, built on first use
         self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}

@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.checks import check_optional_positive_int, check_positive_int, expected
+from tfr_hooks.checks import (
+    check_bool,
+    check_optional_positive_int,
+    check_positive_int,
+    expected,
+)
 from tfr_hooks.engine import StepResult, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, op_determinism_enabled
@@ -48,7 +53,8 @@ class FunctionLoop:
     ``steps_per_execution``: ``before_run`` before it (``self.loop.epoch_steps`` is the
     index of its first batch in the epoch) and ``after_run`` after it
     (``self.loop.batch_logs`` holds the logs of its last step). The arguments the two
-    loops share (``data``, ``hooks``, ``steps_per_epoch``, ``handle_signals``, and
+    loops share (``data``, ``hooks``, ``steps_per_epoch``, ``handle_signals``,
+    ``measure_input``, and
     ``run``'s ``epochs``, ``validation_data``, ``validation_steps``, ``validation_freq``,
     ``initial_epoch``) have the same names, meanings and defaults.
 
@@ -79,6 +85,10 @@ class FunctionLoop:
         handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
             one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it
             (SIGTERM is left to a :class:`~tfr_hooks.PreemptionCheckpoint` in ``hooks``).
+        measure_input: Measure, per epoch, the share of step time spent waiting for
+            input (two ``tf.timestamp`` ops a step; see :mod:`tfr_hooks.input_report`):
+            ``loop.input_stats``, the history's ``input/...`` keys and the verdict.
+            ``False`` leaves the timestamps out of the step (to measure what they cost).
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -104,6 +114,7 @@ class FunctionLoop:
         steps_per_epoch: int | None = None,
         strategy: Any = None,
         handle_signals: bool = True,
+        measure_input: bool = True,
     ) -> None:
         _check_dataset(data, "data")
         if (model is None) == (step_fn is None):
@@ -128,6 +139,7 @@ class FunctionLoop:
                 raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
         check_positive_int(steps_per_execution, "steps_per_execution")
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
+        check_bool(measure_input, "measure_input")
         if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(expected("strategy", "a tf.distribute.Strategy or None", strategy))
         user_hooks = check_hooks(hooks)
@@ -153,7 +165,9 @@ class FunctionLoop:
             model=model,
             step_fn=step_fn,
             validation_step_fn=validation_step_fn,
+            measure_input=measure_input,
         )
+        self.measure_input = measure_input
 
     def run(
         self,
@@ -244,9 +258,12 @@ class _CompiledSteps:
         model: Any = None,
         step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         validation_step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
+        measure_input: bool = True,
     ) -> None:
         self.strategy = strategy
         self.model = model
+        #: whether the training steps time their wait for input
+        self.measure_input = measure_input
         self.step_fn = step_fn
         self.validation_step_fn = validation_step_fn
         self.executors: dict[bool, _Executor] = {}
@@ -263,7 +280,10 @@ class _CompiledSteps:
                 fn = self.model.train_step if training else self.model.test_step
             else:
                 fn = self.step_fn if training else self.validation_step_fn
-            self.executors[training] = _Executor(fn, self.strategy, self.model)
+            # validation steps are not measured: only training input is reported
+            self.executors[training] = _Executor(
+                fn, self.strategy, self.model, measure_input=training and self.measure_input
+            )
         return self.executors[training]
 
     def build_model(self, batch: Any) -> None:
@@ -295,9 +315,10 @@ class _Executor:
     the next one ahead with ``more`` (whether it holds a batch). ``wait`` is the seconds
     the steps waited for their batches: after each step, the time until the batch
     fetched ahead arrived (the fetch may overlap the step; only what is left after it
-    counts), measured with ``tf.timestamp`` inside the function; under op determinism,
-    which refuses timestamps, it is not measured (``measures_wait`` is ``False`` and
-    ``wait`` is 0). ``first(iterator) ->
+    counts), measured with ``tf.timestamp`` inside the function (with ``measure_input``;
+    without it no timestamp is taken and ``wait`` is 0). Under op determinism, which
+    refuses timestamps, it is not measured either (``measures_wait`` is ``False``).
+    ``first(iterator) ->
     (pending, more)`` fetches the first batch ahead.
 
     With a Keras model, ``logs`` are the step's returned metric results (means over the
@@ -305,22 +326,22 @@ class _Executor:
     sums of the values over the call's steps, to be added to the epoch's totals.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], strategy: Any, model: Any = None) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        strategy: Any,
+        model: Any = None,
+        *,
+        measure_input: bool = True,
+    ) -> None:
         keras_step = model is not None  # a Keras model's train_step/test_step
         self.keras_step = keras_step
+        self.measure_input = measure_input
         # TensorFlow refuses tf.timestamp under enable_op_determinism(): no wait then
-        measures_wait = not op_determinism_enabled()
+        measures_wait = measure_input and not op_determinism_enabled()
         self.measures_wait = measures_wait
-        if not measures_wait:
+        if measure_input and not measures_wait:
             logger.info("Op determinism is enabled: the steps' input wait is not measured.")
-
-        def time_after(tensor: Any) -> Any:
-            return _time_after(tensor) if measures_wait else None
-
-        def wait_since(done: Any, pending: Any) -> Any:
-            if not measures_wait:
-                return tf.constant(0.0, tf.float64)
-            return _wait_since(done, pending)
 
         def replica_step(batch: Any) -> Any:
             outputs = fn(batch)
@@ -368,26 +389,31 @@ class _Executor:
             (sums, weight), (new_sums, new_weight) = previous, new
             return {k: sums[k] + new_sums[k] for k in sums}, weight + new_weight
 
+        def waited(size: Any, pending: Any) -> Any:
+            """Run ``pending``'s fetch after the step of ``size``; the seconds it waited."""
+            if not measures_wait:
+                return pending(), tf.constant(0.0, tf.float64)
+            done = _time_after(size)
+            fetched = pending()
+            return fetched, _wait_since(done, fetched)
+
         def execute(iterator: Any, pending: Any, limit: Any) -> Any:
             logs, size = one_step_fn(pending.get_value())
             examples = tf.cast(size, tf.int64)
-            done = time_after(size)
-            pending = iterator.get_next_as_optional()
-            wait = wait_since(done, pending)
+            pending, wait = waited(size, iterator.get_next_as_optional)
 
             def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
                 return tf.logical_and(steps < limit, pending.has_value())
 
             def body(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
                 new_logs, size = one_step_fn(pending.get_value())
-                done = time_after(size)
-                pending = iterator.get_next_as_optional()
+                pending, new_wait = waited(size, iterator.get_next_as_optional)
                 return (
                     steps + 1,
                     examples + tf.cast(size, tf.int64),
                     accumulate(logs, new_logs),
                     pending,
-                    wait + wait_since(done, pending),
+                    wait + new_wait,
                 )
 
             steps, examples, logs, pending, wait = tf.while_loop(
