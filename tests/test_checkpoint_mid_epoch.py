@@ -272,6 +272,7 @@ def _assert_like_reference(
 
 
 @pytest.mark.slow
+@pytest.mark.resume_matrix
 @pytest.mark.parametrize("pipeline", ["memory", "stream"])
 def test_a_process_sigtermed_mid_epoch_resumes_at_the_next_batch(
     tmp_path, data, reference, child, pipeline
@@ -299,6 +300,7 @@ def test_a_process_sigtermed_mid_epoch_resumes_at_the_next_batch(
 
 
 @pytest.mark.slow
+@pytest.mark.resume_matrix
 @pytest.mark.parametrize("pipeline", ["packed", "memory"])
 def test_a_process_sigkilled_after_its_last_save_resumes_from_it(
     tmp_path, data, reference, child, pipeline

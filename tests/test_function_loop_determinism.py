@@ -51,6 +51,7 @@ def test_function_loop_trains_under_op_determinism(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.resume_matrix
 @pytest.mark.parametrize("pipeline", ["memory", "stream", "packed"])
 def test_sigterm_and_sigkill_resumes_end_bitwise_equal_to_an_uninterrupted_run(
     tmp_path: Path, pipeline: str
@@ -85,6 +86,7 @@ def test_sigterm_and_sigkill_resumes_end_bitwise_equal_to_an_uninterrupted_run(
 
 
 @pytest.mark.slow
+@pytest.mark.resume_matrix
 def test_a_kill_after_a_preemption_into_a_new_epoch_resumes_from_the_newer_backup(
     tmp_path: Path,
 ) -> None:

@@ -30,7 +30,7 @@ import pytest
 
 from _resume import EPOCHS, N, ids_per_epoch, run_attempts, stitched, weights, write_data
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.resume_matrix]
 
 SEED = int(os.environ.get("CHAOS_SEED", "20"))
 STEPS = 8  # 120 examples at a global batch of 16, on one worker or two: 8 steps a pass
