@@ -39,6 +39,7 @@ def _preempted(stdout: str) -> dict:
     return json.loads(lines[-1][len("PREEMPTED ") :])
 
 
+@pytest.mark.resume_matrix
 def test_kill_resume_preempt_resume(tmp_path: Path) -> None:
     data = _write_data(tmp_path / "data", shards=1)
     out = tmp_path / "out"

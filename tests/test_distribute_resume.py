@@ -24,7 +24,7 @@ import pytest
 
 from _cluster import run_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.resume_matrix]
 
 CHILD = "tests/_multi_worker_child.py"
 N_TRAIN, N_VAL, GLOBAL_BATCH, EPOCHS = 4000, 64, 32, 3
