@@ -34,7 +34,10 @@ v1 = tf.compat.v1
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 EPOCHS = 50
-RSS_BOUND_MB = 8
+#: RSS growth from epoch 10 to 50: about 1.9 MB alone (py311 and py313, before and after
+#: issue 20/21), once 9.3 MB under CI's load (py313, -n 2). 16 MB still fails a leak of
+#: 0.4 MB an epoch; ops and threads are compared exactly.
+RSS_BOUND_MB = 16
 RSS_FROM_EPOCH = 10
 
 
