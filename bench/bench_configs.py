@@ -66,11 +66,13 @@ ROWS: list[tuple[str, str]] = [
     ("function_loop_32_packed_cb", "FunctionLoop, spe=32, packed shards + 3 callbacks"),
     (
         "session_loop_memory_cb_unmeasured",
-        "session_loop_memory_cb with measure_input=False (no input-wait timestamps)",
+        "session_loop_memory_cb with measure_input=False (no input-wait timestamps), "
+        "in one process with a measured twin, epochs in turn",
     ),
     (
         "function_loop_32_memory_cb_unmeasured",
-        "function_loop_32_memory_cb with measure_input=False (no input-wait timestamps)",
+        "function_loop_32_memory_cb with measure_input=False (no input-wait timestamps), "
+        "in one process with a measured twin, epochs in turn",
     ),
     ("input_queue", "ceiling: queue pipeline alone (read + parse, no model)"),
     ("input_dataset", "ceiling: graph tf.data pipeline alone (read + parse, no model)"),
@@ -163,7 +165,9 @@ MODEL_CEILINGS = ("model_only", "model_only_tf2")
 #: Rows run as a cluster of N worker processes on loopback ports: row -> N.
 MULTI_WORKER = {"multi_worker_1": 1, "multi_worker_2": 2}
 #: The rows run without the input measurement -> the same row with it (the pair that
-#: prices it: same loop, data, steps_per_execution and callbacks, interleaved repeats).
+#: prices it: same loop, data, steps_per_execution and callbacks). Each such row runs
+#: its loop beside a measured twin in one process, their epochs in turn
+#: (bench_workloads.paired_cost), and the cost is read from that pair.
 UNMEASURED = {
     "session_loop_memory_cb_unmeasured": "session_loop_memory_cb",
     "function_loop_32_memory_cb_unmeasured": "function_loop_32_memory_cb",

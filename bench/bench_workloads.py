@@ -686,6 +686,142 @@ def function_loop(
     return reported_share(history, clock.result())
 
 
+#: Timed rounds of the paired rows per timed epoch of the spec (each round: one epoch of
+#: each loop, in turn).
+PAIRED_ROUNDS_PER_EPOCH = 3
+
+
+class _StepSpan(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
+    """The span of a run's steps after its first call: its start, end and examples.
+
+    ``start`` is noted as the second call starts (the first call, tracing and the data's
+    restart, is then over and its examples counted), ``last`` as each call ends.
+    """
+
+    def begin(self) -> None:
+        self.calls = 0
+        self.start: tuple[float, int] | None = None
+        self.last = 0.0
+
+    def before_run(self, run_context: Any) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.start = (time.perf_counter(), self.loop.epoch_examples)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.last = time.perf_counter()
+
+
+def _paired_rounds(
+    spec: Spec, run_epoch: dict[bool, Callable[[], tuple[float, int, float]]]
+) -> dict[str, Any]:
+    """Run the two loops' epochs in turn, every other round in reverse; time each.
+
+    ``run_epoch[measured]()`` runs one epoch of that loop (a ``run(epochs=1)``) and
+    returns the seconds and examples of its steps and the seconds of its end (epoch end
+    and run end). Round 0 is a warm-up. Returns the unmeasured loop's result (its
+    seconds, examples and CPU time over the timed rounds), with the measured loop's
+    examples a second and CPU time an example in the same process, the rounds' ratios
+    (measured / unmeasured) and each loop's median seconds of an epoch's end.
+    """
+    totals = {m: [0.0, 0, 0.0] for m in (True, False)}  # seconds, examples, CPU seconds
+    ends: dict[bool, list[float]] = {True: [], False: []}
+    ratios = []
+    for i in range(PAIRED_ROUNDS_PER_EPOCH * spec.epochs + 1):
+        rates = {}
+        for measured in (True, False) if i % 2 == 0 else (False, True):
+            cpu = _cpu_seconds()
+            seconds, examples, end = run_epoch[measured]()
+            if i:  # round 0: tracing and warm-up
+                total = totals[measured]
+                total[0] += seconds
+                total[1] += examples
+                total[2] += _cpu_seconds() - cpu
+                rates[measured] = examples / seconds
+                ends[measured].append(end)
+        if i:
+            ratios.append(rates[True] / rates[False])
+    on, off = totals[True], totals[False]
+    return {
+        "seconds": off[0],
+        "examples": off[1],
+        "epochs": len(ratios),
+        "cpu_seconds": off[2],
+        "paired_measured_examples_per_sec": on[1] / on[0],
+        "paired_measured_cpu_us": 1e6 * on[2] / on[1],
+        "paired_round_ratios": ratios,
+        "paired_end_seconds": [float(np.median(ends[True])), float(np.median(ends[False]))],
+    }
+
+
+def paired_cost(spec: Spec, loop_kind: str) -> dict[str, Any]:
+    """The measurement's cost, in one process: the same loop with and without it.
+
+    Two loops over one model (for ``SessionLoop``, one train op in one session), the
+    in-memory pipeline and the 3 callbacks each (in their own directories), one with
+    ``measure_input=True`` and one with ``False``; their epochs (each a
+    ``run(epochs=1)``) run in turn, every other round in reverse order. An epoch's steps
+    are timed from the end of its run's first call (tracing, the data's restart) to the
+    end of its last step (an epoch of a single call: from the run's start); the epoch's
+    and run's end (the checkpoint, the TensorBoard and input scalars, the hooks' ``end``)
+    is timed on its own: a run of one epoch has it every epoch, a longer run once.
+    Across worker processes the same rows differ by a few percent from run to run on
+    this machine, more than the 1% to be told apart.
+    """
+    import keras as k3
+
+    from tfr_hooks.tf2.function_loop import FunctionLoop
+
+    def epoch_of(loop: Any, span: _StepSpan, **run_args: Any) -> Callable[[], Any]:
+        def run() -> tuple[float, int, float]:
+            began = time.perf_counter()
+            loop.run(epochs=1, **run_args)
+            end = time.perf_counter()
+            # an epoch of one call (--quick's tiny data): its steps from the run's start
+            start, seen = span.start if span.start is not None else (began, 0)
+            return span.last - start, loop.loop.epoch_examples - seen, end - span.last
+
+        return run
+
+    marks = {m: _StepSpan() for m in (True, False)}
+    dirs = {m: os.path.join(spec.workdir, "measured" if m else "unmeasured") for m in marks}
+    steps = steps_per_epoch(spec)
+    if loop_kind == "session":
+        with tf.Graph().as_default():
+            v1.set_random_seed(spec.seed)
+            batches = read_batches(spec, "memory")
+            x, y = batches.tensors
+            net, training, _ = graph_training(spec.model, x, y)
+            loops = {
+                m: tfr_hooks.SessionLoop(
+                    training,
+                    hooks=[tfr_hooks.KerasCallbacks(callbacks(tf_keras, dirs[m]), net), marks[m]],
+                    steps_per_epoch=steps,
+                    data=batches,
+                    measure_input=m,
+                )
+                for m in marks
+            }
+            with v1.Session() as session:
+                return _paired_rounds(
+                    spec, {m: epoch_of(loops[m], marks[m], session=session) for m in marks}
+                )
+    net = keras3_model(spec.model)
+    data = tf2_dataset(spec, source="memory")
+    floops = {
+        m: FunctionLoop(
+            data,
+            model=net,
+            hooks=[tfr_hooks.KerasCallbacks(callbacks(k3, dirs[m]), net), marks[m]],
+            steps_per_execution=32,
+            steps_per_epoch=steps,
+            measure_input=m,
+        )
+        for m in marks
+    }
+    return _paired_rounds(spec, {m: epoch_of(floops[m], marks[m]) for m in marks})
+
+
 def multi_worker(spec: Spec) -> dict[str, Any]:
     """``function_loop_32_cb`` under ``MultiWorkerMirroredStrategy``, on this worker.
 
@@ -789,12 +925,8 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "function_loop_32_memory_cb": lambda s: function_loop(s, 32, True, source="memory"),
     "function_loop_32_packed": lambda s: function_loop(s, 32, False, source="packed"),
     "function_loop_32_packed_cb": lambda s: function_loop(s, 32, True, source="packed"),
-    "session_loop_memory_cb_unmeasured": lambda s: session_loop(
-        s, "memory", True, measure_input=False
-    ),
-    "function_loop_32_memory_cb_unmeasured": lambda s: function_loop(
-        s, 32, True, source="memory", measure_input=False
-    ),
+    "session_loop_memory_cb_unmeasured": lambda s: paired_cost(s, "session"),
+    "function_loop_32_memory_cb_unmeasured": lambda s: paired_cost(s, "function"),
     "input_queue": lambda s: input_only(s, "queue"),
     "input_dataset": lambda s: input_only(s, "dataset"),
     "input_tf2": input_only_tf2,

@@ -34,6 +34,7 @@ class FakeRunner:
     session = "fake-session"
     coord = "fake-coord"
     run_args = v1.train.SessionRunArgs("train_op")
+    skips_batches = False  # a resumed epoch runs the steps left
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class FakeRunner:
         self.fail_at_step = fail_at_step
         self.fail_start = fail_start
         self.calls: list[str] = []
+        self.replayed: list[int] = []
         self.hook_args: list[Sequence[Any]] = []
         self.position = 0
         self.val_position = 0
@@ -79,6 +81,14 @@ class FakeRunner:
         self.steps = 0
         if restart_data:
             self.position = 0
+
+    def replay_passes(self, epoch: int) -> None:
+        self.replayed.append(epoch)
+
+    def skip_batches(self, count: int) -> tuple[int, int]:
+        skipped = min(count, len(self.batches) - self.position)
+        self.position += skipped
+        return skipped, 4 * skipped
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         self.hook_args.append(hook_args)
@@ -532,3 +542,24 @@ def test_a_run_resumed_mid_epoch_runs_only_the_steps_left(lookahead: bool) -> No
     assert history["loss"] == [1.0, 2.5]  # epoch 1's mean is of the step it ran
     assert loop.global_step == 5  # steps of this run
     assert runner.calls.count("start_epoch(restart=True)") == 2
+
+
+def test_a_run_resumed_mid_epoch_replays_the_earlier_passes_and_skips_the_trained_batches() -> None:
+    class Resumed(tfr_hooks.Hook):
+        """Restores a position, as a checkpoint hook does in ``begin``: epoch 1, step 2."""
+
+        def begin(self) -> None:
+            self.loop.initial_epoch, self.loop.initial_step = 1, 2
+
+        def epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
+            self.seen = (epoch, self.loop.epoch_steps, self.loop.epoch_examples)
+
+    class Skipping(FakeRunner):
+        skips_batches = True
+
+    runner, resumed = Skipping(batches=(1.0, 2.0, 3.0, 4.0, 5.0), val=None), Resumed()
+    run(runner, [resumed], epochs=2)
+    assert runner.replayed == [1]  # the seeded shuffle of epoch 0's pass is drawn first
+    # the two trained batches are passed over, then the epoch runs to the data's end
+    assert resumed.seen == (1, 5, 20)
+    assert len(runner.hook_args) == 3

@@ -15,11 +15,11 @@ Epoch boundaries:
   epoch (a final partial batch included); the runner restarts the data for the next one.
   The number of steps is learned from the first epoch and shown to hooks (it replaces a
   length known up front that the data did not match). A run resumed mid-epoch on a
-  runner that can skip batches (``skip_batches(n) -> (batches, examples)``) passes over
-  the batches already trained on (they count in ``loop.epoch_examples``) and runs that
-  epoch to the data's end; a runner that can replay passes (``replay_passes(epoch)``)
-  first starts the data as often as the earlier epochs did, so that a seeded shuffle
-  gives the resumed epoch its own order.
+  runner that can skip batches (``Runner.skips_batches``) passes over the batches
+  already trained on (they count in ``loop.epoch_examples``) and runs that epoch to the
+  data's end; the runner first replays the earlier epochs' passes
+  (``Runner.replay_passes``), so that a seeded shuffle gives the resumed epoch its own
+  order.
 * ``steps_per_epoch=None`` and a one-shot source: the data running out closes the current
   epoch and ends training.
 * ``steps_per_epoch=N``: epochs are counted in steps; the data is started once. Data
@@ -103,12 +103,34 @@ class Runner(Protocol):
     #: Whether the runner already knows the current data (the training data, or during a
     #: validation pass the validation data) has no further batch; no step is then tried.
     ran_out: bool
+    #: Whether :meth:`skip_batches` passes over a resumed epoch's trained batches exactly
+    #: (the data's order is that of the interrupted run); else the resumed epoch runs only
+    #: the steps left, on data started afresh.
+    skips_batches: bool
 
     def start(self) -> None:
         """Prepare to run: create the session (after the hooks' ``begin``)."""
 
     def start_epoch(self, restart_data: bool) -> None:
         """Reset the epoch's running means, and restart the data when asked."""
+
+    def replay_passes(self, epoch: int) -> None:
+        """Start (and leave) a pass of the data for each epoch before ``epoch`` not run.
+
+        Called at the start of a run that begins at a later epoch, so that a seeded
+        shuffle gives that epoch the order it had in an uninterrupted run; a runner
+        whose data does not reshuffle per pass does nothing.
+        """
+
+    def skip_batches(self, count: int) -> tuple[int, int]:
+        """Pass over the next ``count`` training batches without a step.
+
+        Called only when :attr:`skips_batches`.
+
+        Returns:
+            The batches skipped (fewer than ``count`` if the data ran out) and their
+            examples.
+        """
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         """Run up to ``limit`` training steps, with what the hooks asked for merged in."""
@@ -314,11 +336,10 @@ def _run_epoch(
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
     loop.input_stats = None
-    replay = getattr(runner, "replay_passes", None)
-    if first and steps_per_epoch is None and replay is not None:
+    if first and steps_per_epoch is None:
         # the first epoch of a run that starts late (resumed): let the data's seeded
         # shuffles draw what they drew for the earlier epochs, so this one has its order
-        replay(epoch)
+        runner.replay_passes(epoch)
     # the run's first execution (tracing, warm-up) is left out when more follow
     clock = EpochClock(time.perf_counter, skip_first=loop.global_step == 0)
     restart = first or steps_per_epoch is None
@@ -330,12 +351,11 @@ def _run_epoch(
     # only the rest are run
     done = loop.initial_step if first else 0
     length = steps_per_epoch if steps_per_epoch is not None or not done else loop.steps_per_epoch
-    skip = getattr(runner, "skip_batches", None)
-    if done and steps_per_epoch is None and skip is not None:
+    if done and steps_per_epoch is None and runner.skips_batches:
         # the data decides the epoch: pass over the batches the interrupted run already
         # trained on, then run to the data's end, so that the epoch has the steps (and
         # the batches) of an uninterrupted one, whatever its length was thought to be
-        skipped, skipped_examples = skip(done)
+        skipped, skipped_examples = runner.skip_batches(done)
         if skipped < done:
             logger.warning(
                 "Epoch %d resumes at step %d, but its data holds only %d batches.",

@@ -346,7 +346,7 @@ class KerasCallbacks(Hook):
     def end(self, session: Any) -> None:
         """``on_train_end``, unless the run failed (as ``fit``, which lets errors through)."""
         try:
-            if self._began and getattr(self.loop, "error", None) is None:
+            if self._began and self.loop.error is None:
                 self._call("on_train_end", {} if self.graph_mode else dict(self._last_logs))
         finally:
             self._began = False
@@ -360,7 +360,7 @@ class KerasCallbacks(Hook):
 
     def _write_input_scalars(self, epoch: int) -> None:
         """The epoch's input measurement beside each ``TensorBoard`` callback's runs."""
-        stats = getattr(self.loop, "input_stats", None)
+        stats = self.loop.input_stats
         if not isinstance(stats, InputStats) or stats.epoch != epoch:
             return  # not measured (data fed by a hook, or measure_input=False)
         for callback in self._active:  # on a non-chief, log_dir is its temporary place

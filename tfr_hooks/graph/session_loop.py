@@ -477,9 +477,7 @@ class _SessionRunner:
         #: passes over the training data started in this session (initializations)
         self.passes = 0
         #: the engine skips batches of a resumed epoch only where that is exact
-        self.skip_batches: Callable[[int], tuple[int, int]] | None = None
-        if settings.skip_tensor is not None:
-            self.skip_batches = self._skip_batches
+        self.skips_batches = settings.skip_tensor is not None
 
     def start(self) -> None:
         settings = self.settings
@@ -526,7 +524,7 @@ class _SessionRunner:
         if missing > 0:
             logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
 
-    def _skip_batches(self, count: int) -> tuple[int, int]:
+    def skip_batches(self, count: int) -> tuple[int, int]:
         """Pass over the next ``count`` training batches without a step.
 
         A run resumed mid-epoch starts the epoch's data again (after

@@ -395,7 +395,9 @@ class _Executor:
                 return pending(), tf.constant(0.0, tf.float64)
             done = _time_after(size)
             fetched = pending()
-            return fetched, _wait_since(done, fetched)
+            # created after ``done``, the second timestamp runs after it (TensorFlow
+            # orders stateful ops without resource inputs as written): never negative
+            return fetched, _time_after(fetched.has_value()) - done
 
         def execute(iterator: Any, pending: Any, limit: Any) -> Any:
             logs, size = one_step_fn(pending.get_value())
@@ -454,6 +456,7 @@ class _FunctionRunner:
     """The engine's runner for :class:`FunctionLoop`: one compiled call per step."""
 
     reinitializable = True
+    skips_batches = True
     session = None
     coord = None
     run_args = tf.compat.v1.train.SessionRunArgs(None)
@@ -684,11 +687,6 @@ def _time_after(tensor: Any) -> Any:
     """``tf.timestamp()`` (seconds, float64) once ``tensor`` is computed."""
     with tf.control_dependencies([tensor]):
         return tf.timestamp()
-
-
-def _wait_since(done: Any, pending: Any) -> Any:
-    """Seconds from ``done`` until the ``Optional`` batch ``pending`` arrived (0 if before)."""
-    return tf.maximum(_time_after(pending.has_value()) - done, tf.constant(0.0, tf.float64))
 
 
 def _batch_size(batch: Any) -> Any:
