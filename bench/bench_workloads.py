@@ -68,6 +68,9 @@ class Spec:
     tf_config: str | None = None
     #: ``--suite real``: the sizes of its data sets, ``{"img": n, "txt": n}`` (bench_real)
     real: dict[str, int] | None = None
+    #: the timed rounds of an ``_unmeasured`` row (``None``: ``PAIRED_ROUNDS_PER_EPOCH``
+    #: a timed epoch)
+    paired_rounds: int | None = None
 
 
 def quiet() -> None:
@@ -727,7 +730,8 @@ def _paired_rounds(
     totals = {m: [0.0, 0, 0.0] for m in (True, False)}  # seconds, examples, CPU seconds
     ends: dict[bool, list[float]] = {True: [], False: []}
     ratios = []
-    for i in range(PAIRED_ROUNDS_PER_EPOCH * spec.epochs + 1):
+    rounds = spec.paired_rounds or PAIRED_ROUNDS_PER_EPOCH * spec.epochs
+    for i in range(rounds + 1):
         rates = {}
         for measured in (True, False) if i % 2 == 0 else (False, True):
             cpu = _cpu_seconds()

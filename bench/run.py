@@ -72,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="runs of each configuration (default 3)")
     parser.add_argument("--examples", type=int, help="examples in the data set (default 60000)")
     parser.add_argument("--epochs", type=int, help="timed epochs per run after 1 warm-up (2)")
+    parser.add_argument(
+        "--paired-rounds",
+        type=int,
+        help="timed rounds of each _unmeasured row per run, after 1 warm-up (3 x --epochs)",
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp,cnn")
     parser.add_argument(
@@ -140,6 +145,7 @@ def spec_for(args: argparse.Namespace, config: str, model: str, repeat: int) -> 
         "workdir": str(workdir),
         "seed": args.seed,
         "repeat": repeat,
+        "paired_rounds": args.paired_rounds,
     }
 
 
