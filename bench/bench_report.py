@@ -569,8 +569,9 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         "repeats), for the package's loops; over 20% is input-bound, 5-20% moderately, "
         "under 5% not (see docs/input_bound.md). The `_unmeasured` rows run their "
         "partner with `measure_input=False` beside a measured twin in one process, their "
-        "epochs in turn, each timed from its run's first call on; the ratio of the two "
-        "loops' medians is the measurement's cost (Targets, and its own section below).",
+        "epochs in turn, each epoch's steps timed after its run's first call; the median "
+        "of the rounds' ratios (measured / unmeasured) is the measurement's cost "
+        "(Targets, and its own section below).",
     ]
     for table in tables:
         real = table.model in REAL_KINDS
