@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from tfr_hooks.tfrecord.sharding import TaskInfo
+from tfr_hooks.task import TaskInfo
 
 __all__ = ["ChiefOnlyWriting"]
 

@@ -38,8 +38,8 @@ import tensorflow as tf
 from tfr_hooks.chief_only import ChiefOnlyWriting
 from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import InputStats
+from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tensorboard import INPUT_RUN, InputScalarWriter
-from tfr_hooks.tfrecord import sharding
 
 __all__ = ["KerasCallbacks"]
 
@@ -200,7 +200,7 @@ class KerasCallbacks(Hook):
         self._deferred = self._val_deferred = False
         self._val_steps: int | None = None
         self._val_seen = 0
-        self._writing = ChiefOnlyWriting(sharding.TaskInfo())
+        self._writing = ChiefOnlyWriting(TaskInfo())
         self._active: list[Any] = list(self.callbacks)
         self._input_scalars = InputScalarWriter()
 
@@ -241,7 +241,7 @@ class KerasCallbacks(Hook):
         self.params = params
         history = None
         # on non-chief workers, files go to a temporary place; no progress bar
-        self._writing = ChiefOnlyWriting(sharding.current_task(model=self.model))
+        self._writing = ChiefOnlyWriting(current_task(model=self.model))
         self._active = self._writing.apply(self.callbacks, self._keras)
         for callback in self._active:
             callback.set_model(self.model)

@@ -40,7 +40,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import InputStats
-from tfr_hooks.tfrecord import sharding
+from tfr_hooks.task import current_task
 
 __all__ = ["INPUT_RUN", "InputScalarWriter", "TensorBoardLogger"]
 
@@ -162,7 +162,7 @@ class TensorBoardLogger(Hook):
         # in a multi-worker cluster only the chief writes events; a loop told who the
         # chief is (SessionLoop(is_chief=...)) says so, else the strategy or TF_CONFIG
         told = getattr(getattr(self, "loop", None), "is_chief", None)
-        self._chief = told if told is not None else sharding.current_task(model=self.model).is_chief
+        self._chief = told if told is not None else current_task(model=self.model).is_chief
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Write the session's graph to ``train/`` (graph mode, with ``write_graph``)."""
