@@ -193,7 +193,9 @@ def test_no_module_looks_things_up_in_sys_modules_or_probes_hooks(module: str) -
             continue
         target, *rest = node.args
         name = rest[0].value if rest and isinstance(rest[0], ast.Constant) else None
-        assert name not in CAPABILITIES, f"{module}:{node.lineno} probes getattr(..., {name!r})"
+        assert name not in CAPABILITIES | {"loop"}, (
+            f"{module}:{node.lineno} probes getattr(..., {name!r})"
+        )
         probed = target.id if isinstance(target, ast.Name) else ""
         assert probed not in {"hook", "h"}, f"{module}:{node.lineno} probes a hook with getattr"
 
@@ -209,6 +211,20 @@ def test_every_capability_is_declared_on_hook() -> None:
     source = inspect.getsource(Hook)
     for name in CAPABILITIES:  # each one documented where it is declared
         assert "#:" in source.split(f"\n    {name}:")[0].splitlines()[-1], name
+
+
+def test_the_loop_state_is_declared_on_hook() -> None:
+    """``Hook.loop`` has a declared default, so no hook needs to probe for it."""
+    from tfr_hooks import Hook
+    from tfr_hooks.hooks import LoopState
+
+    hook = Hook()
+    assert hook.attached_loop is None
+    with pytest.raises(RuntimeError, match=r"Expected Hook to be run by a loop.*Received: no"):
+        hook.loop  # noqa: B018
+    state = LoopState()
+    hook.set_loop(state)
+    assert hook.loop is state and hook.attached_loop is state
 
 
 def test_graph_mode_loads_tf_keras_only_for_a_keras_training_graph() -> None:
