@@ -1,7 +1,8 @@
 """The file list shows the two modes, and data flows one way between the layers.
 
 - ``tfr_hooks/tfrecord/`` (file I/O and its sharding policy) imports nothing of the
-  package above it but the argument checks (``tfr_hooks.checks``);
+  package above it but the argument checks (``tfr_hooks.checks``) and the task identity
+  (``tfr_hooks.task``: who this process is in a cluster);
 - the shared core (``engine``, ``hooks``, ``checks``, ``signals``, ``keras_callbacks``,
   ``tensorboard``, ...) imports neither mode;
 - ``tfr_hooks/graph/`` (graph mode) and ``tfr_hooks/tf2/`` (TensorFlow 2) never import
@@ -41,7 +42,10 @@ ALLOWED = {
     "tf2": {"tf2", "core", "tfrecord"},
 }
 #: the only modules of the core the tfrecord layer may use
-TFRECORD_MAY_USE = {"tfr_hooks.checks"}
+TFRECORD_MAY_USE = {"tfr_hooks.checks", "tfr_hooks.task"}
+#: the core modules every layer may import, which therefore import nothing of the package
+#: but each other (else tfrecord would reach the rest of the core through them)
+FOUNDATION = TFRECORD_MAY_USE
 
 
 def modules() -> dict[str, Path]:
@@ -81,6 +85,23 @@ def test_each_module_imports_only_the_layers_below_or_beside_it(module: str) -> 
         if own == "tfrecord" and imported in TFRECORD_MAY_USE:
             continue
         assert layer(imported) in ALLOWED[own], f"{module} ({own}) imports {imported}"
+
+
+def test_the_modules_tfrecord_may_use_import_only_each_other() -> None:
+    for module in sorted(FOUNDATION):
+        assert imports(MODULES[module]) <= FOUNDATION, module
+
+
+def test_the_task_identity_reads_tf_config_without_importing_tensorflow() -> None:
+    """A launcher (``--workers N``) learns its task without paying for TensorFlow."""
+    script = (
+        "import json, os, sys\n"
+        "os.environ['TF_CONFIG'] = json.dumps({'cluster': {'worker': ['a:1', 'b:2']},"
+        " 'task': {'type': 'worker', 'index': 1}})\n"
+        "from tfr_hooks.task import _from_tf_config\n"
+        "print(_from_tf_config().is_chief, 'tensorflow' in sys.modules)\n"
+    )
+    assert python_output(script).split() == ["False", "False"]
 
 
 def test_no_module_reaches_another_through_the_package_namespace() -> None:
@@ -172,7 +193,9 @@ def test_no_module_looks_things_up_in_sys_modules_or_probes_hooks(module: str) -
             continue
         target, *rest = node.args
         name = rest[0].value if rest and isinstance(rest[0], ast.Constant) else None
-        assert name not in CAPABILITIES, f"{module}:{node.lineno} probes getattr(..., {name!r})"
+        assert name not in CAPABILITIES | {"loop"}, (
+            f"{module}:{node.lineno} probes getattr(..., {name!r})"
+        )
         probed = target.id if isinstance(target, ast.Name) else ""
         assert probed not in {"hook", "h"}, f"{module}:{node.lineno} probes a hook with getattr"
 
@@ -188,6 +211,20 @@ def test_every_capability_is_declared_on_hook() -> None:
     source = inspect.getsource(Hook)
     for name in CAPABILITIES:  # each one documented where it is declared
         assert "#:" in source.split(f"\n    {name}:")[0].splitlines()[-1], name
+
+
+def test_the_loop_state_is_declared_on_hook() -> None:
+    """``Hook.loop`` has a declared default, so no hook needs to probe for it."""
+    from tfr_hooks import Hook
+    from tfr_hooks.hooks import LoopState
+
+    hook = Hook()
+    assert hook.attached_loop is None
+    with pytest.raises(RuntimeError, match=r"Expected Hook to be run by a loop.*Received: no"):
+        hook.loop  # noqa: B018
+    state = LoopState()
+    hook.set_loop(state)
+    assert hook.loop is state and hook.attached_loop is state
 
 
 def test_graph_mode_loads_tf_keras_only_for_a_keras_training_graph() -> None:

@@ -6,13 +6,15 @@ multi-worker run (``FunctionLoop`` under a strategy, ``SessionLoop`` on a cluste
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfr_hooks.tfrecord.sharding import TaskInfo
+from tfr_hooks.keras_private import backup_files, set_backup_files
+from tfr_hooks.task import TaskInfo
 
 __all__ = ["ChiefOnlyWriting"]
 
@@ -37,7 +39,7 @@ class ChiefOnlyWriting:
     def __init__(self, task: TaskInfo) -> None:
         self.task = task
         self.tempdir: str | None = None
-        self._changed: list[tuple[Any, str, Any]] = []
+        self._undo: list[Callable[[], None]] = []
 
     def apply(self, callbacks: Sequence[Any], keras: Any) -> list[Any]:
         """Return the callbacks this worker runs, with their paths moved when not chief.
@@ -84,15 +86,13 @@ class ChiefOnlyWriting:
         for callback in callbacks:
             if not isinstance(callback, keras.callbacks.BackupAndRestore):
                 continue
-            for attr in (
-                "_weights_path",
-                "_training_metadata_path",
-                "_prev_weights_path",
-                "_prev_training_metadata_path",
-            ):
-                if getattr(callback, attr, None) is not None:
-                    self._move(callback, attr)
-            self._changed.append((callback, "backup_dir", callback.backup_dir))
+            files = backup_files(callback)  # Keras 3's; tf_keras' follow backup_dir
+            if files:
+                self._undo.append(functools.partial(set_backup_files, callback, files))
+                set_backup_files(callback, {n: self.temp_path(p) for n, p in files.items()})
+            self._undo.append(
+                functools.partial(setattr, callback, "backup_dir", callback.backup_dir)
+            )
             callback.backup_dir = self.temp_path("backup")
 
     def temp_path(self, path: str) -> str:
@@ -106,9 +106,8 @@ class ChiefOnlyWriting:
 
     def restore(self) -> None:
         """Put the callbacks' paths back and remove the temporary directory."""
-        while self._changed:
-            obj, attr, value = self._changed.pop()
-            setattr(obj, attr, value)
+        while self._undo:
+            self._undo.pop()()
         if self.tempdir is not None:
             shutil.rmtree(self.tempdir, ignore_errors=True)
             self.tempdir = None
@@ -117,5 +116,5 @@ class ChiefOnlyWriting:
         value = getattr(obj, attr)
         if value is None:
             return
-        self._changed.append((obj, attr, value))
+        self._undo.append(functools.partial(setattr, obj, attr, value))
         setattr(obj, attr, self.temp_path(os.fspath(value)))

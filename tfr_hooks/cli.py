@@ -40,7 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
         "measure how fast this machine reads them through each pipeline.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_convert(commands)
+    _add_inspect(commands)
+    _add_measure(commands)
+    return parser
 
+
+def _add_convert(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``convert`` sub-command and its flags."""
     convert = commands.add_parser(
         "convert",
         help="turn an .npz file or TFRecord files into shards with a stored schema",
@@ -87,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="hide the progress bar (shown only when stderr is a terminal)",
     )
 
+
+def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``inspect`` sub-command and its flags."""
     inspect = commands.add_parser(
         "inspect",
         help="show the record count and features of TFRecord files",
@@ -109,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: detected per file",
     )
 
+
+def _add_measure(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``measure`` sub-command and its flags."""
     measure = commands.add_parser(
         "measure",
         help="time the pipelines your files allow on this machine, and recommend one",
@@ -138,7 +151,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes the decoded data may take in memory (default: half the available memory)",
     )
     measure.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -221,7 +221,35 @@ class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
     #: (``SessionLoop(master=..., is_chief=False)``) drops it from its hooks.
     chief_only: bool = False
 
-    loop: LoopState
+    #: The state of the loop that runs the hook, as :meth:`set_loop` gave it; ``None``
+    #: until a loop attaches the hook (a hook called directly, or never run). Read it as
+    #: :attr:`loop` in code that runs inside a loop, as :attr:`attached_loop` otherwise.
+    _loop: LoopState | None = None
+
+    @property
+    def loop(self) -> LoopState:
+        """The state of the loop that runs the hook (:class:`LoopState`), from ``begin`` on.
+
+        Raises:
+            RuntimeError: If no loop has attached the hook yet (:attr:`attached_loop` is
+                ``None``).
+        """
+        if self._loop is None:
+            raise RuntimeError(
+                f"Expected {type(self).__name__} to be run by a loop, which gives it "
+                "`self.loop` before `begin` (or `hook.set_loop(LoopState())` before "
+                "calling it directly). Received: no loop attached"
+            )
+        return self._loop
+
+    @loop.setter
+    def loop(self, loop: LoopState) -> None:
+        self._loop = loop
+
+    @property
+    def attached_loop(self) -> LoopState | None:
+        """The state of the loop that runs the hook, or ``None`` while no loop does."""
+        return self._loop
 
     def set_loop(self, loop: LoopState) -> None:
         """Give the hook the state of the loop that runs it (called before ``begin``)."""

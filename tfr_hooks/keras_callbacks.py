@@ -38,8 +38,15 @@ import tensorflow as tf
 from tfr_hooks.chief_only import ChiefOnlyWriting
 from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import InputStats
+from tfr_hooks.keras_private import (
+    backup_metadata_path,
+    set_backup_epoch,
+    set_backup_last_batch,
+    take_restored_epoch,
+    tf_keras_restored_epoch,
+)
+from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tensorboard import INPUT_RUN, InputScalarWriter
-from tfr_hooks.tfrecord import sharding
 
 __all__ = ["KerasCallbacks"]
 
@@ -200,7 +207,7 @@ class KerasCallbacks(Hook):
         self._deferred = self._val_deferred = False
         self._val_steps: int | None = None
         self._val_seen = 0
-        self._writing = ChiefOnlyWriting(sharding.TaskInfo())
+        self._writing = ChiefOnlyWriting(TaskInfo())
         self._active: list[Any] = list(self.callbacks)
         self._input_scalars = InputScalarWriter()
 
@@ -241,7 +248,7 @@ class KerasCallbacks(Hook):
         self.params = params
         history = None
         # on non-chief workers, files go to a temporary place; no progress bar
-        self._writing = ChiefOnlyWriting(sharding.current_task(model=self.model))
+        self._writing = ChiefOnlyWriting(current_task(model=self.model))
         self._active = self._writing.apply(self.callbacks, self._keras)
         for callback in self._active:
             callback.set_model(self.model)
@@ -271,7 +278,7 @@ class KerasCallbacks(Hook):
         if self.flavor == "keras" and not self.graph_mode:
             for callback in self._active:
                 if isinstance(callback, self._keras.callbacks.BackupAndRestore):
-                    callback._current_epoch = epoch
+                    set_backup_epoch(callback, epoch)
         self._call("on_epoch_begin", epoch, {})
 
     def before_run(self, run_context: Any) -> None:
@@ -388,18 +395,14 @@ class KerasCallbacks(Hook):
     def _pick_up_initial_epoch(self) -> None:
         """Start where a restored backup says (Keras' ``BackupAndRestore``)."""
         model, loop = self.model, self.loop
-        restored: Any = None
         if self.flavor == "keras":
-            restored = getattr(model, "_initial_epoch", None)
-            if restored is not None:
-                model._initial_epoch = None  # consumed, as fit does
-        elif getattr(model, "_training_state", None) is not None:
-            load = getattr(model, "_maybe_load_initial_counters_from_ckpt", None)
-            if load is not None:
-                restored, _ = load(loop.steps_per_epoch or 1, loop.initial_epoch)
-        if restored is not None and int(restored) > loop.initial_epoch:
-            logger.info("Resuming at epoch %d from a Keras backup", int(restored))
-            loop.initial_epoch = int(restored)
+            restored = take_restored_epoch(model)  # consumed, as fit does
+        else:
+            steps = loop.steps_per_epoch or 1
+            restored = tf_keras_restored_epoch(model, steps, loop.initial_epoch)
+        if restored is not None and restored > loop.initial_epoch:
+            logger.info("Resuming at epoch %d from a Keras backup", restored)
+            loop.initial_epoch = restored
 
     def _backup_positions(self) -> list[tuple[Any, int, int]]:
         """``(callback, epoch, batch)`` from each Keras 3 ``BackupAndRestore``'s metadata.
@@ -413,7 +416,7 @@ class KerasCallbacks(Hook):
         for callback in self._active:
             if not isinstance(callback, self._keras.callbacks.BackupAndRestore):
                 continue
-            path = getattr(callback, "_training_metadata_path", None)
+            path = backup_metadata_path(callback)
             if not path or not tf.io.gfile.exists(path):
                 continue
             try:
@@ -442,7 +445,7 @@ class KerasCallbacks(Hook):
         for callback, epoch, batch in positions:
             # Keras counts the epoch of its batch-level saves from its own epoch ends: a
             # resumed callback would write epoch 0 until its first one
-            callback._current_epoch = epoch
+            set_backup_epoch(callback, epoch)
             if epoch != loop.initial_epoch:
                 continue
             done = batch + 1 if batch > 0 else 0
@@ -457,7 +460,7 @@ class KerasCallbacks(Hook):
                     done,
                 )
                 loop.initial_step = done
-            callback._last_batch_seen = max(done - 1, 0)
+            set_backup_last_batch(callback, max(done - 1, 0))
 
 
 def _refuse_graph_incompatible(callbacks: Sequence[Any], keras: Any) -> None:

@@ -161,7 +161,7 @@ class StopOnSignal(Hook):
             self._old_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         except ValueError:  # pragma: no cover - main thread checked above
             self._old_wakeup_fd = -1
-        loop = getattr(self, "loop", None)
+        loop = self.attached_loop
         if loop is None or not loop.input_cancels:
             return  # nothing a watcher could unblock; the handler still counts from the pipe
         self._watcher = threading.Thread(
@@ -195,7 +195,7 @@ class StopOnSignal(Hook):
             self._drain()
             count = max(len(self.received), self._seen)
             self._handled_upto = max(self._handled_upto, self._seen)
-        loop = getattr(self, "loop", None)
+        loop = self.attached_loop
         if count == 1 and loop is not None:
             logger.warning(
                 "%s received: training stops after the current step; the epoch is closed "
@@ -264,7 +264,7 @@ class StopOnSignal(Hook):
             if self._cancelled_input:
                 return
             self._cancelled_input = True
-        loop = getattr(self, "loop", None)
+        loop = self.attached_loop
         if loop is None:
             return
         loop.request_stop("a signal arrived while a step was blocked")

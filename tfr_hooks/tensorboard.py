@@ -40,7 +40,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import InputStats
-from tfr_hooks.tfrecord import sharding
+from tfr_hooks.task import current_task
 
 __all__ = ["INPUT_RUN", "InputScalarWriter", "TensorBoardLogger"]
 
@@ -161,8 +161,9 @@ class TensorBoardLogger(Hook):
         self._batches = 0
         # in a multi-worker cluster only the chief writes events; a loop told who the
         # chief is (SessionLoop(is_chief=...)) says so, else the strategy or TF_CONFIG
-        told = getattr(getattr(self, "loop", None), "is_chief", None)
-        self._chief = told if told is not None else sharding.current_task(model=self.model).is_chief
+        loop = self.attached_loop
+        told = None if loop is None else loop.is_chief
+        self._chief = told if told is not None else current_task(model=self.model).is_chief
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Write the session's graph to ``train/`` (graph mode, with ``write_graph``)."""
@@ -196,7 +197,7 @@ class TensorBoardLogger(Hook):
             lr = self._optimizer_learning_rate()
             if lr is not None:
                 train["epoch_learning_rate"] = lr
-        stats = getattr(getattr(self, "loop", None), "input_stats", None)
+        stats = None if self.attached_loop is None else self.attached_loop.input_stats
         if isinstance(stats, InputStats) and stats.epoch == epoch:
             train.update(stats.history())  # input/wait_share, input/examples_per_sec
         self._write("train", epoch, train)

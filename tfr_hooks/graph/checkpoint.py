@@ -49,7 +49,7 @@ import tensorflow as tf
 
 from tfr_hooks.checks import check_bool, check_optional_positive_int, check_positive_int
 from tfr_hooks.hooks import Hook
-from tfr_hooks.tfrecord import sharding
+from tfr_hooks.task import current_task
 
 __all__ = ["EpochCheckpoint", "CHECKPOINT_PREFIX", "resume_epoch_of", "resume_position_of"]
 
@@ -299,7 +299,7 @@ class EpochCheckpoint(Hook):
         if self._session is None or self._saver is None:
             return
         told = self.loop.is_chief  # SessionLoop(is_chief=...), else the strategy/TF_CONFIG
-        if not (told if told is not None else sharding.current_task().is_chief):
+        if not (told if told is not None else current_task().is_chief):
             return  # the chief saves, once
         os.makedirs(self.log_dir, exist_ok=True)
         prefix = os.path.join(self.log_dir, name)

@@ -43,7 +43,7 @@ from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
 from tfr_hooks.input_report import InputFacts, facts_of_files
 from tfr_hooks.signals import with_signal_hook
-from tfr_hooks.tfrecord import sharding
+from tfr_hooks.task import current_task
 from tfr_hooks.tfrecord.read import Batches
 
 __all__ = ["SessionLoop"]
@@ -671,7 +671,7 @@ def _check_cluster(master: object, is_chief: object) -> tuple[str, bool | None]:
             )
         )
     if is_chief is None and master:
-        is_chief = sharding.current_task().is_chief
+        is_chief = current_task().is_chief
     return master, is_chief
 
 

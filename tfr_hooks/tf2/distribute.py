@@ -11,7 +11,8 @@ cluster (or a graph-mode ``tf.compat.v1.train.Server`` cluster) needs:
 
 The rest serves the package's loops: :func:`global_metric_results` (a Keras 3 model's
 metric results over every replica of every worker) and :func:`explain_lost_worker`. The
-sharding policy of :func:`tfr_hooks.tfrecord.dataset` lives in
+task identity lives in the core module :mod:`tfr_hooks.task` (which the readers use
+too), and is re-exported here. The sharding policy of :func:`tfr_hooks.tfrecord.dataset` lives in
 :mod:`tfr_hooks.tfrecord.sharding`, with ``loopback_cluster`` (``TF_CONFIG`` values for N
 workers on free ``127.0.0.1`` ports, for tests and launchers).
 
@@ -28,7 +29,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.hooks import Hook
-from tfr_hooks.tfrecord.sharding import TaskInfo, current_task
+from tfr_hooks.task import TaskInfo, current_task
 
 __all__ = ["WorkerLostError", "LostWorkerHook", "TaskInfo", "current_task"]
 

@@ -1,11 +1,12 @@
-"""Who this process is in a cluster, and how a dataset is split among the workers.
+"""How a dataset is split among the workers of a cluster.
 
 Knows no hooks and no loops, so that the TFRecord readers can use it, and imports
 TensorFlow only where a function needs it, so that a launcher (``--workers N``, the
-benchmark's parent) can pick ports without paying for TensorFlow's import:
+benchmark's parent) can pick ports without paying for TensorFlow's import. Who this
+process is (:class:`~tfr_hooks.task.TaskInfo`, :func:`~tfr_hooks.task.current_task`)
+lives in the core module :mod:`tfr_hooks.task`; its names are imported here too, so
+that ``tfr_hooks.tfrecord.sharding.current_task`` still works:
 
-* :func:`current_task`: this process's task (type, index, chief or not, worker count),
-  from the strategy's cluster resolver or from ``TF_CONFIG``.
 * :func:`shard_dataset`: the sharding policy of :func:`tfr_hooks.tfrecord.dataset`: by
   file when there are at least as many files as workers, by data otherwise.
 * :func:`distributed_steps`: how many global steps one pass over such a dataset makes under
@@ -14,19 +15,18 @@ benchmark's parent) can pick ports without paying for TensorFlow's import:
 * :func:`loopback_cluster`: ``TF_CONFIG`` values for N workers on free ``127.0.0.1``
   ports, for tests and the ``--workers N`` mode of ``examples/multi_worker.py``.
 
-:mod:`tfr_hooks.tf2.distribute` makes :func:`current_task` and :class:`TaskInfo` public;
-the rest serves the readers, the loops, the tests and the launchers.
+These serve the readers, the loops, the tests and the launchers.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tfr_hooks.task import TaskInfo, current_task, is_multi_worker
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -48,93 +48,6 @@ logger = logging.getLogger(__name__)
 
 #: The values of ``tfrecord.dataset(shard=...)``.
 SHARD_POLICIES = ("auto", "file", "data", "off")
-
-
-@dataclass(frozen=True)
-class TaskInfo:
-    """The task this process runs in a cluster (a single process is the chief of one).
-
-    Attributes:
-        task_type: ``"chief"``, ``"worker"``, ``"ps"``, ... or ``None`` outside a cluster.
-        task_id: The index of the task among those of its type.
-        num_workers: The training tasks of the cluster (``chief`` plus ``worker``).
-        is_chief: Whether this task writes the run's files: the ``chief`` task, or
-            ``worker`` 0 when the cluster has no ``chief``.
-    """
-
-    task_type: str | None = None
-    task_id: int = 0
-    num_workers: int = 1
-    is_chief: bool = True
-
-    @property
-    def name(self) -> str:
-        """``/job:<type>/replica:0/task:<id>``, as TensorFlow's device names spell the task.
-
-        The spelling of :attr:`tfr_hooks.distribute.WorkerLostError.task` too; ``"local"``
-        outside a cluster.
-        """
-        if self.task_type is None:
-            return "local"
-        return f"/job:{self.task_type}/replica:0/task:{self.task_id}"
-
-
-def _task_from(cluster: dict[str, Any], task_type: str | None, task_id: int) -> TaskInfo:
-    workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-    if task_type is None or workers == 0:
-        return TaskInfo()
-    chief = task_type == "chief" or (
-        task_type == "worker" and task_id == 0 and not cluster.get("chief")
-    )
-    return TaskInfo(task_type, int(task_id), max(workers, 1), chief)
-
-
-def _from_tf_config() -> TaskInfo:
-    raw = os.environ.get("TF_CONFIG", "")
-    if not raw.strip():
-        return TaskInfo()
-    try:
-        config = json.loads(raw)
-        cluster = dict(config.get("cluster") or {})
-        task = dict(config.get("task") or {})
-    except (ValueError, TypeError, AttributeError) as error:
-        raise ValueError(
-            'Expected `TF_CONFIG` to be JSON like {"cluster": {"worker": [...]}, '
-            f'"task": {{"type": "worker", "index": 0}}}}. Received: TF_CONFIG={raw!r}'
-        ) from error
-    return _task_from(cluster, task.get("type"), int(task.get("index", 0)))
-
-
-def current_task(strategy: Any = None, model: Any = None) -> TaskInfo:
-    """The task of this process: from a multi-worker strategy, else from ``TF_CONFIG``.
-
-    Args:
-        strategy: A ``tf.distribute.Strategy``; by default the model's
-            (``model.distribute_strategy``) or the current one.
-        model: A Keras model whose strategy to use.
-
-    Returns:
-        A :class:`TaskInfo`; a process outside any cluster is the chief of one worker.
-    """
-    if strategy is None and model is not None:
-        strategy = getattr(model, "distribute_strategy", None)
-    if strategy is None:
-        import tensorflow as tf  # here, not at the top: a launcher only picks ports
-
-        if tf.distribute.has_strategy():
-            strategy = tf.distribute.get_strategy()
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None)
-    if resolver is not None and task_type is not None:
-        cluster = resolver.cluster_spec().as_dict()
-        return _task_from(cluster, task_type, int(getattr(resolver, "task_id", 0) or 0))
-    return _from_tf_config()
-
-
-def is_multi_worker(strategy: Any) -> bool:
-    """Whether ``strategy`` spans more than one worker process."""
-    extended = getattr(strategy, "extended", None)
-    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
 
 
 def check_shard(shard: object) -> None:
