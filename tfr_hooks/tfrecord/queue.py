@@ -15,12 +15,13 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks.checks import expected
 from tfr_hooks.tfrecord.options import ReadOptions, queue_readers
 from tfr_hooks.tfrecord.pipeline import structure
 from tfr_hooks.tfrecord.plan import Plan
 from tfr_hooks.tfrecord.ragged import pad_batch
 
-__all__ = ["queue_batches"]
+__all__ = ["queue_batches", "check_queue_plan"]
 
 
 def queue_batches(plan: Plan, options: ReadOptions, capacity: int) -> Any:
@@ -34,6 +35,22 @@ def queue_batches(plan: Plan, options: ReadOptions, capacity: int) -> Any:
     if options.batch_map_fn is not None:
         parsed = options.batch_map_fn(parsed)
     return structure(parsed, plan.names)
+
+
+def check_queue_plan(plan: Plan) -> None:
+    """Refuse files a queue cannot read: packed shards (many examples a record).
+
+    Raises:
+        ValueError: For packed shards.
+    """
+    if plan.per_record > 1:
+        raise ValueError(
+            expected(
+                "pipeline",
+                f"'dataset' for packed shards ({plan.per_record} examples per record)",
+                "queue",
+            )
+        )
 
 
 class _DropDeprecations(logging.Filter):

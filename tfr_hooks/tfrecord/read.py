@@ -35,10 +35,10 @@ import tensorflow as tf
 from tfr_hooks.checks import expected
 from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.files import Files
-from tfr_hooks.tfrecord.options import PipelineKind, queue_capacity, read_options
+from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions, queue_capacity, read_options
 from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind
-from tfr_hooks.tfrecord.plan import SchemaLike, make_plan
-from tfr_hooks.tfrecord.queue import queue_batches
+from tfr_hooks.tfrecord.plan import Plan, SchemaLike, make_plan
+from tfr_hooks.tfrecord.queue import check_queue_plan, queue_batches
 from tfr_hooks.tfrecord.ragged import PadTo
 from tfr_hooks.tfrecord.schema import Schema
 
@@ -407,12 +407,7 @@ def read_batches(
         ...     loop = tfr_hooks.SessionLoop(train_op, fetches={"loss": loss},
         ...                                  data=batches)
     """
-    if tf.executing_eagerly():
-        raise RuntimeError(
-            "read_batches builds graph-mode tensors: call it inside "
-            "`with tf.Graph().as_default():` or after tf.compat.v1.disable_eager_execution()"
-            ", or use tfrecord.dataset(...) in eager code."
-        )
+    _check_graph_mode()
     if pipeline not in PIPELINES:
         raise ValueError(expected("pipeline", "'dataset' or 'queue'", pipeline))
     options = read_options(
@@ -435,32 +430,16 @@ def read_batches(
     queue = pipeline == "queue"
     if queue:
         capacity = queue_capacity(options, capacity)
-    elif capacity is not None:
-        raise ValueError(
-            expected("capacity", "None with pipeline='dataset' (a queue's capacity)", capacity)
-        )
+    else:
+        _no_capacity(capacity)
     plan = make_plan(
         files, schema, compression, as_tuple, select=not options.renamed, decode=decode
     )
-    if queue and plan.per_record > 1:
-        raise ValueError(
-            expected(
-                "pipeline",
-                f"'dataset' for packed shards ({plan.per_record} examples per record)",
-                pipeline,
-            )
-        )
+    if queue:
+        check_queue_plan(plan)
     kind = choose_kind(plan, options, queue=queue)
     with tf.name_scope(name):
-        if kind is PipelineKind.QUEUE:
-            tensors = queue_batches(plan, options, capacity or 0)
-            initializers: list[Any] = []
-            num_examples = plan.examples
-        else:
-            data, num_examples = build_pipeline(plan, options, kind)
-            iterator = tf.compat.v1.data.make_initializable_iterator(data)
-            tensors = iterator.get_next()
-            initializers = [iterator.initializer]
+        tensors, initializers, num_examples = _graph_batches(plan, options, kind, capacity)
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
         size = _batch_size_of(first)
     return Batches(
@@ -475,6 +454,33 @@ def read_batches(
         plan.per_record,
         num_epochs,
     )
+
+
+def _check_graph_mode() -> None:
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "read_batches builds graph-mode tensors: call it inside "
+            "`with tf.Graph().as_default():` or after tf.compat.v1.disable_eager_execution()"
+            ", or use tfrecord.dataset(...) in eager code."
+        )
+
+
+def _no_capacity(capacity: int | None) -> None:
+    if capacity is not None:
+        raise ValueError(
+            expected("capacity", "None with pipeline='dataset' (a queue's capacity)", capacity)
+        )
+
+
+def _graph_batches(
+    plan: Plan, options: ReadOptions, kind: PipelineKind, capacity: int | None
+) -> tuple[Any, list[Any], int | None]:
+    """The batch tensors of ``kind``, their initializers, and the examples of a pass."""
+    if kind is PipelineKind.QUEUE:
+        return queue_batches(plan, options, capacity or 0), [], plan.examples
+    data, num_examples = build_pipeline(plan, options, kind)
+    iterator = tf.compat.v1.data.make_initializable_iterator(data)
+    return iterator.get_next(), [iterator.initializer], num_examples
 
 
 def _batch_size_of(tensor: Any) -> Any:
