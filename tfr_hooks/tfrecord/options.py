@@ -56,7 +56,13 @@ class PipelineKind(enum.Enum):
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """The checked arguments shared by the two readers (see :func:`read_options`)."""
+    """The checked arguments shared by the two readers (see :func:`read_options`).
+
+    Each attribute is the reader argument of the same name (``prefetch``,
+    ``deterministic`` and ``autotune`` as :func:`~tfr_hooks.tfrecord.dataset` takes them;
+    ``read_batches`` builds with its own fixed values), except ``shaping``: ``pad_to``,
+    ``padding_values``, ``bucket_boundaries`` and ``bucket_by``, checked together.
+    """
 
     batch_size: int
     shuffle_buffer: int = 0

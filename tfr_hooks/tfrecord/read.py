@@ -21,6 +21,13 @@ features of varying length (:mod:`tfr_hooks.tfrecord.ragged`), ``pad_to``,
 ``padding_values``, ``bucket_boundaries`` and ``bucket_by`` have the same names,
 meanings and defaults in both (``num_parallel_reads`` counts reader threads for the
 queue pipeline, which cannot bucket).
+
+Both check their arguments once into a :class:`~tfr_hooks.tfrecord.options.ReadOptions`
+(:mod:`tfr_hooks.tfrecord.options`), resolve what to read into a
+:class:`~tfr_hooks.tfrecord.plan.Plan` (:mod:`tfr_hooks.tfrecord.plan`), decide the
+:class:`~tfr_hooks.tfrecord.options.PipelineKind` once and build its ``tf.data``
+pipeline (:mod:`tfr_hooks.tfrecord.pipeline`); the queue pipeline is built by
+:mod:`tfr_hooks.tfrecord.queue`.
 """
 
 from __future__ import annotations
