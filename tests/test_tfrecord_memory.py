@@ -207,7 +207,7 @@ def test_keras_fit_knows_the_epoch_length(shards, recwarn):
 )
 def test_auto_picks_each_side_of_the_budget(tmp_path, caplog, budget, chosen):
     tfrecord.write(_arrays(200), tmp_path, shards=2)  # 200 * (12 + 8) = 4,000 bytes decoded
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.read"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
         ds = tfrecord.dataset(tmp_path, 64, in_memory="auto", memory_budget=budget)
     assert chosen in caplog.text and "memory_budget" in caplog.text
     for path in tfrecord.resolve_files(tmp_path):
@@ -455,7 +455,7 @@ def test_batch_map_fn_on_the_queue_pipeline(shards):
     ],
 )
 def test_auto_with_a_map_fn_chooses_by_the_budget(jpegs, caplog, budget, chosen, why):
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.read"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
         ds = tfrecord.dataset(
             jpegs, 32, in_memory="auto", map_fn=Counter().decode, memory_budget=budget
         )

@@ -41,7 +41,10 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tfr_hooks.tfrecord.options import PipelineKind
 
 __all__ = [
     "WAIT_SHARE",
@@ -159,6 +162,8 @@ class InputFacts:
         examples_per_record: Examples stored per record (more than 1: packed shards).
         steps_per_execution: The loop's ``steps_per_execution``; ``None`` for a loop
             without it (``SessionLoop`` runs one step per ``session.run``).
+        kind: The :class:`~tfr_hooks.tfrecord.PipelineKind` read; ``None`` to derive it
+            from ``in_memory`` and ``examples_per_record`` (see :attr:`pipeline_kind`).
     """
 
     in_memory: bool | None = None
@@ -167,6 +172,19 @@ class InputFacts:
     record_nbytes: float | None = None
     examples_per_record: int | None = None
     steps_per_execution: int | None = None
+    kind: PipelineKind | None = None
+
+    @property
+    def pipeline_kind(self) -> PipelineKind | None:
+        """The kind of pipeline read: ``kind``, else derived (``None``: unknown)."""
+        if self.kind is not None or self.in_memory is None:
+            return self.kind
+        from tfr_hooks.tfrecord.options import PipelineKind
+
+        if self.in_memory:
+            return PipelineKind.MEMORY_DECODED
+        packed = (self.examples_per_record or 1) > 1
+        return PipelineKind.PACKED if packed else PipelineKind.STREAMED
 
 
 def facts_of_files(
@@ -175,7 +193,7 @@ def facts_of_files(
     schema: Any,
     num_examples: int | None,
     examples_per_record: int,
-    in_memory: bool,
+    kind: PipelineKind,
 ) -> InputFacts:
     """The :class:`InputFacts` of TFRecord files read by the package's readers.
 
@@ -184,7 +202,7 @@ def facts_of_files(
         schema: Their :class:`~tfr_hooks.tfrecord.Schema` (the features parsed).
         num_examples: Examples in one pass over the files, if known.
         examples_per_record: Examples stored per record.
-        in_memory: Whether the decoded data is held in memory.
+        kind: The kind of pipeline that reads them.
     """
     from tfr_hooks.tfrecord import memory
 
@@ -201,11 +219,12 @@ def facts_of_files(
         records = max(1, num_examples // max(1, examples_per_record))
         record = file_bytes / records if file_bytes >= 0 else None
     return InputFacts(
-        in_memory=in_memory,
+        in_memory=kind.in_memory,
         decoded_nbytes=decoded,
         memory_budget=memory.default_memory_budget(),
         record_nbytes=record,
         examples_per_record=examples_per_record,
+        kind=kind,
     )
 
 
@@ -237,21 +256,24 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
     if stats.bound == NOT_INPUT_BOUND:
         return "The model is the bottleneck: input changes will not help" + spe_hint + "."
     decoded, budget, record = facts.decoded_nbytes, facts.memory_budget, facts.record_nbytes
+    kind = facts.pipeline_kind
+    from_files = kind is not None and not kind.in_memory  # parsed from the files every epoch
+    packed = kind is not None and kind.packed
     fits = decoded is not None and budget is not None and decoded <= budget
-    if facts.in_memory is False and fits:
+    if from_files and fits:
         return (
             f"The decoded data ({_size(decoded or 0)}) fits the memory budget "
             f"({_size(budget or 0)}): read it with in_memory=True (or 'auto') to decode it "
             "once and gather batches from memory" + spe_hint + "."
         )
     small = record is not None and record < SMALL_RECORD_BYTES
-    if facts.in_memory is False and facts.examples_per_record == 1 and small:
+    if from_files and not packed and small:
         return (
             f"The records are small ({record:.0f} bytes on average) and the data does not "
             "fit in memory: write packed shards (tfr-hooks convert DIR OUT "
             "--examples-per-record 64) to parse many examples per record" + spe_hint + "."
         )
-    if facts.in_memory is None:
+    if kind is None:
         return (
             "If the decoded data fits in memory, read the files with in_memory='auto' "
             "(tfrecord.dataset or tfrecord.read_batches); if it does not and its records are "

@@ -44,7 +44,7 @@ from tfr_hooks.hooks import HookList, LoopState, check_hooks
 from tfr_hooks.input_report import InputFacts, facts_of_files
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.task import current_task
-from tfr_hooks.tfrecord.read import Batches
+from tfr_hooks.tfrecord.read import Batches, PipelineKind
 
 __all__ = ["SessionLoop"]
 
@@ -364,7 +364,7 @@ class SessionLoop:
             schema=data.schema,
             num_examples=data.num_examples,
             examples_per_record=data.examples_per_record,
-            in_memory=data.in_memory,
+            kind=data.kind,
         )
 
     def _validation_means(
@@ -599,7 +599,7 @@ class _SessionRunner:
 
 
 def _is_queue(data: Batches | None) -> bool:
-    return data is not None and data.pipeline == "queue"
+    return data is not None and data.kind is PipelineKind.QUEUE
 
 
 def _check_stream(data: Batches) -> None:

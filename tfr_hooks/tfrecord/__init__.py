@@ -25,6 +25,7 @@ from tfr_hooks.tfrecord.errors import (
 )
 from tfr_hooks.tfrecord.files import detect_compression, iter_records, resolve_files
 from tfr_hooks.tfrecord.inspection import FeatureInfo, FileInfo, infer_schema, inspect
+from tfr_hooks.tfrecord.options import PipelineKind
 from tfr_hooks.tfrecord.read import Batches, dataset, read_batches
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, load_schema
@@ -52,6 +53,7 @@ __all__ = [
     "dataset",
     "read_batches",
     "Batches",
+    "PipelineKind",
     # errors
     "explain_error",
     "TFRecordError",

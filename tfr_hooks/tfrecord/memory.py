@@ -18,6 +18,7 @@ rewrites its graph) and lives in memory once.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import math
 import os
@@ -191,6 +192,114 @@ class _Progress:
             self.bar.close()
 
 
+#: Shape (after the examples' dimension) and numpy dtype of each dense feature held.
+_Dense = Mapping[str, tuple[tuple[Any, ...], Any]]
+
+
+class _Join:
+    """Decoded chunks, joined into one array per feature in the order of their slots.
+
+    Dense features go into arrays allocated once when the number of examples is known
+    (:meth:`allocate`, then :meth:`put` at an offset), else the chunks are kept and
+    copied into one array at the end (twice the memory for a moment). Features of
+    varying length arrive as ``(values, row_splits)`` and are joined into a
+    :class:`RaggedArray` at the end. A slot is one file: its examples follow those of
+    the slots before it. Threads may fill different slots at once.
+    """
+
+    def __init__(self, ragged: Sequence[str], slots: int = 1) -> None:
+        self.ragged = list(ragged)
+        self.out: dict[str, np.ndarray] | None = None
+        self.parts: list[list[dict[str, np.ndarray]]] = [[] for _ in range(slots)]
+        self.lists: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]] = {
+            name: [[] for _ in range(slots)] for name in self.ragged
+        }
+
+    def allocate(self, count: int, dense: _Dense) -> None:
+        """Allocate the dense features' arrays for ``count`` examples."""
+        self.out = {name: _empty((count, *shape), dtype) for name, (shape, dtype) in dense.items()}
+
+    def split(self, values: dict[str, Any], slot: int = 0) -> int:
+        """Take the features of varying length out of the chunk ``values``; its examples."""
+        for name in self.ragged:
+            self.lists[name][slot].append(values.pop(name))
+        if values:
+            return len(next(iter(values.values())))
+        return len(self.lists[self.ragged[0]][slot][-1][1]) - 1
+
+    def put(self, values: dict[str, np.ndarray], slot: int = 0, at: int = 0) -> None:
+        """Store the dense features of a chunk: in place from example ``at`` if allocated."""
+        if self.out is None:
+            if values:
+                self.parts[slot].append(values)
+            return
+        for name, value in values.items():
+            self.out[name][at : at + len(value)] = value
+
+    def join(self, dense: _Dense, count: int | None = None) -> dict[str, Held]:
+        """The held arrays (the allocated ones cut to ``count`` examples, if given)."""
+        held: dict[str, Held] = {
+            name: RaggedArray.join([part for of_slot in self.lists[name] for part in of_slot])
+            for name in self.ragged
+        }
+        if self.out is not None:
+            held.update({k: v if count is None else v[:count] for k, v in self.out.items()})
+            return held
+        total = sum(len(next(iter(p.values()))) for of_slot in self.parts for p in of_slot)
+        joined = {name: _empty((total, *shape), dtype) for name, (shape, dtype) in dense.items()}
+        start = 0
+        for of_slot in self.parts:
+            for values in of_slot:
+                size = len(next(iter(values.values())))
+                for name, value in values.items():
+                    joined[name][start : start + size] = value
+                start += size
+            of_slot.clear()
+        held.update(joined)
+        return held
+
+
+class _FileReaders:
+    """One graph and session reading (and decoding) whole files, one iterator per worker."""
+
+    def __init__(self, compression: str, schema: Schema, per_record: int, workers: int) -> None:
+        self.schema, self.compression = schema, compression
+        graph = tf.Graph()
+        with graph.as_default():
+            self.path = tf.compat.v1.placeholder(tf.string, [], name="path")
+            records = tf.data.TFRecordDataset(self.path, compression_type=compression)
+            chunks = records.batch(max(1, LOAD_CHUNK // per_record))
+            if per_record == 1:
+                parsed = chunks.map(schema.parse_batch)
+            else:
+                parsed = chunks.map(lambda serialized: unpack(schema, serialized, per_record))
+            self.iterators = [
+                tf.compat.v1.data.make_initializable_iterator(parsed) for _ in range(workers)
+            ]
+            self.nexts = [iterator.get_next() for iterator in self.iterators]
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
+        self.session = tf.compat.v1.Session(graph=graph, config=config)
+
+    def chunks(self, worker: int, name: str) -> Iterator[dict[str, Any]]:
+        """The decoded chunks of file ``name`` (ragged features as values and splits)."""
+        self.session.run(self.iterators[worker].initializer, {self.path: name})
+        while True:
+            try:
+                values = self.session.run(self.nexts[worker])
+            except tf.errors.OutOfRangeError:
+                return
+            except tf.errors.OpError as error:
+                raise _explain(error, name, self.schema, self.compression) from error
+            for feature in self.schema:
+                if feature.varying:
+                    value = values[feature.name]
+                    values[feature.name] = (value.values, value.row_splits)
+            yield values
+
+    def close(self) -> None:
+        self.session.close()
+
+
 def load(
     files: Sequence[str],
     compression: str,
@@ -227,108 +336,60 @@ def load(
         SchemaMismatchError: If records do not match the schema.
     """
     known = counts is not None and all(c is not None for c in counts)
+    sizes = [int(c or 0) for c in counts] if counts is not None and known else []
     workers = max(1, min(len(files), os.cpu_count() or 1, 8))
-    graph = tf.Graph()
-    with graph.as_default():
-        path = tf.compat.v1.placeholder(tf.string, [], name="path")
-        records = tf.data.TFRecordDataset(path, compression_type=compression)
-        chunks = records.batch(max(1, LOAD_CHUNK // per_record))
-        if per_record == 1:
-            parsed = chunks.map(schema.parse_batch)
-        else:
-            parsed = chunks.map(lambda serialized: unpack(schema, serialized, per_record))
-        iterators = [tf.compat.v1.data.make_initializable_iterator(parsed) for _ in range(workers)]
-        nexts = [iterator.get_next() for iterator in iterators]
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
-    session = tf.compat.v1.Session(graph=graph, config=config)
-    total = sum(c or 0 for c in counts) if known and counts is not None else None
-    bar = _Progress(total, progress)
-    offsets = [0]
-    if known and counts is not None:
-        for count in counts:
-            offsets.append(offsets[-1] + int(count or 0))
-        out = {
-            f.name: _empty((offsets[-1], *f.shape), _numpy_dtype(f.dtype))  # type: ignore[arg-type]
-            for f in schema
-            if not f.varying
-        }
-    varying = [f.name for f in schema if f.varying]
-    parts: list[list[dict[str, np.ndarray]]] = [[] for _ in files]
-    lists: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]] = {
-        name: [[] for _ in files] for name in varying
-    }
+    dense = {f.name: (f.shape, _numpy_dtype(f.dtype)) for f in schema if not f.varying}
+    join = _Join([f.name for f in schema if f.varying], slots=len(files))
+    offsets = list(itertools.accumulate(sizes, initial=0))
+    if known:
+        join.allocate(offsets[-1], dense)
+    readers = _FileReaders(compression, schema, per_record, workers)
+    bar = _Progress(offsets[-1] if known else None, progress)
 
     def read(worker: int, index: int) -> None:
-        name = files[index]
-        session.run(iterators[worker].initializer, {path: name})
-        got = 0
-        while True:
-            try:
-                values = session.run(nexts[worker])
-            except tf.errors.OutOfRangeError:
-                break
-            except tf.errors.OpError as error:
-                raise _explain(error, name, schema, compression) from error
-            for key in varying:
-                value = values.pop(key)
-                lists[key][index].append((value.values, value.row_splits))
-            size = _rows(values, lists, index)
-            if known and counts is not None:
-                expected = int(counts[index] or 0)
-                if got + size > expected:
-                    raise _wrong_count(name, f"more than {expected}", expected)
-                start = offsets[index] + got
-                for key, value in values.items():
-                    out[key][start : start + size] = value
-            elif values:
-                parts[index].append(values)
+        name, got = files[index], 0
+        for values in readers.chunks(worker, name):
+            size = join.split(values, index)
+            if known and got + size > sizes[index]:
+                raise _wrong_count(name, f"more than {sizes[index]}", sizes[index])
+            join.put(values, index, offsets[index] + got if known else 0)
             got += size
             bar.update(size)
-        if known and counts is not None and got != counts[index]:
-            raise _wrong_count(name, str(got), int(counts[index] or 0))
-
-    def run_group(worker: int) -> None:
-        for index in range(worker, len(files), workers):
-            read(worker, index)
+        if known and got != sizes[index]:
+            raise _wrong_count(name, str(got), sizes[index])
 
     try:
-        with concurrent.futures.ThreadPoolExecutor(workers, "tfr_hooks_load") as pool:
-            futures = [pool.submit(run_group, w) for w in range(workers)]
-            pending = set(futures)
-            while pending:
-                done, pending = concurrent.futures.wait(
-                    pending, timeout=_WAIT_SECS, return_when=concurrent.futures.FIRST_EXCEPTION
-                )
-                for future in done:
-                    error = future.exception()
-                    if error is not None:
-                        for other in pending:
-                            other.cancel()
-                        raise error
+        _in_parallel(read, len(files), workers)
     finally:
         bar.close()
-        session.close()
-    held: dict[str, Held] = {
-        key: RaggedArray.join([part for of_file in lists[key] for part in of_file])
-        for key in varying
-    }
-    if known:
-        return {f.name: out.get(f.name, held.get(f.name)) for f in schema}  # type: ignore[misc]
-    sizes = [sum(len(next(iter(p.values()))) for p in chunks_of) for chunks_of in parts]
-    joined = {
-        f.name: _empty((sum(sizes), *f.shape), _numpy_dtype(f.dtype))  # type: ignore[arg-type]
-        for f in schema
-        if not f.varying
-    }
-    start = 0
-    for chunks_of in parts:
-        for values in chunks_of:
-            size = len(next(iter(values.values())))
-            for key, value in values.items():
-                joined[key][start : start + size] = value
-            start += size
-        chunks_of.clear()
-    return {f.name: joined.get(f.name, held.get(f.name)) for f in schema}  # type: ignore[misc]
+        readers.close()
+    held = join.join(dense)
+    return {f.name: held[f.name] for f in schema}
+
+
+def _in_parallel(read: Callable[[int, int], None], count: int, workers: int) -> None:
+    """``read(worker, index)`` for every index below ``count``, on ``workers`` threads.
+
+    Worker ``w`` takes the indices ``w``, ``w + workers``...; the first error raised
+    cancels the work not yet started and is raised here.
+    """
+
+    def run_group(worker: int) -> None:
+        for index in range(worker, count, workers):
+            read(worker, index)
+
+    with concurrent.futures.ThreadPoolExecutor(workers, "tfr_hooks_load") as pool:
+        pending = {pool.submit(run_group, w) for w in range(workers)}
+        while pending:
+            done, pending = concurrent.futures.wait(
+                pending, timeout=_WAIT_SECS, return_when=concurrent.futures.FIRST_EXCEPTION
+            )
+            for future in done:
+                error = future.exception()
+                if error is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise error
 
 
 def nbytes_of(held: Held) -> int:
@@ -338,18 +399,6 @@ def nbytes_of(held: Held) -> int:
     if held.dtype.kind == "O":
         return int(sum(len(x) + 8 for x in held.ravel()))
     return int(held.nbytes)
-
-
-def _rows(
-    values: dict[str, np.ndarray],
-    lists: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]],
-    index: int,
-) -> int:
-    """The examples of a decoded chunk (from a dense feature, or the last ragged one)."""
-    if values:
-        return len(next(iter(values.values())))
-    last = next(iter(lists.values()))[index][-1]
-    return len(last[1]) - 1
 
 
 def _wrong_count(path: str, found: str, expected: int) -> CorruptRecordError:
@@ -421,51 +470,92 @@ def memory_dataset(
     Raises:
         ValueError: If ``drop_remainder`` leaves no batch.
     """
-    names = list(arrays)
-    held = [arrays[name] for name in names]
-    flat: list[np.ndarray] = []
-    for value in held:
-        flat.extend([value.values, value.row_splits] if isinstance(value, RaggedArray) else [value])
-    if buckets is not None:
-        flat.append(np.ascontiguousarray(buckets, np.int64))
-    count = len(held[0])
-    ragged = any(isinstance(value, RaggedArray) for value in held)
-    plan = _batch_plan(count, batch_size, drop_remainder, buckets)
-    per_pass = (
-        len(plan[0])
-        if plan is not None
-        else (count // batch_size if drop_remainder else math.ceil(count / batch_size))
-    )
-    if per_pass == 0:
-        raise ValueError(
-            f"Expected at least `batch_size` examples with `drop_remainder`. Received: "
-            f"batch_size={batch_size} for {count} examples"
-        )
-    dtypes = [tf.string if v.dtype.kind in "OSU" else tf.as_dtype(v.dtype) for v in flat]
-    # one gathered element per batch when rows vary in length or batches follow buckets,
-    # else several batches' worth, up to GATHER_BYTES
-    per_example = max(1, sum(v.nbytes for v in flat) // max(1, count))
-    gather = min(GATHER_EXAMPLES, GATHER_BYTES // per_example)
-    chunk = batch_size if ragged else batch_size * max(1, gather // batch_size)
-    full = count // chunk
-
-    eager = tf.executing_eagerly()
-    # batch_fn runs with the gather when each gathered element is one whole batch
-    fused = map_fn is None and (chunk == batch_size or plan is not None)
+    gather = _Gather(arrays, batch_size, shuffle, drop_remainder, buckets)
     if batch_fn is not None and map_fn is not None:
         raise ValueError("Expected `batch_fn` without `map_fn` (apply it to the batches)")
+    gather.map_fn, gather.batch_fn = map_fn, batch_fn
+    if tf.executing_eagerly():
+        salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    else:
+        start = pass_seed(seed)
+        salts = tf.data.Dataset.random(seed=seed).map(lambda s: tf.bitwise.bitwise_xor(s, start))
+    if num_epochs is not None:
+        salts = salts.take(num_epochs)
+    batches = salts.flat_map(gather.one_pass)
+    total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * gather.per_pass
+    batches = batches.apply(tf.data.experimental.assert_cardinality(total))
+    if prefetch:
+        batches = batches.prefetch(prefetch)
+    return batches
 
-    def source() -> list[np.ndarray]:
-        return flat
 
-    def columns() -> list[Any]:
+class _Gather:
+    """The passes of :func:`memory_dataset`: slices of a permutation, gathered in batches.
+
+    Each gathered element is one batch when rows vary in length or batches follow
+    buckets, else several batches' worth (up to :data:`GATHER_BYTES`), cut into batches.
+    """
+
+    def __init__(
+        self,
+        arrays: Mapping[str, Held],
+        batch_size: int,
+        shuffle: bool,
+        drop_remainder: bool,
+        buckets: np.ndarray | None,
+    ) -> None:
+        self.names = list(arrays)
+        self.held = [arrays[name] for name in self.names]
+        self.flat: list[np.ndarray] = []
+        for value in self.held:
+            if isinstance(value, RaggedArray):
+                self.flat.extend([value.values, value.row_splits])
+            else:
+                self.flat.append(value)
+        self.bucketed = buckets is not None
+        if buckets is not None:
+            self.flat.append(np.ascontiguousarray(buckets, np.int64))
+        self.count = count = len(self.held[0])
+        self.batch_size, self.shuffle, self.drop_remainder = batch_size, shuffle, drop_remainder
+        self.plan = _batch_plan(count, batch_size, drop_remainder, buckets)
+        self.per_pass = (
+            len(self.plan[0])
+            if self.plan is not None
+            else (count // batch_size if drop_remainder else math.ceil(count / batch_size))
+        )
+        if self.per_pass == 0:
+            raise ValueError(
+                f"Expected at least `batch_size` examples with `drop_remainder`. Received: "
+                f"batch_size={batch_size} for {count} examples"
+            )
+        self.dtypes = [
+            tf.string if v.dtype.kind in "OSU" else tf.as_dtype(v.dtype) for v in self.flat
+        ]
+        per_example = max(1, sum(v.nbytes for v in self.flat) // max(1, count))
+        gather = min(GATHER_EXAMPLES, GATHER_BYTES // per_example)
+        ragged = any(isinstance(value, RaggedArray) for value in self.held)
+        self.chunk = batch_size if ragged else batch_size * max(1, gather // batch_size)
+        self.full = count // self.chunk
+        self.map_fn: Callable[[dict[str, Any]], Any] | None = None
+        self.batch_fn: Callable[[dict[str, Any]], Any] | None = None
+
+    @property
+    def fused(self) -> bool:
+        """Whether ``batch_fn`` runs with the gather (each gathered element is a batch)."""
+        return self.map_fn is None and (self.chunk == self.batch_size or self.plan is not None)
+
+    def source(self) -> list[np.ndarray]:
+        return self.flat
+
+    def columns(self) -> list[Any]:
+        """The buckets (or ``None``), then the held features, as tensors of this pass."""
         # evaluated once per pass; hands numpy's (aligned) buffers over without a copy
-        data = tf.numpy_function(source, [], dtypes, stateful=True, name="in_memory_data")
-        for tensor, array in zip(data, flat, strict=True):
+        data = tf.numpy_function(self.source, [], self.dtypes, stateful=True, name="in_memory_data")
+        for tensor, array in zip(data, self.flat, strict=True):
             tensor.set_shape(array.shape)
-        out: list[Any] = [data[-1] if buckets is not None else None]  # the buckets first
+        out: list[Any] = [data[-1] if self.bucketed else None]  # the buckets first
         position = 0
-        for value in held:
+        for value in self.held:
             if isinstance(value, RaggedArray):
                 values, splits = data[position], data[position + 1]
                 out.append(tf.RaggedTensor.from_row_splits(values, splits, validate=False))
@@ -475,21 +565,22 @@ def memory_dataset(
                 position += 1
         return out
 
-    def permutation(salt: Any) -> Any:
-        order = tf.range(count, dtype=tf.int64)
-        if shuffle:
+    def permutation(self, salt: Any) -> Any:
+        order = tf.range(self.count, dtype=tf.int64)
+        if self.shuffle:
             order = tf.random.experimental.stateless_shuffle(
                 order, seed=tf.stack([salt, tf.constant(7, tf.int64)])
             )
         return order
 
-    def slices_of(salt: Any, bucket: Any) -> tf.data.Dataset:
-        order = permutation(salt)
-        if plan is not None:
-            starts, sizes = (tf.constant(a) for a in plan)
+    def slices_of(self, salt: Any, bucket: Any) -> tf.data.Dataset:
+        """The index slices of a pass: one per gathered element."""
+        order = self.permutation(salt)
+        if self.plan is not None:
+            starts, sizes = (tf.constant(a) for a in self.plan)
             by_bucket = tf.gather(order, tf.argsort(tf.gather(bucket, order), stable=True))
-            batch_order = tf.range(per_pass, dtype=tf.int64)
-            if shuffle:
+            batch_order = tf.range(self.per_pass, dtype=tf.int64)
+            if self.shuffle:
                 batch_order = tf.random.experimental.stateless_shuffle(
                     batch_order, seed=tf.stack([salt, tf.constant(11, tf.int64)])
                 )
@@ -497,58 +588,54 @@ def memory_dataset(
                 (tf.gather(starts, batch_order), tf.gather(sizes, batch_order))
             )
             return bounds.map(lambda start, size: by_bucket[start : start + size])
+        full, chunk = self.full, self.chunk
         slices = tf.data.Dataset.from_tensor_slices(
             tf.reshape(order[: full * chunk], [full, chunk])
         )
-        if count % chunk:
+        if self.count % chunk:
             slices = slices.concatenate(tf.data.Dataset.from_tensors(order[full * chunk :]))
         return slices
 
-    def one_pass(salt: Any) -> tf.data.Dataset:
-        bucket, *data = columns()
+    def one_pass(self, salt: Any) -> tf.data.Dataset:
+        """The batches of the pass that ``salt`` shuffles."""
+        bucket, *data = self.columns()
+        batch_fn = self.batch_fn if self.fused else None
 
         def gather(index: Any) -> dict[str, Any]:
-            batch = {name: tf.gather(t, index) for name, t in zip(names, data, strict=True)}
-            return batch_fn(batch) if batch_fn is not None and fused else batch
+            batch = {name: tf.gather(t, index) for name, t in zip(self.names, data, strict=True)}
+            return batch_fn(batch) if batch_fn is not None else batch
 
-        gathered = slices_of(salt, bucket).map(
+        gathered = self.slices_of(salt, bucket).map(
             gather, num_parallel_calls=PARALLEL_CALLS, deterministic=True
         )
-        if map_fn is not None:  # encoded examples: decode each pass, in parallel
-            if plan is not None:  # each gathered element is a whole batch of one bucket
-                return gathered.flat_map(
-                    lambda batch: batch_examples(
-                        tf.data.Dataset.from_tensor_slices(batch).map(
-                            map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-                        ),
-                        batch_size,
-                        drop_remainder=False,
-                    )
-                )
-            examples = gathered.unbatch().map(
-                map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-            )
-            return batch_examples(examples, batch_size, drop_remainder)
-        if chunk == batch_size and plan is None and drop_remainder and count % chunk:
-            return gathered.take(full)
-        if chunk == batch_size or plan is not None:
+        if self.map_fn is not None:  # encoded examples: decode each pass, in parallel
+            return self._decoded(gathered, self.map_fn)
+        whole = self.chunk == self.batch_size
+        if whole and self.plan is None and self.drop_remainder and self.count % self.chunk:
+            return gathered.take(self.full)
+        if whole or self.plan is not None:
             return gathered
-        batches = gathered.rebatch(batch_size, drop_remainder=drop_remainder)
-        return batches if batch_fn is None else batches.map(batch_fn)
+        batches = gathered.rebatch(self.batch_size, drop_remainder=self.drop_remainder)
+        return batches if self.batch_fn is None else batches.map(self.batch_fn)
 
-    if eager:
-        salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-    else:
-        start = pass_seed(seed)
-        salts = tf.data.Dataset.random(seed=seed).map(lambda s: tf.bitwise.bitwise_xor(s, start))
-    if num_epochs is not None:
-        salts = salts.take(num_epochs)
-    batches = salts.flat_map(one_pass)
-    total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * per_pass
-    batches = batches.apply(tf.data.experimental.assert_cardinality(total))
-    if prefetch:
-        batches = batches.prefetch(prefetch)
-    return batches
+    def _decoded(
+        self, gathered: tf.data.Dataset, map_fn: Callable[[dict[str, Any]], Any]
+    ) -> tf.data.Dataset:
+        """Gathered encoded examples through ``map_fn``, in parallel, then batched."""
+        if self.plan is not None:  # each gathered element is a whole batch of one bucket
+            return gathered.flat_map(
+                lambda batch: batch_examples(
+                    tf.data.Dataset.from_tensor_slices(batch).map(
+                        map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+                    ),
+                    self.batch_size,
+                    drop_remainder=False,
+                )
+            )
+        examples = gathered.unbatch().map(
+            map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        return batch_examples(examples, self.batch_size, self.drop_remainder)
 
 
 def _batch_plan(
@@ -692,31 +779,23 @@ def _collect(
         names = _check_dense(data.element_spec)
         lists = [name for name in names if is_list(data.element_spec[name])]
         dense = [name for name in names if name not in lists]
-        out: dict[str, np.ndarray] = {}
-        parts: list[dict[str, np.ndarray]] = []
-        ragged: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in lists}
+        join = _Join(lists)
         first: dict[str, np.ndarray] = {}
         got = 0
         try:
             for values in _iterate(batch_examples(data, batch, drop_remainder=False)):
-                for k in lists:
-                    ragged[k].append(values.pop(k))
-                size = len(values[dense[0]]) if dense else len(ragged[lists[0]][-1][1]) - 1
+                size = join.split(values)
                 if not first:
                     first = values
                     if count is not None:
-                        out = {k: _empty((count, *v.shape[1:]), v.dtype) for k, v in values.items()}
+                        join.allocate(count, _dense_of(values))
                 for k in dense:
                     if values[k].shape[1:] != first[k].shape[1:]:
                         shapes = f"{list(first[k].shape[1:])} and {list(values[k].shape[1:])}"
                         raise _varying_feature(k, shapes)
-                if out:
-                    if got + size > len(out[dense[0]]):
-                        raise ValueError("map_fn returned more examples than were read")
-                    for k in dense:
-                        out[k][got : got + size] = values[k]
-                elif dense:
-                    parts.append(values)
+                if join.out and got + size > len(join.out[dense[0]]):
+                    raise ValueError("map_fn returned more examples than were read")
+                join.put(values, at=got)
                 got += size
         except tf.errors.InvalidArgumentError as error:
             if "Cannot batch tensors" in error.message or "Cannot add tensor" in error.message:
@@ -724,17 +803,18 @@ def _collect(
             raise
         if not got:
             raise ValueError("Expected at least one example to hold in memory; found none")
-        held: dict[str, Held] = {k: RaggedArray.join(ragged[k]) for k in lists}
-        if out:
-            held.update({k: v[:got] for k, v in out.items()})
-        else:
-            held.update({k: np.concatenate([p[k] for p in parts]) for k in dense})
+        held = join.join(_dense_of(first), got)
         return {k: held[k] for k in names}
 
     if tf.executing_eagerly():
         return run()
     with tf.Graph().as_default():  # its own graph: nothing added to the caller's
         return run()
+
+
+def _dense_of(values: Mapping[str, np.ndarray]) -> _Dense:
+    """The shape (after the examples' dimension) and dtype of each chunk's array."""
+    return {name: (value.shape[1:], value.dtype) for name, value in values.items()}
 
 
 def load_mapped(

@@ -1,0 +1,371 @@
+"""The ``tf.data`` pipeline both readers build: streamed, packed, or held in memory.
+
+:func:`choose_kind` decides once, from the :class:`~tfr_hooks.tfrecord.plan.Plan` and
+the :class:`~tfr_hooks.tfrecord.options.ReadOptions`, which
+:class:`~tfr_hooks.tfrecord.options.PipelineKind` to build (with ``in_memory="auto"``
+it logs its choice and why); :func:`build_pipeline` builds it.
+:func:`~tfr_hooks.tfrecord.dataset` returns that pipeline (sharded among a strategy's
+workers) and :func:`~tfr_hooks.tfrecord.read_batches` wraps it in an initializable
+iterator for graph mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.memory import (
+    PARALLEL_CALLS,
+    Held,
+    count_examples,
+    default_memory_budget,
+    fresh_randomness,
+    load,
+    load_mapped,
+    mapped_sample_nbytes,
+    memory_dataset,
+    records_nbytes,
+)
+from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
+from tfr_hooks.tfrecord.packed import packed_dataset, record_passes
+from tfr_hooks.tfrecord.plan import Plan
+from tfr_hooks.tfrecord.ragged import (
+    RaggedArray,
+    Shaping,
+    batch_examples,
+    bucket_key,
+    bucket_of,
+    group_by_length,
+    pad_batch,
+)
+
+__all__ = ["choose_kind", "build_pipeline", "finish", "structure"]
+
+logger = logging.getLogger(__name__)
+
+
+def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> PipelineKind:
+    """The kind of pipeline to build for ``plan`` and ``options`` (``queue``: queues).
+
+    With ``in_memory="auto"`` this measures the data against ``memory_budget`` and logs
+    the choice at INFO level.
+    """
+    if queue:
+        return PipelineKind.QUEUE
+    held = _memory_kind(plan, options) if options.in_memory else None
+    if held is not None:
+        return held
+    return PipelineKind.PACKED if plan.per_record > 1 else PipelineKind.STREAMED
+
+
+def build_pipeline(
+    plan: Plan, options: ReadOptions, kind: PipelineKind
+) -> tuple[tf.data.Dataset, int | None]:
+    """The ``tf.data`` pipeline of ``kind``, and the examples of one pass (if known).
+
+    Its elements are what the reader returns: dicts of batch tensors, or tuples when
+    ``as_tuple`` names the features.
+    """
+    if kind is PipelineKind.QUEUE:
+        raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
+    if kind.in_memory:
+        data, examples = _memory_data(plan, options, kind)
+        return finish(data, plan.names, prefetch=None, autotune=options.autotune), examples
+    return _build_dataset(plan, options), plan.examples
+
+
+def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
+    """The streamed pipeline: from shards of one example a record, or packed shards."""
+    batch_size, shaping, autotune = options.batch_size, options.shaping, options.autotune
+    reads = options.num_parallel_reads or min(len(plan.files), 4)
+    calls = tf.data.AUTOTUNE if autotune else PARALLEL_CALLS
+    prefetch = options.prefetch
+    if prefetch == tf.data.AUTOTUNE and not autotune:
+        prefetch = 2
+    if plan.per_record > 1:  # packed shards
+        parsed = packed_dataset(
+            plan.files,
+            plan.compression,
+            plan.schema,
+            plan.per_record,
+            batch_size,
+            shuffle_buffer=options.shuffle_buffer,
+            seed=options.seed,
+            num_parallel_reads=reads,
+            drop_remainder=options.drop_remainder,
+            num_epochs=options.num_epochs,
+            prefetch=None,
+            deterministic=options.deterministic,
+        )
+    else:
+        parsed = _stream_batches(plan, options, reads=reads, calls=calls)
+    bucketed = shaping.bucket_boundaries is not None
+    if options.map_fn is not None or bucketed:
+        examples = parsed.unbatch()
+        if options.map_fn is not None:
+            examples = examples.map(
+                as_dict(options.map_fn, plan.names),
+                num_parallel_calls=calls,
+                deterministic=options.deterministic,
+            )
+        if bucketed:
+            parsed = group_by_length(examples, batch_size, options.drop_remainder, shaping)
+        else:
+            parsed = batch_examples(examples, batch_size, options.drop_remainder)
+    if shaping.pads:
+        parsed = parsed.map(
+            lambda batch: pad_batch(batch, shaping), num_parallel_calls=calls, deterministic=True
+        )
+    if options.batch_map_fn is not None:
+        parsed = _map_batches(parsed, options.batch_map_fn)
+    if not bucketed:  # bucketed, the batches of an epoch depend on the order of the examples
+        parsed = _with_cardinality(parsed, plan, options)
+    return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
+
+
+def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int) -> tf.data.Dataset:
+    """Batches parsed from shards of one example a record.
+
+    Shuffled, each pass gets its own order, in graph mode too (a seed drawn anew at every
+    initialization, as for packed shards and in memory: see
+    :func:`~tfr_hooks.tfrecord.packed.record_passes`), reproducibly given ``seed``.
+    """
+    records, _ = record_passes(
+        plan.files,
+        plan.compression,
+        reads=reads,
+        deterministic=options.deterministic,
+        buffer=options.shuffle_buffer,
+        seed=options.seed,
+        num_epochs=options.num_epochs,
+    )
+    batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
+    return batches.map(
+        plan.schema.parse_batch, num_parallel_calls=calls, deterministic=options.deterministic
+    )
+
+
+def _with_cardinality(data: tf.data.Dataset, plan: Plan, options: ReadOptions) -> tf.data.Dataset:
+    """Tell the dataset its length when ``schema.json`` gives every file's examples."""
+    examples, num_epochs, batch_size = plan.examples, options.num_epochs, options.batch_size
+    if examples is None or num_epochs is None:
+        return data
+    total = examples * num_epochs
+    batches = total // batch_size if options.drop_remainder else -(-total // batch_size)
+    return data.apply(tf.data.experimental.assert_cardinality(batches))
+
+
+def finish(
+    data: tf.data.Dataset, names: tuple[str, ...] | None, *, prefetch: int | None, autotune: bool
+) -> tf.data.Dataset:
+    """The last stages every TF2 pipeline shares: structure, prefetch, options."""
+    if names is not None:
+        data = data.map(lambda d: structure(d, names))
+    if prefetch:
+        data = data.prefetch(prefetch)
+    if not autotune:
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        data = data.with_options(options)
+    return data
+
+
+def _memory_data(
+    plan: Plan, options: ReadOptions, kind: PipelineKind
+) -> tuple[tf.data.Dataset, int]:
+    """The in-memory pipeline of batches (dicts), and the examples of one pass."""
+    arrays, decode_each_batch = _held(plan, options, kind)
+    shaping, batch_map_fn = options.shaping, options.batch_map_fn
+    prefetch = bool(options.prefetch)
+    buckets = None
+    if shaping.bucket_boundaries is not None:
+        if decode_each_batch is not None:
+            raise ValueError(
+                "Expected the decoded data to fit in memory to bucket it there (held "
+                "encoded, an example's length is known only after map_fn). Received: "
+                f"bucket_boundaries={list(shaping.bucket_boundaries)} with the encoded "
+                "records held; raise memory_budget, or stream with in_memory=False"
+            )
+        buckets = _buckets(arrays, shaping, shaping.bucket_boundaries)
+    pad = functools.partial(pad_batch, shaping=shaping) if shaping.pads else None
+    pad_after = pad is not None and decode_each_batch is not None  # padded after decoding
+    data = memory_dataset(
+        arrays,
+        options.batch_size,
+        shuffle=options.shuffle_buffer > 0,
+        seed=options.seed,
+        drop_remainder=options.drop_remainder,
+        num_epochs=options.num_epochs,
+        prefetch=2 if prefetch and batch_map_fn is None and not pad_after else None,
+        map_fn=decode_each_batch,
+        buckets=buckets,
+        batch_fn=pad if decode_each_batch is None else None,
+    )
+    if pad is not None and pad_after:
+        data = data.map(pad, num_parallel_calls=PARALLEL_CALLS, deterministic=True)
+        if prefetch and batch_map_fn is None:
+            data = data.prefetch(2)
+    if batch_map_fn is not None:
+        data = _map_batches(data, batch_map_fn)
+        if prefetch:
+            data = data.prefetch(2)
+    return data, len(next(iter(arrays.values())))
+
+
+def _held(
+    plan: Plan, options: ReadOptions, kind: PipelineKind
+) -> tuple[dict[str, Held], Callable[..., Any] | None]:
+    """The arrays held in memory, and the ``map_fn`` to run on every batch (if encoded)."""
+    map_fn = options.map_fn
+    if kind is PipelineKind.MEMORY_DECODED and map_fn is not None:
+        count = plan.examples
+        if count is None and plan.per_record == 1:  # allocate once: memory of the output only
+            count = count_examples(plan.files, plan.compression, plan.per_record)
+        arrays = load_mapped(
+            plan.files,
+            plan.compression,
+            plan.schema,
+            as_dict(map_fn, plan.names),
+            per_record=plan.per_record,
+            count=count,
+        )
+        return arrays, None
+    arrays = load(
+        plan.files, plan.compression, plan.schema, per_record=plan.per_record, counts=plan.counts
+    )
+    return arrays, None if map_fn is None else as_dict(map_fn, plan.names)
+
+
+def _buckets(arrays: dict[str, Held], shaping: Shaping, boundaries: Sequence[int]) -> np.ndarray:
+    """The length bucket of every example held."""
+    key = bucket_key(shaping, {name: _spec_of(value) for name, value in arrays.items()})
+    held = arrays[key]
+    lengths = (
+        held.lengths
+        if isinstance(held, RaggedArray)
+        else np.full(len(held), held.shape[1] if held.ndim > 1 else 1, np.int64)
+    )
+    return bucket_of(lengths, boundaries)
+
+
+def _memory_kind(plan: Plan, options: ReadOptions) -> PipelineKind | None:
+    """What to hold in memory: the decoded data, the encoded records, or nothing (``None``).
+
+    ``in_memory=True`` holds the decoded data (``map_fn``'s output when given).
+    ``"auto"`` holds the decoded data when its size fits ``memory_budget``; with a
+    ``map_fn``, whose output size is unknown before it runs, the size is estimated by
+    decoding the first examples. When the decoded data does not fit but the parsed
+    records do, it holds those and runs ``map_fn`` on every batch; otherwise it streams.
+    """
+    in_memory, memory_budget, map_fn = options.in_memory, options.memory_budget, options.map_fn
+    if in_memory is True:
+        return PipelineKind.MEMORY_DECODED
+    examples = plan.examples
+    if examples is None:
+        examples = count_examples(plan.files, plan.compression, plan.per_record)
+    file_bytes = sum(tf.io.gfile.stat(path).length for path in plan.files)
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    mib = 2**20
+    if map_fn is None:
+        size = _records_nbytes(plan, examples, file_bytes)
+        chosen = size <= budget
+        logger.info(
+            "in_memory='auto': %s (%d examples decode to %.1f MiB; memory_budget %.1f MiB).",
+            "holding the data in memory" if chosen else "streaming from the files",
+            examples,
+            size / mib,
+            budget / mib,
+        )
+        return PipelineKind.MEMORY_DECODED if chosen else None
+    sample = mapped_sample_nbytes(
+        plan.files, plan.compression, plan.schema, map_fn, per_record=plan.per_record
+    )
+    decoded = None if sample is None else sample[0] * examples // max(1, sample[1])
+    why = (
+        "map_fn's output is not of one fixed shape"
+        if decoded is None
+        else f"{examples} examples decode to about {decoded / mib:.1f} MiB through map_fn "
+        f"(estimated from the first {sample[1] if sample else 0})"
+    )
+    if decoded is not None and decoded <= budget:
+        logger.info(
+            "in_memory='auto': holding the decoded data (map_fn's output) in memory, as %s; "
+            "memory_budget %.1f MiB.",
+            why,
+            budget / mib,
+        )
+        return PipelineKind.MEMORY_DECODED
+    encoded = _records_nbytes(plan, examples, file_bytes)
+    if encoded <= budget:
+        logger.info(
+            "in_memory='auto': holding the encoded records in memory and running map_fn on "
+            "every batch, as %s, more than memory_budget %.1f MiB, and the records take "
+            "%.1f MiB.",
+            why,
+            budget / mib,
+            encoded / mib,
+        )
+        return PipelineKind.MEMORY_ENCODED
+    logger.info(
+        "in_memory='auto': streaming from the files, as %s, and the records take "
+        "%.1f MiB; memory_budget %.1f MiB.",
+        why,
+        encoded / mib,
+        budget / mib,
+    )
+    return None
+
+
+def _records_nbytes(plan: Plan, examples: int, file_bytes: int) -> int:
+    """Bytes the parsed records take in memory; sampled when a feature varies in length."""
+    return records_nbytes(
+        plan.files, plan.compression, plan.schema, examples, file_bytes, plan.per_record
+    )
+
+
+def as_dict(map_fn: Callable[..., Any], names: tuple[str, ...] | None) -> Callable[..., Any]:
+    """``map_fn``, returning a dict: a tuple it returns is named by ``as_tuple``."""
+
+    def named(example: Any) -> Any:
+        out = map_fn(example)
+        if names is not None and isinstance(out, (tuple, list)) and len(out) == len(names):
+            return dict(zip(names, out, strict=True))
+        return out
+
+    return named
+
+
+def _spec_of(held: Any) -> Any:
+    """A stand-in spec of one held feature: ragged for a :class:`RaggedArray`."""
+    if isinstance(held, RaggedArray):
+        return tf.RaggedTensorSpec(
+            [None, None],
+            tf.as_dtype(held.values.dtype) if held.values.dtype.kind not in "OSU" else tf.string,
+        )
+    return tf.TensorSpec(held.shape)
+
+
+def _map_batches(data: tf.data.Dataset, batch_map_fn: Callable[..., Any]) -> tf.data.Dataset:
+    """``batch_map_fn`` on every batch, its random ops drawing anew every epoch."""
+    return data.map(
+        fresh_randomness(batch_map_fn), num_parallel_calls=PARALLEL_CALLS, deterministic=True
+    )
+
+
+def structure(tensors: Any, names: tuple[str, ...] | None) -> Any:
+    """``tensors`` (a dict) as the tuple ``as_tuple`` names, when it names one."""
+    if names is None:
+        return tensors
+    if not isinstance(tensors, dict) or any(name not in tensors for name in names):
+        found = sorted(tensors) if isinstance(tensors, dict) else type(tensors).__name__
+        raise ValueError(
+            "Expected `map_fn` (or `batch_map_fn`) to return a dict with the keys of "
+            f"`as_tuple` {list(names)}. "
+            f"Received: keys={found}"
+        )
+    return tuple(tensors[name] for name in names)

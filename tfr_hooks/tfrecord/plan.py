@@ -1,0 +1,162 @@
+"""What a reader reads: the files, their compression and the schema, checked up front.
+
+:func:`make_plan` resolves the files (paths, directories, globs), their compression and
+the schema (given, stored in ``schema.json`` or inferred), and checks the first record of
+every file against it before any pipeline is built; the :class:`Plan` it returns is what
+both readers (:func:`~tfr_hooks.tfrecord.dataset` and
+:func:`~tfr_hooks.tfrecord.read_batches`) build from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from tensorflow.core.example import example_pb2
+
+from tfr_hooks.tfrecord.files import (
+    Files,
+    check_compression,
+    check_framing,
+    detect_compression,
+    first_record,
+    resolve_files,
+)
+from tfr_hooks.tfrecord.inspection import infer_schema
+from tfr_hooks.tfrecord.packed import check_block
+from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, load_schema
+
+__all__ = ["Plan", "SchemaLike", "make_plan"]
+
+SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
+
+
+@dataclass
+class Plan:
+    """The files a reader reads, their compression, and the schema they are parsed with."""
+
+    files: list[str]
+    compression: str
+    schema: Schema  # the features parsed
+    names: tuple[str, ...] | None  # as_tuple
+    counts: list[int | None] = field(default_factory=list)  # examples per file, if known
+    per_record: int = 1  # examples per record (packed shards)
+
+    @property
+    def examples(self) -> int | None:
+        """Examples in one pass over the files, if every file's count is known."""
+        if not self.counts or any(c is None for c in self.counts):
+            return None
+        return sum(c for c in self.counts if c is not None)
+
+
+def _check_as_tuple(as_tuple: object) -> tuple[str, ...] | None:
+    if as_tuple is None:
+        return None
+    if (
+        isinstance(as_tuple, (str, bytes))
+        or not isinstance(as_tuple, Sequence)
+        or not as_tuple
+        or not all(isinstance(name, str) for name in as_tuple)
+    ):
+        raise TypeError(
+            "Expected `as_tuple` to be None or a sequence of feature names such as "
+            f"('x', 'y'). Received: as_tuple={as_tuple!r}"
+        )
+    return tuple(as_tuple)
+
+
+def _resolve_compression(paths: list[str], compression: str | None) -> str:
+    codec = check_compression(compression)
+    if codec is not None:
+        return codec
+    found = {path: detect_compression(path) for path in paths}
+    kinds = sorted(set(found.values()))
+    if len(kinds) > 1:
+        examples = {k or "none": next(p for p, c in found.items() if c == k) for k in kinds}
+        raise ValueError(
+            "Expected all files to use the same compression; pass `compression` to force "
+            f"one. Received: compressions={examples}"
+        )
+    return kinds[0]
+
+
+def make_plan(
+    files: Files,
+    schema: SchemaLike,
+    compression: str | None,
+    as_tuple: object,
+    *,
+    select: bool,
+    decode: Mapping[str, Any] | None = None,
+) -> Plan:
+    """Resolve files, compression and schema, and check them before any graph is built."""
+    names = _check_as_tuple(as_tuple)
+    _check_decode(decode)
+    paths = resolve_files(files)
+    codec = _resolve_compression(paths, compression)
+    if schema is None:
+        chosen = infer_schema(paths, compression=codec)
+    elif isinstance(schema, Schema):
+        chosen = schema
+    elif isinstance(schema, (str, os.PathLike)):
+        chosen = load_schema(schema)
+    else:
+        raise TypeError(
+            "Expected `schema` to be None (stored or inferred), a tfrecord.Schema or the "
+            f"path of a schema.json. Received: schema={schema!r}"
+        )
+    if decode:
+        chosen = chosen.replace(**decode)
+    if names is not None and select:  # with a map_fn, as_tuple names its outputs
+        missing = [name for name in names if name not in chosen]
+        if missing:
+            raise ValueError(
+                f"Expected the names in `as_tuple` to be features of the schema "
+                f"{chosen.names}. Received: as_tuple={names!r}"
+            )
+        chosen = chosen.select(names)
+    example = example_pb2.Example()
+    sidecars: dict[str, Sidecar | None] = {}
+    counts: list[int | None] = []
+    packing: dict[str, int] = {}
+    for path in paths:
+        sidecar = find_sidecar(path, sidecars)
+        per_record = 1
+        if sidecar is not None:
+            check_written_size(path, sidecar)
+            if schema is not None or decode:
+                chosen = chosen.with_stored_encodings(sidecar.schema)
+                chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
+            per_record = sidecar.examples_per_record
+            counts.append(sidecar.examples_of(os.path.basename(path)))
+        else:  # TensorFlow would stop silently at a record header cut short
+            check_framing(path, codec)
+            counts.append(None)
+        packing[path] = per_record
+        example.ParseFromString(first_record(path, codec))
+        if per_record > 1:
+            check_block(chosen, example, per_record, file=path, record=0)
+        else:
+            chosen.check_example(example, file=path, record=0)
+    if len(set(packing.values())) > 1:
+        found = {n: next(p for p, k in packing.items() if k == n) for n in sorted(packing.values())}
+        raise ValueError(
+            "Expected all files to store the same number of examples per record (see "
+            f"schema.json). Received files with different packings: {found}"
+        )
+    return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())))
+
+
+def _check_decode(decode: object) -> None:
+    if decode is None:
+        return
+    if not isinstance(decode, Mapping) or not all(isinstance(k, str) for k in decode):
+        raise TypeError(
+            "Expected `decode` to be None or a dict of feature name -> change, such as "
+            "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace). "
+            f"Received: decode={decode!r}"
+        )
