@@ -56,8 +56,8 @@ from bench_configs import (  # noqa: E402
 from bench_report import (  # noqa: E402
     render_markdown,
     render_png,
-    render_readme_summary,
-    replace_readme_summary,
+    render_summary,
+    replace_summary,
     summarize,
 )
 
@@ -294,10 +294,10 @@ def write_report(
     render_png(tables, str(args.out / "latest.png"), title)
     (args.out / "latest.json").write_text(json.dumps({"meta": meta, "runs": raw}, indent=1))
     if of_record and digits_run:
-        # the full run of record: the README quotes it (its figures are written nowhere else)
-        readme = HERE.parent / "README.md"
-        summary = render_readme_summary(tables, meta)
-        readme.write_text(replace_readme_summary(readme.read_text(), summary))
+        # the full run of record: docs/benchmarks.md quotes it (the README links that page)
+        page = HERE.parent / "docs" / "benchmarks.md"
+        summary = render_summary(tables, meta)
+        page.write_text(replace_summary(page.read_text(), summary))
         if (args.out / "latest_real.json").exists():
             md.write_text(records_report(args.out))
     return md

@@ -197,7 +197,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_resume_cost_bench_measures_both_loops_on_every_pipeline(tmp_path: Path) -> None:
-    # bench/skip_cost.py, which the README's and docs/distributed.md's resume costs link
+    # bench/skip_cost.py, which docs/failures.md's and docs/distributed.md's resume costs link
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(BENCH.parent), env.get("PYTHONPATH", "")) if p

@@ -1,4 +1,4 @@
-"""The README and docs/*.md say what the code does: their blocks run, their commands exist.
+"""README.md, CONTRIBUTING.md and docs/*.md say what the code does: blocks run, commands exist.
 
 - Every ``python`` block runs, in order, as written, one fresh process per document
   (``tests/_docs_child.py`` writes the data the blocks read and defines the names that
@@ -37,7 +37,7 @@ import pytest
 import tfr_hooks
 from _cluster import ROOT, run_cluster
 
-DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+DOCUMENTS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")])
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 
 
@@ -55,6 +55,9 @@ def blocks(document: Path, *languages: str) -> list[tuple[int, str]]:
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_python_block_runs(document: Path, tmp_path: Path) -> None:
+    lines = [line for line, _ in blocks(document, "python")]
+    if not lines:  # nothing to run (CONTRIBUTING.md, the API pages): no process to start
+        return
     (worker,) = run_cluster(
         [str(ROOT / "tests" / "_docs_child.py"), str(document), str(tmp_path / "work")],
         0,
@@ -62,7 +65,6 @@ def test_every_python_block_runs(document: Path, tmp_path: Path) -> None:
     )
     assert worker.returncode == 0, worker.stderr[-6000:]
     result = worker.result()
-    lines = [line for line, _ in blocks(document, "python")]
     # every block was either run or skipped with its reason: none went unnoticed
     assert sorted(result["ran"] + [line for line, _ in result["skipped"]]) == lines
     assert len(result["skipped"]) <= 1, result["skipped"]
@@ -247,17 +249,53 @@ def test_documented_signatures_are_the_codes() -> None:
     assert checked == len(SIGNATURES)
 
 
-def test_readme_benchmark_figures_are_generated_from_the_results_file(
+def test_benchmark_summary_is_generated_from_the_results_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The README quotes the latest full run: regenerated from latest.json, it is unchanged."""
+    """docs/benchmarks.md quotes the latest full run: regenerated from latest.json, unchanged."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     for name in ("bench_configs", "bench_report"):
         sys.modules.pop(name, None)
     import bench_report
 
     tables, meta = bench_report.load_results(str(ROOT / "bench" / "results" / "latest.json"))
-    readme = (ROOT / "README.md").read_text()
-    summary = bench_report.render_readme_summary(tables, meta)
-    assert bench_report.replace_readme_summary(readme, summary) == readme
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    summary = bench_report.render_summary(tables, meta)
+    assert bench_report.replace_summary(page, summary) == page
     assert f"{meta['write_rate']:,.0f} examples/s" in summary  # the figures are the run's
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading (mkdocs.yml's toc uses the same slugs)."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+@pytest.mark.parametrize("document", ["README.md", "CONTRIBUTING.md"])
+def test_top_level_links_reach_a_file_and_its_heading(document: str) -> None:
+    """mkdocs checks the links of docs/ strictly; these two pages are outside it."""
+    text = (ROOT / document).read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", FENCE.sub("", text))
+    assert links
+    for link in links:
+        if re.match(r"^[a-z]+:", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.exists(), f"{document}: no file {path}"
+        if anchor:
+            headings = re.findall(r"^#+ (.*)$", FENCE.sub("", target.read_text()), re.M)
+            assert anchor in {_slug(h) for h in headings}, f"{document}: no heading #{anchor}"
+
+
+def test_readme_is_an_entry_point() -> None:
+    """At most 160 lines, linking the docs pages, the API pages and the generated results."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 160
+    for page in (ROOT / "docs").glob("*.md"):
+        if page.name != "index.md":
+            assert f"(docs/{page.name}" in text, f"the README does not link docs/{page.name}"
+    for page in (ROOT / "docs" / "api").glob("*.md"):
+        assert f"(docs/api/{page.name})" in text, f"the README does not link docs/api/{page.name}"
+    assert "(bench/results/latest.md)" in text
+    assert "| configuration |" not in text  # the results' table is linked, not copied
