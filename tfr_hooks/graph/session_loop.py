@@ -13,13 +13,11 @@ import tensorflow as tf
 from tfr_hooks.checks import (
     check_bool,
     check_fetches,
-    check_non_negative_int,
     check_optional_positive_int,
-    check_positive_int,
     check_positive_number,
     expected,
 )
-from tfr_hooks.engine import StepResult, run_loop
+from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.graph.cluster import (
     DEFAULT_WAIT_FOR_CHIEF_SECS,
     ClusterSession,
@@ -255,8 +253,8 @@ class SessionLoop:
         self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
         #: what a skipped batch is pulled through: a tensor of the data's own batches
         self._skip_tensor = data.batch_size if data is not None and not _is_queue(data) else None
-        #: the session a run used last and the passes over the data started in it
-        self._passes: tuple[Any, int] = (None, 0)
+        #: the passes over the data started in the session a run used last
+        self._passes = Passes()
         self.loop = LoopState()
         self.loop.is_chief = is_chief
         self.loop.resumes_mid_epoch = self._skip_tensor is not None and steps_per_epoch is None
@@ -307,6 +305,7 @@ class SessionLoop:
                 give ``epochs - initial_epoch`` epochs: more than its ``num_epochs``, or
                 more than one when its files do not count their examples.
         """
+        check_run_args(epochs, initial_epoch, validation_steps, validation_freq)
         if session is not None and getattr(session, "graph", None) is not self.graph:
             raise ValueError(
                 expected("session", "a tf.compat.v1.Session on the train op's graph", session)
@@ -323,8 +322,6 @@ class SessionLoop:
             raise TypeError(
                 expected("validation_data", "a tfr_hooks.Validation or None", validation_data)
             )
-        check_optional_positive_int(validation_steps, "validation_steps")
-        check_positive_int(validation_freq, "validation_freq")
         restartable = validation_data is None or bool(validation_data.initializers)
         if not restartable and validation_steps is None:
             raise ValueError(
@@ -336,23 +333,20 @@ class SessionLoop:
         if self._stream is not None:
             _check_stream_epochs(self._stream, epochs, initial_epoch)
         runner = _SessionRunner(self._settings(self._validation_means(validation_data)), session)
-        if session is not None and self._passes[0] is session:
-            runner.passes = self._passes[1]  # the data's random ops go on in this session
-        try:
-            with self.graph.as_default():  # hooks look things up in the default graph
-                return run_loop(
-                    runner,
-                    self.hooks,
-                    self.loop,
-                    epochs=epochs,
-                    initial_epoch=initial_epoch,
-                    steps_per_epoch=self.steps_per_epoch,
-                    validation_freq=validation_freq,
-                    validation_steps=validation_steps,
-                    input_facts=self._input_facts,
-                )
-        finally:
-            self._passes = (None, 0) if runner.owns_session else (runner.session, runner.passes)
+        with self.graph.as_default():  # hooks look things up in the default graph
+            return run_loop(
+                runner,
+                self.hooks,
+                self.loop,
+                epochs=epochs,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=self.steps_per_epoch,
+                validation_freq=validation_freq,
+                validation_steps=validation_steps,
+                input_facts=self._input_facts,
+                # the data's random ops go on in a session given again
+                passes=self._passes,
+            )
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input's files, for the verdict's remedy."""
@@ -474,10 +468,10 @@ class _SessionRunner:
             self.options = _v1.RunOptions(timeout_in_ms=int(settings.run_timeout_secs * 1000))
         self.run_args = _v1.train.SessionRunArgs(self.fetches, None, self.options)
         self.fast_run: Callable[[], Any] | None = None
-        #: passes over the training data started in this session (initializations)
-        self.passes = 0
         #: the engine skips batches of a resumed epoch only where that is exact
         self.skips_batches = settings.skip_tensor is not None
+        #: a queue stream is not restarted, and data without initializers cannot be
+        self.replays_passes = self.pass_examples is None and bool(settings.initializers)
 
     def start(self) -> None:
         settings = self.settings
@@ -499,40 +493,31 @@ class _SessionRunner:
             ops.extend(self.settings.initializers)
             if self.pass_examples is None:
                 self.ran_out = False  # a new pass; its end is found by its OutOfRangeError
-                self.passes += 1
         self.session.run(ops)
 
-    def replay_passes(self, epoch: int) -> None:
-        """Start (and leave) a pass of the data for each epoch before ``epoch`` not run.
+    def start_pass(self) -> None:
+        """Start a pass over the training data and leave it: run its initializers.
 
         The graph-mode ``read_batches(pipeline="dataset")`` pipelines (streamed, packed
         shards, in memory) reshuffle every pass: they draw each pass's seed from a
         stateful random op when their iterator is initialized, so epoch E of a run gets
         the order of the session's (E+1)-th initialization. A run resumed at epoch E in a
-        new session runs the initializers E times first, so that its first epoch gets its
-        own order, as in an uninterrupted run. It costs E initializations (each starts a
+        new session has the engine start E passes first, so that its first epoch gets its
+        own order, as in an uninterrupted run. Each costs an initialization (it starts a
         pass and drops it: the first batch a prefetch may have begun, a shuffle buffer's
-        fill when streamed), not E epochs of input. Unshuffled data is not changed by it.
-        A queue stream is not restarted, so nothing is replayed.
+        fill when streamed), not an epoch of input. Unshuffled data is not changed by it.
         """
-        if self.pass_examples is not None or not self.settings.initializers:
-            return
-        missing = epoch - self.passes
-        for _ in range(missing):
-            self.session.run(self.settings.initializers)
-            self.passes += 1
-        if missing > 0:
-            logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
+        self.session.run(self.settings.initializers)
 
     def skip_batches(self, count: int) -> tuple[int, int]:
         """Pass over the next ``count`` training batches without a step.
 
-        A run resumed mid-epoch starts the epoch's data again (after
-        :meth:`replay_passes`) and drops the batches the interrupted run trained on: the
-        same ones, as the order of the pass is the same (no shuffle, or a seeded one).
-        Each batch is pulled through the data's batch size tensor, one ``session.run``
-        each: it costs the input work of those batches (reading and parsing streamed
-        shards, a gather in memory) and a run's overhead, not their steps.
+        A run resumed mid-epoch starts the epoch's data again (after the engine replayed
+        the earlier passes, :meth:`start_pass`) and drops the batches the interrupted run
+        trained on: the same ones, as the order of the pass is the same (no shuffle, or a
+        seeded one). Each batch is pulled through the data's batch size tensor, one
+        ``session.run`` each: it costs the input work of those batches (reading and
+        parsing streamed shards, a gather in memory) and a run's overhead, not their steps.
 
         Returns:
             The batches skipped (fewer than ``count`` if the data ran out) and their
@@ -547,7 +532,6 @@ class _SessionRunner:
                 self.ran_out = True
                 break
             skipped += 1
-        logger.info("Skipped %d batches (%d examples) of the resumed epoch", skipped, examples)
         return skipped, examples
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
@@ -627,9 +611,7 @@ def _refuse_endless(data: Batches) -> None:
 
 
 def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None:
-    """Refuse ``run`` epochs that a queue stream cannot give, one pass each."""
-    check_positive_int(epochs, "epochs")
-    check_non_negative_int(initial_epoch, "initial_epoch")
+    """Refuse ``run`` epochs (checked ints) that a queue stream cannot give, one pass each."""
     wanted = epochs - initial_epoch
     if data.num_examples is None and wanted > 1:
         raise ValueError(
