@@ -31,6 +31,7 @@ from tfr_hooks.graph.hooked_run import merged_run, prepared_run
 from tfr_hooks.graph.input_wait import input_wait
 from tfr_hooks.graph.metrics import RunningMeans
 from tfr_hooks.graph.setup import (
+    TrainingGraph,
     check_data,
     ensure_saver,
     initialize_uninitialized,
@@ -177,23 +178,13 @@ class SessionLoop:
         if train_op is None:
             raise TypeError(expected("train_op", "a tf.Operation or tf.Tensor", train_op))
         training = training_of(train_op)
-        if training is not None:
-            train_op = training.train_op
-            fetches = training.fetches if fetches is None else fetches
-            batch_size = training.batch_size if batch_size is None else batch_size
         data = check_data(data)
-        if data is not None:
-            initializers = [*data.initializers, *initializers]
-            batch_size = data.batch_size if batch_size is None else batch_size
-        fetches = {} if fetches is None else fetches
-        check_fetches(fetches, "fetches")
+        train_op, fetches, batch_size = _with_defaults(
+            train_op, training, fetches, batch_size, data
+        )
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         #: the queue pipeline the loop splits into epochs itself (no steps_per_epoch)
-        self._stream = data if _is_queue(data) and steps_per_epoch is None else None
-        if self._stream is not None:
-            _check_stream(self._stream)
-        elif data is not None and data.num_epochs is None and steps_per_epoch is None:
-            _refuse_endless(data)
+        self._stream = _stream_of(data, steps_per_epoch)
         user_hooks = check_hooks(hooks)
         check_positive_number(run_timeout_secs, "run_timeout_secs", optional=True)
         check_bool(measure_input, "measure_input")
@@ -205,51 +196,23 @@ class SessionLoop:
         self.graph = _graph_of(train_op)
         self.train_op = train_op
         self.steps_per_epoch = steps_per_epoch
-        self.initializers = list(initializers)
+        self.initializers = [*(() if data is None else data.initializers), *initializers]
         self.session_config = session_config
         self.run_timeout_secs = run_timeout_secs
         self.master = master
         self.is_chief = is_chief
-        if is_chief is not None:  # told who the chief is: drop the writers elsewhere
-            user_hooks = drop_writers(user_hooks, is_chief)
-            if is_chief:
-                user_hooks += chief_hooks
-        elif chief_hooks:  # a single process (no master) is its own chief
-            user_hooks += chief_hooks
+        user_hooks = _hooks_of_role(user_hooks, chief_hooks, is_chief)
         if log_dir is None:
             log_dir = checkpoint_dir_of(user_hooks)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.wait_for_chief_secs = float(wait_for_chief_secs)
-        # the loop's own variables are each worker's: on the device of a plain op here,
-        # never on a ps task an enclosing replica_device_setter would send them to
-        self._device = worker_device(self.graph)
-        with self.graph.as_default(), loop_device(self.graph, self._device):
-            self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
-            self._batch_size = _as_tensor_or_none(batch_size)
-            # what the step waits for its batch, from inside its session.run
-            self._input_wait = None
-            if measure_input:
-                self._input_wait = input_wait(
-                    [*_as_list(train_op), *self._means.update.values(), self._batch_size]
-                )
+        self._build_step_tensors(fetches, batch_size, measure_input)
         self.measure_input = measure_input
         self._data = data
         # the running means of each Validation given to run, built on first use
         self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}
         auto = input_hooks(self.graph, user_hooks, data, training)
-        self._cluster: ClusterSession | None = None
-        if master:
-            with self.graph.as_default():
-                ensure_saver(user_hooks, needed=bool(is_chief and self.log_dir))
-            warn_local_variables_on_ps(self.graph)
-            self._cluster = ClusterSession(
-                self.graph,
-                master,
-                bool(is_chief),
-                session_config,
-                self.log_dir if is_chief else None,
-                self.wait_for_chief_secs,
-            )
+        self._cluster = self._cluster_session(user_hooks) if master else None
         self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
         #: what a skipped batch is pulled through: a tensor of the data's own batches
         self._skip_tensor = data.batch_size if data is not None and not _is_queue(data) else None
@@ -258,6 +221,42 @@ class SessionLoop:
         self.loop = LoopState()
         self.loop.is_chief = is_chief
         self.loop.resumes_mid_epoch = self._skip_tensor is not None and steps_per_epoch is None
+
+    def _build_step_tensors(
+        self, fetches: Mapping[str, Any], batch_size: Any, measure: bool
+    ) -> None:
+        """Build the training means, the batch size tensor and the input wait, if measured.
+
+        The loop's own variables are each worker's: on the device of a plain op here,
+        never on a ps task an enclosing ``replica_device_setter`` would send them to.
+        """
+        self._device = worker_device(self.graph)
+        with self.graph.as_default(), loop_device(self.graph, self._device):
+            self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
+            self._batch_size = _as_tensor_or_none(batch_size)
+            # what the step waits for its batch, from inside its session.run
+            self._input_wait = None
+            if measure:
+                self._input_wait = input_wait(
+                    [*_as_list(self.train_op), *self._means.update.values(), self._batch_size]
+                )
+
+    def _cluster_session(self, user_hooks: list[Any]) -> ClusterSession:
+        """What creates each run's session on ``master`` (the chief restores or initializes).
+
+        A chief with a ``log_dir`` gets a saver in the graph if no hook brings one.
+        """
+        with self.graph.as_default():
+            ensure_saver(user_hooks, needed=bool(self.is_chief and self.log_dir))
+        warn_local_variables_on_ps(self.graph)
+        return ClusterSession(
+            self.graph,
+            self.master,
+            bool(self.is_chief),
+            self.session_config,
+            self.log_dir if self.is_chief else None,
+            self.wait_for_chief_secs,
+        )
 
     def run(
         self,
@@ -631,6 +630,61 @@ def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None
             f"to read_batches, or run fewer epochs. Received: epochs={epochs}, "
             f"initial_epoch={initial_epoch}"
         )
+
+
+def _with_defaults(
+    train_op: Any,
+    training: TrainingGraph | None,
+    fetches: Mapping[str, Any] | None,
+    batch_size: Any,
+    data: Batches | None,
+) -> tuple[Any, Mapping[str, Any], Any]:
+    """The train op, the (checked) fetches and the batch size the loop runs with.
+
+    A :class:`~tfr_hooks.KerasTrainingGraph` gives its train op, and its fetches and batch
+    size where none are given; ``data`` its batch size where still none is.
+    """
+    if training is not None:
+        train_op = training.train_op
+        fetches = training.fetches if fetches is None else fetches
+        batch_size = training.batch_size if batch_size is None else batch_size
+    if data is not None:
+        batch_size = data.batch_size if batch_size is None else batch_size
+    fetches = {} if fetches is None else fetches
+    check_fetches(fetches, "fetches")
+    return train_op, fetches, batch_size
+
+
+def _stream_of(data: Batches | None, steps_per_epoch: int | None) -> Batches | None:
+    """The queue pipeline the loop splits into epochs itself, or ``None``.
+
+    Raises:
+        ValueError: If ``data`` could never end an epoch and no ``steps_per_epoch`` is
+            given (a queue stream that cannot count its passes, a dataset that repeats
+            without end).
+    """
+    stream = data if _is_queue(data) and steps_per_epoch is None else None
+    if stream is not None:
+        _check_stream(stream)
+    elif data is not None and data.num_epochs is None and steps_per_epoch is None:
+        _refuse_endless(data)
+    return stream
+
+
+def _hooks_of_role(
+    user_hooks: list[Any], chief_hooks: list[Any], is_chief: bool | None
+) -> list[Any]:
+    """The hooks of this worker: the writers dropped off the chief, the chief's added.
+
+    ``is_chief=None`` (a single process, no master) is its own chief and drops nothing.
+    """
+    if is_chief is not None:  # told who the chief is: drop the writers elsewhere
+        user_hooks = drop_writers(user_hooks, is_chief)
+        if is_chief:
+            user_hooks += chief_hooks
+    elif chief_hooks:
+        user_hooks += chief_hooks
+    return user_hooks
 
 
 def _check_cluster(master: object, is_chief: object) -> tuple[str, bool | None]:
