@@ -124,12 +124,12 @@ class Runner(Protocol):
     def start_pass(self) -> None:
         """Start a pass of the training data and leave it, without a step.
 
-        The engine calls it, when :attr:`replays_passes`, once for each epoch before the
-        first epoch of a run whose pass was not started yet where the data keeps its
-        random state (see :class:`Passes`): a seeded shuffle draws a new order for every
-        pass started, so that epoch gets the order it had in an uninterrupted run. It
-        should cost the pass's start (an initialization, maybe its first batch), not an
-        epoch of input.
+        The engine calls it, when :attr:`replays_passes`, at the start of a run that
+        begins at a later epoch: once for each earlier epoch whose pass was not started
+        yet (see :class:`Passes`), so that a seeded shuffle, which draws a new order for
+        every pass started, gives the run's first epoch the order it had in an
+        uninterrupted run. It should cost the pass's start (an initialization, maybe its
+        first batch), not an epoch of input.
         """
 
     def skip_batches(self, count: int) -> tuple[int, int]:
