@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import tfr_hooks
 from helpers import LifecycleRecorder as Recorder
-from tfr_hooks.engine import StepResult, run_loop
+from tfr_hooks.engine import Passes, StepResult, run_loop
 from tfr_hooks.hooks import HookList
 
 v1 = tf.compat.v1
@@ -35,6 +35,7 @@ class FakeRunner:
     coord = "fake-coord"
     run_args = v1.train.SessionRunArgs("train_op")
     skips_batches = False  # a resumed epoch runs the steps left
+    replays_passes = True
 
     def __init__(
         self,
@@ -53,7 +54,7 @@ class FakeRunner:
         self.fail_at_step = fail_at_step
         self.fail_start = fail_start
         self.calls: list[str] = []
-        self.replayed: list[int] = []
+        self.passes_started = 0  # by start_pass: the engine alone counts the passes
         self.hook_args: list[Sequence[Any]] = []
         self.position = 0
         self.val_position = 0
@@ -82,8 +83,8 @@ class FakeRunner:
         if restart_data:
             self.position = 0
 
-    def replay_passes(self, epoch: int) -> None:
-        self.replayed.append(epoch)
+    def start_pass(self) -> None:
+        self.passes_started += 1
 
     def skip_batches(self, count: int) -> tuple[int, int]:
         skipped = min(count, len(self.batches) - self.position)
@@ -544,22 +545,90 @@ def test_a_run_resumed_mid_epoch_runs_only_the_steps_left(lookahead: bool) -> No
     assert runner.calls.count("start_epoch(restart=True)") == 2
 
 
-def test_a_run_resumed_mid_epoch_replays_the_earlier_passes_and_skips_the_trained_batches() -> None:
-    class Resumed(tfr_hooks.Hook):
-        """Restores a position, as a checkpoint hook does in ``begin``: epoch 1, step 2."""
+class ResumedAt(tfr_hooks.Hook):
+    """Restores a position in ``begin``, as a checkpoint hook does; records each epoch."""
 
-        def begin(self) -> None:
-            self.loop.initial_epoch, self.loop.initial_step = 1, 2
+    def __init__(self, epoch: int, step: int) -> None:
+        self.at = (epoch, step)
+        self.seen: list[tuple[int, int, int]] = []
 
-        def epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
-            self.seen = (epoch, self.loop.epoch_steps, self.loop.epoch_examples)
+    def begin(self) -> None:
+        self.loop.initial_epoch, self.loop.initial_step = self.at
 
-    class Skipping(FakeRunner):
-        skips_batches = True
+    def epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
+        self.seen.append((epoch, self.loop.epoch_steps, self.loop.epoch_examples))
 
-    runner, resumed = Skipping(batches=(1.0, 2.0, 3.0, 4.0, 5.0), val=None), Resumed()
-    run(runner, [resumed], epochs=2)
-    assert runner.replayed == [1]  # the seeded shuffle of epoch 0's pass is drawn first
+
+class Skipping(FakeRunner):
+    """Skips batches exactly, and counts no pass itself (``start_pass`` only records)."""
+
+    skips_batches = True
+
+
+def test_a_run_resumed_mid_epoch_replays_the_earlier_passes_and_skips_the_trained_batches(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner, resumed = Skipping(batches=(1.0, 2.0, 3.0, 4.0, 5.0), val=None), ResumedAt(2, 2)
+    passes = Passes()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        run_loop(runner, HookList([resumed]), tfr_hooks.LoopState(), epochs=3, passes=passes)
+    # the engine asks for a pass for each of epochs 0 and 1, so that a seeded shuffle
+    # draws their orders first, and counts them with epoch 2's own
+    assert runner.passes_started == 2
+    assert (passes.started, passes.session) == (3, runner.session)
     # the two trained batches are passed over, then the epoch runs to the data's end
-    assert resumed.seen == (1, 5, 20)
+    assert resumed.seen == [(2, 5, 20)]
     assert runner.steps == 3  # the steps after the two skipped
+    engine_lines = [r.getMessage() for r in caplog.records if r.name == "tfr_hooks.engine"]
+    assert "Started 2 passes over the data to resume at epoch 2" in engine_lines
+    assert "Skipped 2 batches (8 examples) of the resumed epoch" in engine_lines
+
+
+def test_the_passes_a_loop_started_count_for_its_next_run_in_the_same_session(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    passes = Passes()
+    first = Skipping(val=None)
+    run_loop(first, HookList([]), tfr_hooks.LoopState(), epochs=2, passes=passes)
+    assert (first.passes_started, passes.started) == (0, 2)  # two epochs, two passes
+    # the next run, in the same session, resumed at epoch 3: only epoch 2's pass is missing
+    again = Skipping(val=None)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        run_loop(again, HookList([ResumedAt(3, 0)]), tfr_hooks.LoopState(), epochs=4, passes=passes)
+    assert (again.passes_started, passes.started) == (1, 4)
+    assert "Started 1 passes over the data to resume at epoch 3" in caplog.messages
+    # a runner in another session (its data's random state afresh) starts them all again
+    other = Skipping(val=None)
+    other.session = "another-session"
+    run_loop(other, HookList([ResumedAt(3, 0)]), tfr_hooks.LoopState(), epochs=4, passes=passes)
+    assert (other.passes_started, passes.started) == (3, 4)
+
+
+def test_a_runner_that_cannot_replay_passes_is_asked_for_none() -> None:
+    runner = Skipping(val=None)
+    runner.replays_passes = False  # a queue stream, data without initializers
+    passes = Passes()
+    run_loop(runner, HookList([ResumedAt(2, 0)]), tfr_hooks.LoopState(), epochs=3, passes=passes)
+    assert runner.passes_started == 0
+    assert passes.started == 1  # epoch 2's own
+
+
+def test_a_run_resumed_with_epochs_counted_in_steps_replays_and_skips_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner, resumed = Skipping(batches=(1.0, 2.0, 3.0, 4.0), val=None), ResumedAt(1, 2)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        run(runner, [resumed], epochs=2, steps_per_epoch=4)
+    assert runner.passes_started == 0
+    assert resumed.seen == [(1, 4, 8)]  # the two steps left, run on data started afresh
+    assert not [m for m in caplog.messages if m.startswith(("Started", "Skipped"))]
+
+
+def test_a_resumed_epoch_whose_data_holds_fewer_batches_warns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = Skipping(batches=(1.0, 2.0), val=None)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        run(runner, [ResumedAt(0, 3)], epochs=2)
+    assert "Skipped 2 batches (8 examples) of the resumed epoch" in caplog.messages
+    assert "Epoch 0 resumes at step 3, but its data holds only 2 batches." in caplog.messages

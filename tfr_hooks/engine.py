@@ -14,12 +14,13 @@ Epoch boundaries:
 * ``steps_per_epoch=None`` and a re-initializable source: the data running out ends the
   epoch (a final partial batch included); the runner restarts the data for the next one.
   The number of steps is learned from the first epoch and shown to hooks (it replaces a
-  length known up front that the data did not match). A run resumed mid-epoch on a
-  runner that can skip batches (``Runner.skips_batches``) passes over the batches
-  already trained on (they count in ``loop.epoch_examples``) and runs that epoch to the
-  data's end; the runner first replays the earlier epochs' passes
-  (``Runner.replay_passes``), so that a seeded shuffle gives the resumed epoch its own
-  order.
+  length known up front that the data did not match). A run that starts at a later
+  epoch first starts (and leaves) a pass of the data for each earlier epoch not yet
+  started where the data keeps its random state (``Runner.start_pass``, counted by
+  :class:`Passes`), so that a seeded shuffle gives that epoch its own order. Resumed
+  mid-epoch on a runner that can skip batches (``Runner.skips_batches``), it then passes
+  over the batches already trained on (``Runner.skip_batches``; they count in
+  ``loop.epoch_examples``) and runs that epoch to the data's end.
 * ``steps_per_epoch=None`` and a one-shot source: the data running out closes the current
   epoch and ends training.
 * ``steps_per_epoch=N``: epochs are counted in steps; the data is started once. Data
@@ -46,8 +47,10 @@ from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_a
 from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
 
 __all__ = [
+    "Passes",
     "Runner",
     "StepResult",
+    "check_run_args",
     "run_loop",
     "begin_run",
     "start_session",
@@ -107,6 +110,10 @@ class Runner(Protocol):
     #: (the data's order is that of the interrupted run); else the resumed epoch runs only
     #: the steps left, on data started afresh.
     skips_batches: bool
+    #: Whether :meth:`start_pass` starts a pass of the training data (a source that the
+    #: runner restarts); else the earlier epochs' passes of a resumed run are not replayed
+    #: (a queue stream, data without initializers).
+    replays_passes: bool
 
     def start(self) -> None:
         """Prepare to run: create the session (after the hooks' ``begin``)."""
@@ -114,18 +121,22 @@ class Runner(Protocol):
     def start_epoch(self, restart_data: bool) -> None:
         """Reset the epoch's running means, and restart the data when asked."""
 
-    def replay_passes(self, epoch: int) -> None:
-        """Start (and leave) a pass of the data for each epoch before ``epoch`` not run.
+    def start_pass(self) -> None:
+        """Start a pass of the training data and leave it, without a step.
 
-        Called at the start of a run that begins at a later epoch, so that a seeded
-        shuffle gives that epoch the order it had in an uninterrupted run; a runner
-        whose data does not reshuffle per pass does nothing.
+        The engine calls it, when :attr:`replays_passes`, at the start of a run that
+        begins at a later epoch: once for each earlier epoch whose pass was not started
+        yet (see :class:`Passes`), so that a seeded shuffle, which draws a new order for
+        every pass started, gives the run's first epoch the order it had in an
+        uninterrupted run. It should cost the pass's start (an initialization, maybe its
+        first batch), not an epoch of input.
         """
 
     def skip_batches(self, count: int) -> tuple[int, int]:
-        """Pass over the next ``count`` training batches without a step.
+        """Pass over the next ``count`` training batches without a step; log nothing.
 
-        Called only when :attr:`skips_batches`.
+        Called only when :attr:`skips_batches`, right after :meth:`start_epoch`, at the
+        start of an epoch resumed at step ``count``.
 
         Returns:
             The batches skipped (fewer than ``count`` if the data ran out) and their
@@ -146,6 +157,47 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Release resources, after the hooks' ``end``."""
+
+
+@dataclass
+class Passes:
+    """The passes over a loop's training data started where the data keeps its state.
+
+    A loop keeps one across its runs and hands it to :func:`run_loop`, which counts every
+    pass the runner starts (each epoch that restarts the data, each replayed pass). The
+    count holds for ``session``: the runner's ``session`` once it started (a graph's
+    random ops keep their state in it), or ``None`` for a runner without one (a
+    ``tf.data`` pipeline keeps it in the dataset). A run whose runner has another
+    session starts again from 0.
+
+    Attributes:
+        started: The passes started so far.
+        session: The session they were started in.
+    """
+
+    started: int = 0
+    session: Any = None
+
+    def follow(self, session: Any) -> None:
+        """Count the passes of ``session`` from now on: from 0 if it is another one."""
+        if session is not self.session:
+            self.started, self.session = 0, session
+
+
+def check_run_args(
+    epochs: object, initial_epoch: object, validation_steps: object, validation_freq: object
+) -> None:
+    """Check the arguments of a loop's ``run`` that every loop shares, once, on entry.
+
+    Raises:
+        TypeError: If one is not an int (``validation_steps``: nor ``None``).
+        ValueError: If ``epochs``, ``validation_steps`` or ``validation_freq`` is not
+            positive, or ``initial_epoch`` is negative.
+    """
+    check_positive_int(epochs, "epochs")
+    check_non_negative_int(initial_epoch, "initial_epoch")
+    check_optional_positive_int(validation_steps, "validation_steps")
+    check_positive_int(validation_freq, "validation_freq")
 
 
 _NUMBERS = (float, int, np.floating, np.integer)  # a bool is an int: 1.0, as in fit
@@ -242,8 +294,12 @@ def run_loop(
     validation_freq: int = 1,
     validation_steps: int | None = None,
     input_facts: InputFacts | Callable[[], InputFacts] | None = None,
+    passes: Passes | None = None,
 ) -> dict[str, list[Any]]:
     """Run epochs of steps with hooks; return the history of epoch logs.
+
+    The arguments are those the loop checked on entry (:func:`check_run_args`, and
+    ``steps_per_epoch`` at its construction); they are not checked again here.
 
     When the runner measures its steps' input wait (``StepResult.input_wait``), each
     epoch's :class:`~tfr_hooks.input_report.InputStats` is shown to hooks as
@@ -265,14 +321,14 @@ def run_loop(
         validation_steps: Stop each validation pass after this many steps.
         input_facts: What the loop knows about its input, for the verdict's remedy (or
             a function returning it, called when the first verdict is logged).
+        passes: The passes the loop's runners started over its data so far (kept by
+            the loop across runs), or ``None`` to count this run's only.
 
     Returns:
         A dict from each log name to its list of per-epoch values, like Keras'
         ``History.history``.
     """
-    check_positive_int(epochs, "epochs")
-    check_non_negative_int(initial_epoch, "initial_epoch")
-    check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
+    passes = Passes() if passes is None else passes
     loop.reset(
         epochs=epochs,
         initial_epoch=initial_epoch,
@@ -287,12 +343,13 @@ def run_loop(
         begin_run(hooks, loop)
         runner.start()
         started = True
+        passes.follow(runner.session)
         start_session(hooks, loop, runner.session, runner.coord)
         # a hook may move the start in begin/after_create_session (Keras' BackupAndRestore)
         for epoch in range(loop.initial_epoch, epochs):
             if loop.stop_requested:
                 break
-            logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch)
+            logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch, passes)
             if logs is None:
                 break
             stats = loop.input_stats
@@ -329,33 +386,85 @@ def _run_epoch(
     loop: LoopState,
     epoch: int,
     steps_per_epoch: int | None,
+    passes: Passes,
 ) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
-    loop.epoch = epoch
     first = epoch == loop.initial_epoch
+    clock = _begin_epoch(runner, hooks, loop, epoch, first, steps_per_epoch, passes)
+    # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
+    # only the rest are run
+    done = loop.initial_step if first else 0
+    length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
+    exhausted = _run_steps(runner, hooks, loop, clock, length)
+    if loop.epoch_steps == done:
+        logger.warning(
+            "Epoch %d got no data: the input ran out before its first step; training ends.",
+            epoch,
+        )
+        return None, False
+    loop.input_stats = clock.stats(epoch)
+    more = not exhausted or _goes_on_after_data_end(runner, loop, epoch, steps_per_epoch)
+    return dict(loop.batch_logs), more
+
+
+def _begin_epoch(
+    runner: Runner,
+    hooks: HookList,
+    loop: LoopState,
+    epoch: int,
+    first: bool,
+    steps_per_epoch: int | None,
+    passes: Passes,
+) -> EpochClock:
+    """Reset the epoch's state, start its data (a pass when it restarts) and its clock.
+
+    Fires ``epoch_begin`` last; returns the clock of the epoch's steps.
+    """
+    loop.epoch = epoch
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
     loop.input_stats = None
     if first and steps_per_epoch is None:
         # the first epoch of a run that starts late (resumed): let the data's seeded
         # shuffles draw what they drew for the earlier epochs, so this one has its order
-        runner.replay_passes(epoch)
+        _replay_passes(runner, passes, epoch)
     # the run's first execution (tracing, warm-up) is left out when more follow
     clock = EpochClock(time.perf_counter, skip_first=loop.global_step == 0)
     restart = first or steps_per_epoch is None
     runner.start_epoch(restart_data=restart)
     if restart:  # a new pass of the data, and its first batch: time spent on the input
+        passes.started += 1
         clock.restarted()
     hooks.epoch_begin(epoch)
-    # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
-    # only the rest are run
-    done = loop.initial_step if first else 0
+    return clock
+
+
+def _replay_passes(runner: Runner, passes: Passes, epoch: int) -> None:
+    """Start (and leave) a pass of the data for each epoch before ``epoch`` not started."""
+    if not runner.replays_passes:
+        return
+    missing = epoch - passes.started
+    for _ in range(missing):
+        runner.start_pass()
+        passes.started += 1
+    if missing > 0:
+        logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
+
+
+def _resume_at(
+    runner: Runner, loop: LoopState, epoch: int, done: int, steps_per_epoch: int | None
+) -> int | None:
+    """Put the epoch at step ``done``; return the step it ends at (``None``: the data's end).
+
+    When the data decides the epoch and the runner skips batches exactly, the batches the
+    interrupted run already trained on are passed over and the epoch runs to the data's
+    end, so that it has the steps (and the batches) of an uninterrupted one, whatever its
+    length was thought to be.
+    """
     length = steps_per_epoch if steps_per_epoch is not None or not done else loop.steps_per_epoch
     if done and steps_per_epoch is None and runner.skips_batches:
-        # the data decides the epoch: pass over the batches the interrupted run already
-        # trained on, then run to the data's end, so that the epoch has the steps (and
-        # the batches) of an uninterrupted one, whatever its length was thought to be
-        skipped, skipped_examples = runner.skip_batches(done)
+        skipped, examples = runner.skip_batches(done)
+        logger.info("Skipped %d batches (%d examples) of the resumed epoch", skipped, examples)
         if skipped < done:
             logger.warning(
                 "Epoch %d resumes at step %d, but its data holds only %d batches.",
@@ -364,13 +473,22 @@ def _run_epoch(
                 skipped,
             )
         length = None
-        loop.epoch_examples = skipped_examples  # seen before the interruption
+        loop.epoch_examples = examples  # seen before the interruption
     loop.epoch_steps = done
-    exhausted = False
+    return length
+
+
+def _run_steps(
+    runner: Runner, hooks: HookList, loop: LoopState, clock: EpochClock, length: int | None
+) -> bool:
+    """Run the epoch's steps up to ``length`` (``None``: no limit) or a stop request.
+
+    Returns:
+        Whether the data ran out before ``length``.
+    """
     while length is None or loop.epoch_steps < length:
         if runner.ran_out:
-            exhausted = True
-            break
+            return True
         limit = loop.steps_per_execution
         if length is not None:
             limit = min(limit, length - loop.epoch_steps)
@@ -381,45 +499,47 @@ def _run_epoch(
         loop.global_step += result.steps
         loop.epoch_examples += result.examples
         if result.exhausted and (length is None or loop.epoch_steps < length):
-            exhausted = True
-            break
+            return True
         if loop.stop_requested:
             break
-    if loop.epoch_steps == done:
+    return False
+
+
+def _goes_on_after_data_end(
+    runner: Runner, loop: LoopState, epoch: int, steps_per_epoch: int | None
+) -> bool:
+    """Whether training goes on after the data ran out in ``epoch`` (which had a step).
+
+    Epochs counted in steps: the data ran out early, training ends with a warning. A
+    one-shot source: training ends. A re-initializable one: the epoch ended at the data's
+    end, and its steps are the epoch's length from now on.
+    """
+    if steps_per_epoch is not None:
         logger.warning(
-            "Epoch %d got no data: the input ran out before its first step; training ends.",
+            "The input ran out of data after %d steps of epoch %d (%d steps in all); "
+            "expected %d steps per epoch for %d epochs. Training ends here.",
+            loop.epoch_steps,
             epoch,
+            loop.global_step,
+            steps_per_epoch,
+            loop.epochs,
         )
-        return None, False
-    loop.input_stats = clock.stats(epoch)
-    more = True
-    if exhausted:
-        if steps_per_epoch is not None:
-            logger.warning(
-                "The input ran out of data after %d steps of epoch %d (%d steps in all); "
-                "expected %d steps per epoch for %d epochs. Training ends here.",
-                loop.epoch_steps,
+        return False
+    if not runner.reinitializable:
+        logger.info("One-shot input exhausted after %d steps; training ends.", loop.epoch_steps)
+        return False
+    if loop.steps_per_epoch != loop.epoch_steps:
+        if loop.steps_per_epoch is not None:
+            logger.info(
+                "Epoch %d ran %d steps, not the %d expected up front (the dataset's "
+                "cardinality); the loop counts %d from now on.",
                 epoch,
-                loop.global_step,
-                steps_per_epoch,
-                loop.epochs,
+                loop.epoch_steps,
+                loop.steps_per_epoch,
+                loop.epoch_steps,
             )
-            more = False
-        elif not runner.reinitializable:
-            logger.info("One-shot input exhausted after %d steps; training ends.", loop.epoch_steps)
-            more = False
-        elif loop.steps_per_epoch != loop.epoch_steps:
-            if loop.steps_per_epoch is not None:
-                logger.info(
-                    "Epoch %d ran %d steps, not the %d expected up front (the dataset's "
-                    "cardinality); the loop counts %d from now on.",
-                    epoch,
-                    loop.epoch_steps,
-                    loop.steps_per_epoch,
-                    loop.epoch_steps,
-                )
-            loop.steps_per_epoch = loop.epoch_steps
-    return dict(loop.batch_logs), more
+        loop.steps_per_epoch = loop.epoch_steps
+    return True
 
 
 def _validate(

@@ -13,13 +13,11 @@ import tensorflow as tf
 from tfr_hooks.checks import (
     check_bool,
     check_fetches,
-    check_non_negative_int,
     check_optional_positive_int,
-    check_positive_int,
     check_positive_number,
     expected,
 )
-from tfr_hooks.engine import StepResult, run_loop
+from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.graph.cluster import (
     DEFAULT_WAIT_FOR_CHIEF_SECS,
     ClusterSession,
@@ -33,6 +31,7 @@ from tfr_hooks.graph.hooked_run import merged_run, prepared_run
 from tfr_hooks.graph.input_wait import input_wait
 from tfr_hooks.graph.metrics import RunningMeans
 from tfr_hooks.graph.setup import (
+    TrainingGraph,
     check_data,
     ensure_saver,
     initialize_uninitialized,
@@ -179,23 +178,13 @@ class SessionLoop:
         if train_op is None:
             raise TypeError(expected("train_op", "a tf.Operation or tf.Tensor", train_op))
         training = training_of(train_op)
-        if training is not None:
-            train_op = training.train_op
-            fetches = training.fetches if fetches is None else fetches
-            batch_size = training.batch_size if batch_size is None else batch_size
         data = check_data(data)
-        if data is not None:
-            initializers = [*data.initializers, *initializers]
-            batch_size = data.batch_size if batch_size is None else batch_size
-        fetches = {} if fetches is None else fetches
-        check_fetches(fetches, "fetches")
+        train_op, fetches, batch_size = _with_defaults(
+            train_op, training, fetches, batch_size, data
+        )
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         #: the queue pipeline the loop splits into epochs itself (no steps_per_epoch)
-        self._stream = data if _is_queue(data) and steps_per_epoch is None else None
-        if self._stream is not None:
-            _check_stream(self._stream)
-        elif data is not None and data.num_epochs is None and steps_per_epoch is None:
-            _refuse_endless(data)
+        self._stream = _stream_of(data, steps_per_epoch)
         user_hooks = check_hooks(hooks)
         check_positive_number(run_timeout_secs, "run_timeout_secs", optional=True)
         check_bool(measure_input, "measure_input")
@@ -207,59 +196,67 @@ class SessionLoop:
         self.graph = _graph_of(train_op)
         self.train_op = train_op
         self.steps_per_epoch = steps_per_epoch
-        self.initializers = list(initializers)
+        self.initializers = [*(() if data is None else data.initializers), *initializers]
         self.session_config = session_config
         self.run_timeout_secs = run_timeout_secs
         self.master = master
         self.is_chief = is_chief
-        if is_chief is not None:  # told who the chief is: drop the writers elsewhere
-            user_hooks = drop_writers(user_hooks, is_chief)
-            if is_chief:
-                user_hooks += chief_hooks
-        elif chief_hooks:  # a single process (no master) is its own chief
-            user_hooks += chief_hooks
+        user_hooks = _hooks_of_role(user_hooks, chief_hooks, is_chief)
         if log_dir is None:
             log_dir = checkpoint_dir_of(user_hooks)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.wait_for_chief_secs = float(wait_for_chief_secs)
-        # the loop's own variables are each worker's: on the device of a plain op here,
-        # never on a ps task an enclosing replica_device_setter would send them to
+        self._build_step_tensors(fetches, batch_size, measure_input)
+        self.measure_input = measure_input
+        self._data = data
+        # the running means of each Validation given to run, built on first use
+        self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}
+        auto = input_hooks(self.graph, user_hooks, data, training)
+        self._cluster = self._cluster_session(user_hooks) if master else None
+        self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
+        #: what a skipped batch is pulled through: a tensor of the data's own batches
+        self._skip_tensor = data.batch_size if data is not None and not _is_queue(data) else None
+        #: the passes over the data started in the session a run used last
+        self._passes = Passes()
+        self.loop = LoopState()
+        self.loop.is_chief = is_chief
+        self.loop.resumes_mid_epoch = self._skip_tensor is not None and steps_per_epoch is None
+
+    def _build_step_tensors(
+        self, fetches: Mapping[str, Any], batch_size: Any, measure: bool
+    ) -> None:
+        """Build the training means, the batch size tensor and the input wait, if measured.
+
+        The loop's own variables are each worker's: on the device of a plain op here,
+        never on a ps task an enclosing ``replica_device_setter`` would send them to.
+        """
         self._device = worker_device(self.graph)
         with self.graph.as_default(), loop_device(self.graph, self._device):
             self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
             self._batch_size = _as_tensor_or_none(batch_size)
             # what the step waits for its batch, from inside its session.run
             self._input_wait = None
-            if measure_input:
+            if measure:
                 self._input_wait = input_wait(
-                    [*_as_list(train_op), *self._means.update.values(), self._batch_size]
+                    [*_as_list(self.train_op), *self._means.update.values(), self._batch_size]
                 )
-        self.measure_input = measure_input
-        self._data = data
-        # the running means of each Validation given to run, built on first use
-        self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}
-        auto = input_hooks(self.graph, user_hooks, data, training)
-        self._cluster: ClusterSession | None = None
-        if master:
-            with self.graph.as_default():
-                ensure_saver(user_hooks, needed=bool(is_chief and self.log_dir))
-            warn_local_variables_on_ps(self.graph)
-            self._cluster = ClusterSession(
-                self.graph,
-                master,
-                bool(is_chief),
-                session_config,
-                self.log_dir if is_chief else None,
-                self.wait_for_chief_secs,
-            )
-        self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
-        #: what a skipped batch is pulled through: a tensor of the data's own batches
-        self._skip_tensor = data.batch_size if data is not None and not _is_queue(data) else None
-        #: the session a run used last and the passes over the data started in it
-        self._passes: tuple[Any, int] = (None, 0)
-        self.loop = LoopState()
-        self.loop.is_chief = is_chief
-        self.loop.resumes_mid_epoch = self._skip_tensor is not None and steps_per_epoch is None
+
+    def _cluster_session(self, user_hooks: list[Any]) -> ClusterSession:
+        """What creates each run's session on ``master`` (the chief restores or initializes).
+
+        A chief with a ``log_dir`` gets a saver in the graph if no hook brings one.
+        """
+        with self.graph.as_default():
+            ensure_saver(user_hooks, needed=bool(self.is_chief and self.log_dir))
+        warn_local_variables_on_ps(self.graph)
+        return ClusterSession(
+            self.graph,
+            self.master,
+            bool(self.is_chief),
+            self.session_config,
+            self.log_dir if self.is_chief else None,
+            self.wait_for_chief_secs,
+        )
 
     def run(
         self,
@@ -307,6 +304,7 @@ class SessionLoop:
                 give ``epochs - initial_epoch`` epochs: more than its ``num_epochs``, or
                 more than one when its files do not count their examples.
         """
+        check_run_args(epochs, initial_epoch, validation_steps, validation_freq)
         if session is not None and getattr(session, "graph", None) is not self.graph:
             raise ValueError(
                 expected("session", "a tf.compat.v1.Session on the train op's graph", session)
@@ -323,8 +321,6 @@ class SessionLoop:
             raise TypeError(
                 expected("validation_data", "a tfr_hooks.Validation or None", validation_data)
             )
-        check_optional_positive_int(validation_steps, "validation_steps")
-        check_positive_int(validation_freq, "validation_freq")
         restartable = validation_data is None or bool(validation_data.initializers)
         if not restartable and validation_steps is None:
             raise ValueError(
@@ -336,23 +332,20 @@ class SessionLoop:
         if self._stream is not None:
             _check_stream_epochs(self._stream, epochs, initial_epoch)
         runner = _SessionRunner(self._settings(self._validation_means(validation_data)), session)
-        if session is not None and self._passes[0] is session:
-            runner.passes = self._passes[1]  # the data's random ops go on in this session
-        try:
-            with self.graph.as_default():  # hooks look things up in the default graph
-                return run_loop(
-                    runner,
-                    self.hooks,
-                    self.loop,
-                    epochs=epochs,
-                    initial_epoch=initial_epoch,
-                    steps_per_epoch=self.steps_per_epoch,
-                    validation_freq=validation_freq,
-                    validation_steps=validation_steps,
-                    input_facts=self._input_facts,
-                )
-        finally:
-            self._passes = (None, 0) if runner.owns_session else (runner.session, runner.passes)
+        with self.graph.as_default():  # hooks look things up in the default graph
+            return run_loop(
+                runner,
+                self.hooks,
+                self.loop,
+                epochs=epochs,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=self.steps_per_epoch,
+                validation_freq=validation_freq,
+                validation_steps=validation_steps,
+                input_facts=self._input_facts,
+                # the data's random ops go on in a session given again
+                passes=self._passes,
+            )
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input's files, for the verdict's remedy."""
@@ -474,10 +467,10 @@ class _SessionRunner:
             self.options = _v1.RunOptions(timeout_in_ms=int(settings.run_timeout_secs * 1000))
         self.run_args = _v1.train.SessionRunArgs(self.fetches, None, self.options)
         self.fast_run: Callable[[], Any] | None = None
-        #: passes over the training data started in this session (initializations)
-        self.passes = 0
         #: the engine skips batches of a resumed epoch only where that is exact
         self.skips_batches = settings.skip_tensor is not None
+        #: a queue stream is not restarted, and data without initializers cannot be
+        self.replays_passes = self.pass_examples is None and bool(settings.initializers)
 
     def start(self) -> None:
         settings = self.settings
@@ -499,40 +492,31 @@ class _SessionRunner:
             ops.extend(self.settings.initializers)
             if self.pass_examples is None:
                 self.ran_out = False  # a new pass; its end is found by its OutOfRangeError
-                self.passes += 1
         self.session.run(ops)
 
-    def replay_passes(self, epoch: int) -> None:
-        """Start (and leave) a pass of the data for each epoch before ``epoch`` not run.
+    def start_pass(self) -> None:
+        """Start a pass over the training data and leave it: run its initializers.
 
         The graph-mode ``read_batches(pipeline="dataset")`` pipelines (streamed, packed
         shards, in memory) reshuffle every pass: they draw each pass's seed from a
         stateful random op when their iterator is initialized, so epoch E of a run gets
         the order of the session's (E+1)-th initialization. A run resumed at epoch E in a
-        new session runs the initializers E times first, so that its first epoch gets its
-        own order, as in an uninterrupted run. It costs E initializations (each starts a
+        new session has the engine start E passes first, so that its first epoch gets its
+        own order, as in an uninterrupted run. Each costs an initialization (it starts a
         pass and drops it: the first batch a prefetch may have begun, a shuffle buffer's
-        fill when streamed), not E epochs of input. Unshuffled data is not changed by it.
-        A queue stream is not restarted, so nothing is replayed.
+        fill when streamed), not an epoch of input. Unshuffled data is not changed by it.
         """
-        if self.pass_examples is not None or not self.settings.initializers:
-            return
-        missing = epoch - self.passes
-        for _ in range(missing):
-            self.session.run(self.settings.initializers)
-            self.passes += 1
-        if missing > 0:
-            logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
+        self.session.run(self.settings.initializers)
 
     def skip_batches(self, count: int) -> tuple[int, int]:
         """Pass over the next ``count`` training batches without a step.
 
-        A run resumed mid-epoch starts the epoch's data again (after
-        :meth:`replay_passes`) and drops the batches the interrupted run trained on: the
-        same ones, as the order of the pass is the same (no shuffle, or a seeded one).
-        Each batch is pulled through the data's batch size tensor, one ``session.run``
-        each: it costs the input work of those batches (reading and parsing streamed
-        shards, a gather in memory) and a run's overhead, not their steps.
+        A run resumed mid-epoch starts the epoch's data again (after the engine replayed
+        the earlier passes, :meth:`start_pass`) and drops the batches the interrupted run
+        trained on: the same ones, as the order of the pass is the same (no shuffle, or a
+        seeded one). Each batch is pulled through the data's batch size tensor, one
+        ``session.run`` each: it costs the input work of those batches (reading and
+        parsing streamed shards, a gather in memory) and a run's overhead, not their steps.
 
         Returns:
             The batches skipped (fewer than ``count`` if the data ran out) and their
@@ -547,7 +531,6 @@ class _SessionRunner:
                 self.ran_out = True
                 break
             skipped += 1
-        logger.info("Skipped %d batches (%d examples) of the resumed epoch", skipped, examples)
         return skipped, examples
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
@@ -627,9 +610,7 @@ def _refuse_endless(data: Batches) -> None:
 
 
 def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None:
-    """Refuse ``run`` epochs that a queue stream cannot give, one pass each."""
-    check_positive_int(epochs, "epochs")
-    check_non_negative_int(initial_epoch, "initial_epoch")
+    """Refuse ``run`` epochs (checked ints) that a queue stream cannot give, one pass each."""
     wanted = epochs - initial_epoch
     if data.num_examples is None and wanted > 1:
         raise ValueError(
@@ -649,6 +630,61 @@ def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None
             f"to read_batches, or run fewer epochs. Received: epochs={epochs}, "
             f"initial_epoch={initial_epoch}"
         )
+
+
+def _with_defaults(
+    train_op: Any,
+    training: TrainingGraph | None,
+    fetches: Mapping[str, Any] | None,
+    batch_size: Any,
+    data: Batches | None,
+) -> tuple[Any, Mapping[str, Any], Any]:
+    """The train op, the (checked) fetches and the batch size the loop runs with.
+
+    A :class:`~tfr_hooks.KerasTrainingGraph` gives its train op, and its fetches and batch
+    size where none are given; ``data`` its batch size where still none is.
+    """
+    if training is not None:
+        train_op = training.train_op
+        fetches = training.fetches if fetches is None else fetches
+        batch_size = training.batch_size if batch_size is None else batch_size
+    if data is not None:
+        batch_size = data.batch_size if batch_size is None else batch_size
+    fetches = {} if fetches is None else fetches
+    check_fetches(fetches, "fetches")
+    return train_op, fetches, batch_size
+
+
+def _stream_of(data: Batches | None, steps_per_epoch: int | None) -> Batches | None:
+    """The queue pipeline the loop splits into epochs itself, or ``None``.
+
+    Raises:
+        ValueError: If ``data`` could never end an epoch and no ``steps_per_epoch`` is
+            given (a queue stream that cannot count its passes, a dataset that repeats
+            without end).
+    """
+    stream = data if _is_queue(data) and steps_per_epoch is None else None
+    if stream is not None:
+        _check_stream(stream)
+    elif data is not None and data.num_epochs is None and steps_per_epoch is None:
+        _refuse_endless(data)
+    return stream
+
+
+def _hooks_of_role(
+    user_hooks: list[Any], chief_hooks: list[Any], is_chief: bool | None
+) -> list[Any]:
+    """The hooks of this worker: the writers dropped off the chief, the chief's added.
+
+    ``is_chief=None`` (a single process, no master) is its own chief and drops nothing.
+    """
+    if is_chief is not None:  # told who the chief is: drop the writers elsewhere
+        user_hooks = drop_writers(user_hooks, is_chief)
+        if is_chief:
+            user_hooks += chief_hooks
+    elif chief_hooks:
+        user_hooks += chief_hooks
+    return user_hooks
 
 
 def _check_cluster(master: object, is_chief: object) -> tuple[str, bool | None]:

@@ -28,7 +28,7 @@ from tfr_hooks.checks import (
     check_positive_int,
     expected,
 )
-from tfr_hooks.engine import StepResult, run_loop
+from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, op_determinism_enabled
 from tfr_hooks.signals import with_signal_hook
@@ -168,6 +168,8 @@ class FunctionLoop:
             measure_input=measure_input,
         )
         self.measure_input = measure_input
+        #: the passes started over ``data`` (its seeded shuffles' state), across runs
+        self._passes = Passes()
 
     def run(
         self,
@@ -204,6 +206,7 @@ class FunctionLoop:
             TypeError: If ``validation_data`` is not a dataset.
             ValueError: If an argument has a wrong value.
         """
+        check_run_args(epochs, initial_epoch, validation_steps, validation_freq)
         if validation_data is not None:
             _check_dataset(validation_data, "validation_data")
             if self.model is None and self.validation_step_fn is None:
@@ -212,8 +215,6 @@ class FunctionLoop:
                     "`step_fn` needs `validation_step_fn` (a function batch -> dict of "
                     "scalar tensors, without training). Received: validation_step_fn=None"
                 )
-        check_optional_positive_int(validation_steps, "validation_steps")
-        check_positive_int(validation_freq, "validation_freq")
         if self.model is not None:
             self.model.stop_training = False
         runner = _FunctionRunner(
@@ -241,6 +242,7 @@ class FunctionLoop:
             validation_steps=validation_steps,
             # a dataset says nothing of its files: the remedy names what to try
             input_facts=InputFacts(steps_per_execution=self.steps_per_execution),
+            passes=self._passes,
         )
 
 
@@ -269,8 +271,6 @@ class _CompiledSteps:
         self.executors: dict[bool, _Executor] = {}
         #: whether the model's state was created (or needs no creating) already
         self.built = False
-        #: passes over the training data started so far (an iterator each)
-        self.passes = 0
 
     def executor(self, training: bool) -> _Executor:
         """The compiled function for training steps, or for validation steps."""
@@ -318,8 +318,9 @@ class _Executor:
     counts), measured with ``tf.timestamp`` inside the function (with ``measure_input``;
     without it no timestamp is taken and ``wait`` is 0). Under op determinism, which
     refuses timestamps, it is not measured either (``measures_wait`` is ``False``).
-    ``first(iterator) ->
-    (pending, more)`` fetches the first batch ahead.
+    ``first(iterator) -> (pending, more)`` fetches the first batch ahead, and
+    ``skip(iterator, pending, count)`` passes over batches without a step (see
+    :func:`_skip`).
 
     With a Keras model, ``logs`` are the step's returned metric results (means over the
     replicas); with a user step, ``logs`` are ``(sums, weight)``: batch-size-weighted
@@ -342,114 +343,147 @@ class _Executor:
         self.measures_wait = measures_wait
         if measure_input and not measures_wait:
             logger.info("Op determinism is enabled: the steps' input wait is not measured.")
-
-        def replica_step(batch: Any) -> Any:
-            outputs = fn(batch)
-            size = _batch_size(batch)
-            if keras_step:
-                return outputs, size
-            outputs = _check_outputs(outputs)
-            weight = tf.cast(size, tf.float64)
-            # a worker out of data gets an empty batch (mean NaN): it adds nothing
-            return {
-                k: tf.where(weight > 0, tf.cast(v, tf.float64) * weight, tf.zeros((), tf.float64))
-                for k, v in outputs.items()
-            }, size
-
-        single = _is_default_strategy(strategy)  # no replicas: no reduction ops per step
-
-        def one_step(batch: Any) -> Any:
-            outputs, size = strategy.run(replica_step, args=(batch,))
-            if not single:
-                size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
-            if keras_step:
-                # the first replica's results carry the structure through the loop; under a
-                # strategy, `execute` reads the global results from the metric variables
-                # once per call instead (see distribute.global_metric_results)
-                outputs = tf.nest.map_structure(
-                    lambda v: strategy.experimental_local_results(v)[0], outputs
-                )
-                return outputs, size
-            sums = {
-                k: v if single else strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-                for k, v in outputs.items()
-            }
-            return (sums, tf.cast(size, tf.float64)), size
-
         # a Keras step runs as model.fit runs it: without autograph, with the model's
         # jit_compile setting (XLA when the model supports it)
         jit = bool(getattr(model, "jit_compile", False)) if keras_step else False
         one_step_fn = tf.function(
-            one_step, autograph=not keras_step, reduce_retracing=True, jit_compile=jit
+            _one_step(fn, strategy, keras_step),
+            autograph=not keras_step,
+            reduce_retracing=True,
+            jit_compile=jit,
         )
-
-        def accumulate(previous: Any, new: Any) -> Any:
-            if keras_step:
-                return new
-            (sums, weight), (new_sums, new_weight) = previous, new
-            return {k: sums[k] + new_sums[k] for k in sums}, weight + new_weight
-
-        def waited(size: Any, pending: Any) -> Any:
-            """Run ``pending``'s fetch after the step of ``size``; the seconds it waited."""
-            if not measures_wait:
-                return pending(), tf.constant(0.0, tf.float64)
-            done = _time_after(size)
-            fetched = pending()
-            # created after ``done``, the second timestamp runs after it (TensorFlow
-            # orders stateful ops without resource inputs as written): never negative
-            return fetched, _time_after(fetched.has_value()) - done
-
-        def execute(iterator: Any, pending: Any, limit: Any) -> Any:
-            logs, size = one_step_fn(pending.get_value())
-            examples = tf.cast(size, tf.int64)
-            pending, wait = waited(size, iterator.get_next_as_optional)
-
-            def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
-                return tf.logical_and(steps < limit, pending.has_value())
-
-            def body(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
-                new_logs, size = one_step_fn(pending.get_value())
-                pending, new_wait = waited(size, iterator.get_next_as_optional)
-                return (
-                    steps + 1,
-                    examples + tf.cast(size, tf.int64),
-                    accumulate(logs, new_logs),
-                    pending,
-                    wait + new_wait,
-                )
-
-            steps, examples, logs, pending, wait = tf.while_loop(
-                cond, body, (tf.constant(1, tf.int64), examples, logs, pending, wait)
-            )
-            if keras_step and not _is_default_strategy(strategy):  # global logs
-                logs = distribute.global_metric_results(model)
-            return steps, examples, logs, pending, pending.has_value(), wait
-
-        def first(iterator: Any) -> Any:
-            pending = iterator.get_next_as_optional()
-            return pending, pending.has_value()
-
-        def skip(iterator: Any, pending: Any, count: Any) -> Any:
-            # drop ``pending`` and the batches after it, up to ``count`` in all, in the
-            # graph (no step runs); under a multi-worker strategy every worker drops the
-            # same number, as get_next_as_optional agrees on whether any has data left
-            def cond(skipped: Any, examples: Any, pending: Any) -> Any:
-                return tf.logical_and(skipped < count, pending.has_value())
-
-            def body(skipped: Any, examples: Any, pending: Any) -> Any:
-                size = strategy.run(_batch_size, args=(pending.get_value(),))
-                if not single:  # the examples of every replica of every worker
-                    size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
-                examples += tf.cast(size, tf.int64)
-                return skipped + 1, examples, iterator.get_next_as_optional()
-
-            zero = tf.constant(0, tf.int64)
-            skipped, examples, pending = tf.while_loop(cond, body, (zero, zero, pending))
-            return skipped, examples, pending, pending.has_value()
-
+        execute = _execute(one_step_fn, strategy, model, measures_wait)
         self.execute = tf.function(execute, autograph=False, reduce_retracing=True)
-        self.first = tf.function(first, autograph=False)
-        self.skip = tf.function(skip, autograph=False)
+        self.first = tf.function(_first, autograph=False)
+        self.skip = tf.function(_skip(strategy), autograph=False)
+
+
+def _one_step(fn: Callable[[Any], Any], strategy: Any, keras_step: bool) -> Callable[[Any], Any]:
+    """``one_step(batch) -> (logs, size)``: ``fn`` on a batch in ``strategy.run``.
+
+    ``size`` is the batch's examples (of every replica). With a Keras step, ``logs`` are
+    the first replica's results; with a user step, ``(sums, weight)``: the outputs
+    weighted by the batch size, summed over the replicas, and that weight.
+    """
+
+    def replica_step(batch: Any) -> Any:
+        outputs = fn(batch)
+        size = _batch_size(batch)
+        if keras_step:
+            return outputs, size
+        outputs = _check_outputs(outputs)
+        weight = tf.cast(size, tf.float64)
+        # a worker out of data gets an empty batch (mean NaN): it adds nothing
+        return {
+            k: tf.where(weight > 0, tf.cast(v, tf.float64) * weight, tf.zeros((), tf.float64))
+            for k, v in outputs.items()
+        }, size
+
+    single = _is_default_strategy(strategy)  # no replicas: no reduction ops per step
+
+    def one_step(batch: Any) -> Any:
+        outputs, size = strategy.run(replica_step, args=(batch,))
+        if not single:
+            size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
+        if keras_step:
+            # the first replica's results carry the structure through the loop; under a
+            # strategy, `execute` reads the global results from the metric variables
+            # once per call instead (see distribute.global_metric_results)
+            outputs = tf.nest.map_structure(
+                lambda v: strategy.experimental_local_results(v)[0], outputs
+            )
+            return outputs, size
+        sums = {
+            k: v if single else strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+            for k, v in outputs.items()
+        }
+        return (sums, tf.cast(size, tf.float64)), size
+
+    return one_step
+
+
+def _execute(
+    one_step_fn: Callable[[Any], Any], strategy: Any, model: Any, measures_wait: bool
+) -> Callable[[Any, Any, Any], Any]:
+    """``execute(iterator, pending, limit)`` of :class:`_Executor`, on ``one_step_fn``."""
+    keras_step = model is not None
+
+    def accumulate(previous: Any, new: Any) -> Any:
+        if keras_step:
+            return new
+        (sums, weight), (new_sums, new_weight) = previous, new
+        return {k: sums[k] + new_sums[k] for k in sums}, weight + new_weight
+
+    def waited(size: Any, pending: Any) -> Any:
+        """Run ``pending``'s fetch after the step of ``size``; the seconds it waited."""
+        if not measures_wait:
+            return pending(), tf.constant(0.0, tf.float64)
+        done = _time_after(size)
+        fetched = pending()
+        # created after ``done``, the second timestamp runs after it (TensorFlow
+        # orders stateful ops without resource inputs as written): never negative
+        return fetched, _time_after(fetched.has_value()) - done
+
+    def execute(iterator: Any, pending: Any, limit: Any) -> Any:
+        logs, size = one_step_fn(pending.get_value())
+        examples = tf.cast(size, tf.int64)
+        pending, wait = waited(size, iterator.get_next_as_optional)
+
+        def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
+            return tf.logical_and(steps < limit, pending.has_value())
+
+        def body(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
+            new_logs, size = one_step_fn(pending.get_value())
+            pending, new_wait = waited(size, iterator.get_next_as_optional)
+            return (
+                steps + 1,
+                examples + tf.cast(size, tf.int64),
+                accumulate(logs, new_logs),
+                pending,
+                wait + new_wait,
+            )
+
+        steps, examples, logs, pending, wait = tf.while_loop(
+            cond, body, (tf.constant(1, tf.int64), examples, logs, pending, wait)
+        )
+        if keras_step and not _is_default_strategy(strategy):  # global logs
+            logs = distribute.global_metric_results(model)
+        return steps, examples, logs, pending, pending.has_value(), wait
+
+    return execute
+
+
+def _first(iterator: Any) -> Any:
+    """``first(iterator) -> (pending, more)`` of :class:`_Executor`."""
+    pending = iterator.get_next_as_optional()
+    return pending, pending.has_value()
+
+
+def _skip(strategy: Any) -> Callable[[Any, Any, Any], Any]:
+    """``skip(iterator, pending, count) -> (skipped, examples, pending, more)``.
+
+    It drops ``pending`` and the batches after it, up to ``count`` in all, in the graph
+    (no step runs); under a multi-worker strategy every worker drops the same number, as
+    ``get_next_as_optional`` agrees on whether any has data left.
+    """
+    single = _is_default_strategy(strategy)
+
+    def skip(iterator: Any, pending: Any, count: Any) -> Any:
+        def cond(skipped: Any, examples: Any, pending: Any) -> Any:
+            return tf.logical_and(skipped < count, pending.has_value())
+
+        def body(skipped: Any, examples: Any, pending: Any) -> Any:
+            size = strategy.run(_batch_size, args=(pending.get_value(),))
+            if not single:  # the examples of every replica of every worker
+                size = strategy.reduce(tf.distribute.ReduceOp.SUM, size, axis=None)
+            examples += tf.cast(size, tf.int64)
+            return skipped + 1, examples, iterator.get_next_as_optional()
+
+        zero = tf.constant(0, tf.int64)
+        skipped, examples, pending = tf.while_loop(cond, body, (zero, zero, pending))
+        return skipped, examples, pending, pending.has_value()
+
+    return skip
 
 
 class _FunctionRunner:
@@ -457,6 +491,7 @@ class _FunctionRunner:
 
     reinitializable = True
     skips_batches = True
+    replays_passes = True
     session = None
     coord = None
     run_args = tf.compat.v1.train.SessionRunArgs(None)
@@ -506,27 +541,20 @@ class _FunctionRunner:
             self.iterator = iter(self.train_data)
             self.pending, more = self.steps.executor(True).first(self.iterator)
             self.more = bool(more)
-            self.steps.passes += 1
         self.ran_out = not self.more
 
-    def replay_passes(self, epoch: int) -> None:
-        """Start (and leave) a pass for each epoch before ``epoch`` this loop has not run.
+    def start_pass(self) -> None:
+        """Start a pass over the training data and leave it, without a step.
 
         A seeded shuffle (``shuffle_buffer`` with ``seed``, the in-memory permutations)
         draws a new order for every pass started over the same dataset: epoch E of a run
         gets the order of the (E+1)-th pass. A run resumed at epoch E in a new process
-        would give it the first pass's order; starting E passes first (each reads one
-        batch, which is when a streamed pipeline's shuffle draws its seed) gives it its
-        own. It costs each of those passes' start (a shuffle buffer's fill, one batch),
-        not an epoch of input.
+        would give it the first pass's order; the engine starts E passes first, each an
+        iterator that reads one batch (which is when a streamed pipeline's shuffle draws
+        its seed). It costs the pass's start (a shuffle buffer's fill, one batch), not an
+        epoch of input.
         """
-        executor = self.steps.executor(True)
-        missing = epoch - self.steps.passes
-        for _ in range(missing):
-            executor.first(iter(self.train_data))
-            self.steps.passes += 1
-        if missing > 0:
-            logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
+        self.steps.executor(True).first(iter(self.train_data))
 
     def skip_batches(self, count: int) -> tuple[int, int]:
         """Pass over the next ``count`` training batches without a step.
@@ -545,7 +573,6 @@ class _FunctionRunner:
         )
         self.more = bool(more)
         self.ran_out = not self.more
-        logger.info("Skipped %d batches of the resumed epoch", int(skipped))
         return int(skipped), int(examples)
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
