@@ -32,8 +32,9 @@ from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, op_determinism_enabled
 from tfr_hooks.signals import with_signal_hook
+from tfr_hooks.task import is_multi_worker
 from tfr_hooks.tf2 import distribute
-from tfr_hooks.tfrecord.sharding import distributed_steps, is_multi_worker
+from tfr_hooks.tfrecord.sharding import distributed_steps
 
 __all__ = ["FunctionLoop"]
 

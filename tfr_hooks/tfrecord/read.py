@@ -40,6 +40,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
+from tfr_hooks.task import current_task
 from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions, queue_capacity, read_options
@@ -265,7 +266,7 @@ def dataset(
         prefetch=prefetch,
         autotune=autotune,
     )
-    task = sharding.current_task()
+    task = current_task()
     sharding.check_shard(shard)
     plan = make_plan(
         files, schema, compression, as_tuple, select=not options.renamed, decode=decode
