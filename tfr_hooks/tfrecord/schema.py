@@ -925,7 +925,7 @@ def _replaced(feature: Feature, change: Any) -> Feature:
         if not set(fields) <= {"dtype", "shape", "encoding", "default", "sequence"}:
             raise TypeError(
                 f"Expected the changes of feature {name!r} to name only the fields dtype, "
-                f"shape, encoding, default and sequence. Received: {name}={change!r}"
+                f"shape, encoding and default (or sequence). Received: {name}={change!r}"
             )
         if fields.get("default") is not None and feature.varying and "shape" not in fields:
             fields["shape"] = ()  # an optional scalar: a record holds 0 or 1 values
