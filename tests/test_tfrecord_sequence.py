@@ -99,9 +99,7 @@ def _assert_read_as_written(batch: dict, values: list[dict]) -> None:
         written = [v[name] if v[name] is not None else np.zeros((0, 1)) for v in values]
         assert ragged.row_lengths().numpy().tolist() == [len(w) for w in written]
         total = sum(float(w.astype(np.float64).sum()) for w in written)
-        assert float(tf.reduce_sum(tf.cast(ragged.flat_values, tf.float64))) == pytest.approx(
-            total
-        )
+        assert float(tf.reduce_sum(tf.cast(ragged.flat_values, tf.float64))) == pytest.approx(total)
 
 
 # --- the schema: declaring a feature list, its JSON form ------------------------------
@@ -173,13 +171,12 @@ def test_parse_batch_in_a_tf_function_keeps_the_per_frame_shape(written):
 def test_parse_batch_without_feature_lists_parses_examples_as_before(written):
     path, values = written
     context = DECLARED.select(["id", "labels"])
-    graph = tf.function(context.parse_batch).get_concrete_function(
-        tf.TensorSpec([None], tf.string)
-    )
+    graph = tf.function(context.parse_batch).get_concrete_function(tf.TensorSpec([None], tf.string))
     ops = {op.type for op in graph.graph.get_operations()}
     assert "ParseExampleV2" in ops and "ParseSequenceExampleV2" not in ops
     batch = _parse(context, path)
     assert batch["id"].numpy().tolist() == list(range(N))
+    assert batch["labels"].to_list() == [v["labels"] for v in values]
 
 
 def test_empty_and_missing_feature_lists_read_as_0_frames(tmp_path):
@@ -277,9 +274,7 @@ def test_inspect_prints_the_feature_lists(written, capsys):
     assert "  records: tf.train.SequenceExample (2 context feature(s), 2 feature list(s))" in (
         lines
     )
-    header = lines.index(
-        "  feature list  kind   length  bytes  frames  dtype    shape  in records"
-    )
+    header = lines.index("  feature list  kind   length  bytes  frames  dtype    shape  in records")
     assert lines[header + 1 : header + 3] == [
         "  audio         float  4              5..40   float32  (4,)   300/300",
         "  rgb           bytes  1       8      5..40   bytes    ()     300/300",
@@ -381,7 +376,7 @@ def test_a_stored_schema_that_leaves_out_feature_lists_is_a_warning(tmp_path, ca
     ]
 
 
-def test_a_declared_feature_the_file_lacks_is_an_error_naming_file_and_feature(written):
+def test_a_declared_context_feature_the_file_lacks_is_an_error_naming_it(written):
     path, _ = written
     record = next(iter(tf.data.TFRecordDataset(path))).numpy()
     # a context feature of fixed shape, as before
@@ -391,16 +386,18 @@ def test_a_declared_feature_the_file_lacks_is_an_error_naming_file_and_feature(w
     ) as info:
         Schema([Feature("video_id", "int64")]).check_example(record, file=path, record=0)
     assert (info.value.file, info.value.feature) == (path, "video_id")
-    # a feature list declared for a file of Examples
+
+
+def test_a_feature_list_a_record_lacks_is_a_warning_it_may_have_0_frames(caplog):
     plain = example(id=int64_feature([1]))
-    with pytest.raises(
-        tfrecord.MissingFeatureError,
-        match=r"Feature list 'rgb' is missing from record 0 of file 'x.rec': expected a "
-        r"feature list of frames each holding one bytes value of 8 bytes \(uint8 of shape "
-        r"\(8,\), raw\); found no feature lists \(the record reads as a tf.train.Example "
-        r"with the features \['id'\]\)",
-    ):
+    with caplog.at_level(logging.WARNING, logger=SCHEMA_LOGGER):
         DECLARED.select(["id", "rgb"]).check_example(plain, file="x.rec", record=0)
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == SCHEMA_LOGGER]
+    assert warning == (
+        "Record 0 of file 'x.rec': it lacks the feature lists ['rgb'] of the schema (it "
+        "holds no feature lists); a record without them reads as 0 frames of them (if no "
+        "record holds them, check their names with tfr-hooks inspect)."
+    )
 
 
 def test_a_feature_list_declared_as_a_context_feature_is_an_error(written):
@@ -442,3 +439,28 @@ def test_explain_error_checks_feature_lists(written):
     assert isinstance(explained, tfrecord.SchemaMismatchError)
     assert (explained.file, explained.record, explained.feature) == (path, 0, "rgb")
     assert tfrecord.explain_error(None, path, DECLARED) is None
+
+
+def test_token_ids_and_frames_of_varying_length(tmp_path):
+    records = []
+    for n in range(6):
+        sequence = tf.train.SequenceExample()
+        lists = sequence.feature_lists.feature_list
+        for i in range(n):
+            lists["token"].feature.add().int64_list.value.append(10 * n + i)
+            lists["spans"].feature.add().int64_list.value.extend(range(i % 3))
+        records.append(sequence.SerializeToString())
+    path = write_records(tmp_path / "text.tfrecord", records)
+    schema = tfrecord.infer_schema(path)
+    assert schema == Schema(
+        [
+            Feature("spans", "int64", (None,), "int64", sequence=True),
+            Feature("token", "int64", (), "int64", sequence=True),
+        ]
+    )
+    batch = _parse(schema, path)
+    assert batch["token"].shape.as_list() == [6, None]
+    assert batch["token"].to_list()[3] == [30, 31, 32]
+    assert batch["spans"].ragged_rank == 2
+    assert batch["spans"].to_list()[4] == [[], [0], [0, 1], []]
+    assert batch["spans"].dtype == tf.int64

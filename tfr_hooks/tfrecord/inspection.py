@@ -286,6 +286,7 @@ class FileInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """The info as a JSON-ready dict."""
+        read = self.scanned_records - self.other_records
         return {
             "path": self.path,
             "compression": self.compression or "none",
@@ -293,7 +294,7 @@ class FileInfo:
             "num_records": self.num_records,
             "scanned_records": self.scanned_records,
             "features": [
-                {**info.to_dict(), "optional": info.is_optional(self.scanned_records)}
+                {**info.to_dict(), "optional": info.is_optional(read)}
                 for info in self.features.values()
             ],
             "stored_schema": None if self.stored is None else self.stored.schema.to_list(),

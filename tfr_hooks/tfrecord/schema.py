@@ -752,8 +752,9 @@ class Schema:
         A feature of varying length may be absent from any record (it reads as an empty
         row, as ``tf.io.RaggedFeature`` reads it), and so may one with a default (the
         default is read); any other context feature must be in every record. A feature
-        list may be absent from a record that holds other feature lists (it reads as 0
-        frames, with a warning); a record without any feature list lacks it.
+        list may be absent from any record: it reads as 0 frames (writers often leave
+        out the key of an empty list), and :meth:`warn_unread` names it, as a file whose
+        first record lacks it may have a misspelled name.
 
         Args:
             example: The record: its serialized bytes, or a ``tf.train.Example`` or
@@ -769,7 +770,7 @@ class Schema:
             CorruptRecordError: If the record is neither an Example nor a
                 SequenceExample (raw bytes, a serialized tensor).
             MissingFeatureError: If a feature of the schema that has a fixed shape and no
-                default, or a feature list, is absent.
+                default is absent.
             SchemaMismatchError: If a feature has the wrong kind or length, or is a
                 feature list where the schema has a context feature, or the reverse.
         """
@@ -812,11 +813,13 @@ class Schema:
                 "and the reader will not return: declare each as Feature(name, dtype, "
                 "per-frame shape, sequence=True), or read with the inferred schema"
             )
-        absent = [n for n in declared if n not in content.feature_lists]
-        if absent and content.feature_lists:
+        absent = sorted(n for n in declared if n not in content.feature_lists)
+        if absent:
+            held = sorted(content.feature_lists) or "no feature lists"
             found.append(
-                f"it lacks the feature lists {sorted(absent)} of the schema (it holds "
-                f"{sorted(content.feature_lists)}); they read as 0 frames"
+                f"it lacks the feature lists {absent} of the schema (it holds {held}); "
+                "a record without them reads as 0 frames of them (if no record holds "
+                "them, check their names with tfr-hooks inspect)"
             )
         return found
 
@@ -980,14 +983,8 @@ def _check_feature(feature: Feature, content: Any, where: str) -> SchemaMismatch
 
 def _missing(feature: Feature, content: Any, where: str) -> MissingFeatureError | None:
     """The error for a feature absent from a record, if its absence is one."""
-    if feature.sequence:
-        if content.feature_lists:  # it reads as 0 frames; warn_unread names it
-            return None
-        return MissingFeatureError(
-            f"Feature list {feature.name!r} is missing from {where}: expected "
-            f"{feature.expected_values()}; found no feature lists (the record reads as "
-            f"a tf.train.Example with the features {sorted(content.context.keys())})."
-        )
+    if feature.sequence:  # 0 frames: writers often leave out the key (warn_unread names it)
+        return None
     if feature.optional or feature.varying:
         return None  # its default is read, or an empty row (as tf.io.RaggedFeature)
     found = sorted(content.context.keys())
