@@ -271,7 +271,7 @@ def test_inspect_prints_the_feature_lists(written, capsys):
     path, _ = written
     assert cli.main(["inspect", path]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "  records: tf.train.SequenceExample (2 context feature(s), 2 feature list(s))" in (
+    assert "  record kind: tf.train.SequenceExample (2 context feature(s), 2 feature list(s))" in (
         lines
     )
     header = lines.index("  feature list  kind   length  bytes  frames  dtype    shape  in records")

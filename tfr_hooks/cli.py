@@ -440,7 +440,7 @@ def _print_file(info: Any, out: TextIO) -> None:
         )
     if info.feature_lists:
         print(
-            f"  records: tf.train.SequenceExample ({len(info.features)} context feature(s), "
+            f"  record kind: tf.train.SequenceExample ({len(info.features)} context feature(s), "
             f"{len(info.feature_lists)} feature list(s))",
             file=out,
         )
