@@ -329,6 +329,8 @@ def _inspect_file(
             if name not in info.features:
                 info.features[name] = FeatureInfo(name)
             info.features[name].add(feature)
+        if content.kind == EXAMPLE:
+            continue
         for name, feature_list in content.feature_lists.items():
             if name not in info.feature_lists:
                 info.feature_lists[name] = FeatureListInfo(name)
