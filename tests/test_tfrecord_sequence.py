@@ -22,49 +22,32 @@ from tfr_hooks import cli, tfrecord
 from tfr_hooks.tfrecord.schema import Feature, Schema
 
 try:
-    from _tfrecord_data import example, int64_feature, write_records
+    from _tfrecord_data import (
+        example,
+        int64_feature,
+        sequence_frames,
+        sequence_values,
+        write_records,
+        write_sequences,
+    )
 except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import example, int64_feature, write_records
+    from tests._tfrecord_data import (
+        example,
+        int64_feature,
+        sequence_frames,
+        sequence_values,
+        write_records,
+        write_sequences,
+    )
 
 N = 300
 SCHEMA_LOGGER = "tfr_hooks.tfrecord.schema"
 INSPECT_LOGGER = "tfr_hooks.tfrecord.inspection"
 
 
-def _record(index: int, frames: int, *, audio: bool = True, rgb: bool = True) -> dict:
-    """The values of one record, as written."""
-    rng = np.random.default_rng(index)
-    return {
-        "id": index,
-        "labels": rng.integers(0, 1000, index % 5).tolist(),
-        "rgb": rng.integers(0, 256, (frames, 8)).astype(np.uint8) if rgb else None,
-        "audio": rng.normal(size=(frames, 4)).astype(np.float32) if audio else None,
-    }
-
-
-def _serialize(values: dict) -> bytes:
-    sequence = tf.train.SequenceExample()
-    context = sequence.context.feature
-    context["id"].int64_list.value.append(values["id"])
-    context["labels"].int64_list.value.extend(values["labels"])
-    lists = sequence.feature_lists.feature_list
-    if values["rgb"] is not None:
-        rgb = lists["rgb"]  # created even with 0 frames: an empty feature list
-        for frame in values["rgb"]:
-            rgb.feature.add().bytes_list.value.append(frame.tobytes())
-    if values["audio"] is not None:
-        audio = lists["audio"]
-        for frame in values["audio"]:
-            audio.feature.add().float_list.value.extend(frame.tolist())
-    return sequence.SerializeToString()
-
-
-def _frames(index: int) -> int:
-    return 5 + (index * 7) % 36  # 5..40
-
-
-def _write(path, values: list[dict]) -> str:
-    return write_records(path, [_serialize(v) for v in values])
+_record = sequence_values
+_frames = sequence_frames
+_write = write_sequences
 
 
 @pytest.fixture
