@@ -167,11 +167,12 @@ PIPELINES: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "graph_dataset": lambda path, **kw: _graph(path, schema=DECLARED, **kw),
     "queue": lambda path, **kw: _graph(path, schema=DECLARED, pipeline="queue", **kw),
     "memory_decoded": lambda path, **kw: _eager(path, in_memory=True, map_fn=decode_rgb, **kw),
+    "graph_memory": lambda path, **kw: _graph(path, schema=DECLARED, in_memory=True, **kw),
     "memory_encoded": lambda path, **kw: _eager(
         path, in_memory="auto", memory_budget=ENCODED_BUDGET, map_fn=dequantize_rgb, **kw
     ),
 }
-HEAVY = {"graph_dataset", "queue"}
+HEAVY = {"graph_dataset", "queue", "graph_memory"}
 
 
 @pytest.mark.parametrize(
@@ -342,9 +343,9 @@ def test_feature_lists_of_frames_of_varying_length_are_refused_in_memory(tmp_pat
         tokens.feature.add().int64_list.value.extend(range(length))
     path = write_records(tmp_path / "tokens.tfrecord", [sequence.SerializeToString()] * 4)
     schema = Schema([Feature("tokens", "int64", (None,), sequence=True)])
-    assert _flat(next(iter(tfrecord.dataset(path, 4, schema=schema)))["tokens"])[1].tolist() == [
-        2
-    ] * 4
+    assert (
+        _flat(next(iter(tfrecord.dataset(path, 4, schema=schema)))["tokens"])[1].tolist() == [2] * 4
+    )
     with pytest.raises(ValueError, match=r"the frames of \['tokens'\] vary in length"):
         tfrecord.dataset(path, 4, schema=schema, in_memory=True)
 
@@ -389,10 +390,12 @@ def test_function_loop_trains_on_a_feature_list_in_memory(files):
 def test_session_loop_counts_examples_of_feature_list_batches(files):
     v1 = tf.compat.v1
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(files[""], 32, schema=DECLARED)
+        # the batch size comes from the first tensor: here the ragged rgb
+        batches = tfrecord.read_batches(files[""], 32, schema=DECLARED, as_tuple=("rgb", "id"))
+        rgb, ids = batches.tensors
         weights = v1.get_variable("w", [8, 1], initializer=v1.zeros_initializer())
-        target = tf.cast(batches.tensors["id"] % 2, tf.float32)[:, None]
-        loss = tf.reduce_mean(tf.square(_mean_rgb(batches.tensors) @ weights - target))
+        target = tf.cast(ids % 2, tf.float32)[:, None]
+        loss = tf.reduce_mean(tf.square(_mean_rgb({"rgb": rgb}) @ weights - target))
         step = v1.train.get_or_create_global_step()
         train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
         counter = EpochCounts()

@@ -74,7 +74,7 @@ class RaggedArray:
         """Bytes held (the values and the offsets)."""
         size = self.values.nbytes
         if self.values.dtype.kind == "O":
-            size += sum(len(v) for v in self.values.tolist())
+            size += sum(len(v) for v in self.values.ravel().tolist())
         return int(size + self.row_splits.nbytes)
 
     @property
