@@ -126,7 +126,8 @@ def records_nbytes(
     """Bytes the parsed (decoded by the schema) examples take in memory.
 
     Exact for fixed-size numeric features (:func:`decoded_nbytes`); a feature of
-    varying length is estimated from the first :data:`LENGTH_SAMPLE` examples.
+    varying length or a feature list (its frames) is estimated from the first
+    :data:`LENGTH_SAMPLE` examples.
     """
     if not any(f.varying or f.sequence for f in schema):  # frames: sampled too
         return decoded_nbytes(schema, examples, file_bytes)
