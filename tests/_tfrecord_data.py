@@ -92,3 +92,52 @@ def new_session() -> tf.compat.v1.Session:
         [tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()]
     )
     return session
+
+
+# --- SequenceExample files from a plain writer (issue 26) ------------------------------
+
+
+def sequence_values(index: int, frames: int, *, audio: bool = True, rgb: bool = True) -> dict:
+    """The values of one SequenceExample record, as written.
+
+    Context ``id`` (one int64) and ``labels`` (``index % 5`` int64 values); feature lists
+    ``rgb`` (per frame 8 uint8 values stored as one bytes value, YouTube-8M's quantized
+    layout) and ``audio`` (per frame 4 floats), each ``None`` when left out.
+    """
+    rng = np.random.default_rng(index)
+    return {
+        "id": index,
+        "labels": rng.integers(0, 1000, index % 5).tolist(),
+        "rgb": rng.integers(0, 256, (frames, 8)).astype(np.uint8) if rgb else None,
+        "audio": rng.normal(size=(frames, 4)).astype(np.float32) if audio else None,
+    }
+
+
+def serialize_sequence(values: dict) -> bytes:
+    """One ``tf.train.SequenceExample`` of :func:`sequence_values`, serialized."""
+    sequence = tf.train.SequenceExample()
+    context = sequence.context.feature
+    context["id"].int64_list.value.append(values["id"])
+    context["labels"].int64_list.value.extend(values["labels"])
+    lists = sequence.feature_lists.feature_list
+    if values["rgb"] is not None:
+        rgb = lists["rgb"]  # created even with 0 frames: an empty feature list
+        for frame in values["rgb"]:
+            rgb.feature.add().bytes_list.value.append(frame.tobytes())
+    if values["audio"] is not None:
+        audio = lists["audio"]
+        for frame in values["audio"]:
+            audio.feature.add().float_list.value.extend(frame.tolist())
+    return sequence.SerializeToString()
+
+
+def sequence_frames(index: int) -> int:
+    """Frames of record ``index``: 5 to 40."""
+    return 5 + (index * 7) % 36
+
+
+def write_sequences(
+    path: str | os.PathLike[str], values: Sequence[dict], compression: str = ""
+) -> str:
+    """Write :func:`sequence_values` records with a plain ``tf.io.TFRecordWriter``."""
+    return write_records(path, [serialize_sequence(v) for v in values], compression)

@@ -498,3 +498,33 @@ def test_bad_functions(jpegs):
         tfrecord.dataset(jpegs, 4, batch_map_fn=3)
     with tf.Graph().as_default(), pytest.raises(ValueError, match=r"Expected `map_fn` to be None"):
         tfrecord.read_batches(jpegs, 4, pipeline="queue", map_fn=lambda d: d)
+
+
+def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
+    try:
+        from _tfrecord_data import sequence_frames, sequence_values, write_sequences
+    except ImportError:  # tests imported as a package
+        from tests._tfrecord_data import sequence_frames, sequence_values, write_sequences
+    from tfr_hooks.tfrecord.memory import load, nbytes_of, records_nbytes
+    from tfr_hooks.tfrecord.ragged import RaggedArray
+
+    values = [sequence_values(i, sequence_frames(i)) for i in range(20)]
+    path = write_sequences(tmp_path / "videos.tfrecord", values)
+    schema = tfrecord.Schema(
+        [
+            tfrecord.Feature("id", "int64"),
+            tfrecord.Feature("rgb", "uint8", (8,), sequence=True),
+            tfrecord.Feature("audio", "float32", (4,), sequence=True),
+        ]
+    )
+    held = load([path], "", schema, progress=False)
+    frames = [sequence_frames(i) for i in range(20)]
+    for name, width, dtype in (("rgb", 8, np.uint8), ("audio", 4, np.float32)):
+        ragged = held[name]
+        assert isinstance(ragged, RaggedArray)
+        assert ragged.values.shape == (sum(frames), width) and ragged.values.dtype == dtype
+        assert ragged.lengths.tolist() == frames
+        np.testing.assert_array_equal(ragged.values, np.concatenate([v[name] for v in values]))
+    held_bytes = sum(nbytes_of(v) for v in held.values())
+    estimate = records_nbytes([path], "", schema, 20)
+    assert estimate == held_bytes  # every example sampled: exact

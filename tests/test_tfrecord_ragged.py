@@ -457,3 +457,20 @@ def test_convert_with_map_fn_stores_decoded_pixels_in_packed_shards(images, tmp_
             tmp_path / "unknown",
             map_fn=lambda ex: {"image": tf.io.decode_jpeg(ex["image/encoded"])},
         )
+
+
+def test_frames_of_one_shape_are_lists_padded_and_bucketed_on_their_count():
+    from tfr_hooks.tfrecord.ragged import Shaping, group_by_length, is_list, pad_batch
+
+    assert is_list(tf.TensorSpec([None, 8])) and is_list(tf.TensorSpec([None]))
+    assert is_list(tf.RaggedTensorSpec([None, 8], ragged_rank=0))
+    assert not is_list(tf.TensorSpec([None, None, 3]))  # an image of unknown size
+    assert not is_list(tf.TensorSpec([4, 8])) and not is_list(tf.TensorSpec([]))
+    frames = tf.RaggedTensor.from_row_lengths(tf.ones([5, 8]), [2, 3])  # [2, (frames), 8]
+    assert pad_batch({"f": frames}, Shaping(pad_to=4))["f"].shape.as_list() == [2, 4, 8]
+    cut = pad_batch({"f": frames}, Shaping(pad_to=1))["f"]
+    assert cut.shape.as_list() == [2, 1, 8]
+    examples = tf.data.Dataset.range(6).map(lambda i: {"f": tf.ones([i, 8])})
+    bucketed = group_by_length(examples, 2, False, Shaping(bucket_boundaries=(3,)))
+    lengths = [b["f"].row_lengths().numpy().tolist() for b in bucketed]
+    assert sorted(lengths) == [[0, 1], [2], [3, 4], [5]]

@@ -438,10 +438,36 @@ def _print_file(info: Any, out: TextIO) -> None:
             f"holds a block of up to {packing} examples' values",
             file=out,
         )
+    if info.feature_lists:
+        print(
+            f"  record kind: tf.train.SequenceExample ({len(info.features)} context feature(s), "
+            f"{len(info.feature_lists)} feature list(s))",
+            file=out,
+        )
+    if info.other_records:
+        print(
+            f"  not read: {info.other_records} record(s) are neither a tf.train.Example nor "
+            "a tf.train.SequenceExample",
+            file=out,
+        )
+    rows = _feature_rows(info, schema)
+    if rows:
+        _print_table(
+            ["feature", "kind", "length", "bytes", "dtype", "shape", "in records"], rows, out
+        )
+    elif not info.feature_lists:
+        print("  (no features)", file=out)
+    if info.feature_lists:
+        header = ["feature list", "kind", "length", "bytes", "frames", "dtype", "shape"]
+        _print_table([*header, "in records"], _feature_list_rows(info, schema), out)
+
+
+def _feature_rows(info: Any, schema: Any) -> list[list[str]]:
+    """The rows of the context features (an Example's features) of ``_print_file``."""
     rows = []
     names = list(info.features)
     if schema is not None:
-        names += [name for name in schema.names if name not in info.features]
+        names += [f.name for f in schema.context_features if f.name not in info.features]
     for name in names:
         found = info.features.get(name)
         spec = schema[name] if schema is not None and name in schema else None
@@ -456,10 +482,29 @@ def _print_file(info: Any, out: TextIO) -> None:
                 f"{found.records}/{info.scanned_records}" if found else "0",
             ]
         )
-    if not rows:
-        print("  (no features)", file=out)
-        return
-    _print_table(["feature", "kind", "length", "bytes", "dtype", "shape", "in records"], rows, out)
+    return rows
+
+
+def _feature_list_rows(info: Any, schema: Any) -> list[list[str]]:
+    """The rows of the feature lists: per-frame kind, length and bytes, frames per record."""
+    rows = []
+    for name, found in info.feature_lists.items():
+        spec = schema[name] if schema is not None and name in schema else None
+        if spec is not None and not spec.sequence:
+            spec = None  # read as a context feature: it fails the reader's check
+        rows.append(
+            [
+                name,
+                found.kind,
+                found.length_text(),
+                _bytes_text(found.frame),
+                found.frames_text(),
+                spec.dtype if spec else "?",
+                _shape_text(spec.shape) if spec else "not read",
+                f"{found.records}/{info.scanned_records}",
+            ]
+        )
+    return rows
 
 
 def _bytes_text(found: Any) -> str:

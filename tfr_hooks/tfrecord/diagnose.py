@@ -44,6 +44,9 @@ _PARSE_WORDS = (
     "Input to reshape",
     "tf.train.Example",
     "Could not parse example",
+    "ParseSequenceExample",
+    "tf.train.SequenceExample",
+    "Feature list",
 )
 
 
@@ -115,6 +118,9 @@ def _check_file(path: str, compression: str | None, schema: Schema) -> None:
     per_record = 1 if sidecar is None else sidecar.examples_per_record
     example = example_pb2.Example()
     for index, record in enumerate(iter_records(path, compression)):
+        if per_record == 1:  # an Example or SequenceExample, or an error saying what it is
+            schema.check_example(record, file=path, record=index, warn=False)
+            continue
         try:
             example.ParseFromString(record)
         except Exception as error:
@@ -124,7 +130,4 @@ def _check_file(path: str, compression: str | None, schema: Schema) -> None:
                 file=path,
                 record=index,
             ) from error
-        if per_record > 1:  # a packed shard: each record a block of examples
-            check_block(schema, example, per_record, file=path, record=index)
-        else:
-            schema.check_example(example, file=path, record=index)
+        check_block(schema, example, per_record, file=path, record=index)  # a packed shard

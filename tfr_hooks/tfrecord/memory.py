@@ -126,9 +126,10 @@ def records_nbytes(
     """Bytes the parsed (decoded by the schema) examples take in memory.
 
     Exact for fixed-size numeric features (:func:`decoded_nbytes`); a feature of
-    varying length is estimated from the first :data:`LENGTH_SAMPLE` examples.
+    varying length or a feature list (its frames) is estimated from the first
+    :data:`LENGTH_SAMPLE` examples.
     """
-    if not any(f.varying for f in schema):
+    if not any(f.varying or f.sequence for f in schema):  # frames: sampled too
         return decoded_nbytes(schema, examples, file_bytes)
     sample = mapped_sample_nbytes(
         files,
@@ -291,7 +292,7 @@ class _FileReaders:
             except tf.errors.OpError as error:
                 raise _explain(error, name, self.schema, self.compression) from error
             for feature in self.schema:
-                if feature.varying:
+                if feature.varying or feature.sequence:
                     value = values[feature.name]
                     values[feature.name] = (value.values, value.row_splits)
             yield values
@@ -316,7 +317,8 @@ def load(
     count known (from ``schema.json``), the arrays are allocated once and filled in
     place; otherwise the decoded chunks are joined at the end (twice the memory for a
     moment). A feature of varying length is held as a :class:`RaggedArray` (its values
-    and row offsets), joined from the chunks at the end.
+    and row offsets), joined from the chunks at the end; so is a feature list (its
+    frames, ``[total frames, *frame shape]``, and their offsets).
 
     Args:
         files: The shards.
@@ -338,8 +340,10 @@ def load(
     known = counts is not None and all(c is not None for c in counts)
     sizes = [int(c or 0) for c in counts] if counts is not None and known else []
     workers = max(1, min(len(files), os.cpu_count() or 1, 8))
-    dense = {f.name: (f.shape, _numpy_dtype(f.dtype)) for f in schema if not f.varying}
-    join = _Join([f.name for f in schema if f.varying], slots=len(files))
+    _check_frames(schema)
+    ragged = [f.name for f in schema if f.varying or f.sequence]  # feature lists: frames
+    dense = {f.name: (f.shape, _numpy_dtype(f.dtype)) for f in schema if f.name not in ragged}
+    join = _Join(ragged, slots=len(files))
     offsets = list(itertools.accumulate(sizes, initial=0))
     if known:
         join.allocate(offsets[-1], dense)
@@ -365,6 +369,17 @@ def load(
         readers.close()
     held = join.join(dense)
     return {f.name: held[f.name] for f in schema}
+
+
+def _check_frames(schema: Schema) -> None:
+    """Refuse feature lists whose frames vary in length: they are not held in memory."""
+    varying = [f.name for f in schema.sequence_features if f.varying]
+    if varying:
+        raise ValueError(
+            "Expected feature lists of frames of one fixed shape to hold them in memory; "
+            f"the frames of {varying} vary in length. Stream them with in_memory=False, "
+            f"or pad each frame to one length in map_fn. Received: feature lists {varying}"
+        )
 
 
 def _in_parallel(read: Callable[[int, int], None], count: int, workers: int) -> None:

@@ -344,7 +344,7 @@ def _spec_of(held: Any) -> Any:
     """A stand-in spec of one held feature: ragged for a :class:`RaggedArray`."""
     if isinstance(held, RaggedArray):
         return tf.RaggedTensorSpec(
-            [None, None],
+            [None, None, *held.values.shape[1:]],
             tf.as_dtype(held.values.dtype) if held.values.dtype.kind not in "OSU" else tf.string,
         )
     return tf.TensorSpec(held.shape)

@@ -119,7 +119,6 @@ def make_plan(
                 f"{chosen.names}. Received: as_tuple={names!r}"
             )
         chosen = chosen.select(names)
-    example = example_pb2.Example()
     sidecars: dict[str, Sidecar | None] = {}
     counts: list[int | None] = []
     packing: dict[str, int] = {}
@@ -137,11 +136,11 @@ def make_plan(
             check_framing(path, codec)
             counts.append(None)
         packing[path] = per_record
-        example.ParseFromString(first_record(path, codec))
+        record = first_record(path, codec)
         if per_record > 1:
-            check_block(chosen, example, per_record, file=path, record=0)
-        else:
-            chosen.check_example(example, file=path, record=0)
+            check_block(chosen, _as_example(record), per_record, file=path, record=0)
+        else:  # the bytes: a record that is no proto is an error saying what it holds
+            chosen.check_example(record, file=path, record=0)
     if len(set(packing.values())) > 1:
         found = {n: next(p for p, k in packing.items() if k == n) for n in sorted(packing.values())}
         raise ValueError(
@@ -149,6 +148,12 @@ def make_plan(
             f"schema.json). Received files with different packings: {found}"
         )
     return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())))
+
+
+def _as_example(record: bytes) -> example_pb2.Example:
+    example = example_pb2.Example()
+    example.ParseFromString(record)
+    return example
 
 
 def _check_decode(decode: object) -> None:

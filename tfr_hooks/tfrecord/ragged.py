@@ -2,7 +2,9 @@
 
 A feature whose length varies between examples (token ids, the box labels of
 ``image/object/bbox/label``) is read as a ``tf.RaggedTensor`` of shape ``[batch, None]``
-on every pipeline. Three choices shape those batches, with the same arguments in
+on every pipeline; so is a feature list of a ``tf.train.SequenceExample``, whose length
+is its number of frames (``[batch, None, *frame shape]``: padding and buckets act on
+frames). Three choices shape those batches, with the same arguments in
 :func:`~tfr_hooks.tfrecord.dataset` and :func:`~tfr_hooks.tfrecord.read_batches`:
 
 * ``pad_to``: ``None`` keeps ragged tensors; ``"longest"`` pads each batch to its longest
@@ -52,10 +54,12 @@ PadTo = str | int | Mapping[str, str | int | None] | None
 class RaggedArray:
     """A feature of varying length in memory, as values and row offsets.
 
-    Example ``i`` is ``values[row_splits[i]:row_splits[i + 1]]``.
+    Example ``i`` is ``values[row_splits[i]:row_splits[i + 1]]``. A feature list of a
+    SequenceExample is held the same way, one row per frame.
 
     Attributes:
-        values: All the examples' values, one after the other (1-D).
+        values: All the examples' values, one after the other: 1-D, or
+            ``[total frames, *frame shape]`` for a feature list.
         row_splits: ``int64`` offsets, one more than there are examples, from 0.
     """
 
@@ -70,12 +74,12 @@ class RaggedArray:
         """Bytes held (the values and the offsets)."""
         size = self.values.nbytes
         if self.values.dtype.kind == "O":
-            size += sum(len(v) for v in self.values.tolist())
+            size += sum(len(v) for v in self.values.ravel().tolist())
         return int(size + self.row_splits.nbytes)
 
     @property
     def lengths(self) -> np.ndarray:
-        """Each example's number of values."""
+        """Each example's number of values (of frames, for a feature list)."""
         return np.diff(self.row_splits)
 
     @classmethod
@@ -185,17 +189,32 @@ def check_shaping(
 
 
 def is_list(spec: Any) -> bool:
-    """Whether an element spec is one example's list of varying length."""
+    """Whether an element spec is one example's list of varying length.
+
+    A list of values (``[None]``) or of frames of one shape (``[None, 8]``: one
+    example's feature list): its first dimension is unknown, the others are known.
+    """
     if isinstance(spec, tf.RaggedTensorSpec):
-        return spec.shape.rank == 1
-    return isinstance(spec, tf.TensorSpec) and spec.shape.rank == 1 and spec.shape[0] is None
+        return spec.shape.rank == 1 or (spec.ragged_rank == 0 and _of_frames(spec.shape))
+    return isinstance(spec, tf.TensorSpec) and _of_frames(spec.shape)
+
+
+def _of_frames(shape: tf.TensorShape) -> bool:
+    """Whether ``shape`` is ``[None, *known]``: rows (frames) of one known shape."""
+    return (
+        shape.rank is not None
+        and shape.rank >= 1
+        and shape[0] is None
+        and shape[1:].is_fully_defined()
+    )
 
 
 def bucket_key(shaping: Shaping, spec: Mapping[str, Any]) -> str:
     """The feature whose length picks the bucket: ``bucket_by``, else the only list.
 
-    ``spec`` maps names to one example's specs (lists of varying length are 1-D
-    ``TensorSpec``s of unknown length) or to batch specs (``RaggedTensorSpec``).
+    ``spec`` maps names to one example's specs (lists of varying length are
+    ``TensorSpec``s of unknown first dimension: ``[None]``, or ``[None, 8]`` for the frames
+    of a feature list) or to batch specs (``RaggedTensorSpec``).
     """
     varying = [name for name, s in spec.items() if is_list(s) or isinstance(s, tf.RaggedTensorSpec)]
     if shaping.bucket_by is not None:
@@ -230,7 +249,8 @@ def _pad(value: Any, length: str | int, padding: Any) -> Any:
         return value
     if length == "longest":
         return value.to_tensor(default_value=padding)
-    return value.to_tensor(default_value=padding, shape=[None, length])
+    # a feature list pads (or cuts) its frames, each of the frame's shape
+    return value.to_tensor(default_value=padding, shape=[None, length, *value.shape[2:]])
 
 
 def pad_batch(batch: Any, shaping: Shaping) -> Any:

@@ -17,7 +17,8 @@ the features to return.
 The two readers share one vocabulary: ``shuffle_buffer``, ``seed``, ``drop_remainder``,
 ``num_parallel_reads``, ``num_epochs``, ``in_memory``, ``memory_budget``, ``schema``,
 ``as_tuple``, ``compression``, ``decode``, ``map_fn``, ``batch_map_fn`` and, for
-features of varying length (:mod:`tfr_hooks.tfrecord.ragged`), ``pad_to``,
+features of varying length and the feature lists of ``tf.train.SequenceExample``
+records (:mod:`tfr_hooks.tfrecord.ragged`), ``pad_to``,
 ``padding_values``, ``bucket_boundaries`` and ``bucket_by`` have the same names,
 meanings and defaults in both (``num_parallel_reads`` counts reader threads for the
 queue pipeline, which cannot bucket).
@@ -184,9 +185,10 @@ def dataset(
             examples when ``shuffle_buffer > 0`` (its size then no longer matters),
             the stored order when it is 0, and ends with its own final batch.
             With ``map_fn``, its output (dense tensors of one shape for all examples,
-            or 1-D lists of varying length) is what is held. A feature of varying
-            length is held as one flat array of values and row offsets. ``"auto"``
-            does so when the decoded data fits ``memory_budget`` (with a ``map_fn``,
+            or lists of varying length) is what is held. A feature of varying
+            length is held as one flat array of values and row offsets; a feature
+            list as its frames (``[total frames, *frame shape]``) and offsets.
+            ``"auto"`` does so when the decoded data fits ``memory_budget`` (with a ``map_fn``,
             its size is estimated by decoding the first 16 examples; lists of varying
             length from the first 256); when it does not but the parsed records do, it
             holds the records and runs ``map_fn`` on every batch, in parallel;
@@ -199,9 +201,10 @@ def dataset(
         pad_to: How features of varying length reach the batch: ``None`` (the
             default) as ``tf.RaggedTensor`` rows; ``"longest"`` padded to the batch's
             longest row (as ``padded_batch``); an integer ``L`` padded or cut to ``L``
-            values (a fixed shape); or a dict of feature name -> one of these (features
-            not named stay ragged). Applied to ``map_fn``'s outputs when given, before
-            ``batch_map_fn``. See :mod:`tfr_hooks.tfrecord.ragged`.
+            values (frames, for a feature list: ``[batch, L, *frame shape]``); or a
+            dict of feature name -> one of these (features not named stay ragged).
+            Applied to ``map_fn``'s outputs when given, before ``batch_map_fn``. See
+            :mod:`tfr_hooks.tfrecord.ragged`.
         padding_values: The value padding adds: ``None`` for 0 (``b""`` for strings,
             ``False`` for bools), a scalar, or a dict of feature name -> scalar.
         bucket_boundaries: Batch examples of about the same length together, as
@@ -391,7 +394,7 @@ def read_batches(
         decode: Changes to the schema, as for :func:`dataset`.
         pad_to: As for :func:`dataset`: ``None`` keeps features of varying length
             ragged, ``"longest"`` pads to the batch's longest row, an integer pads or
-            cuts to that length; a dict per feature.
+            cuts to that length (frames, for a feature list); a dict per feature.
         padding_values: As for :func:`dataset`: the value padding adds.
         bucket_boundaries: As for :func:`dataset`: batches of one length bucket each.
             Only with ``pipeline="dataset"`` (a queue batches records before they are

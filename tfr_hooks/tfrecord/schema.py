@@ -28,11 +28,19 @@ A shape may be ``(None,)`` for a feature whose length varies between records (fo
 when inferring the schema of files written by other tools, also for one that some
 records lack); it is read as a ``tf.RaggedTensor``, with an empty row for a record that
 holds no value, whichever record that is (as ``tf.io.RaggedFeature`` reads it).
+
+A feature declared with ``sequence=True`` is a feature list of a
+``tf.train.SequenceExample``: one value per frame (or token), of the feature's per-frame
+dtype, shape and encoding (YouTube-8M's quantized ``rgb``: one ``bytes`` value of 1024
+bytes per frame, ``Feature("rgb", "uint8", (1024,), sequence=True)``). A batch holds it
+as a ``tf.RaggedTensor`` of shape ``[batch, (frames), *shape]``, ragged in its frames; a
+record without the feature list holds 0 frames. The other features are the context.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +50,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
+from tfr_hooks.tfrecord.records import NEITHER, as_record_content, not_a_proto_error, where
 
 __all__ = [
     "Feature",
@@ -76,6 +85,8 @@ _KIND_OF_ENCODING["float"] = "float_list"
 _RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
 _RAW_DECODE["uint64"] = ("int64", "uint64")
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Feature:
@@ -101,7 +112,13 @@ class Feature:
         default: The value to read when a record holds none for this feature (the key
             absent or its list empty), like ``tf.io.FixedLenFeature(default_value=...)``;
             broadcast to ``shape``. ``None`` (the default) makes the feature required.
-            Needs a fixed shape.
+            Needs a fixed shape, and no ``sequence``.
+        sequence: Whether the feature is a feature list of a ``tf.train.SequenceExample``
+            (in its ``feature_lists``, one value per frame) rather than a context feature
+            (in an ``Example``'s features or a SequenceExample's context). ``dtype``,
+            ``shape`` and ``encoding`` then describe one frame; ``"auto"`` chooses a
+            ``float_list`` for ``float16``/``float32`` frames, as other tools write them.
+            A batch holds it as a ``tf.RaggedTensor`` ``[batch, (frames), *shape]``.
 
     Raises:
         ValueError: If the fields do not fit together.
@@ -115,6 +132,8 @@ class Feature:
         'float32 of shape () (optional, default 0.0)'
         >>> Feature("xy", "float32", (2,), default=[0.0, 0.0]).encoding
         'float'
+        >>> Feature("rgb", "uint8", (1024,), sequence=True).describe()
+        'feature list of uint8 of shape (1024,) per frame'
     """
 
     name: str
@@ -122,6 +141,7 @@ class Feature:
     shape: tuple[int | None, ...] = ()
     encoding: str = AUTO
     default: Any = None
+    sequence: bool = False
     # whether the encoding was chosen (``"auto"``), not declared: a stored one may replace it
     _auto_encoded: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -135,8 +155,19 @@ class Feature:
                 f"Expected `dtype` of feature {self.name!r} to be one of "
                 f"{', '.join(_NUMERIC + _STRINGS)}. Received: dtype={self.dtype!r}"
             )
+        if not isinstance(self.sequence, bool):
+            raise TypeError(
+                f"Expected `sequence` of feature {self.name!r} to be a bool. "
+                f"Received: sequence={self.sequence!r}"
+            )
+        if self.sequence and self.default is not None:
+            raise ValueError(
+                f"Expected feature list {self.name!r} (sequence=True) to have no default: "
+                f"a record without it holds 0 frames. Received: default={self.default!r}"
+            )
         if self.encoding == AUTO:
-            chosen = _auto_encoding(self.dtype, self.shape, self.default is not None)
+            listed = self.default is not None or self.sequence
+            chosen = _auto_encoding(self.dtype, self.shape, listed)
             object.__setattr__(self, "encoding", chosen)
             object.__setattr__(self, "_auto_encoded", True)
         if self.encoding not in ENCODINGS:
@@ -248,12 +279,16 @@ class Feature:
     def describe(self) -> str:
         """A short human description, e.g. ``"uint8 of shape (28, 28)"``."""
         shape = "(varying length)" if self.varying else str(self.shape)
+        if self.sequence:
+            return f"feature list of {self.dtype} of shape {shape} per frame"
         if self.optional:
             return f"{self.dtype} of shape {shape} (optional, default {self.default!r})"
         return f"{self.dtype} of shape {shape}"
 
     def expected_values(self) -> str:
         """What one record should hold for this feature, in words."""
+        if self.sequence:
+            return f"a feature list of frames each holding {self.frame.expected_values()}"
         if self.encoding == "raw":
             one = "no or one" if self.optional else "one"
             return f"{one} bytes value of {self.raw_nbytes} bytes ({self.describe()}, raw)"
@@ -263,11 +298,21 @@ class Feature:
             return f"a {self.kind} of 0 or {self.size} value(s) (optional)"
         return f"a {self.kind} of {self.size} value(s)"
 
+    @property
+    def frame(self) -> Feature:
+        """One frame of a feature list, as a context feature (itself if not a sequence)."""
+        return dataclasses.replace(self, sequence=False) if self.sequence else self
+
     def parse_spec(self) -> Any:
-        """The ``tf.io`` feature spec for ``tf.io.parse_example``."""
+        """The ``tf.io`` feature spec for ``tf.io.parse_example``.
+
+        For a feature list (``sequence``), the spec for the ``sequence_features`` of
+        ``tf.io.parse_sequence_example``: a ``tf.io.RaggedFeature``, parsed as
+        ``[batch, (frames), (values)]``.
+        """
         stored = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
         stored_dtype = stored[self.encoding]
-        if self.varying or self.optional:  # an optional one is filled in by decode
+        if self.varying or self.optional or self.sequence:  # an optional one is filled in by decode
             return tf.io.RaggedFeature(dtype=stored_dtype, row_splits_dtype=tf.int64)
         if self.encoding == "raw":
             return tf.io.FixedLenFeature([], tf.string)
@@ -280,8 +325,11 @@ class Feature:
             parsed: The value ``tf.io.parse_example`` returned for this feature.
 
         Returns:
-            A tensor of shape ``[batch, *shape]`` (ragged when the length varies).
+            A tensor of shape ``[batch, *shape]`` (ragged when the length varies), or for
+            a feature list a ``tf.RaggedTensor`` of shape ``[batch, (frames), *shape]``.
         """
+        if self.sequence:
+            return self._decode_frames(parsed)
         if self.optional and isinstance(parsed, tf.RaggedTensor):
             parsed = self._fill_default(parsed)
         if self.encoding == "raw":
@@ -302,6 +350,32 @@ class Feature:
                 return tf.ragged.map_flat_values(tf.cast, parsed, self.tf_dtype)
             return tf.cast(parsed, self.tf_dtype)
         return parsed
+
+    def _decode_frames(self, parsed: Any) -> Any:
+        """``[batch, (frames), *shape]`` from a feature list parsed as ragged values."""
+        frames = parsed.values  # [total frames, (values)]
+        if self.varying:
+            values = frames if frames.dtype == self.tf_dtype else tf.cast(frames, self.tf_dtype)
+            return tf.RaggedTensor.from_row_splits(values, parsed.row_splits, validate=False)
+        per_frame = 1 if self.encoding == "raw" else (self.size or 0)
+        lengths = frames.row_lengths()
+        message = (
+            # "tf.train.SequenceExample" marks it a data error for explain_error
+            f"Expected every frame of feature list {self.name!r} to hold "
+            f"{self.frame.expected_values()} in every tf.train.SequenceExample; found a "
+            "frame with another number of values"
+        )
+        valid = tf.reduce_all(tf.equal(lengths, per_frame))
+        with tf.control_dependencies([tf.debugging.Assert(valid, [message, lengths])]):
+            flat = tf.identity(frames.flat_values)
+        count = tf.shape(lengths, out_type=tf.int64)
+        if self.encoding == "raw":
+            value = self.frame.decode(flat)  # one bytes value per frame: [frames, *shape]
+        else:
+            shape = tf.concat([count, tf.constant(self.shape, tf.int64)], 0)
+            value = self.frame.decode(tf.reshape(flat, shape))
+            value.set_shape(tf.TensorShape([None]).concatenate(self.shape))
+        return tf.RaggedTensor.from_row_splits(value, parsed.row_splits, validate=False)
 
     def _fill_default(self, parsed: Any) -> Any:
         """Dense values from the ragged ``[batch, (values)]`` of an optional feature."""
@@ -335,11 +409,19 @@ class Feature:
         """Compare one record's ``tf.train.Feature`` with this spec.
 
         Args:
-            feature: A ``tf.train.Feature`` proto.
+            feature: A ``tf.train.Feature`` proto, or for a feature list (``sequence``)
+                a ``tf.train.FeatureList``, whose every frame is checked.
 
         Returns:
             ``None`` if it matches, else what was found, in words.
         """
+        if self.sequence:
+            frame = self.frame
+            for index, value in enumerate(feature.feature):
+                found = frame.check(value)
+                if found is not None:
+                    return f"in frame {index}, {found}"
+            return None
         kind = feature.WhichOneof("kind")
         values = getattr(feature, kind).value if kind else []
         if kind is not None and kind != self.kind:
@@ -379,7 +461,7 @@ class Feature:
 
     def to_dict(self) -> dict[str, Any]:
         """The feature as a JSON-ready dict."""
-        data = {
+        data: dict[str, Any] = {
             "name": self.name,
             "dtype": self.dtype,
             "shape": list(self.shape),
@@ -387,6 +469,8 @@ class Feature:
         }
         if self.optional:
             data["default"] = _json_ready(self.default)
+        if self.sequence:  # only then: a schema without feature lists reads as before
+            data["sequence"] = True
         return data
 
     @classmethod
@@ -398,6 +482,7 @@ class Feature:
             shape=tuple(data.get("shape", ())),
             encoding=data.get("encoding", AUTO),
             default=data.get("default"),
+            sequence=bool(data.get("sequence", False)),
         )
 
     @classmethod
@@ -464,16 +549,17 @@ def _list_dtype(name: str, array: np.ndarray) -> str:
     return dtype
 
 
-def _auto_encoding(dtype: str, shape: Any, has_default: bool = False) -> str:
+def _auto_encoding(dtype: str, shape: Any, listed: bool = False) -> str:
     """The encoding ``write`` gives a value of ``dtype`` and ``shape``.
 
-    With a default, a ``float16``/``float32`` value of any shape is a ``float_list``:
-    optional values come from other tools (TFX, ``tf.io.FixedLenFeature`` users), which
+    With a default, or per frame of a feature list (``listed``), a ``float16``/``float32``
+    value of any shape is a ``float_list``: optional values and feature lists come from
+    other tools (TFX, ``tf.io.FixedLenFeature`` users, SequenceExample writers), which
     store them as lists, not as raw bytes.
     """
     if dtype in _STRINGS:
         return "bytes"
-    if has_default and dtype in ("float16", "float32"):
+    if listed and dtype in ("float16", "float32"):
         return "float"
     scalar_or_varying = tuple(shape) in ((), (None,))
     if scalar_or_varying and np.dtype(dtype).kind in "biu" and dtype != "uint64":
@@ -603,67 +689,160 @@ class Schema:
             _replaced(f, changes[f.name]) if f.name in changes else f for f in self.features
         )
 
+    @property
+    def context_features(self) -> list[Feature]:
+        """The features of an Example, or of a SequenceExample's context, in order."""
+        return [f for f in self.features if not f.sequence]
+
+    @property
+    def sequence_features(self) -> list[Feature]:
+        """The feature lists of a SequenceExample (``sequence=True``), in order."""
+        return [f for f in self.features if f.sequence]
+
     def parse_spec(self) -> dict[str, Any]:
-        """The feature spec for ``tf.io.parse_example``."""
+        """The feature spec for ``tf.io.parse_example``.
+
+        With feature lists, :meth:`parse_batch` gives the specs of
+        :attr:`sequence_features` to ``tf.io.parse_sequence_example`` as its
+        ``sequence_features`` and the others as its ``context_features``.
+        """
         return {f.name: f.parse_spec() for f in self.features}
 
     def parse_batch(self, serialized: Any) -> dict[str, Any]:
-        """Parse and decode a 1-D batch of serialized ``tf.train.Example`` records.
+        """Parse and decode a 1-D batch of serialized records.
+
+        Without feature lists, with ``tf.io.parse_example`` (the records are
+        ``tf.train.Example``s, or SequenceExamples whose context is read). With feature
+        lists, with ``tf.io.parse_sequence_example``; a record without a feature list
+        (an Example, say) holds 0 frames of it.
 
         Args:
             serialized: A string tensor of shape ``[batch]``.
 
         Returns:
-            A dict of tensors of shape ``[batch, *feature.shape]`` and the stored dtypes.
+            A dict of tensors of shape ``[batch, *feature.shape]`` and the stored dtypes,
+            in schema order; each feature list a ``tf.RaggedTensor`` of shape
+            ``[batch, (frames), *feature.shape]``.
         """
-        parsed = tf.io.parse_example(serialized, self.parse_spec())
-        return {f.name: f.decode(parsed[f.name]) for f in self.features}
+        sequences = self.sequence_features
+        if not sequences:
+            parsed = tf.io.parse_example(serialized, self.parse_spec())
+            return {f.name: f.decode(parsed[f.name]) for f in self.features}
+        context_spec = {f.name: f.parse_spec() for f in self.context_features}
+        context, lists, _ = tf.io.parse_sequence_example(
+            serialized,
+            context_features=context_spec or None,
+            sequence_features={f.name: f.parse_spec() for f in sequences},
+        )
+        return {
+            f.name: f.decode(lists[f.name] if f.sequence else context[f.name])
+            for f in self.features
+        }
 
     def check_example(
-        self, example: Any, *, file: str | None = None, record: int | None = None
+        self,
+        example: Any,
+        *,
+        file: str | None = None,
+        record: int | None = None,
+        warn: bool = True,
     ) -> None:
-        """Raise a clear error if one ``tf.train.Example`` does not match the schema.
+        """Raise a clear error if one record does not match the schema.
 
         A feature of varying length may be absent from any record (it reads as an empty
         row, as ``tf.io.RaggedFeature`` reads it), and so may one with a default (the
-        default is read); any other feature must be in every record.
+        default is read); any other context feature must be in every record. A feature
+        list may be absent from any record: it reads as 0 frames (writers often leave
+        out the key of an empty list), and :meth:`warn_unread` names it, as a file whose
+        first record lacks it may have a misspelled name.
 
         Args:
-            example: A ``tf.train.Example`` proto.
+            example: The record: its serialized bytes, or a ``tf.train.Example`` or
+                ``tf.train.SequenceExample`` proto (an Example parsed from a
+                SequenceExample's bytes still holds the feature lists, as an unknown
+                field, and they are checked).
+            file: The file it came from, for the message.
+            record: Its index in that file, for the message.
+            warn: Whether to log a warning naming what the record holds that the schema
+                leaves out (see :meth:`warn_unread`).
+
+        Raises:
+            CorruptRecordError: If the record is neither an Example nor a
+                SequenceExample (raw bytes, a serialized tensor).
+            MissingFeatureError: If a feature of the schema that has a fixed shape and no
+                default is absent.
+            SchemaMismatchError: If a feature has the wrong kind or length, or is a
+                feature list where the schema has a context feature, or the reverse.
+        """
+        content = as_record_content(example)
+        if content.kind == NEITHER:
+            raise not_a_proto_error(content, file=file, record=record)
+        for feature in self.features:
+            problem = _check_feature(feature, content, where(file, record))
+            if problem is not None:
+                problem.file, problem.record, problem.feature = file, record, feature.name
+                raise problem
+        if warn:
+            self.warn_unread(content, file=file, record=record)
+
+    def unread(self, example: Any) -> list[str]:
+        """What a record holds that :meth:`parse_batch` will not return, in words.
+
+        Args:
+            example: The record, as for :meth:`check_example`.
+
+        Returns:
+            One sentence per finding (empty when the schema reads everything that
+            matters): the record is neither an Example nor a SequenceExample; it holds
+            feature lists the schema leaves out; or it lacks feature lists the schema
+            names (they read as 0 frames). Context features left out are not listed:
+            choosing features is what a schema (or ``as_tuple``) is for.
+        """
+        content = as_record_content(example)
+        if content.kind == NEITHER:
+            return [
+                "it is neither a tf.train.Example nor a tf.train.SequenceExample (found "
+                f"{content.found}), so nothing of it is read"
+            ]
+        found: list[str] = []
+        declared = {f.name for f in self.sequence_features}
+        left_out = sorted(set(content.feature_lists) - declared)
+        if left_out:
+            found.append(
+                f"it holds the feature lists {left_out}, which the schema leaves out "
+                "and the reader will not return: declare each as Feature(name, dtype, "
+                "per-frame shape, sequence=True), or read with the inferred schema"
+            )
+        absent = sorted(n for n in declared if n not in content.feature_lists)
+        if absent:
+            held = sorted(content.feature_lists) or "no feature lists"
+            found.append(
+                f"it lacks the feature lists {absent} of the schema (it holds {held}); "
+                "a record without them reads as 0 frames of them (if no record holds "
+                "them, check their names with tfr-hooks inspect)"
+            )
+        return found
+
+    def warn_unread(
+        self, example: Any, *, file: str | None = None, record: int | None = None
+    ) -> list[str]:
+        """Log a warning naming what a record holds that the reader will not return.
+
+        The readers call it (through :meth:`check_example`) on each file's first record,
+        and :func:`~tfr_hooks.tfrecord.inspect` on every record it scans.
+
+        Args:
+            example: The record, as for :meth:`check_example`.
             file: The file it came from, for the message.
             record: Its index in that file, for the message.
 
-        Raises:
-            MissingFeatureError: If a feature of the schema that has a fixed shape and no
-                default is absent.
-            SchemaMismatchError: If a feature has the wrong kind or length.
+        Returns:
+            The findings of :meth:`unread` (one warning joins them), empty if none.
         """
-        where = _where(file, record)
-        present = example.features.feature
-        for feature in self.features:
-            if feature.name not in present and (feature.optional or feature.varying):
-                continue  # its default is read, or an empty row (as tf.io.RaggedFeature)
-            if feature.name not in present:
-                found = sorted(present.keys())
-                raise MissingFeatureError(
-                    f"Feature {feature.name!r} is missing from {where}: expected "
-                    f"{feature.expected_values()}; found only the features {found}. "
-                    f"If some records hold no value for it, give it a default: "
-                    f"decode={{{feature.name!r}: {{'default': ...}}}}.",
-                    file=file,
-                    record=record,
-                    feature=feature.name,
-                )
-            found_text = feature.check(present[feature.name])
-            if found_text is not None:
-                raise SchemaMismatchError(
-                    f"Feature {feature.name!r} in {where} does not match the schema: "
-                    f"expected {feature.expected_values()}; found {found_text}."
-                    + _encoding_hint(feature, feature.suggest_encoding(present[feature.name])),
-                    file=file,
-                    record=record,
-                    feature=feature.name,
-                )
+        found = self.unread(example)
+        if found:
+            logger.warning("%s: %s.", where(file, record).capitalize(), "; ".join(found))
+        return found
 
     def with_stored_encodings(self, stored: Schema) -> Schema:
         """The schema with each chosen (``"auto"``) encoding replaced by the stored one.
@@ -742,13 +921,14 @@ def _replaced(feature: Feature, change: Any) -> Feature:
     if isinstance(change, Feature):
         return change if change.name == name else dataclasses.replace(change, name=name)
     if isinstance(change, tuple) and len(change) in (2, 3):
-        return Feature(name, *change)
+        encoding = change[2] if len(change) == 3 else AUTO
+        return Feature(name, change[0], change[1], encoding, sequence=feature.sequence)
     if isinstance(change, Mapping):
         fields = dict(change)
-        if not set(fields) <= {"dtype", "shape", "encoding", "default"}:
+        if not set(fields) <= {"dtype", "shape", "encoding", "default", "sequence"}:
             raise TypeError(
                 f"Expected the changes of feature {name!r} to name only the fields dtype, "
-                f"shape, encoding and default. Received: {name}={change!r}"
+                f"shape, encoding and default (or sequence). Received: {name}={change!r}"
             )
         if fields.get("default") is not None and feature.varying and "shape" not in fields:
             fields["shape"] = ()  # an optional scalar: a record holds 0 or 1 values
@@ -769,13 +949,48 @@ def _encoding_hint(feature: Feature, encoding: str | None, stored: Feature | Non
     if stored is not None and (stored.dtype, stored.shape) != (feature.dtype, feature.shape):
         return ""
     shape = feature.shape
+    sequence = ", sequence=True" if feature.sequence else ""
     return (
         f" The {encoding!r} encoding would match: Feature({feature.name!r}, "
-        f"{feature.dtype!r}, {shape!r}, encoding={encoding!r})."
+        f"{feature.dtype!r}, {shape!r}, encoding={encoding!r}{sequence})."
     )
 
 
-def _where(file: str | None, record: int | None) -> str:
-    if file is None:
-        return "a record" if record is None else f"record {record}"
-    return f"file {file!r}" if record is None else f"record {record} of file {file!r}"
+def _check_feature(feature: Feature, content: Any, where: str) -> SchemaMismatchError | None:
+    """The error for one feature of a record (:meth:`Schema.check_example`), if any."""
+    own, other = content.context, content.feature_lists
+    if feature.sequence:
+        own, other = other, own
+    if feature.name not in own and feature.name in other:
+        declared = "a feature list" if feature.sequence else "a context feature"
+        held = "a context feature" if feature.sequence else "a feature list"
+        fix = "without sequence=True" if feature.sequence else "with sequence=True"
+        return SchemaMismatchError(
+            f"Feature {feature.name!r} in {where} does not match the schema: expected "
+            f"{declared} ({feature.expected_values()}); found {held}. Declare it {fix}."
+        )
+    if feature.name not in own:
+        return _missing(feature, content, where)
+    found_text = feature.check(own[feature.name])
+    if found_text is None:
+        return None
+    return SchemaMismatchError(
+        f"Feature {feature.name!r} in {where} does not match the schema: "
+        f"expected {feature.expected_values()}; found {found_text}."
+        + _encoding_hint(feature, feature.suggest_encoding(own[feature.name]))
+    )
+
+
+def _missing(feature: Feature, content: Any, where: str) -> MissingFeatureError | None:
+    """The error for a feature absent from a record, if its absence is one."""
+    if feature.sequence:  # 0 frames: writers often leave out the key (warn_unread names it)
+        return None
+    if feature.optional or feature.varying:
+        return None  # its default is read, or an empty row (as tf.io.RaggedFeature)
+    found = sorted(content.context.keys())
+    return MissingFeatureError(
+        f"Feature {feature.name!r} is missing from {where}: expected "
+        f"{feature.expected_values()}; found only the features {found}. "
+        f"If some records hold no value for it, give it a default: "
+        f"decode={{{feature.name!r}: {{'default': ...}}}}."
+    )
