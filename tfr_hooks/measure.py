@@ -38,6 +38,8 @@ PACKED_EXAMPLES_PER_RECORD = 64
 #: The packed estimate recommends packed shards when it reads this much faster than the
 #: files streamed (a smaller gain is within the noise of a short timing).
 PACKED_GAIN = 1.2
+#: Records parsed to estimate the decoded size of feature lists (frames vary in number).
+SEQUENCE_SAMPLE = 256
 #: Timings of each pipeline; its rate is the best of them.
 ROUNDS = 3
 
@@ -146,7 +148,7 @@ def measure(
     )
     records = sum(info.num_records for info in infos)
     file_bytes = sum(info.size_bytes for info in infos)
-    examples = records * per_record
+    examples = sum(_examples_in(info) for info in infos)
     schema = tfrecord.infer_schema(files)
     budget = memory_budget if memory_budget is not None else memory.default_memory_budget()
     result = Measurement(
@@ -156,14 +158,7 @@ def measure(
         examples_per_record=per_record,
         file_bytes=file_bytes,
         record_bytes=file_bytes / max(1, records),
-        decoded_bytes=memory.records_nbytes(
-            [info.path for info in infos],
-            infos[0].compression if infos else "",
-            schema,
-            examples,
-            file_bytes,
-            per_record,
-        ),
+        decoded_bytes=_decoded_bytes(infos, schema, examples, file_bytes, per_record),
         memory_budget=budget,
     )
     streamed = _time(
@@ -187,6 +182,57 @@ def measure(
     result.rates.append(in_memory)
     result.recommendation = _recommend(result, streamed, packed, in_memory)
     return result
+
+
+def _examples_in(info: Any) -> int:
+    """The examples in one file: its records, or for a packed shard its listed count."""
+    if info.stored is None:
+        return int(info.num_records)
+    listed = info.stored.examples_of(os.path.basename(info.path))
+    if listed is not None:
+        return int(listed)
+    return int(info.num_records) * info.stored.examples_per_record  # its last block full
+
+
+def _decoded_bytes(infos: Any, schema: Any, examples: int, file_bytes: int, per_record: int) -> int:
+    """Bytes the decoded examples take in memory.
+
+    Feature lists (SequenceExample files) hold a number of frames that varies between
+    records, so their size is estimated from the examples of the first
+    :data:`SEQUENCE_SAMPLE` records, parsed as the readers parse them; otherwise as the
+    in-memory reader counts it.
+    """
+    from tfr_hooks.tfrecord import memory
+
+    paths = [info.path for info in infos]
+    compression = infos[0].compression if infos else ""
+    if not infos or not schema.sequence_features:
+        return memory.records_nbytes(paths, compression, schema, examples, file_bytes, per_record)
+    import tensorflow as tf
+
+    from tfr_hooks.tfrecord.packed import unpack
+
+    records = tf.data.TFRecordDataset(paths[0], compression_type=compression)
+    serialized = tf.stack(list(records.take(SEQUENCE_SAMPLE)))
+    if per_record > 1:
+        batch = unpack(schema, serialized, per_record)
+    else:
+        batch = schema.parse_batch(serialized)
+    sampled = max(1, int(_rows(next(iter(batch.values())))))
+    held = sum(_tensor_nbytes(value) for value in batch.values())
+    return held * examples // sampled
+
+
+def _tensor_nbytes(value: Any) -> int:
+    """Bytes of a decoded tensor (ragged: its values and row splits; strings: their bytes)."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.RaggedTensor):
+        splits = sum(int(s.shape[0]) * s.dtype.size for s in value.nested_row_splits)
+        return splits + _tensor_nbytes(value.flat_values)
+    if value.dtype == tf.string:
+        return int(tf.reduce_sum(tf.strings.length(value))) + 8 * int(tf.size(value))
+    return int(tf.size(value)) * value.dtype.size
 
 
 def _time_packed(
