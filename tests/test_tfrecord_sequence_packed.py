@@ -275,3 +275,30 @@ def test_input_report_facts_of_sequence_example_files(written, packed_dir):
         files, schema=schema, num_examples=N, examples_per_record=16, kind=PipelineKind.PACKED
     )
     assert facts.record_nbytes == sum(os.path.getsize(f) for f in files) / (N // 16)
+
+
+def test_read_batches_unpacks_feature_lists_in_graph_mode(packed_dir, written):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(packed_dir, 32, shuffle_buffer=64, seed=1, num_epochs=1)
+        tensors = batches.tensors
+        assert tensors["rgb"].shape.as_list() == [None, None, 8]
+        fetch = {
+            "id": tensors["id"],
+            "rgb": tensors["rgb"].row_lengths(),
+            "audio": tensors["audio"].row_lengths(),
+            "rgb_sum": tf.reduce_sum(tf.cast(tensors["rgb"].flat_values, tf.int64)),
+        }
+        frames: dict[int, dict[str, int]] = {}
+        rgb_sum = 0
+        with tf.compat.v1.Session() as session:
+            session.run(batches.initializers)
+            while True:
+                try:
+                    got = session.run(fetch)
+                except tf.errors.OutOfRangeError:
+                    break
+                for i, rgb, audio in zip(got["id"], got["rgb"], got["audio"], strict=True):
+                    frames[int(i)] = {"rgb": int(rgb), "audio": int(audio)}
+                rgb_sum += int(got["rgb_sum"])
+    want = _expected(written[1])
+    assert frames == want["frames"] and rgb_sum == want["sums"]["rgb"]

@@ -8,9 +8,10 @@ examples, enough for the timed batches, converted to packed shards of
 memory (``tfrecord.dataset(in_memory=True)``, when the decoded data fits the memory
 budget; features of varying length held as values and row offsets). It times the
 batches after the first (the warm-up), and compares the decoded size with the memory
-budget. Its :class:`Measurement` ends with a recommendation: hold the data in memory when
-it fits; else write packed shards when they read faster here (or, not timed, when the
-records are small); else stream. ``tfr-hooks measure`` prints it (``--json`` for
+budget (for SequenceExample files, whose feature lists vary in frames, estimated from
+the first records). Its :class:`Measurement` ends with a recommendation: hold the data
+in memory when it fits; else write packed shards when they read faster here (or, not
+timed, when the records are small); else stream. ``tfr-hooks measure`` prints it (``--json`` for
 scripts).
 
 The rates are those of the input alone: what a loop could reach with a free model. Compare
