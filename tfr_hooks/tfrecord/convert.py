@@ -4,8 +4,8 @@
 (any compression, detected per file), parses them with a schema (inferred, given, or
 changed with ``decode`` as :func:`~tfr_hooks.tfrecord.dataset` takes it) and writes
 them again with :func:`~tfr_hooks.tfrecord.write`'s shard writer: shards plus a
-``schema.json`` sidecar, optionally packed. The records stream through in chunks; only one chunk is in
-memory at a time.
+``schema.json`` sidecar, optionally packed. The records stream through in chunks; only
+one chunk is in memory at a time.
 """
 
 from __future__ import annotations
