@@ -262,6 +262,8 @@ def test_measure_times_sequence_example_files_and_counts_their_frames(written, p
     # rgb inferred as one bytes value a frame (8 bytes + 8 for the pointer), audio 16 bytes
     assert result.decoded_bytes > frames * (16 + 16)
     assert result.decoded_bytes < frames * (16 + 16) * 1.5 + N * 100
+    # the data fits: the recommendation never says otherwise, timed in memory or not
+    assert result.fits and "does not stay in memory" not in result.recommendation
     on_packed = measure(packed_dir, 16, max_batches=5)
     assert on_packed.examples_per_record == 16 and on_packed.num_examples == N
     assert {r.pipeline: r for r in on_packed.rates}["streamed"].examples_per_sec

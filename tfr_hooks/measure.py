@@ -360,12 +360,18 @@ def _recommend(
             f"in_memory=True (or 'auto'){speedup}."
         )
     command = f"tfr-hooks convert FILES OUTDIR --examples-per-record {PACKED_EXAMPLES_PER_RECORD}"
+    # fitting but not timed in memory (a pipeline these files do not allow): say so
+    held = (
+        "the data does not stay in memory"
+        if not result.fits
+        else "the in-memory pipeline could not be timed on these files"
+    )
     gain = None
     if packed.examples_per_sec and streamed.examples_per_sec:
         gain = packed.examples_per_sec / streamed.examples_per_sec
     if result.examples_per_record == 1 and gain is not None and gain >= PACKED_GAIN:
         return (
-            f"Write packed shards: the data does not stay in memory, and packed shards read "
+            f"Write packed shards: {held}, and packed shards read "
             f"{gain:.1f}x faster than the files streamed (timed here on a sample) "
             f"({command})."
         )
@@ -373,12 +379,12 @@ def _recommend(
     if result.examples_per_record == 1 and small and gain is None:  # packing not timed
         return (
             f"Write packed shards: the records are small ({result.record_bytes:.0f} bytes on "
-            "average) and the data does not stay in memory, so parsing many examples per "
+            f"average) and {held}, so parsing many examples per "
             f"record pays ({command})."
         )
     if gain is not None:
         return (
-            "Stream from the files: the data does not stay in memory, and packed shards "
+            f"Stream from the files: {held}, and packed shards "
             f"read no faster here ({gain:.1f}x streamed, timed on a sample)."
         )
-    return "Stream from the files: the data does not stay in memory and its records are large."
+    return f"Stream from the files: {held}, and the records are large."
