@@ -304,3 +304,31 @@ def test_read_batches_unpacks_feature_lists_in_graph_mode(packed_dir, written):
                 rgb_sum += int(got["rgb_sum"])
     want = _expected(written[1])
     assert frames == want["frames"] and rgb_sum == want["sums"]["rgb"]
+
+
+def test_token_feature_lists_convert_plain_and_packed(tmp_path):
+    # per-frame lists of varying length ("words") are written again as SequenceExamples;
+    # packing refuses them (naming the list) and packs one-string frames ("names")
+    records = []
+    for i in range(20):
+        sequence = tf.train.SequenceExample()
+        sequence.context.feature["id"].int64_list.value.append(i)
+        words = sequence.feature_lists.feature_list["words"]
+        for j in range(i % 4):
+            words.feature.add().int64_list.value.extend(range(j + i % 3))
+        names = sequence.feature_lists.feature_list["names"]
+        for j in range(i % 3):
+            names.feature.add().bytes_list.value.append(b"n%d" % j)
+        records.append(sequence.SerializeToString())
+    path = write_records(tmp_path / "tokens.tfrecord", records)
+    tfrecord.convert(path, tmp_path / "plain")
+    written = next(iter(tfrecord.dataset(path, 20, shuffle_buffer=0)))
+    plain = next(iter(tfrecord.dataset(tmp_path / "plain", 20, shuffle_buffer=0)))
+    assert plain["words"].to_list() == written["words"].to_list()
+    assert plain["names"].to_list() == written["names"].to_list()
+    with pytest.raises(ValueError, match=r"feature list 'words' of shape \(None,\) per frame"):
+        tfrecord.convert(path, tmp_path / "packed", examples_per_record=8)
+    names = tfrecord.infer_schema(path).select(["id", "names"])
+    tfrecord.convert(path, tmp_path / "packed", schema=names, examples_per_record=8)
+    packed_names = next(iter(tfrecord.dataset(tmp_path / "packed", 20, shuffle_buffer=0)))
+    assert packed_names["names"].to_list() == written["names"].to_list()
