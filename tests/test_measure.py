@@ -129,3 +129,12 @@ def test_measure_usage_errors_exit_with_status_2(
         cli.main(["measure", str(written), *flags])
     assert info.value.code == 2
     assert "usage: tfr-hooks" in capsys.readouterr().err
+
+
+def test_measure_counts_the_examples_of_packed_shards_from_their_schema(tmp_path: Path) -> None:
+    # 100 examples, 16 a record: 7 records, the last of 4 examples (not 7 * 16 = 112)
+    data = {"x": np.arange(100 * 4, dtype=np.float32).reshape(100, 4), "y": np.arange(100)}
+    tfrecord.write(data, tmp_path / "packed", examples_per_record=16)
+    result = measure(str(tmp_path / "packed"), 10, max_batches=2)
+    assert result.examples_per_record == 16 and result.num_examples == 100
+    assert result.decoded_bytes == 100 * (4 * 4 + 8)

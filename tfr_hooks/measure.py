@@ -8,9 +8,10 @@ examples, enough for the timed batches, converted to packed shards of
 memory (``tfrecord.dataset(in_memory=True)``, when the decoded data fits the memory
 budget; features of varying length held as values and row offsets). It times the
 batches after the first (the warm-up), and compares the decoded size with the memory
-budget. Its :class:`Measurement` ends with a recommendation: hold the data in memory when
-it fits; else write packed shards when they read faster here (or, not timed, when the
-records are small); else stream. ``tfr-hooks measure`` prints it (``--json`` for
+budget (for SequenceExample files, whose feature lists vary in frames, estimated from
+the first records). Its :class:`Measurement` ends with a recommendation: hold the data
+in memory when it fits; else write packed shards when they read faster here (or, not
+timed, when the records are small); else stream. ``tfr-hooks measure`` prints it (``--json`` for
 scripts).
 
 The rates are those of the input alone: what a loop could reach with a free model. Compare
@@ -38,6 +39,8 @@ PACKED_EXAMPLES_PER_RECORD = 64
 #: The packed estimate recommends packed shards when it reads this much faster than the
 #: files streamed (a smaller gain is within the noise of a short timing).
 PACKED_GAIN = 1.2
+#: Records parsed to estimate the decoded size of feature lists (frames vary in number).
+SEQUENCE_SAMPLE = 256
 #: Timings of each pipeline; its rate is the best of them.
 ROUNDS = 3
 
@@ -146,7 +149,7 @@ def measure(
     )
     records = sum(info.num_records for info in infos)
     file_bytes = sum(info.size_bytes for info in infos)
-    examples = records * per_record
+    examples = sum(_examples_in(info) for info in infos)
     schema = tfrecord.infer_schema(files)
     budget = memory_budget if memory_budget is not None else memory.default_memory_budget()
     result = Measurement(
@@ -156,14 +159,7 @@ def measure(
         examples_per_record=per_record,
         file_bytes=file_bytes,
         record_bytes=file_bytes / max(1, records),
-        decoded_bytes=memory.records_nbytes(
-            [info.path for info in infos],
-            infos[0].compression if infos else "",
-            schema,
-            examples,
-            file_bytes,
-            per_record,
-        ),
+        decoded_bytes=_decoded_bytes(infos, schema, examples, file_bytes, per_record),
         memory_budget=budget,
     )
     streamed = _time(
@@ -187,6 +183,57 @@ def measure(
     result.rates.append(in_memory)
     result.recommendation = _recommend(result, streamed, packed, in_memory)
     return result
+
+
+def _examples_in(info: Any) -> int:
+    """The examples in one file: its records, or for a packed shard its listed count."""
+    if info.stored is None:
+        return int(info.num_records)
+    listed = info.stored.examples_of(os.path.basename(info.path))
+    if listed is not None:
+        return int(listed)
+    return int(info.num_records) * info.stored.examples_per_record  # its last block full
+
+
+def _decoded_bytes(infos: Any, schema: Any, examples: int, file_bytes: int, per_record: int) -> int:
+    """Bytes the decoded examples take in memory.
+
+    Feature lists (SequenceExample files) hold a number of frames that varies between
+    records, so their size is estimated from the examples of the first
+    :data:`SEQUENCE_SAMPLE` records, parsed as the readers parse them; otherwise as the
+    in-memory reader counts it.
+    """
+    from tfr_hooks.tfrecord import memory
+
+    paths = [info.path for info in infos]
+    compression = infos[0].compression if infos else ""
+    if not infos or not schema.sequence_features:
+        return memory.records_nbytes(paths, compression, schema, examples, file_bytes, per_record)
+    import tensorflow as tf
+
+    from tfr_hooks.tfrecord.packed import unpack
+
+    records = tf.data.TFRecordDataset(paths[0], compression_type=compression)
+    serialized = tf.stack(list(records.take(SEQUENCE_SAMPLE)))
+    if per_record > 1:
+        batch = unpack(schema, serialized, per_record)
+    else:
+        batch = schema.parse_batch(serialized)
+    sampled = max(1, int(_rows(next(iter(batch.values())))))
+    held = sum(_tensor_nbytes(value) for value in batch.values())
+    return held * examples // sampled
+
+
+def _tensor_nbytes(value: Any) -> int:
+    """Bytes of a decoded tensor (ragged: its values and row splits; strings: their bytes)."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.RaggedTensor):
+        splits = sum(int(s.shape[0]) * s.dtype.size for s in value.nested_row_splits)
+        return splits + _tensor_nbytes(value.flat_values)
+    if value.dtype == tf.string:
+        return int(tf.reduce_sum(tf.strings.length(value))) + 8 * int(tf.size(value))
+    return int(tf.size(value)) * value.dtype.size
 
 
 def _time_packed(
@@ -313,12 +360,18 @@ def _recommend(
             f"in_memory=True (or 'auto'){speedup}."
         )
     command = f"tfr-hooks convert FILES OUTDIR --examples-per-record {PACKED_EXAMPLES_PER_RECORD}"
+    # fitting but not timed in memory (a pipeline these files do not allow): say so
+    held = (
+        "the data does not stay in memory"
+        if not result.fits
+        else "the in-memory pipeline could not be timed on these files"
+    )
     gain = None
     if packed.examples_per_sec and streamed.examples_per_sec:
         gain = packed.examples_per_sec / streamed.examples_per_sec
     if result.examples_per_record == 1 and gain is not None and gain >= PACKED_GAIN:
         return (
-            f"Write packed shards: the data does not stay in memory, and packed shards read "
+            f"Write packed shards: {held}, and packed shards read "
             f"{gain:.1f}x faster than the files streamed (timed here on a sample) "
             f"({command})."
         )
@@ -326,12 +379,12 @@ def _recommend(
     if result.examples_per_record == 1 and small and gain is None:  # packing not timed
         return (
             f"Write packed shards: the records are small ({result.record_bytes:.0f} bytes on "
-            "average) and the data does not stay in memory, so parsing many examples per "
+            f"average) and {held}, so parsing many examples per "
             f"record pays ({command})."
         )
     if gain is not None:
         return (
-            "Stream from the files: the data does not stay in memory, and packed shards "
+            f"Stream from the files: {held}, and packed shards "
             f"read no faster here ({gain:.1f}x streamed, timed on a sample)."
         )
-    return "Stream from the files: the data does not stay in memory and its records are large."
+    return f"Stream from the files: {held}, and the records are large."

@@ -1,11 +1,11 @@
 """Converting TFRecord files written by any tool into this package's layout.
 
-:func:`convert` reads ``tf.train.Example`` records (any compression, detected per file),
-parses them with a schema (inferred, given, or changed with ``decode`` as
-:func:`~tfr_hooks.tfrecord.dataset` takes it) and writes them again with
-:func:`~tfr_hooks.tfrecord.write`'s shard writer: shards plus a ``schema.json``
-sidecar, optionally packed. The records stream through in chunks; only one chunk is in
-memory at a time.
+:func:`convert` reads ``tf.train.Example`` (or ``tf.train.SequenceExample``) records
+(any compression, detected per file), parses them with a schema (inferred, given, or
+changed with ``decode`` as :func:`~tfr_hooks.tfrecord.dataset` takes it) and writes
+them again with :func:`~tfr_hooks.tfrecord.write`'s shard writer: shards plus a
+``schema.json`` sidecar, optionally packed. The records stream through in chunks; only
+one chunk is in memory at a time.
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ def convert(
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
 ) -> WriteResult:
     """Rewrite TFRecord files of ``tf.train.Example`` records, from any producer, as shards.
+
+    ``tf.train.SequenceExample`` records keep their feature lists: written again as
+    SequenceExamples, or packed (``examples_per_record > 1``) as each block's frames one
+    after the other beside each example's frame count (see
+    :mod:`tfr_hooks.tfrecord.packed`).
 
     The examples keep their order (the files' order, as :func:`resolve_files` gives it,
     then each file's). Each feature is stored as :func:`~tfr_hooks.tfrecord.write` stores
@@ -139,7 +144,7 @@ def convert(
     for source in sources:
         source.check(read_schema)
     if map_fn is None:
-        stored = Schema(Feature(f.name, f.dtype, f.shape) for f in read_schema)
+        stored = Schema(Feature(f.name, f.dtype, f.shape, sequence=f.sequence) for f in read_schema)
     else:
         stored = _mapped_schema(sources[0], read_schema, map_fn)
     _check_layout(stored, stored if map_fn is not None else read_schema, examples_per_record)
@@ -263,7 +268,9 @@ def _check_layout(stored: Schema, read: Schema, examples_per_record: int) -> Non
 def _to_numpy(feature: Feature, value: Any) -> np.ndarray:
     """A parsed batch of one feature as the arrays ``write_shards`` takes."""
     if isinstance(value, tf.RaggedTensor):
-        flat = value.flat_values.numpy()
+        inner = value.values  # a feature list's frames ([frames, *shape], or ragged)
+        ragged = isinstance(inner, tf.RaggedTensor)
+        flat = _to_numpy(feature.frame, inner) if ragged else inner.numpy()
         splits = value.row_splits.numpy()
         rows = np.empty(len(splits) - 1, dtype=object)
         for i in range(len(rows)):

@@ -21,7 +21,16 @@ be smaller:
   and beside it an ``int64`` feature named ``<name>/row_lengths`` (:data:`LENGTHS`)
   with each example's number of values (``k`` of them).
 
-``k`` is the same for every feature of a record.
+* a feature list (a SequenceExample's ``feature_lists``, ``sequence=True``): the
+  frames of all ``k`` examples one after the other, stored as one frame is (a ``"raw"``
+  frame: one ``bytes`` value of all the frames' bytes, ``frames * raw_nbytes``; a list
+  encoding: a list of ``frames * size`` values), and beside it an ``int64`` feature
+  named ``<name>/frame_counts`` (:data:`FRAMES`) with each example's number of frames
+  (``k`` of them, 0 for an empty or absent feature list). Unpacked, it is a
+  ``tf.RaggedTensor`` ``[batch, (frames), *shape]``, as the streamed reader returns it.
+
+``k`` is the same for every feature of a record. A packed record of SequenceExamples is
+a ``tf.train.Example`` too: its context features and feature lists are all features.
 
 Reading shuffles at three levels, as block formats do (FFCV's quasi-random order,
 WebDataset shards): the order of the files, the order of the blocks (a buffer of whole
@@ -55,6 +64,8 @@ __all__ = [
     "WINDOW_EXAMPLES",
     "LENGTHS",
     "lengths_name",
+    "FRAMES",
+    "frames_name",
 ]
 
 #: Suffix of the feature that holds, in a packed record, each example's number of values
@@ -65,6 +76,23 @@ LENGTHS = "/row_lengths"
 def lengths_name(name: str) -> str:
     """The packed record's feature of the row lengths of varying feature ``name``."""
     return name + LENGTHS
+
+
+#: Suffix of the feature that holds, in a packed record, each example's number of frames
+#: of a feature list.
+FRAMES = "/frame_counts"
+
+
+def frames_name(name: str) -> str:
+    """The packed record's feature of the frame counts of feature list ``name``."""
+    return name + FRAMES
+
+
+def _counts_name(feature: Feature) -> str | None:
+    """The companion feature of per-example counts of ``feature``, if it has one."""
+    if feature.sequence:
+        return frames_name(feature.name)
+    return lengths_name(feature.name) if feature.varying else None
 
 
 #: Examples parsed together when not shuffling (the window then only sets the parse size).
@@ -80,18 +108,33 @@ def check_packable(schema: Schema, examples_per_record: int) -> None:
     """Raise if ``schema`` cannot be stored ``examples_per_record`` examples a record.
 
     Raises:
-        ValueError: For a feature of no values, or one whose row lengths' name is taken.
+        ValueError: For a feature of no values, a feature list whose frames vary in
+            length or hold no values, or a feature whose companion (row lengths, frame
+            counts) has a name that is taken.
     """
     if examples_per_record == 1:
         return
     for feature in schema:
-        if feature.varying:
-            if lengths_name(feature.name) in schema:
+        if feature.sequence and not feature.size:
+            raise ValueError(
+                f"Expected every feature list to have frames of one non-empty shape to "
+                f"pack {examples_per_record} examples per record. Received: feature list "
+                f"{feature.name!r} of shape {feature.shape} per frame; drop it, or write "
+                "with examples_per_record=1"
+            )
+        companion = _counts_name(feature)
+        if companion is not None:
+            if companion in schema:
+                what = (
+                    "frame counts of the feature list"
+                    if feature.sequence
+                    else ("row lengths of the varying feature")
+                )
                 raise ValueError(
-                    f"Expected no feature named {lengths_name(feature.name)!r} to pack "
-                    f"{examples_per_record} examples per record: it holds the row lengths "
-                    f"of the varying feature {feature.name!r}. Received: a feature of "
-                    "that name; rename it, or write with examples_per_record=1"
+                    f"Expected no feature named {companion!r} to pack "
+                    f"{examples_per_record} examples per record: it holds the {what} "
+                    f"{feature.name!r}. Received: a feature of that name; rename it, or "
+                    "write with examples_per_record=1"
                 )
         elif not feature.size:
             raise ValueError(
@@ -118,7 +161,8 @@ def serialize_blocks(
 ) -> list[bytes]:
     """Serialize examples ``start:stop`` as records of ``per_record`` examples each.
 
-    The last record holds the ``(stop - start) % per_record`` examples left, if any.
+    The last record holds the ``(stop - start) % per_record`` examples left, if any. A
+    feature list's examples are arrays ``[frames, *shape]`` (an object array of them).
     """
     from tensorflow.core.example import example_pb2
 
@@ -126,32 +170,44 @@ def serialize_blocks(
     for first in range(start, stop, per_record):
         last = min(stop, first + per_record)
         example = example_pb2.Example()
-        features = example.features.feature
         for feature in schema:
-            block = arrays[feature.name][first:last]
-            target = getattr(features[feature.name], feature.kind).value
-            if feature.varying:  # the values one after the other, and each row's length
-                rows = [np.asarray(row).ravel() for row in block]
-                lengths = features[lengths_name(feature.name)].int64_list.value
-                lengths.extend(len(row) for row in rows)
-                if feature.encoding == "bytes":
-                    target.extend(to_bytes(v, feature.name) for row in rows for v in row.tolist())
-                else:
-                    cast = np.int64 if feature.encoding == "int64" else np.float32
-                    for row in rows:
-                        target.extend(row.astype(cast).tolist())
-            elif feature.encoding == "raw":
-                dtype = "uint8" if feature.dtype == "bool" else feature.dtype
-                little = np.dtype(dtype).newbyteorder("<")
-                target.append(np.ascontiguousarray(block, dtype=little).tobytes())
-            elif feature.encoding == "int64":
-                target.extend(block.astype(np.int64).ravel().tolist())
-            elif feature.encoding == "float":
-                target.extend(block.astype(np.float32).ravel().tolist())
-            else:
-                target.extend(to_bytes(v, feature.name) for v in block.ravel().tolist())
+            _fill_block(feature, arrays[feature.name][first:last], example.features.feature)
         records.append(example.SerializeToString())
     return records
+
+
+def _fill_block(feature: Feature, block: np.ndarray, features: Any) -> None:
+    """Store one feature's examples ``block`` in a packed record's ``features`` map."""
+    target = getattr(features[feature.name], feature.kind).value
+    if feature.sequence:  # the frames one after the other, and each example's count
+        rows = [np.asarray(row).reshape(-1, *feature.shape) for row in block]
+        features[frames_name(feature.name)].int64_list.value.extend(len(row) for row in rows)
+        _fill_values(feature, np.concatenate(rows), target)  # a block holds an example
+    elif feature.varying:  # the values one after the other, and each row's length
+        rows = [np.asarray(row).ravel() for row in block]
+        features[lengths_name(feature.name)].int64_list.value.extend(len(row) for row in rows)
+        if feature.encoding == "bytes":
+            target.extend(to_bytes(v, feature.name) for row in rows for v in row.tolist())
+        else:
+            cast = np.int64 if feature.encoding == "int64" else np.float32
+            for row in rows:
+                target.extend(row.astype(cast).tolist())
+    else:
+        _fill_values(feature, block, target)
+
+
+def _fill_values(feature: Feature, block: np.ndarray, target: Any) -> None:
+    """Append the values of ``block`` (of fixed-shape items) to a proto value list."""
+    if feature.encoding == "raw":
+        dtype = "uint8" if feature.dtype == "bool" else feature.dtype
+        little = np.dtype(dtype).newbyteorder("<")
+        target.append(np.ascontiguousarray(block, dtype=little).tobytes())
+    elif feature.encoding == "int64":
+        target.extend(block.astype(np.int64).ravel().tolist())
+    elif feature.encoding == "float":
+        target.extend(block.astype(np.float32).ravel().tolist())
+    else:
+        target.extend(to_bytes(v, feature.name) for v in block.ravel().tolist())
 
 
 def _whole_examples(feature: Feature, lengths: Any, unit: int, per_record: int) -> Any:
@@ -222,6 +278,59 @@ def _decode_varying(feature: Feature, parsed: Any, per_record: int) -> tuple[Any
     return ragged, counts
 
 
+def _decode_frames(feature: Feature, parsed: Any, per_record: int) -> tuple[Any, Any]:
+    """A batch of blocks of a feature list as ``[examples, (frames), *shape]`` ragged."""
+    stored = parsed[feature.name]  # [records, (values)]: a raw block is one bytes value
+    counts = parsed[frames_name(feature.name)]  # [records, (examples)]
+    frames = tf.reduce_sum(counts, axis=1)
+    if feature.encoding == "raw":
+        held = tf.cast(tf.reduce_sum(tf.strings.length(stored), axis=1), tf.int64)
+        unit = feature.raw_nbytes
+    else:
+        held = stored.row_lengths()
+        unit = feature.size or 1
+    message = (
+        f"Packed tf.train.Example: feature list {feature.name!r} does not hold the frames "
+        f"its {frames_name(feature.name)!r} counts ({unit} value(s) or bytes a frame, at "
+        f"most {per_record} examples a record)"
+    )
+    checks = [
+        tf.debugging.assert_equal(held, frames * unit, message=message),
+        tf.debugging.assert_less_equal(
+            counts.row_lengths(), tf.constant(per_record, tf.int64), message=message
+        ),
+        tf.debugging.assert_non_negative(counts.flat_values, message=message),
+    ]
+    if feature.encoding == "raw":  # one bytes value (or none, for no frames)
+        checks.append(
+            tf.debugging.assert_less_equal(
+                stored.row_lengths(), tf.constant(1, tf.int64), message=message
+            )
+        )
+    with tf.control_dependencies(checks):
+        if feature.encoding == "raw":
+            value = _raw_frames(feature, tf.strings.reduce_join(stored.flat_values))
+        else:
+            value = tf.reshape(stored.flat_values, [-1, *feature.shape])
+            if value.dtype != feature.tf_dtype:
+                value = tf.cast(value, feature.tf_dtype)
+        ragged = tf.RaggedTensor.from_row_lengths(value, counts.flat_values, validate=False)
+    return ragged, counts.row_lengths()
+
+
+def _raw_frames(feature: Feature, joined: Any) -> Any:
+    """The frames of one string of their raw bytes, as ``[frames, *shape]``."""
+    decoded, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
+    value = tf.reshape(
+        tf.io.decode_raw(joined, tf.as_dtype(decoded), little_endian=True), [-1, *feature.shape]
+    )
+    if bitcast_to is not None:
+        value = tf.bitcast(value, tf.as_dtype(bitcast_to))
+    if feature.dtype == "bool":
+        value = tf.not_equal(value, 0)
+    return value
+
+
 def unpack(
     schema: Schema, serialized: Any, per_record: int, *, order_seed: Any = None
 ) -> dict[str, Any]:
@@ -243,19 +352,22 @@ def unpack(
     """
     spec = {
         f.name: tf.io.FixedLenFeature([], tf.string)
-        if f.encoding == "raw"
+        if f.encoding == "raw" and not f.sequence
         else tf.io.RaggedFeature(dtype=_STORED[f.encoding], row_splits_dtype=tf.int64)
         for f in schema
     }
     for f in schema:
-        if f.varying:
-            spec[lengths_name(f.name)] = tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int64)
+        companion = _counts_name(f)
+        if companion is not None:
+            spec[companion] = tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int64)
     parsed = tf.io.parse_example(serialized, spec)
     values: dict[str, Any] = {}
     rows: dict[str, Any] = {}  # varying features: one ragged row per real example
     counts = []
     for feature in schema:
-        if feature.varying:
+        if feature.sequence:
+            rows[feature.name], count = _decode_frames(feature, parsed, per_record)
+        elif feature.varying:
             rows[feature.name], count = _decode_varying(feature, parsed, per_record)
         else:
             decode = _decode_raw if feature.encoding == "raw" else _decode_list
@@ -315,15 +427,15 @@ def check_block(
         proto = present[feature.name]
         kind = proto.WhichOneof("kind")
         values = getattr(proto, kind).value if kind else []
-        if feature.varying:
-            blocks = _check_varying_block(
-                feature, present, kind, len(values), per_record, where, file, record
+        if feature.varying or feature.sequence:
+            blocks = _check_counted_block(
+                feature, present, kind, list(values), per_record, where, file, record
             )
             if count is not None and blocks != count:
                 raise SchemaMismatchError(
                     f"Feature {feature.name!r} in packed {where} does not match the schema: "
                     f"expected {count} examples (as for {schema.names[0]!r}); its "
-                    f"{lengths_name(feature.name)!r} counts {blocks}.",
+                    f"{_counts_name(feature)!r} counts {blocks}.",
                     file=file,
                     record=record,
                     feature=feature.name,
@@ -359,38 +471,56 @@ def check_block(
     return count or 0
 
 
-def _check_varying_block(
+def _check_counted_block(
     feature: Feature,
     present: Any,
     kind: str | None,
-    total: int,
+    values: list[Any],
     per_record: int,
     where: str,
     file: str | None,
     record: int | None,
 ) -> int:
-    """The examples of one packed block of a varying feature, after checking its lengths."""
-    name = lengths_name(feature.name)
-    lengths = present[name].int64_list.value if name in present else None
+    """The examples of one packed block of a varying feature or a feature list, checked.
+
+    Its companion feature counts each example's values (row lengths) or frames (frame
+    counts); the block's values must add up to them.
+    """
+    name = str(_counts_name(feature))
+    counts = present[name].int64_list.value if name in present else None
+    if not feature.sequence:
+        unit, total = 1, len(values)
+        layout = "values one after the other beside their row lengths"
+    elif feature.encoding == "raw":
+        unit = feature.raw_nbytes
+        total = len(values[0]) if len(values) == 1 else (0 if not values else -1)
+        layout = f"frames' bytes in one bytes value ({unit} a frame) beside their frame counts"
+    else:
+        unit, total = feature.size or 1, len(values)
+        layout = f"frames one after the other ({unit} value(s) a frame), and frame counts"
+    what, label = ("frames", "frame counts") if feature.sequence else ("values", "row lengths")
+    unit_name = "bytes" if feature.sequence and feature.encoding == "raw" else "values"
     problem = None
     if kind not in (feature.kind, None):
         problem = f"a {kind} instead of a {feature.kind}"
-    elif lengths is None:
-        problem = f"no {name!r} feature with each example's number of values"
-    elif not 1 <= len(lengths) <= per_record or any(n < 0 for n in lengths):
-        problem = f"{len(lengths)} row lengths in {name!r}, expected 1 to {per_record}"
-    elif sum(lengths) != total:
-        problem = f"{total} values where {name!r} counts {sum(lengths)}"
+    elif counts is None:
+        problem = f"no {name!r} feature with each example's number of {what}"
+    elif not 1 <= len(counts) <= per_record or any(n < 0 for n in counts):
+        problem = f"{len(counts)} {label} in {name!r}, expected 1 to {per_record}"
+    elif total < 0:
+        problem = f"{len(values)} bytes values, expected one"
+    elif sum(counts) * unit != total:
+        problem = f"{total} {unit_name} where {name!r} counts {sum(counts)} {what}"
     if problem is not None:
         raise SchemaMismatchError(
             f"Feature {feature.name!r} in packed {where} does not match the schema: "
-            f"expected {feature.describe()} per example, the block's values one after the "
-            f"other beside their row lengths; found {problem}.",
+            f"expected {feature.describe()} per example, the block's {layout}; found "
+            f"{problem}.",
             file=file,
             record=record,
             feature=feature.name,
         )
-    return len(lengths or [])
+    return len(counts or [])
 
 
 def pass_seed(seed: int | None) -> Any:

@@ -5,6 +5,13 @@ finding the one that lists a file, the shard list of a directory, and checking a
 against the size it had when written. It knows the :class:`~tfr_hooks.tfrecord.Schema`
 it stores, and nothing of how files are found or read (:mod:`tfr_hooks.tfrecord.files`
 asks it for a directory's shard list, not the other way round).
+
+The layout of the records follows from what it stores: ``examples_per_record`` above 1
+means packed shards (:mod:`tfr_hooks.tfrecord.packed`), whose companion features (a
+varying feature's ``<name>/row_lengths``, a feature list's ``<name>/frame_counts``) are
+not listed in the schema; a feature stored with ``"sequence": true`` is a feature list,
+written as a SequenceExample's ``feature_lists`` in shards of one example a record, and
+as the block's frames beside their frame counts in packed shards.
 """
 
 from __future__ import annotations

@@ -147,7 +147,13 @@ def _chunk_values(feature: Feature, chunk: np.ndarray) -> list[Any]:
 def _serialize(
     schema: Schema, arrays: Mapping[str, np.ndarray], start: int, stop: int
 ) -> list[bytes]:
-    """Serialize examples ``start:stop``, with one numpy conversion per feature and chunk."""
+    """Serialize examples ``start:stop``, with one numpy conversion per feature and chunk.
+
+    With feature lists in ``schema``, the records are ``tf.train.SequenceExample``s (see
+    :func:`_serialize_sequences`).
+    """
+    if schema.sequence_features:
+        return _serialize_sequences(schema, arrays, start, stop)
     # (name, proto list, whether each value is a list of values, the values)
     columns = [
         (
@@ -170,6 +176,48 @@ def _serialize(
                 target.append(values[i])
         records.append(example.SerializeToString())
     return records
+
+
+def _serialize_sequences(
+    schema: Schema, arrays: Mapping[str, np.ndarray], start: int, stop: int
+) -> list[bytes]:
+    """Serialize examples ``start:stop`` as ``tf.train.SequenceExample`` records.
+
+    Context features go to the context, stored as in an Example; each feature list's
+    example is an array ``[frames, *shape]`` (or a list of frames), one frame a
+    ``tf.train.Feature`` stored as a context feature of the frame's shape would be. An
+    example of 0 frames gets an empty feature list.
+    """
+    context = Schema(schema.context_features)
+    contexts = _serialize(context, arrays, start, stop) if len(context) else [b""] * (stop - start)
+    records = []
+    for i, serialized in enumerate(contexts):
+        lists = example_pb2.SequenceExample()
+        for feature in schema.sequence_features:
+            frames = arrays[feature.name][start + i]
+            target = lists.feature_lists.feature_list[feature.name].feature
+            frame = feature.frame
+            values = _chunk_values(frame, _frames_array(frame, frames)) if len(frames) else []
+            for value in values:
+                proto = getattr(target.add(), frame.kind).value
+                if isinstance(value, list):
+                    proto.extend(value)
+                else:
+                    proto.append(value)
+        # an Example's field 1 (features) is a SequenceExample's field 1 (context), so the
+        # context's bytes and the feature lists' bytes concatenated are the whole record
+        records.append(serialized + lists.SerializeToString())
+    return records
+
+
+def _frames_array(frame: Feature, frames: Any) -> np.ndarray:
+    """One example's frames as ``_chunk_values`` takes them (rows of varying frames)."""
+    if frame.varying:
+        rows = np.empty(len(frames), dtype=object)
+        for index, row in enumerate(frames):
+            rows[index] = np.asarray(row)
+        return rows
+    return np.asarray(frames).reshape(-1, *frame.shape)
 
 
 def write(
