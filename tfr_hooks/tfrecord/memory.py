@@ -48,6 +48,7 @@ __all__ = [
     "LENGTH_SAMPLE",
     "GATHER_EXAMPLES",
     "GATHER_BYTES",
+    "WHOLE_PASS_BYTES",
     "PARALLEL_CALLS",
     "LOAD_CHUNK",
     "Held",
@@ -64,6 +65,11 @@ GATHER_EXAMPLES = 4096
 #: Bytes gathered by one element at most: large examples (images) are gathered a batch
 #: at a time, as cutting a big gathered chunk into batches copies the data twice.
 GATHER_BYTES = 1 << 20
+#: Bytes held at most for a pass to be gathered whole: one function call a pass, the
+#: permutation and the gather of every example at once, then cut into batches. Each
+#: function a pass runs costs milliseconds to start at every new iterator, the cost that
+#: dominates a pass over a small data set; the whole pass costs its bytes once more.
+WHOLE_PASS_BYTES = 32 << 20
 #: Examples decoded together while loading (small: the chunks in flight add to the peak).
 LOAD_CHUNK = 1024
 _ALIGN = 64  # TensorFlow takes a numpy buffer without copying when it is this aligned
@@ -481,7 +487,7 @@ def memory_dataset(
         salts = tf.data.Dataset.random(seed=seed).map(lambda s: tf.bitwise.bitwise_xor(s, start))
     if num_epochs is not None:
         salts = salts.take(num_epochs)
-    batches = salts.flat_map(gather.one_pass)
+    batches = gather.whole_passes(salts) if gather.whole else salts.flat_map(gather.one_pass)
     total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * gather.per_pass
     batches = batches.apply(tf.data.experimental.assert_cardinality(total))
     if prefetch:
@@ -538,6 +544,34 @@ class _Gather:
         self.full = count // self.chunk
         self.map_fn: Callable[[dict[str, Any]], Any] | None = None
         self.batch_fn: Callable[[dict[str, Any]], Any] | None = None
+        self.small = not ragged and sum(v.nbytes for v in self.flat) <= WHOLE_PASS_BYTES
+        self.small = self.small and all(v.dtype.kind not in "OSU" for v in self.flat)
+
+    @property
+    def whole(self) -> bool:
+        """Whether each pass is gathered whole (small dense data, no buckets or functions)."""
+        return self.small and self.plan is None and self.map_fn is None and self.batch_fn is None
+
+    def whole_passes(self, salts: tf.data.Dataset) -> tf.data.Dataset:
+        """The batches of the passes ``salts`` shuffle, each pass gathered whole.
+
+        One function a pass (hand the arrays over, permute, gather every example), the
+        next pass gathered while this one is consumed, then cut into the batches
+        :meth:`one_pass` gives: the same examples in the same order.
+        """
+        full = self.count // self.batch_size
+        sizes = [self.batch_size] * full
+        if self.count % self.batch_size and not self.drop_remainder:
+            sizes.append(self.count % self.batch_size)
+        kept = sum(sizes)
+
+        def gather_all(salt: Any) -> dict[str, Any]:
+            _, *data = self.columns()
+            order = self.permutation(salt)[:kept]
+            return {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
+
+        passes = salts.map(gather_all).prefetch(1)
+        return passes.rebatch(sizes if len(set(sizes)) > 1 else sizes[0])
 
     @property
     def fused(self) -> bool:
