@@ -6,7 +6,11 @@ one numpy array per feature, and :func:`memory_dataset` serves batches by gather
 of those arrays, each epoch along a fresh permutation of all the examples (what Keras
 ``fit`` does for numpy arrays). There is no per-example ``tf.data`` element: each
 element of the pipeline is a slice of the permutation (several batches' worth), gathered
-with one ``tf.gather`` per feature and cut into batches with ``rebatch``.
+with one ``tf.gather`` per feature and cut into batches with ``rebatch``. Small dense
+data (up to :data:`WHOLE_PASS_BYTES`) is gathered a whole pass at a time by one function
+(the next pass while this one is consumed): every function a pass's pipeline runs costs
+milliseconds to start at each new iterator, which is most of a pass over a few thousand
+examples (bench/memory_epoch_cost.py measures it).
 
 The arrays reach TensorFlow through a ``tf.numpy_function`` evaluated once per pass
 (at each new iterator, or each initialization of a graph-mode iterator), which hands
@@ -442,6 +446,7 @@ def memory_dataset(
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     buckets: np.ndarray | None = None,
     batch_fn: Callable[[dict[str, Any]], Any] | None = None,
+    select: Callable[[dict[str, Any]], Any] | None = None,
 ) -> tf.data.Dataset:
     """Batches gathered from in-memory arrays, a fresh permutation every pass.
 
@@ -469,9 +474,13 @@ def memory_dataset(
         buckets: The bucket of each example (``int64``), or ``None``.
         batch_fn: Applied to each gathered batch in the same parallel step as the
             gather (padding), when there is no ``map_fn``.
+        select: Applied last to each batch (a dict): the features ``as_tuple`` names.
+            It must select features, not compute: it runs on a whole pass at once when
+            the pass is gathered whole.
 
     Returns:
-        A dataset of dicts of batch tensors, of exact known cardinality.
+        A dataset of dicts of batch tensors (or what ``select`` returns), of exact
+        known cardinality.
 
     Raises:
         ValueError: If ``drop_remainder`` leaves no batch.
@@ -479,7 +488,7 @@ def memory_dataset(
     gather = _Gather(arrays, batch_size, shuffle, drop_remainder, buckets)
     if batch_fn is not None and map_fn is not None:
         raise ValueError("Expected `batch_fn` without `map_fn` (apply it to the batches)")
-    gather.map_fn, gather.batch_fn = map_fn, batch_fn
+    gather.map_fn, gather.batch_fn, gather.select = map_fn, batch_fn, select
     if tf.executing_eagerly():
         salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     else:
@@ -490,6 +499,8 @@ def memory_dataset(
     batches = gather.whole_passes(salts) if gather.whole else salts.flat_map(gather.one_pass)
     total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * gather.per_pass
     batches = batches.apply(tf.data.experimental.assert_cardinality(total))
+    if select is not None and not gather.whole:  # gathered whole, selected with the gather
+        batches = batches.map(select)
     if prefetch:
         batches = batches.prefetch(prefetch)
     return batches
@@ -544,6 +555,7 @@ class _Gather:
         self.full = count // self.chunk
         self.map_fn: Callable[[dict[str, Any]], Any] | None = None
         self.batch_fn: Callable[[dict[str, Any]], Any] | None = None
+        self.select: Callable[[dict[str, Any]], Any] | None = None
         self.small = not ragged and sum(v.nbytes for v in self.flat) <= WHOLE_PASS_BYTES
         self.small = self.small and all(v.dtype.kind not in "OSU" for v in self.flat)
 
@@ -555,9 +567,9 @@ class _Gather:
     def whole_passes(self, salts: tf.data.Dataset) -> tf.data.Dataset:
         """The batches of the passes ``salts`` shuffle, each pass gathered whole.
 
-        One function a pass (hand the arrays over, permute, gather every example), the
-        next pass gathered while this one is consumed, then cut into the batches
-        :meth:`one_pass` gives: the same examples in the same order.
+        One function a pass (hand the arrays over, permute, gather every example, and
+        ``select``), the next pass gathered while this one is consumed, then cut into
+        the batches :meth:`one_pass` gives: the same examples in the same order.
         """
         full = self.count // self.batch_size
         sizes = [self.batch_size] * full
@@ -568,7 +580,8 @@ class _Gather:
         def gather_all(salt: Any) -> dict[str, Any]:
             _, *data = self.columns()
             order = self.permutation(salt)[:kept]
-            return {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
+            gathered = {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
+            return gathered if self.select is None else self.select(gathered)
 
         passes = salts.map(gather_all).prefetch(1)
         return passes.rebatch(sizes if len(set(sizes)) > 1 else sizes[0])
