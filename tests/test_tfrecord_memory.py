@@ -173,6 +173,27 @@ def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, dro
     assert not np.array_equal(orders[0], orders[1])  # the next pass of the seeded sequence
 
 
+def test_unaligned_arrays_are_served_whole_and_right():
+    from tfr_hooks.tfrecord.memory import memory_dataset
+
+    arrays = _arrays()
+    unaligned = np.empty(arrays["x"].nbytes + 4, np.uint8)[4:].view(np.float32).reshape(-1, 3)
+    unaligned[...] = arrays["x"]  # 4 bytes off: copied once into an aligned buffer
+    ds = memory_dataset(
+        {"x": unaligned, "index": arrays["index"]},
+        100,
+        shuffle=True,
+        seed=1,
+        drop_remainder=False,
+        num_epochs=2,
+        prefetch=None,
+    )
+    batches = list(ds)
+    assert len(batches) == 20
+    for batch in batches:
+        np.testing.assert_array_equal(batch["x"].numpy(), arrays["x"][batch["index"].numpy()])
+
+
 def test_graph_mode_data_is_not_a_graph_constant(tmp_path):
     big = {"x": np.ones((4000, 256), np.float32), "y": np.arange(4000)}  # 4 MB decoded
     tfrecord.write(big, tmp_path, shards=2)
