@@ -101,6 +101,7 @@ _PACKED = (
     "then streamed (text: pad_to='longest')"
 )
 _BUCKETED = "in_memory=True, bucket_boundaries (the hand-written buckets), pad_to='longest'"
+_SMALL = "small data set (3,072 examples, each pass a new iterator, in a Dataset.reduce),"
 REAL_ROWS: list[tuple[str, str]] = [
     ("img_fit_hand", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data (guide)"),
     ("img_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset(map_fn=decode)"),
@@ -113,6 +114,16 @@ REAL_ROWS: list[tuple[str, str]] = [
     ("img_input_stream", "input alone: tfrecord.dataset(map_fn=decode)"),
     ("img_input_memory", f"input alone, in memory: {_MEMORY}"),
     ("img_input_packed", f"input alone, packed: {_PACKED}"),
+    (
+        "img_input_small_cached",
+        f"input alone, {_SMALL} 40x40x3 uint8 images: hand-written .unbatch().cache().shuffle(n)",
+    ),
+    ("img_input_small_memory", f"input alone, {_SMALL} 40x40x3 uint8 images: in_memory=True"),
+    (
+        "img_input_small_digits_cached",
+        f"input alone, {_SMALL} 784-byte digit rows: hand-written .unbatch().cache().shuffle(n)",
+    ),
+    ("img_input_small_digits_memory", f"input alone, {_SMALL} 784-byte digit rows: in_memory=True"),
     ("txt_fit_padded", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data, padded_batch"),
     ("txt_fit_bucketed", "the same with bucket_by_sequence_length"),
     ("txt_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset, pad_to='longest'"),
@@ -134,7 +145,8 @@ REAL_ROWS: list[tuple[str, str]] = [
 REAL_KINDS = {"img": "JPEG images, small CNN", "txt": "token sequences, embedding + pooling"}
 #: The reference of each real table (the ratios' "x fit" column).
 REAL_REFERENCE = {"img": "img_fit_hand", "txt": "txt_fit_padded"}
-REAL_INPUTS = tuple(name for name, _ in REAL_ROWS if "_input_" in name)
+#: The input rows of the real data sets (the small data sets' rows, of other data, aside).
+REAL_INPUTS = tuple(name for name, _ in REAL_ROWS if "_input_" in name and "_small" not in name)
 REAL_MODELS = ("img_model_only", "txt_model_only")
 
 

@@ -399,6 +399,15 @@ def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
         fit,
         1.0,
     )
+    if k == "img":
+        for small in ("small", "small_digits"):
+            add(
+                t,
+                f"in-memory input alone >= .cache(), {small.replace('_', ' ')} (3,072 a pass)",
+                f"img_input_{small}_memory",
+                f"img_input_{small}_cached",
+                1.0,
+            )
     if k == "txt":
         add(
             t,

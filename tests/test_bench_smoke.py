@@ -167,6 +167,10 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
         "txt_loop_memory_bucketed",
         "txt_session_memory_bucketed",
         "txt_input_packed",
+        "img_input_small_cached",  # the small data sets, a pass a new iterator
+        "img_input_small_memory",
+        "img_input_small_digits_cached",
+        "img_input_small_digits_memory",
     ]
     results = {(c, c[:3]): [run(c)] for c in configs}
     for (config, _), (result,) in results.items():
@@ -191,6 +195,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     names = {(t.model, t.comparison) for t in targets}
     assert ("img", "img_input_memory / img_input_hand_cached") in names
     assert ("txt", "txt_input_memory_bucketed / txt_input_bucketed") in names
+    assert ("img", "img_input_small_memory / img_input_small_cached") in names
     assert all(t.model in ("img", "txt") for t in targets)  # not the digits targets
 
 

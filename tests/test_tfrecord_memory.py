@@ -145,6 +145,55 @@ def test_graph_mode_reshuffles_at_each_initialization_reproducibly(shards):
     assert all(np.array_equal(a, b) for a, b in zip(orders, again, strict=True))
 
 
+def _passes(arrays: dict[str, np.ndarray], drop: bool, passes: int) -> list[list[np.ndarray]]:
+    """Batches (``index``) of ``passes`` passes of ``memory_dataset``, a new iterator each."""
+    from tfr_hooks.tfrecord.memory import memory_dataset
+
+    ds = memory_dataset(
+        arrays, 128, shuffle=True, seed=4, drop_remainder=drop, num_epochs=1, prefetch=2
+    )
+    return [[b["index"].numpy() for b in ds] for _ in range(passes)]
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, drop):
+    from tfr_hooks.tfrecord import memory
+
+    arrays = _arrays()
+    assert memory._Gather(arrays, 128, True, drop, None).whole  # 20 KB: gathered whole
+    whole = _passes(arrays, drop, 3)
+    monkeypatch.setattr(memory, "WHOLE_PASS_BYTES", -1)  # a flat_map of each pass's slices
+    assert not memory._Gather(arrays, 128, True, drop, None).whole
+    sliced = _passes(arrays, drop, 3)
+    sizes = [128] * 7 + ([] if drop else [104])  # each pass ends with its own final batch
+    for batches, other in zip(whole, sliced, strict=True):
+        assert [len(b) for b in batches] == sizes
+        assert all(np.array_equal(a, b) for a, b in zip(batches, other, strict=True))
+    orders = [np.concatenate(batches) for batches in whole]
+    assert not np.array_equal(orders[0], orders[1])  # the next pass of the seeded sequence
+
+
+def test_unaligned_arrays_are_served_whole_and_right():
+    from tfr_hooks.tfrecord.memory import memory_dataset
+
+    arrays = _arrays()
+    unaligned = np.empty(arrays["x"].nbytes + 4, np.uint8)[4:].view(np.float32).reshape(-1, 3)
+    unaligned[...] = arrays["x"]  # 4 bytes off: copied once into an aligned buffer
+    ds = memory_dataset(
+        {"x": unaligned, "index": arrays["index"]},
+        100,
+        shuffle=True,
+        seed=1,
+        drop_remainder=False,
+        num_epochs=2,
+        prefetch=None,
+    )
+    batches = list(ds)
+    assert len(batches) == 20
+    for batch in batches:
+        np.testing.assert_array_equal(batch["x"].numpy(), arrays["x"][batch["index"].numpy()])
+
+
 def test_graph_mode_data_is_not_a_graph_constant(tmp_path):
     big = {"x": np.ones((4000, 256), np.float32), "y": np.arange(4000)}  # 4 MB decoded
     tfrecord.write(big, tmp_path, shards=2)

@@ -6,7 +6,11 @@ one numpy array per feature, and :func:`memory_dataset` serves batches by gather
 of those arrays, each epoch along a fresh permutation of all the examples (what Keras
 ``fit`` does for numpy arrays). There is no per-example ``tf.data`` element: each
 element of the pipeline is a slice of the permutation (several batches' worth), gathered
-with one ``tf.gather`` per feature and cut into batches with ``rebatch``.
+with one ``tf.gather`` per feature and cut into batches with ``rebatch``. Small dense
+data (up to :data:`WHOLE_PASS_BYTES`) is gathered a whole pass at a time by one function
+(the next pass while this one is consumed): every function a pass's pipeline runs costs
+milliseconds to start at each new iterator, which is most of a pass over a few thousand
+examples (bench/memory_epoch_cost.py measures it).
 
 The arrays reach TensorFlow through a ``tf.numpy_function`` evaluated once per pass
 (at each new iterator, or each initialization of a graph-mode iterator), which hands
@@ -48,6 +52,7 @@ __all__ = [
     "LENGTH_SAMPLE",
     "GATHER_EXAMPLES",
     "GATHER_BYTES",
+    "WHOLE_PASS_BYTES",
     "PARALLEL_CALLS",
     "LOAD_CHUNK",
     "Held",
@@ -64,6 +69,11 @@ GATHER_EXAMPLES = 4096
 #: Bytes gathered by one element at most: large examples (images) are gathered a batch
 #: at a time, as cutting a big gathered chunk into batches copies the data twice.
 GATHER_BYTES = 1 << 20
+#: Bytes held at most for a pass to be gathered whole: one function call a pass, the
+#: permutation and the gather of every example at once, then cut into batches. Each
+#: function a pass runs costs milliseconds to start at every new iterator, the cost that
+#: dominates a pass over a small data set; the whole pass costs its bytes once more.
+WHOLE_PASS_BYTES = 32 << 20
 #: Examples decoded together while loading (small: the chunks in flight add to the peak).
 LOAD_CHUNK = 1024
 _ALIGN = 64  # TensorFlow takes a numpy buffer without copying when it is this aligned
@@ -162,6 +172,17 @@ def _empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     buffer = np.empty(nbytes + _ALIGN, np.uint8)
     offset = (-buffer.ctypes.data) % _ALIGN
     return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy of it in a buffer TensorFlow can use without copying."""
+    if array.dtype.kind == "O":
+        return array
+    if array.flags.c_contiguous and array.ctypes.data % _ALIGN == 0:
+        return array
+    copy = _empty(array.shape, array.dtype)
+    copy[...] = array
+    return copy
 
 
 def _numpy_dtype(dtype: str) -> Any:
@@ -451,6 +472,7 @@ def memory_dataset(
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     buckets: np.ndarray | None = None,
     batch_fn: Callable[[dict[str, Any]], Any] | None = None,
+    select: Callable[[dict[str, Any]], Any] | None = None,
 ) -> tf.data.Dataset:
     """Batches gathered from in-memory arrays, a fresh permutation every pass.
 
@@ -478,9 +500,13 @@ def memory_dataset(
         buckets: The bucket of each example (``int64``), or ``None``.
         batch_fn: Applied to each gathered batch in the same parallel step as the
             gather (padding), when there is no ``map_fn``.
+        select: Applied last to each batch (a dict): the features ``as_tuple`` names.
+            It must select features, not compute: it runs on a whole pass at once when
+            the pass is gathered whole.
 
     Returns:
-        A dataset of dicts of batch tensors, of exact known cardinality.
+        A dataset of dicts of batch tensors (or what ``select`` returns), of exact
+        known cardinality.
 
     Raises:
         ValueError: If ``drop_remainder`` leaves no batch.
@@ -488,7 +514,7 @@ def memory_dataset(
     gather = _Gather(arrays, batch_size, shuffle, drop_remainder, buckets)
     if batch_fn is not None and map_fn is not None:
         raise ValueError("Expected `batch_fn` without `map_fn` (apply it to the batches)")
-    gather.map_fn, gather.batch_fn = map_fn, batch_fn
+    gather.map_fn, gather.batch_fn, gather.select = map_fn, batch_fn, select
     if tf.executing_eagerly():
         salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     else:
@@ -496,9 +522,14 @@ def memory_dataset(
         salts = tf.data.Dataset.random(seed=seed).map(lambda s: tf.bitwise.bitwise_xor(s, start))
     if num_epochs is not None:
         salts = salts.take(num_epochs)
-    batches = salts.flat_map(gather.one_pass)
+    if gather.whole:  # the next pass gathered while this one is consumed, if there is one
+        batches = gather.whole_passes(salts, overlap=num_epochs != 1)
+    else:
+        batches = salts.flat_map(gather.one_pass)
     total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * gather.per_pass
     batches = batches.apply(tf.data.experimental.assert_cardinality(total))
+    if select is not None and not gather.whole:  # gathered whole, selected with the gather
+        batches = batches.map(select)
     if prefetch:
         batches = batches.prefetch(prefetch)
     return batches
@@ -520,7 +551,13 @@ class _Gather:
         buckets: np.ndarray | None,
     ) -> None:
         self.names = list(arrays)
-        self.held = [arrays[name] for name in self.names]
+        # TensorFlow copies an unaligned buffer at every hand-over (0.1 ms a MB): copy once
+        self.held: list[Held] = [
+            RaggedArray(_aligned(value.values), _aligned(value.row_splits))
+            if isinstance(value, RaggedArray)
+            else _aligned(value)
+            for value in (arrays[name] for name in self.names)
+        ]
         self.flat: list[np.ndarray] = []
         for value in self.held:
             if isinstance(value, RaggedArray):
@@ -529,7 +566,7 @@ class _Gather:
                 self.flat.append(value)
         self.bucketed = buckets is not None
         if buckets is not None:
-            self.flat.append(np.ascontiguousarray(buckets, np.int64))
+            self.flat.append(_aligned(np.ascontiguousarray(buckets, np.int64)))
         self.count = count = len(self.held[0])
         self.batch_size, self.shuffle, self.drop_remainder = batch_size, shuffle, drop_remainder
         self.plan = _batch_plan(count, batch_size, drop_remainder, buckets)
@@ -553,6 +590,40 @@ class _Gather:
         self.full = count // self.chunk
         self.map_fn: Callable[[dict[str, Any]], Any] | None = None
         self.batch_fn: Callable[[dict[str, Any]], Any] | None = None
+        self.select: Callable[[dict[str, Any]], Any] | None = None
+        self.small = not ragged and sum(v.nbytes for v in self.flat) <= WHOLE_PASS_BYTES
+        self.small = self.small and all(v.dtype.kind not in "OSU" for v in self.flat)
+
+    @property
+    def whole(self) -> bool:
+        """Whether each pass is gathered whole (small dense data, no buckets or functions)."""
+        return self.small and self.plan is None and self.map_fn is None and self.batch_fn is None
+
+    def whole_passes(self, salts: tf.data.Dataset, overlap: bool) -> tf.data.Dataset:
+        """The batches of the passes ``salts`` shuffle, each pass gathered whole.
+
+        One function a pass (hand the arrays over, permute, gather every example, and
+        ``select``), then cut into the batches :meth:`one_pass` gives: the same
+        examples in the same order. With ``overlap``, the next pass is gathered while
+        this one is consumed (a thread started at each new iterator: for one pass an
+        iterator, it would only add to the start).
+        """
+        full = self.count // self.batch_size
+        sizes = [self.batch_size] * full
+        if self.count % self.batch_size and not self.drop_remainder:
+            sizes.append(self.count % self.batch_size)
+        kept = sum(sizes)
+
+        def gather_all(salt: Any) -> dict[str, Any]:
+            _, *data = self.columns()
+            order = self.permutation(salt)[:kept]
+            gathered = {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
+            return gathered if self.select is None else self.select(gathered)
+
+        passes = salts.map(gather_all)
+        if overlap:
+            passes = passes.prefetch(1)
+        return passes.rebatch(sizes if len(set(sizes)) > 1 else sizes[0])
 
     @property
     def fused(self) -> bool:

@@ -74,8 +74,8 @@ def build_pipeline(
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
     if kind.in_memory:
-        data, examples = _memory_data(plan, options, kind)
-        return finish(data, plan.names, prefetch=None, autotune=options.autotune), examples
+        data, examples = _memory_data(plan, options, kind)  # as_tuple applied there
+        return finish(data, None, prefetch=None, autotune=options.autotune), examples
     return _build_dataset(plan, options), plan.examples
 
 
@@ -194,6 +194,8 @@ def _memory_data(
         buckets = _buckets(arrays, shaping, shaping.bucket_boundaries)
     pad = functools.partial(pad_batch, shaping=shaping) if shaping.pads else None
     pad_after = pad is not None and decode_each_batch is not None  # padded after decoding
+    last = batch_map_fn is None and not pad_after  # memory_dataset's batches are returned
+    names = plan.names
     data = memory_dataset(
         arrays,
         options.batch_size,
@@ -201,19 +203,20 @@ def _memory_data(
         seed=options.seed,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
-        prefetch=2 if prefetch and batch_map_fn is None and not pad_after else None,
+        prefetch=2 if prefetch and last else None,
         map_fn=decode_each_batch,
         buckets=buckets,
         batch_fn=pad if decode_each_batch is None else None,
+        select=functools.partial(structure, names=names) if last and names else None,
     )
     if pad is not None and pad_after:
         data = data.map(pad, num_parallel_calls=PARALLEL_CALLS, deterministic=True)
-        if prefetch and batch_map_fn is None:
-            data = data.prefetch(2)
     if batch_map_fn is not None:
         data = _map_batches(data, batch_map_fn)
-        if prefetch:
-            data = data.prefetch(2)
+    if not last and names is not None:
+        data = data.map(lambda d: structure(d, names))
+    if not last and prefetch:
+        data = data.prefetch(2)
     return data, len(next(iter(arrays.values())))
 
 
