@@ -12,15 +12,24 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tensorflow as tf
+from tensorflow.python.eager.cancellation import CancellationManager
 
 from tfr_hooks import cli
-from tfr_hooks.data_service import LocalService, check_dispatcher, check_service_address
+from tfr_hooks.data_service import (
+    LocalService,
+    check_dispatcher,
+    check_service_address,
+    live_workers,
+    registered_workers,
+)
 
 SRC = Path(cli.__file__).resolve().parents[1]
 #: seconds a server may take to start on a loaded 2-core machine (it imports TensorFlow)
@@ -166,22 +175,82 @@ def test_a_local_service_of_two_workers_serves_each_element_once() -> None:
     assert [p.returncode for p in processes] == [0, 0, 0]
 
 
+def watchdog(condition: Callable[[], bool], manager: Any) -> threading.Event:
+    """Cancel ``manager`` once ``condition()`` holds (checked twice a second); set to end."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.5):
+            if condition():
+                manager.start_cancel()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    return done
+
+
+def dispatcher_gone(address: str) -> bool:
+    try:
+        check_dispatcher(address, timeout=2)
+    except ConnectionError:
+        return True
+    return False
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(4 * START)
-def test_a_killed_worker_leaves_the_read_to_the_other() -> None:
+def test_a_killed_worker_leaves_the_read_to_the_other_and_none_left_is_seen() -> None:
+    """What TensorFlow 2.21 does when workers vanish, and how a reader ends its wait.
+
+    One worker killed: the read goes on from the other, no element twice. Both killed:
+    the read waits with no error and no end (TensorFlow has no client timeout);
+    :func:`live_workers` sees that none is left, and cancelling the step's
+    ``CancellationManager`` ends the wait with ``CancelledError``.
+    """
     with LocalService(workers=2, timeout=START, worker_timeout_ms=1000) as service:
-        iterator = iter(distributed(service.address, 3000))
-        values = [int(next(iterator)) for _ in range(100)]
+        assert len(registered_workers(service.address)) == 2
+        iterator = iter(distributed(service.address, 100_000))
+        step = tf.function(lambda: next(iterator))
+        values = [int(step()) for _ in range(100)]
         service.kill_worker(0)
         assert service.workers[0].returncode == -signal.SIGKILL
+        assert len(live_workers(service.address)) == 1
+        assert len(registered_workers(service.address)) == 2  # the dispatcher keeps it
+        values += [int(step()) for _ in range(2000)]
+        assert len(set(values)) == len(values)  # at most once: none repeated
+        service.kill_worker(1)
+        manager = CancellationManager()
+        cancelable = manager.get_cancelable_function(step.get_concrete_function())
+        done = watchdog(lambda: not live_workers(service.address), manager)
         started = time.monotonic()
-        values += [int(x) for x in iterator]
-        took = time.monotonic() - started
-        # at most once: the killed worker's buffered elements may be lost, none is repeated
-        assert len(set(values)) == len(values)
-        assert set(values) <= set(range(3000))
-        assert len(values) > 1000, len(values)
-        assert took < 60, took
-        assert service.dispatcher is not None
+        with pytest.raises(tf.errors.CancelledError, match="Data service iterator was cancelled"):
+            while time.monotonic() - started < 60:
+                cancelable()
+        done.set()
+        assert time.monotonic() - started < 30
         processes = [service.dispatcher, *service.workers]
-    assert all(p.poll() is not None for p in processes)
+    assert [p.returncode for p in processes] == [0, -signal.SIGKILL, -signal.SIGKILL]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(4 * START)
+def test_with_the_dispatcher_gone_a_read_waits_until_cancelled() -> None:
+    with LocalService(workers=1, timeout=START) as service:
+        iterator = iter(distributed(service.address, 100_000))
+        step = tf.function(lambda: next(iterator))
+        for _ in range(100):
+            step()
+        assert service.dispatcher is not None
+        service.dispatcher.kill()
+        service.dispatcher.wait(timeout=30)
+        manager = CancellationManager()
+        cancelable = manager.get_cancelable_function(step.get_concrete_function())
+        done = watchdog(lambda: dispatcher_gone(service.address), manager)
+        started = time.monotonic()
+        with pytest.raises(tf.errors.CancelledError):
+            while time.monotonic() - started < 60:
+                cancelable()
+        done.set()
+        assert time.monotonic() - started < 30
+        processes = service.workers
+    assert [p.returncode for p in processes] == [0]  # stopped on SIGTERM, within the bound

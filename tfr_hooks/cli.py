@@ -165,6 +165,8 @@ def _add_data_service(commands: argparse._SubParsersAction[argparse.ArgumentPars
         description="Run a server of TensorFlow's tf.data service: one dispatcher, and "
         "workers on any hosts that run the input pipelines of the trainers reading through "
         "it. Each logs its address, serves until SIGTERM or Ctrl-C, then exits 0.",
+        epilog="servers: dispatcher --port PORT [--work-dir DIR] [--worker-timeout-ms MS]; "
+        "worker --dispatcher HOST:PORT [--port PORT] [--worker-address HOST]",
     )
     roles = data_service.add_subparsers(dest="role", required=True, metavar="SERVER")
     dispatcher = roles.add_parser(

@@ -8,6 +8,8 @@ them and checks their addresses:
 - :func:`check_service_address` normalizes an address to ``"grpc://HOST:PORT"``;
 - :func:`check_dispatcher` asks the address for a dispatcher and fails at once, naming
   the address, when nothing answers (instead of a read that waits);
+  :func:`registered_workers` lists the workers it knows, :func:`live_workers` those
+  still accepting connections;
 - :func:`run_dispatcher` and :func:`run_worker` serve until SIGTERM or SIGINT, as
   ``tfr-hooks data-service dispatcher|worker`` does;
 - :class:`LocalService` starts a dispatcher and N workers as local processes on loopback,
@@ -46,6 +48,8 @@ from tfr_hooks.checks import check_non_negative_int, expected
 __all__ = [
     "check_service_address",
     "check_dispatcher",
+    "registered_workers",
+    "live_workers",
     "run_dispatcher",
     "run_worker",
     "LocalService",
@@ -58,6 +62,7 @@ _SERVING = re.compile(r"tf\.data service (dispatcher|worker) serving at grpc://(
 _ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d+)$")
 #: the RPC :func:`check_dispatcher` calls: answered by dispatchers, not by workers
 _GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
+_GET_WORKERS = "/tensorflow.data.DispatcherService/GetWorkers"
 #: Seconds a server's ``stop`` may take before its process exits without it.
 _STOP_SECONDS = 10.0
 
@@ -123,7 +128,7 @@ def check_dispatcher(service: object, timeout: float = 5.0) -> str:
             f"No tf.data service dispatcher answers at {address}: {error}. Start one with "
             f"`tfr-hooks data-service dispatcher --port {port}`, or check the address."
         ) from error
-    import grpc
+    import grpc  # type: ignore[import-untyped]  # a dependency of TensorFlow, untyped
 
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     with grpc.insecure_channel(target) as channel:
@@ -140,6 +145,92 @@ def check_dispatcher(service: object, timeout: float = 5.0) -> str:
                 f"address, or start one with `tfr-hooks data-service dispatcher --port {port}`."
             ) from error
     return address
+
+
+def registered_workers(service: object, timeout: float = 5.0) -> list[str]:
+    """The addresses of the workers registered with the dispatcher at ``service``.
+
+    The dispatcher's ``GetWorkers`` RPC. A worker killed without stopping stays listed
+    (on TensorFlow 2.21, still after a minute with ``worker_timeout_ms=1000``): see
+    :func:`live_workers` for those that still accept connections.
+
+    Args:
+        service: The dispatcher's address, as :func:`check_service_address` takes it.
+        timeout: Seconds to wait for the answer at most.
+
+    Returns:
+        Each worker's ``"HOST:PORT"``, in the dispatcher's order.
+
+    Raises:
+        ConnectionError: No dispatcher answers at the address; the message names it.
+    """
+    address = check_dispatcher(service, timeout)
+    import grpc
+
+    host, port = _host_port(address)
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with grpc.insecure_channel(target) as channel:
+        try:
+            answer = channel.unary_unary(_GET_WORKERS)(b"", timeout=timeout)
+        except grpc.RpcError as error:
+            raise ConnectionError(
+                f"The tf.data service dispatcher at {address} did not list its workers: {error}"
+            ) from error
+    # GetWorkersResponse: repeated WorkerInfo workers = 1; WorkerInfo: string address = 1
+    return [_field(info, 1).decode() for info in _fields(answer, 1)]
+
+
+def live_workers(service: object, timeout: float = 2.0) -> list[str]:
+    """The registered workers that accept a TCP connection (each within ``timeout``).
+
+    An empty list while the dispatcher answers means that no worker is left to serve:
+    a read through the service would wait (TensorFlow 2.21 does not end it).
+
+    Raises:
+        ConnectionError: No dispatcher answers at ``service``; the message names it.
+    """
+    alive = []
+    for worker in registered_workers(service, timeout):
+        host, port = _host_port(worker)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                alive.append(worker)
+        except OSError:
+            pass
+    return alive
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte < 0x80:
+            return value, at
+
+
+def _fields(message: bytes, number: int) -> list[bytes]:
+    """The values of length-delimited field ``number`` of a serialized protocol buffer."""
+    found, at = [], 0
+    while at < len(message):
+        key, at = _varint(message, at)
+        kind = key & 7
+        if kind == 0:
+            _, at = _varint(message, at)
+        elif kind == 2:
+            length, at = _varint(message, at)
+            if key >> 3 == number:
+                found.append(message[at : at + length])
+            at += length
+        else:  # fixed 64 or 32 bits
+            at += 8 if kind == 1 else 4
+    return found
+
+
+def _field(message: bytes, number: int) -> bytes:
+    values = _fields(message, number)
+    return values[0] if values else b""
 
 
 def run_dispatcher(
@@ -312,7 +403,7 @@ class LocalService:
         self,
         workers: int = 1,
         *,
-        timeout: float = 60.0,
+        timeout: float = 120.0,
         work_dir: str | os.PathLike[str] | None = None,
         worker_timeout_ms: int = 0,
         env: dict[str, str] | None = None,
@@ -357,17 +448,22 @@ class LocalService:
             self.dispatcher = self._spawn("dispatcher", flags)
             port = self._wait_serving(self.dispatcher)
             self.address = f"grpc://127.0.0.1:{port}"
-            for _ in range(self._count):
-                self.add_worker()
+            started = [self._spawn_worker() for _ in range(self._count)]  # side by side
+            for process in started:
+                self._wait_serving(process)
         except BaseException:
             self.stop()
             raise
 
     def add_worker(self) -> subprocess.Popen[bytes]:
         """Start one more worker, wait until it serves, and return its process."""
+        process = self._spawn_worker()
+        self._wait_serving(process)
+        return process
+
+    def _spawn_worker(self) -> subprocess.Popen[bytes]:
         process = self._spawn("worker", ["--dispatcher", self.address.removeprefix("grpc://")])
         self.workers.append(process)
-        self._wait_serving(process)
         return process
 
     def kill_worker(self, index: int) -> None:
