@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Convert .npz arrays or TFRecord files written by any tool to TFRecord "
         "shards with a stored schema, inspect TFRecord files written by any tool, and "
         "measure how fast this machine reads them through each pipeline, and run the "
-        "servers of the tf.data service.",
+        "servers of the tf.data service (data-service).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_convert(commands)
@@ -567,17 +567,15 @@ def _data_service(args: argparse.Namespace) -> int:
     """Run the server ``args.role`` until SIGTERM or SIGINT, logging to stderr."""
     import logging
 
-    from tfr_hooks import data_service
+    from tfr_hooks.data_service import run_dispatcher, run_worker
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.role == "dispatcher":
-        data_service.run_dispatcher(
-            args.port, args.work_dir, worker_timeout_ms=args.worker_timeout_ms
-        )
+        run_dispatcher(args.port, args.work_dir, worker_timeout_ms=args.worker_timeout_ms)
     else:
-        data_service.run_worker(args.dispatcher, args.port, worker_address=args.worker_address)
+        run_worker(args.dispatcher, args.port, worker_address=args.worker_address)
     return 0
 
 
