@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import re
@@ -63,7 +64,7 @@ _ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d+)$
 #: the RPC :func:`check_dispatcher` calls: answered by dispatchers, not by workers
 _GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
 _GET_WORKERS = "/tensorflow.data.DispatcherService/GetWorkers"
-#: Seconds a server's ``stop`` may take before its process exits without it.
+#: Seconds a server's ``stop`` may take before its process ends (status 1).
 _STOP_SECONDS = 10.0
 
 
@@ -191,12 +192,8 @@ def live_workers(service: object, timeout: float = 2.0) -> list[str]:
     """
     alive = []
     for worker in registered_workers(service, timeout):
-        host, port = _host_port(worker)
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                alive.append(worker)
-        except OSError:
-            pass
+        if _accepts(*_host_port(worker), timeout=timeout):
+            alive.append(worker)
     return alive
 
 
@@ -309,7 +306,7 @@ def run_worker(
         heartbeat_interval_ms=heartbeat_interval_ms or None,
     )
     server = service.WorkerServer(config)
-    _serve(server, "worker", f"grpc://{worker_address}:{port} (dispatcher {address})")
+    _serve(server, "worker", f"grpc://{worker_address}:{port} (dispatcher {address})", address)
 
 
 def _route_to(host: str) -> str:
@@ -333,8 +330,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _serve(server: Any, kind: str, where: str) -> None:
-    """Log that ``server`` serves, wait for SIGTERM or SIGINT, then stop it."""
+def _serve(server: Any, kind: str, where: str, dispatcher: str | None = None) -> None:
+    """Log that ``server`` serves, wait for SIGTERM or SIGINT, then stop it.
+
+    A worker whose ``dispatcher`` is gone is not stopped but its process exits (status
+    0): TensorFlow's ``stop`` then waits forever, holding the interpreter. Any other
+    ``stop`` longer than ``_STOP_SECONDS`` ends the process with a traceback (status 1).
+    """
     stop = threading.Event()
     received: list[int] = []
 
@@ -348,22 +350,34 @@ def _serve(server: Any, kind: str, where: str) -> None:
         while not stop.wait(0.5):
             pass
         logger.info("tf.data service %s stopping on %s", kind, signal.Signals(received[0]).name)
-        stopper = threading.Thread(target=server.stop, name=f"stop-{kind}", daemon=True)
-        stopper.start()
-        stopper.join(_STOP_SECONDS)
-        if stopper.is_alive():  # TensorFlow's stop waits on a task that cannot end
+        if dispatcher is not None and not _accepts(*_host_port(dispatcher)):
             logger.warning(
-                "tf.data service %s did not stop within %g s (a worker whose dispatcher is "
-                "gone, with a trainer still reading from it): exiting the process now",
+                "tf.data service %s: its dispatcher %s is gone, and TensorFlow's stop would "
+                "wait for it forever: exiting the process without it",
                 kind,
-                _STOP_SECONDS,
+                dispatcher,
             )
             logging.shutdown()
             os._exit(0)
+        # a thread of C, which needs no interpreter lock, ends a stop that hangs
+        faulthandler.dump_traceback_later(_STOP_SECONDS, exit=True)
+        try:
+            server.stop()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     logger.info("tf.data service %s stopped", kind)
+
+
+def _accepts(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``timeout``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 class LocalService:
