@@ -96,8 +96,8 @@ def test_the_cli_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str])
     assert "--port must be a port number (0 to 65535), not 70000" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_a_worker_given_a_wrong_dispatcher_exits_1_at_once(closed_port: int) -> None:
+    started = time.monotonic()
     command = ["data-service", "worker", "--dispatcher", f"127.0.0.1:{closed_port}"]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     result = subprocess.run(
@@ -111,6 +111,8 @@ def test_a_worker_given_a_wrong_dispatcher_exits_1_at_once(closed_port: int) -> 
     assert f"No tf.data service dispatcher answers at grpc://127.0.0.1:{closed_port}" in (
         result.stderr
     )
+    assert "tensorflow" not in result.stderr.lower()
+    assert time.monotonic() - started < 10  # before TensorFlow is imported
 
 
 def _wait_for_line(log: Path, process: subprocess.Popen[bytes], text: str) -> str:

@@ -255,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if npz and args.decode:
             parser.error("--decode applies to TFRecord input, not to an .npz file")
+    if args.command == "data-service":  # a wrong address fails before TensorFlow starts
+        return _data_service(args)
     from tfr_hooks.quiet import import_tensorflow
 
     import_tensorflow()  # before anything else imports TensorFlow
@@ -264,7 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "convert": _convert,
         "inspect": _inspect,
         "measure": _measure,
-        "data-service": _data_service,
     }
     try:
         return commands[args.command](args)
@@ -564,18 +565,30 @@ def _measure(args: argparse.Namespace) -> int:
 
 
 def _data_service(args: argparse.Namespace) -> int:
-    """Run the server ``args.role`` until SIGTERM or SIGINT, logging to stderr."""
+    """Run the server ``args.role`` until SIGTERM or SIGINT, logging to stderr.
+
+    A worker checks its dispatcher answers before TensorFlow is imported, so that a wrong
+    address is an error at once.
+    """
     import logging
 
-    from tfr_hooks.data_service import run_dispatcher, run_worker
+    from tfr_hooks.data_service import check_dispatcher, run_dispatcher, run_worker
+    from tfr_hooks.quiet import import_tensorflow
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.role == "dispatcher":
-        run_dispatcher(args.port, args.work_dir, worker_timeout_ms=args.worker_timeout_ms)
-    else:
-        run_worker(args.dispatcher, args.port, worker_address=args.worker_address)
+    try:
+        if args.role == "worker":
+            check_dispatcher(args.dispatcher)
+        import_tensorflow()
+        if args.role == "dispatcher":
+            run_dispatcher(args.port, args.work_dir, worker_timeout_ms=args.worker_timeout_ms)
+        else:
+            run_worker(args.dispatcher, args.port, worker_address=args.worker_address)
+    except (OSError, ValueError, TypeError) as error:
+        print(f"tfr-hooks data-service {args.role}: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
