@@ -127,6 +127,7 @@ def _wait_for_line(log: Path, process: subprocess.Popen[bytes], text: str) -> st
 
 
 @pytest.mark.slow
+@pytest.mark.data_service
 @pytest.mark.timeout(2 * START + 60)
 def test_the_cli_servers_log_their_address_serve_and_exit_0_on_sigterm(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
@@ -165,6 +166,7 @@ def test_the_cli_servers_log_their_address_serve_and_exit_0_on_sigterm(tmp_path:
 
 
 @pytest.mark.slow
+@pytest.mark.data_service
 @pytest.mark.timeout(4 * START)
 def test_a_local_service_of_two_workers_serves_each_element_once() -> None:
     with LocalService(workers=2, timeout=START) as service:
@@ -200,6 +202,7 @@ def dispatcher_gone(address: str) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.data_service
 @pytest.mark.timeout(4 * START)
 def test_a_killed_worker_leaves_the_read_to_the_other_and_none_left_is_seen() -> None:
     """What TensorFlow 2.21 does when workers vanish, and how a reader ends its wait.
@@ -235,6 +238,7 @@ def test_a_killed_worker_leaves_the_read_to_the_other_and_none_left_is_seen() ->
 
 
 @pytest.mark.slow
+@pytest.mark.data_service
 @pytest.mark.timeout(4 * START)
 def test_with_the_dispatcher_gone_a_read_waits_until_cancelled() -> None:
     with LocalService(workers=1, timeout=START) as service:

@@ -53,7 +53,15 @@ def blocks(document: Path, *languages: str) -> list[tuple[int, str]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize(
+    "document",
+    [
+        # its blocks start real tf.data service servers: run where the service tests run
+        pytest.param(doc, marks=pytest.mark.data_service) if doc.name == "data_service.md" else doc
+        for doc in DOCUMENTS
+    ],
+    ids=lambda p: p.relative_to(ROOT).as_posix(),
+)
 def test_every_python_block_runs(document: Path, tmp_path: Path) -> None:
     lines = [line for line, _ in blocks(document, "python")]
     if not lines:  # nothing to run (CONTRIBUTING.md, the API pages): no process to start
