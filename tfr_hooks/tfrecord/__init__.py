@@ -24,7 +24,13 @@ from tfr_hooks.tfrecord.errors import (
     UnreadableFileError,
 )
 from tfr_hooks.tfrecord.files import detect_compression, iter_records, resolve_files
-from tfr_hooks.tfrecord.inspection import FeatureInfo, FileInfo, infer_schema, inspect
+from tfr_hooks.tfrecord.inspection import (
+    FeatureInfo,
+    FeatureListInfo,
+    FileInfo,
+    infer_schema,
+    inspect,
+)
 from tfr_hooks.tfrecord.options import PipelineKind
 from tfr_hooks.tfrecord.read import Batches, dataset, read_batches
 from tfr_hooks.tfrecord.schema import Feature, Schema
@@ -46,6 +52,7 @@ __all__ = [
     "infer_schema",
     "FileInfo",
     "FeatureInfo",
+    "FeatureListInfo",
     "detect_compression",
     "iter_records",
     "resolve_files",
