@@ -48,6 +48,7 @@ from tfr_hooks.input_report import (
     InputStats,
     classify,
     remedy,
+    verdict,
 )
 
 v1 = tf.compat.v1
@@ -95,6 +96,26 @@ def test_the_remedy_fits_the_run() -> None:
     assert "steps_per_execution" in remedy(short, InputFacts(steps_per_execution=1))
     assert "steps_per_execution" not in remedy(short, InputFacts(steps_per_execution=8))
     assert "steps_per_execution" not in remedy(short, InputFacts())  # SessionLoop has none
+
+
+def test_the_remedy_names_the_data_service_when_the_data_does_not_fit() -> None:
+    streamed = {"in_memory": False, "memory_budget": 10**9, "examples_per_record": 1}
+    small = InputFacts(decoded_nbytes=10**12, record_nbytes=100.0, **streamed)  # type: ignore[arg-type]
+    large = InputFacts(decoded_nbytes=10**12, record_nbytes=10**5, **streamed)  # type: ignore[arg-type]
+    fits = InputFacts(decoded_nbytes=10**6, record_nbytes=10**5, **streamed)  # type: ignore[arg-type]
+    bound = _stats(0.6)
+    for facts in (small, large):
+        text = remedy(bound, facts)
+        assert "tf.data service" in text and "docs/data_service.md" in text
+        assert "`tfr-hooks data-service dispatcher --port PORT`" in text
+        assert "`tfr-hooks data-service worker --dispatcher HOST:PORT`" in text
+        assert 'tfrecord.dataset(..., service="grpc://HOST:PORT")' in text
+        assert "tf.data service" in verdict(bound, facts)
+    assert "packed shards" in remedy(bound, small)  # still the first remedy for small records
+    # fitting data is held in memory; a run that is not input-bound needs no service
+    assert "tf.data service" not in remedy(bound, fits)
+    assert "tf.data service" not in remedy(_stats(0.01), large)
+    assert "tf.data service" not in remedy(bound, InputFacts())  # unknown size
 
 
 def test_the_verdict_is_logged_once_and_when_the_class_changes(

@@ -13,8 +13,9 @@ The share is classed as TensorFlow's profiler classes a step: **input-bound** ab
 **moderately input-bound** from 5% to 20%, **not input-bound** under 5%. Once per run
 (after its first epoch) and whenever the class changes, the loop logs a verdict at INFO
 level: the share, its class, and the change this package offers for the run (hold the
-decoded data in memory, write packed shards, raise ``steps_per_execution``, or: the
-model is the bottleneck, input changes will not help). It never logs a warning.
+decoded data in memory, write packed shards, raise ``steps_per_execution``, when the data
+does not fit in memory add CPU hosts with the tf.data service (docs/data_service.md), or:
+the model is the bottleneck, input changes will not help). It never logs a warning.
 
 What is measured, and what is not:
 
@@ -236,8 +237,21 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.1f} GB"  # pragma: no cover
 
 
+#: The remedy's words for the tf.data service, when the data does not fit in memory.
+_SERVICE_HINT = (
+    "; or add CPU to the input with the tf.data service: start "
+    "`tfr-hooks data-service dispatcher --port PORT` on one host and "
+    "`tfr-hooks data-service worker --dispatcher HOST:PORT` on each CPU host, then read "
+    'with tfrecord.dataset(..., service="grpc://HOST:PORT") (see docs/data_service.md)'
+)
+
+
 def remedy(stats: InputStats, facts: InputFacts) -> str:
     """The change this package offers for a run measured as ``stats``.
+
+    When the data is read from files and its decoded size does not fit the memory
+    budget, the remedy also names the tf.data service and how to start it
+    (see docs/data_service.md).
 
     Args:
         stats: The epoch's measurement.
@@ -267,11 +281,13 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
             "once and gather batches from memory" + spe_hint + "."
         )
     small = record is not None and record < SMALL_RECORD_BYTES
+    too_big = decoded is not None and budget is not None and decoded > budget
+    service = _SERVICE_HINT if from_files and too_big else ""
     if from_files and not packed and small:
         return (
             f"The records are small ({record:.0f} bytes on average) and the data does not "
             "fit in memory: write packed shards (tfr-hooks convert DIR OUT "
-            "--examples-per-record 64) to parse many examples per record" + spe_hint + "."
+            "--examples-per-record 64) to parse many examples per record" + service + spe_hint + "."
         )
     if kind is None:
         return (
@@ -282,7 +298,7 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
         )
     return (
         "The input itself is slow: move per-example work from map_fn to batch_map_fn "
-        "(vectorized), or read more files at once (num_parallel_reads)" + spe_hint + "."
+        "(vectorized), or read more files at once (num_parallel_reads)" + service + spe_hint + "."
     )
 
 

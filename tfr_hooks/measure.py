@@ -9,10 +9,15 @@ memory (``tfrecord.dataset(in_memory=True)``, when the decoded data fits the mem
 budget; features of varying length held as values and row offsets). It times the
 batches after the first (the warm-up), and compares the decoded size with the memory
 budget (for SequenceExample files, whose feature lists vary in frames, estimated from
-the first records). Its :class:`Measurement` ends with a recommendation: hold the data
-in memory when it fits; else write packed shards when they read faster here (or, not
-timed, when the records are small); else stream. ``tfr-hooks measure`` prints it (``--json`` for
-scripts).
+the first records). With the user's decoding function (``map_fn=``, ``tfr-hooks measure
+--map-fn MODULE:FUNCTION``) every pipeline applies it, so that the rates include the
+decode, and the decoded size is its output's; without it, features stored as encoded
+bytes (JPEG) are counted as parsed records, not decoded. With ``service=`` the streamed
+pipeline is also timed through a running tf.data service. Its :class:`Measurement` ends
+with a recommendation (:func:`recommend`): the pipeline with the highest measured rate
+among those the data allows (in memory only when it fits), naming the rates compared;
+when only streaming was timed, packed shards for small records. ``tfr-hooks measure``
+prints it (``--json`` for scripts).
 
 The rates are those of the input alone: what a loop could reach with a free model. Compare
 them with a run's ``input/examples_per_sec`` (see :mod:`tfr_hooks.input_report`).
@@ -20,25 +25,32 @@ them with a run's ``input/examples_per_sec`` (see :mod:`tfr_hooks.input_report`)
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tfr_hooks.checks import check_positive_int
+from tfr_hooks.checks import check_positive_int, expected
 from tfr_hooks.input_report import SMALL_RECORD_BYTES
 
-__all__ = ["PACKED_EXAMPLES_PER_RECORD", "Measurement", "PipelineRate", "measure"]
+__all__ = [
+    "PACKED_EXAMPLES_PER_RECORD",
+    "Measurement",
+    "PipelineRate",
+    "load_function",
+    "measure",
+    "recommend",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Examples per record of the packed estimate (what the recommendation's command writes).
 PACKED_EXAMPLES_PER_RECORD = 64
-#: The packed estimate recommends packed shards when it reads this much faster than the
-#: files streamed (a smaller gain is within the noise of a short timing).
-PACKED_GAIN = 1.2
 #: Records parsed to estimate the decoded size of feature lists (frames vary in number).
 SEQUENCE_SAMPLE = 256
 #: Timings of each pipeline; its rate is the best of them.
@@ -51,7 +63,8 @@ class PipelineRate:
 
     Attributes:
         pipeline: ``"streamed"``, ``"packed"`` (the estimate, on a sample of the files
-            converted to packed shards) or ``"in_memory"``.
+            converted to packed shards), ``"in_memory"`` or ``"service"`` (the streamed
+            pipeline distributed through a running tf.data service).
         examples_per_sec: Examples per second after the first batch, or ``None`` when the
             pipeline was not measured.
         batches: The batches timed.
@@ -78,10 +91,15 @@ class Measurement:
         examples_per_record: Examples stored per record (more than 1: packed shards).
         file_bytes: The files' total size.
         record_bytes: Mean stored bytes of a record.
-        decoded_bytes: Bytes the decoded examples take in memory.
+        decoded_bytes: Bytes the decoded examples take in memory: ``map_fn``'s output
+            when one is given (estimated from the first examples), else the parsed records.
         memory_budget: Bytes they may take (half the memory available by default).
         rates: Each pipeline's rate.
         recommendation: What to use, in one sentence.
+        decoded_as: What ``decoded_bytes`` counts: ``"map_fn output"``, ``"parsed
+            records"`` (features still encoded bytes, e.g. JPEG) or ``"decoded"``.
+        map_fn: The decoding function applied to every pipeline (its name), or ``""``.
+        service: The tf.data service address timed, or ``""``.
     """
 
     files: list[str]
@@ -94,6 +112,9 @@ class Measurement:
     memory_budget: int
     rates: list[PipelineRate] = field(default_factory=list)
     recommendation: str = ""
+    decoded_as: str = "decoded"
+    map_fn: str = ""
+    service: str = ""
 
     @property
     def fits(self) -> bool:
@@ -111,6 +132,8 @@ def measure(
     *,
     max_batches: int = 100,
     memory_budget: int | None = None,
+    map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    service: str | None = None,
 ) -> Measurement:
     """Time each pipeline the files allow, and recommend one.
 
@@ -122,13 +145,22 @@ def measure(
             :data:`ROUNDS` rounds.
         memory_budget: Bytes the decoded data may take; ``None`` for half the memory
             available now.
+        map_fn: The user's decoding function, applied to every pipeline as
+            ``tfrecord.dataset(map_fn=...)`` applies it (streamed and packed: on each
+            example; in memory: once, its output held), so that the rates include the
+            decode; the decoded size is its output's, estimated from the first examples.
+        service: A running tf.data service, ``"grpc://HOST:PORT"``: the streamed pipeline
+            is also timed through it (``distributed_epoch``). Checked first.
 
     Returns:
         The :class:`Measurement`.
 
     Raises:
         NoFilesError: If no file matches.
-        ValueError: If ``batch_size`` or ``max_batches`` is not a positive integer.
+        ValueError: If ``batch_size`` or ``max_batches`` is not a positive integer, or
+            ``service`` is not an address.
+        TypeError: If ``map_fn`` is not callable.
+        ConnectionError: If no dispatcher answers at ``service``.
 
     Examples:
         >>> result = measure("data/train", 128)  # doctest: +SKIP
@@ -136,12 +168,62 @@ def measure(
         'Hold the data in memory: ...'
     """
     from tfr_hooks import tfrecord
-    from tfr_hooks.tfrecord import memory
 
     check_positive_int(batch_size, "batch_size")
     check_positive_int(max_batches, "max_batches")
     if memory_budget is not None:
         check_positive_int(memory_budget, "memory_budget")
+    if map_fn is not None and not callable(map_fn):
+        raise TypeError(expected("map_fn", "a callable or None", map_fn))
+    if service is not None:
+        from tfr_hooks.data_service import check_dispatcher
+
+        service = check_dispatcher(service)  # a wrong address: an error before any timing
+    result, infos, schema = _describe(files, batch_size, memory_budget, map_fn)
+    result.service = service or ""
+    budget = result.memory_budget
+
+    def streamed() -> Any:
+        return tfrecord.dataset(files, batch_size, num_epochs=None, map_fn=map_fn)
+
+    result.rates.append(_time("streamed", max_batches, streamed))
+    per_record = result.examples_per_record
+    result.rates.append(_time_packed(infos, schema, batch_size, max_batches, per_record, map_fn))
+    if result.fits:
+        in_memory = _time(
+            "in_memory",
+            max_batches,
+            lambda: tfrecord.dataset(
+                files,
+                batch_size,
+                num_epochs=None,
+                in_memory=True,
+                memory_budget=budget,
+                map_fn=map_fn,
+            ),
+        )
+    else:
+        in_memory = PipelineRate(
+            "in_memory", note="not measured: the decoded data does not fit the memory budget"
+        )
+    result.rates.append(in_memory)
+    if service:
+        result.rates.append(_time_service(streamed, service, max_batches))
+    result.recommendation = recommend(result)
+    return result
+
+
+def _describe(
+    files: Any, batch_size: int, memory_budget: int | None, map_fn: Any
+) -> tuple[Measurement, Any, Any]:
+    """The files' counts and sizes, and the decoded size (``map_fn``'s output if given).
+
+    Returns:
+        The :class:`Measurement` without rates, the files' inspections, and their schema.
+    """
+    from tfr_hooks import tfrecord
+    from tfr_hooks.tfrecord import memory
+
     infos = tfrecord.inspect(files, max_records=100)
     per_record = max(
         (info.stored.examples_per_record for info in infos if info.stored is not None),
@@ -152,6 +234,19 @@ def measure(
     examples = sum(_examples_in(info) for info in infos)
     schema = tfrecord.infer_schema(files)
     budget = memory_budget if memory_budget is not None else memory.default_memory_budget()
+    decoded = _decoded_bytes(infos, schema, examples, file_bytes, per_record)
+    encoded = any(feature.dtype in ("bytes", "string") for feature in schema)
+    decoded_as = "parsed records" if encoded else "decoded"
+    if map_fn is not None and infos:
+        sample = memory.mapped_sample_nbytes(
+            [info.path for info in infos],
+            infos[0].compression,
+            schema,
+            map_fn,
+            per_record=per_record,
+        )
+        if sample is not None:
+            decoded, decoded_as = sample[0] * examples // max(1, sample[1]), "map_fn output"
     result = Measurement(
         files=[info.path for info in infos],
         batch_size=batch_size,
@@ -159,30 +254,74 @@ def measure(
         examples_per_record=per_record,
         file_bytes=file_bytes,
         record_bytes=file_bytes / max(1, records),
-        decoded_bytes=_decoded_bytes(infos, schema, examples, file_bytes, per_record),
+        decoded_bytes=decoded,
         memory_budget=budget,
+        decoded_as=decoded_as,
+        map_fn=_name_of(map_fn),
     )
-    streamed = _time(
-        "streamed", max_batches, lambda: tfrecord.dataset(files, batch_size, num_epochs=None)
-    )
-    result.rates.append(streamed)
-    packed = _time_packed(infos, schema, batch_size, max_batches, per_record)
-    result.rates.append(packed)
-    if result.fits:
-        in_memory = _time(
-            "in_memory",
-            max_batches,
-            lambda: tfrecord.dataset(
-                files, batch_size, num_epochs=None, in_memory=True, memory_budget=budget
-            ),
+    return result, infos, schema
+
+
+def _name_of(function: Any) -> str:
+    if function is None:
+        return ""
+    module = getattr(function, "__module__", "") or ""
+    name = getattr(function, "__qualname__", None) or repr(function)
+    return f"{module}:{name}" if module else name
+
+
+def _time_service(build: Callable[[], Any], service: str, batches: int) -> PipelineRate:
+    """The streamed pipeline built here, distributed through the service, and timed."""
+    import tensorflow as tf
+
+    def distributed() -> Any:
+        return build().apply(
+            tf.data.experimental.service.distribute(
+                processing_mode="distributed_epoch", service=service
+            )
         )
-    else:
-        in_memory = PipelineRate(
-            "in_memory", note="not measured: the decoded data does not fit the memory budget"
-        )
-    result.rates.append(in_memory)
-    result.recommendation = _recommend(result, streamed, packed, in_memory)
-    return result
+
+    rate = _time("service", batches, distributed)
+    if rate.examples_per_sec is not None:
+        rate.note = f"the streamed pipeline through {service} (distributed_epoch)"
+    return rate
+
+
+def load_function(spec: str, name: str = "--map-fn") -> Callable[..., Any]:
+    """Import ``"MODULE:FUNCTION"``, the module from the current directory or ``sys.path``.
+
+    Args:
+        spec: The module and the function's name in it, e.g. ``"decode:parse_image"``.
+        name: The argument's name in the error messages.
+
+    Returns:
+        The function.
+
+    Raises:
+        ValueError: ``spec`` is not ``MODULE:FUNCTION``, or the module or function is missing.
+        TypeError: What it names is not callable.
+    """
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(expected(name, 'of the form "MODULE:FUNCTION"', spec))
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(
+            expected(name, f"MODULE:FUNCTION with an importable module ({error})", spec)
+        ) from error
+    function: Any = module
+    for part in attribute.split("."):
+        if not hasattr(function, part):
+            raise ValueError(
+                expected(name, f"MODULE:FUNCTION with {attribute!r} in {module_name}", spec)
+            )
+        function = getattr(function, part)
+    if not callable(function):
+        raise TypeError(expected(name, "MODULE:FUNCTION naming a callable", spec))
+    return function
 
 
 def _examples_in(info: Any) -> int:
@@ -237,7 +376,7 @@ def _tensor_nbytes(value: Any) -> int:
 
 
 def _time_packed(
-    infos: Any, schema: Any, batch_size: int, batches: int, per_record: int
+    infos: Any, schema: Any, batch_size: int, batches: int, per_record: int, map_fn: Any = None
 ) -> PipelineRate:
     """The packed estimate: a sample of the files written as packed shards, then timed.
 
@@ -281,7 +420,9 @@ def _time_packed(
         rate = _time(
             "packed",
             batches,
-            lambda: tfrecord.dataset(os.path.join(tmp, "packed"), batch_size, num_epochs=None),
+            lambda: tfrecord.dataset(
+                os.path.join(tmp, "packed"), batch_size, num_epochs=None, map_fn=map_fn
+            ),
         )
     rate.setup_secs += setup
     rate.note = (
@@ -347,44 +488,83 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.1f} GB"  # pragma: no cover
 
 
-def _recommend(
-    result: Measurement, streamed: PipelineRate, packed: PipelineRate, in_memory: PipelineRate
-) -> str:
-    if in_memory.examples_per_sec is not None:
-        speedup = ""
-        if streamed.examples_per_sec:
-            speedup = f", {in_memory.examples_per_sec / streamed.examples_per_sec:.1f}x streamed"
-        return (
-            f"Hold the data in memory: the decoded data ({_size(result.decoded_bytes)}) fits "
-            f"the memory budget ({_size(result.memory_budget)}); read it with "
-            f"in_memory=True (or 'auto'){speedup}."
-        )
+#: How each pipeline is named in the recommendation's comparison.
+_LABELS = {
+    "streamed": "streamed",
+    "packed": "packed",
+    "in_memory": "in memory",
+    "service": "service",
+}
+
+
+def _compared(rates: list[PipelineRate]) -> str:
+    """The measured rates, fastest first, as the recommendation names them."""
+    measured = sorted(
+        (r for r in rates if r.examples_per_sec), key=lambda r: -(r.examples_per_sec or 0.0)
+    )
+    shown = ", ".join(
+        f"{_LABELS.get(r.pipeline, r.pipeline)} {r.examples_per_sec:,.0f}" for r in measured
+    )
+    return f"examples/s measured here: {shown}"
+
+
+def recommend(result: Measurement) -> str:
+    """The pipeline to use: the highest measured rate among those the data allows.
+
+    In memory counts only when the decoded data fits the memory budget (it is not
+    timed otherwise). The sentence names the rates it compared. When no pipeline but
+    streaming was timed, small records still recommend packed shards (parsing many
+    examples a record pays).
+
+    Args:
+        result: A :class:`Measurement` with its :attr:`~Measurement.rates`.
+
+    Returns:
+        One sentence.
+    """
+    rates = {r.pipeline: r for r in result.rates if r.examples_per_sec}
+    if not result.fits:
+        rates.pop("in_memory", None)
     command = f"tfr-hooks convert FILES OUTDIR --examples-per-record {PACKED_EXAMPLES_PER_RECORD}"
-    # fitting but not timed in memory (a pipeline these files do not allow): say so
     held = (
         "the data does not stay in memory"
         if not result.fits
         else "the in-memory pipeline could not be timed on these files"
     )
-    gain = None
-    if packed.examples_per_sec and streamed.examples_per_sec:
-        gain = packed.examples_per_sec / streamed.examples_per_sec
-    if result.examples_per_record == 1 and gain is not None and gain >= PACKED_GAIN:
+    if "in_memory" in rates:
+        held = "the data fits in memory but reads slower there"
+    if not rates:
+        return "Stream from the files: no pipeline could be timed on these files."
+    best = max(rates.values(), key=lambda r: r.examples_per_sec or 0.0)
+    compared = _compared(list(rates.values()))
+    streamed = rates.get("streamed")
+    gain = ""
+    if streamed is not None and best is not streamed:
+        gain = (
+            f", {(best.examples_per_sec or 0.0) / (streamed.examples_per_sec or 1.0):.1f}x streamed"
+        )
+    if best.pipeline == "in_memory":
         return (
-            f"Write packed shards: {held}, and packed shards read "
-            f"{gain:.1f}x faster than the files streamed (timed here on a sample) "
-            f"({command})."
+            f"Hold the data in memory: the decoded data ({_size(result.decoded_bytes)}, "
+            f"{result.decoded_as}) fits the memory budget ({_size(result.memory_budget)}), "
+            f"and it reads fastest ({compared}{gain}); read it with in_memory=True "
+            "(or 'auto')."
+        )
+    if best.pipeline == "packed":
+        return (
+            f"Write packed shards: they read fastest ({compared}{gain}; packed timed here "
+            f"on a sample), and {held} ({command})."
+        )
+    if best.pipeline == "service":
+        return (
+            f"Read through the tf.data service: it reads fastest ({compared}{gain}); pass "
+            f'service="{result.service}" to tfrecord.dataset (see docs/data_service.md).'
         )
     small = result.record_bytes < SMALL_RECORD_BYTES
-    if result.examples_per_record == 1 and small and gain is None:  # packing not timed
+    if result.examples_per_record == 1 and small and "packed" not in rates:  # not timed
         return (
             f"Write packed shards: the records are small ({result.record_bytes:.0f} bytes on "
             f"average) and {held}, so parsing many examples per "
             f"record pays ({command})."
         )
-    if gain is not None:
-        return (
-            f"Stream from the files: {held}, and packed shards "
-            f"read no faster here ({gain:.1f}x streamed, timed on a sample)."
-        )
-    return f"Stream from the files: {held}, and the records are large."
+    return f"Stream from the files: it reads fastest ({compared}), and {held}."
