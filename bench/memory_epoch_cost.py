@@ -31,7 +31,14 @@ prefetch change it little at that size, and the ``numpy_function`` hand-over cos
 nothing per byte when the buffers are 64-byte aligned, as ``load`` allocates them (an
 unaligned one, such as a joined ragged feature's values, is copied at every pass, about
 0.1 ms a MB: ``memory_dataset`` now aligns it once). Small data is now gathered a whole
-pass at a time by one function (``WHOLE_PASS_BYTES``).
+pass at a time by one function (``WHOLE_PASS_BYTES``). Two more per-iterator costs of
+that pipeline, found next (3,072 examples): the ``numpy_function`` hand-over (about 5 ms
+a new iterator, a Python call) and tf.data's default graph rewrite, run at each new
+iterator (about 4 ms; with the arrays captured as eager tensors it also serializes them
+into the rewritten graph, so that capturing them alone gained nothing). In TF2 the small
+data is now eager tensors made once and its pipeline turns the default rewrites off:
+both costs gone: 1.05x and 1.16x ``.cache()`` in the bench's small rows, though still
+0.7x-0.9x here at 3,072 examples (the gather function's start at each new iterator).
 
 Usage::
 

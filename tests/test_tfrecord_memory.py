@@ -206,6 +206,28 @@ def test_graph_mode_data_is_not_a_graph_constant(tmp_path):
     assert x.shape == (100, 256) and y.shape == (100,)
 
 
+def test_eager_data_is_not_a_function_constant(tmp_path):
+    # small data gathered whole: eager tensors, inputs of the gather function, not Const
+    big = {"x": np.ones((4000, 256), np.float32), "y": np.arange(4000)}  # 4 MB decoded
+    tfrecord.write(big, tmp_path, shards=2)
+    data = tfrecord.dataset(tmp_path, 100, in_memory=True, as_tuple=("x", "y"))
+    assert not data.options().experimental_optimization.apply_default_optimizations
+
+    @tf.function
+    def total():
+        return data.reduce(tf.constant(0.0), lambda n, b: n + tf.reduce_sum(b[0]))
+
+    assert total.get_concrete_function().graph.as_graph_def().ByteSize() < 200_000
+    assert float(total()) == 4000 * 256
+    stages, functions = [data], []
+    while stages:  # every function of the pipeline: the data is an input, not in its graph
+        stage = stages.pop()
+        stages.extend(stage._inputs())
+        if hasattr(stage, "_map_func"):
+            functions.append(stage._map_func.function.graph.as_graph_def().ByteSize())
+    assert functions and max(functions) < 200_000
+
+
 def test_same_structure_as_streaming(shards):
     # one file at a time: the stored order, which the memory pipeline keeps
     streaming = tfrecord.dataset(shards, 128, as_tuple=("index", "x"), num_parallel_reads=1)

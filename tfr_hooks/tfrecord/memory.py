@@ -16,7 +16,11 @@ The arrays reach TensorFlow through a ``tf.numpy_function`` evaluated once per p
 (at each new iterator, or each initialization of a graph-mode iterator), which hands
 numpy's 64-byte-aligned buffers over without a copy: the data is never embedded in a
 graph or serialized with the dataset (no ``GraphDef`` 2 GB limit, no copy when tf.data
-rewrites its graph) and lives in memory once.
+rewrites its graph) and lives in memory once. Small dense data gathered whole, in
+TF2, is instead made eager tensors once, inputs of the gather function (a new iterator
+then calls no Python), and its pipeline turns tf.data's default graph rewrites off: a
+rewrite at each new iterator cost milliseconds and serialized those tensors (32 MiB at
+most) into the rewritten graph.
 """
 
 from __future__ import annotations
@@ -532,6 +536,10 @@ def memory_dataset(
         batches = batches.map(select)
     if prefetch:
         batches = batches.prefetch(prefetch)
+    if gather.whole:  # a new iterator would rewrite the graph (4 ms, and copy the held data)
+        options = tf.data.Options()
+        options.experimental_optimization.apply_default_optimizations = False
+        batches = batches.with_options(options)
     return batches
 
 
@@ -614,8 +622,11 @@ class _Gather:
             sizes.append(self.count % self.batch_size)
         kept = sum(sizes)
 
+        # eager: tensors made once, inputs of the function (no Python call a new iterator)
+        held = [tf.convert_to_tensor(v) for v in self.flat] if tf.executing_eagerly() else None
+
         def gather_all(salt: Any) -> dict[str, Any]:
-            _, *data = self.columns()
+            _, *data = self.columns(held)
             order = self.permutation(salt)[:kept]
             gathered = {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
             return gathered if self.select is None else self.select(gathered)
@@ -633,10 +644,19 @@ class _Gather:
     def source(self) -> list[np.ndarray]:
         return self.flat
 
-    def columns(self) -> list[Any]:
-        """The buckets (or ``None``), then the held features, as tensors of this pass."""
-        # evaluated once per pass; hands numpy's (aligned) buffers over without a copy
-        data = tf.numpy_function(self.source, [], self.dtypes, stateful=True, name="in_memory_data")
+    def columns(self, held: list[Any] | None = None) -> list[Any]:
+        """The buckets (or ``None``), then the held features, as tensors of this pass.
+
+        Args:
+            held: The flat arrays as eager tensors, if made already (else a
+                ``numpy_function`` hands them over, evaluated once per pass).
+        """
+        # the numpy_function hands numpy's (aligned) buffers over without a copy
+        data = held
+        if data is None:
+            data = tf.numpy_function(
+                self.source, [], self.dtypes, stateful=True, name="in_memory_data"
+            )
         for tensor, array in zip(data, self.flat, strict=True):
             tensor.set_shape(array.shape)
         out: list[Any] = [data[-1] if self.bucketed else None]  # the buckets first
