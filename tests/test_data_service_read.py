@@ -7,6 +7,7 @@ every test has a time bound.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -234,3 +235,31 @@ def test_session_loop_trains_exact_epochs_through_the_service(
     assert counts.reported == [(20, 400), (20, 400)]
     assert counts.ran == [20, 20]
     assert history["id"] == pytest.approx([199.5, 199.5])
+
+
+@pytest.mark.slow
+@pytest.mark.data_service
+@pytest.mark.timeout(START + 240)
+def test_the_trainers_of_one_cluster_share_each_epoch(
+    service: str, plain: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two trainers of one cluster, as MultiWorkerMirroredStrategy's TF_CONFIG gives them,
+    # read one job: here in one process, taking batches in turn
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker"}}))
+    # each trainer builds its dataset once; every epoch is a new iterator over it (the
+    # iterations of one named job are counted per dataset)
+    datasets = [tfrecord.dataset(plain, 10, service=service) for _ in range(2)]
+    for epoch in range(2):
+        trainers = [iter(data) for data in datasets]
+        got: list[list[int]] = [[], []]
+        going = [True, True]
+        while any(going):
+            for t, trainer in enumerate(trainers):
+                if going[t]:
+                    try:
+                        got[t] += [int(i) for i in next(trainer)["id"].numpy()]
+                    except StopIteration:
+                        going[t] = False
+        assert sorted(got[0] + got[1]) == IDS, epoch  # each example once, in one trainer
+        assert got[0] and got[1], epoch  # both took part

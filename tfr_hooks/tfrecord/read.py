@@ -246,7 +246,9 @@ def dataset(
             (a loop learns the epoch's end from the data's end). Under a
             multi-worker strategy the trainers share one job, named from the cluster,
             the files and the batch size, so that no example goes to two trainers in
-            an epoch. A dispatcher that does not answer is an error at once; with
+            an epoch; build the dataset once and iterate it anew each epoch (a dataset
+            built again joins the job's first epoch: see ``docs/data_service.md``).
+            A dispatcher that does not answer is an error at once; with
             ``in_memory`` other than ``False``, a ``ValueError`` (the in-memory
             pipeline cannot be served). See :mod:`tfr_hooks.data_service`.
 
