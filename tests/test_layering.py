@@ -42,7 +42,7 @@ ALLOWED = {
     "tf2": {"tf2", "core", "tfrecord"},
 }
 #: the only modules of the core the tfrecord layer may use
-TFRECORD_MAY_USE = {"tfr_hooks.checks", "tfr_hooks.task"}
+TFRECORD_MAY_USE = {"tfr_hooks.checks", "tfr_hooks.task", "tfr_hooks.data_service"}
 #: the core modules every layer may import, which therefore import nothing of the package
 #: but each other (else tfrecord would reach the rest of the core through them)
 FOUNDATION = TFRECORD_MAY_USE

@@ -30,6 +30,7 @@ READER_ARGUMENTS = (
     "decode",
     "map_fn",
     "batch_map_fn",
+    "service",
 )
 LOOP_ARGUMENTS = ("data", "hooks", "steps_per_epoch", "handle_signals", "measure_input")
 RUN_ARGUMENTS = (

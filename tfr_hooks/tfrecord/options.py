@@ -16,9 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
+from tfr_hooks.data_service import check_service_address
 from tfr_hooks.tfrecord.ragged import PadTo, Shaping, check_shaping
 
-__all__ = ["PipelineKind", "ReadOptions", "read_options", "queue_capacity", "queue_readers"]
+__all__ = [
+    "PipelineKind",
+    "ReadOptions",
+    "read_options",
+    "check_servable",
+    "queue_capacity",
+    "queue_readers",
+]
 
 
 class PipelineKind(enum.Enum):
@@ -62,6 +70,8 @@ class ReadOptions:
     ``deterministic`` and ``autotune`` as :func:`~tfr_hooks.tfrecord.dataset` takes them;
     ``read_batches`` builds with its own fixed values), except ``shaping``: ``pad_to``,
     ``padding_values``, ``bucket_boundaries`` and ``bucket_by``, checked together.
+    ``service`` is the tf.data service dispatcher's address as ``"grpc://HOST:PORT"``
+    (normalized), or ``None`` to read in this process.
     """
 
     batch_size: int
@@ -78,6 +88,7 @@ class ReadOptions:
     in_memory: bool | str = False
     memory_budget: int | None = None
     shaping: Shaping = field(default_factory=Shaping)
+    service: str | None = None
 
     @property
     def renamed(self) -> bool:
@@ -104,12 +115,14 @@ def read_options(
     deterministic: bool = True,
     prefetch: int | None = None,
     autotune: bool = False,
+    service: str | None = None,
 ) -> ReadOptions:
     """Check the readers' shared arguments into a :class:`ReadOptions`.
 
     Raises:
         TypeError: For an argument of the wrong type.
-        ValueError: For an argument out of range.
+        ValueError: For an argument out of range, a malformed ``service`` address, or
+            ``in_memory`` other than ``False`` with ``service``.
     """
     check_positive_int(batch_size, "batch_size")
     check_non_negative_int(shuffle_buffer, "shuffle_buffer")
@@ -126,6 +139,9 @@ def read_options(
     if memory_budget is not None:
         check_positive_int(memory_budget, "memory_budget")
     shaping = check_shaping(pad_to, padding_values, bucket_boundaries, bucket_by)
+    if service is not None:
+        service = check_service_address(service)
+        check_servable(in_memory, service)
     return ReadOptions(
         batch_size,
         shuffle_buffer=shuffle_buffer,
@@ -141,7 +157,26 @@ def read_options(
         in_memory=in_memory,
         memory_budget=memory_budget,
         shaping=shaping,
+        service=service,
     )
+
+
+def check_servable(in_memory: object, service: str) -> None:
+    """Refuse ``in_memory`` other than ``False`` with ``service``.
+
+    The in-memory pipeline reaches its data through ``tf.numpy_function``, which runs
+    Python of this process: a tf.data service worker, another process, cannot run it.
+
+    Raises:
+        ValueError: ``in_memory`` is ``True`` or ``"auto"``; the message names both.
+    """
+    if in_memory is not False:
+        raise ValueError(
+            "Expected in_memory=False with service= (the in-memory pipeline feeds its data "
+            "through tf.numpy_function, which a tf.data service worker cannot run; the "
+            "workers stream from the files). Received: "
+            f"in_memory={in_memory!r}, service={service!r}"
+        )
 
 
 def queue_capacity(options: ReadOptions, capacity: int | None) -> int:

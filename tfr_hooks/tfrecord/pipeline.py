@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.data_service import check_dispatcher
 from tfr_hooks.tfrecord.memory import (
     PARALLEL_CALLS,
     Held,
@@ -44,7 +45,7 @@ from tfr_hooks.tfrecord.ragged import (
     pad_batch,
 )
 
-__all__ = ["choose_kind", "build_pipeline", "finish", "structure"]
+__all__ = ["choose_kind", "build_pipeline", "serve", "finish", "structure"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,9 +124,45 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         )
     if options.batch_map_fn is not None:
         parsed = _map_batches(parsed, options.batch_map_fn)
-    if not bucketed:  # bucketed, the batches of an epoch depend on the order of the examples
+    # bucketed, the batches of an epoch depend on the order of the examples; served, on
+    # how the workers split the files (each worker batches its own share)
+    if not bucketed and options.service is None:
         parsed = _with_cardinality(parsed, plan, options)
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
+
+
+def serve(data: tf.data.Dataset, service: str, *, job_name: str | None = None) -> tf.data.Dataset:
+    """``data``, run by the workers of the tf.data service at ``service``.
+
+    Mode ``"distributed_epoch"`` (``ShardingPolicy.DYNAMIC``): the dispatcher hands the
+    files of the pipeline's source (``from_tensor_slices`` of the shards: one split a
+    file, a file of blocks for packed shards) to the workers one at a time, so that an
+    epoch (an iteration) visits every file once, split over the workers; each worker
+    runs the whole pipeline (read, shuffle, parse, ``map_fn``, batch, pad, bucket,
+    ``batch_map_fn``) on its files and sends batches. Each new iteration (in graph mode,
+    each initialization of the iterator) is a new epoch. ``distribute`` takes the
+    ``element_spec`` from ``data``, so graph mode needs none given.
+
+    Its cardinality is unknown: the loops end an epoch at the data's end.
+
+    Args:
+        data: The pipeline built locally, as without the service.
+        service: The dispatcher's address, ``"grpc://HOST:PORT"``.
+        job_name: A job the trainers share (each gets a part of every epoch), or
+            ``None`` for a job of this iterator alone.
+
+    Raises:
+        ConnectionError: No dispatcher answers at ``service`` (at once, naming it).
+    """
+    check_dispatcher(service)
+    service_api = tf.data.experimental.service
+    return data.apply(
+        service_api.distribute(
+            processing_mode=service_api.ShardingPolicy.DYNAMIC,
+            service=service,
+            job_name=job_name,
+        )
+    )
 
 
 def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int) -> tf.data.Dataset:

@@ -16,7 +16,8 @@ the features to return.
 
 The two readers share one vocabulary: ``shuffle_buffer``, ``seed``, ``drop_remainder``,
 ``num_parallel_reads``, ``num_epochs``, ``in_memory``, ``memory_budget``, ``schema``,
-``as_tuple``, ``compression``, ``decode``, ``map_fn``, ``batch_map_fn`` and, for
+``as_tuple``, ``compression``, ``decode``, ``map_fn``, ``batch_map_fn``, ``service``
+(a tf.data service whose workers run the pipeline) and, for
 features of varying length and the feature lists of ``tf.train.SequenceExample``
 records (:mod:`tfr_hooks.tfrecord.ragged`), ``pad_to``,
 ``padding_values``, ``bucket_boundaries`` and ``bucket_by`` have the same names,
@@ -34,6 +35,9 @@ pipeline (:mod:`tfr_hooks.tfrecord.pipeline`); the queue pipeline is built by
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,11 +45,11 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
-from tfr_hooks.task import current_task
+from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions, queue_capacity, read_options
-from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind
+from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind, serve
 from tfr_hooks.tfrecord.plan import Plan, SchemaLike, make_plan
 from tfr_hooks.tfrecord.queue import check_queue_plan, queue_batches
 from tfr_hooks.tfrecord.ragged import PadTo
@@ -80,6 +84,9 @@ class Batches:
         num_epochs: The ``num_epochs`` the pipeline was built with: passes per
             initialization for ``"dataset"``, in the one stream for ``"queue"``
             (``None``: endless).
+        service: The tf.data service dispatcher whose workers run the pipeline
+            (``"grpc://HOST:PORT"``), or ``None`` when it runs in this process.
+            ``kind`` is then what the workers build (streamed or packed).
     """
 
     tensors: Any
@@ -92,6 +99,7 @@ class Batches:
     num_examples: int | None = None
     examples_per_record: int = 1
     num_epochs: int | None = None
+    service: str | None = None
 
     @property
     def pipeline(self) -> str:
@@ -129,6 +137,7 @@ def dataset(
     bucket_boundaries: Sequence[int] | None = None,
     bucket_by: str | None = None,
     shard: str = "auto",
+    service: str | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -224,7 +233,24 @@ def dataset(
             ``batch_size`` is then the global batch size. With more than one worker and
             ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
             that every example is read once per epoch (see
-            :func:`tfr_hooks.tfrecord.sharding.shard_dataset`).
+            :func:`tfr_hooks.tfrecord.sharding.shard_dataset`). With ``service``, the
+            service splits the data instead, and ``shard`` is not used.
+        service: The address of a tf.data service dispatcher, ``"grpc://HOST:PORT"``
+            (or ``"HOST:PORT"``), whose workers then run the whole pipeline (read,
+            parse, ``map_fn``, padding, bucketing, ``batch_map_fn``) and send the
+            batches; ``None`` (the default) runs it here. Mode ``"distributed_epoch"``:
+            every epoch (every new iterator) is each example once, the files split
+            over the workers (each batches its own files, so an epoch may end in
+            several partial batches); at most once when a worker restarts. The order
+            across workers is not fixed, and the dataset's cardinality is unknown
+            (a loop learns the epoch's end from the data's end). Under a
+            multi-worker strategy the trainers share one job, named from the cluster,
+            the files and the batch size, so that no example goes to two trainers in
+            an epoch; build the dataset once and iterate it anew each epoch (a dataset
+            built again joins the job's first epoch: see ``docs/data_service.md``).
+            A dispatcher that does not answer is an error at once; with
+            ``in_memory`` other than ``False``, a ``ValueError`` (the in-memory
+            pipeline cannot be served). See :mod:`tfr_hooks.data_service`.
 
     Returns:
         The dataset of batches. When the number of examples is known (every file is
@@ -240,7 +266,9 @@ def dataset(
         NotTFRecordError: If a file is not a TFRecord file.
         SchemaMismatchError: If the first record of a file, or the stored schema, does not
             match ``schema``.
-        ValueError: If ``shard`` is unknown, or ``"file"`` with fewer files than workers.
+        ValueError: If ``shard`` is unknown, or ``"file"`` with fewer files than workers;
+            if ``service`` is not an address, or comes with ``in_memory``.
+        ConnectionError: If no tf.data service dispatcher answers at ``service``.
 
     Examples:
         >>> from tfr_hooks import tfrecord
@@ -268,6 +296,7 @@ def dataset(
         deterministic=deterministic,
         prefetch=prefetch,
         autotune=autotune,
+        service=service,
     )
     task = current_task()
     sharding.check_shard(shard)
@@ -278,6 +307,8 @@ def dataset(
     options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
     data, _ = build_pipeline(plan, options, kind)
+    if options.service is not None:
+        return _served(data, plan, options, task)
     if kind.in_memory:
         # no files to split: every worker gathers the same batches and keeps its share
         return sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
@@ -317,6 +348,7 @@ def read_batches(
     padding_values: Any = None,
     bucket_boundaries: Sequence[int] | None = None,
     bucket_by: str | None = None,
+    service: str | None = None,
 ) -> Batches:
     """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
 
@@ -400,13 +432,20 @@ def read_batches(
             Only with ``pipeline="dataset"`` (a queue batches records before they are
             parsed, so it cannot group them by length).
         bucket_by: As for :func:`dataset`: the feature whose length picks the bucket.
+        service: As for :func:`dataset`: a tf.data service dispatcher whose workers run
+            the pipeline, in mode ``"distributed_epoch"``; each initialization of the
+            iterator is a new epoch, each example once. The ``element_spec`` the
+            service needs in graph mode is the local pipeline's. Only with
+            ``pipeline="dataset"`` and ``in_memory=False``.
 
     Returns:
         A :class:`Batches`.
 
     Raises:
         RuntimeError: If called eagerly.
-        ValueError: For a bad argument, or ``in_memory`` with ``pipeline="queue"``.
+        ValueError: For a bad argument, or ``in_memory`` or ``service`` with
+            ``pipeline="queue"``, or ``in_memory`` with ``service``.
+        ConnectionError: If no tf.data service dispatcher answers at ``service``.
         TFRecordError: As :func:`dataset`, for files and schema.
 
     Examples:
@@ -437,12 +476,10 @@ def read_batches(
         bucket_boundaries=bucket_boundaries,
         bucket_by=bucket_by,
         prefetch=1,
+        service=service,
     )
     queue = pipeline == "queue"
-    if queue:
-        capacity = queue_capacity(options, capacity)
-    else:
-        _no_capacity(capacity)
+    capacity = _pipeline_capacity(queue, options, capacity)
     plan = make_plan(
         files, schema, compression, as_tuple, select=not options.renamed, decode=decode
     )
@@ -464,6 +501,7 @@ def read_batches(
         num_examples,
         plan.per_record,
         num_epochs,
+        options.service,
     )
 
 
@@ -476,11 +514,28 @@ def _check_graph_mode() -> None:
         )
 
 
-def _no_capacity(capacity: int | None) -> None:
-    if capacity is not None:
+def _pipeline_capacity(queue: bool, options: ReadOptions, capacity: int | None) -> int | None:
+    """The queue's capacity, checked, for ``pipeline="queue"``; else check none is given.
+
+    Raises:
+        ValueError: ``capacity`` with ``"dataset"``; ``service`` or options a queue cannot
+            build with ``"queue"``.
+    """
+    if not queue:
+        if capacity is not None:
+            raise ValueError(
+                expected("capacity", "None with pipeline='dataset' (a queue's capacity)", capacity)
+            )
+        return None
+    if options.service is not None:
         raise ValueError(
-            expected("capacity", "None with pipeline='dataset' (a queue's capacity)", capacity)
+            expected(
+                "pipeline",
+                "'dataset' with service= (the service's workers run tf.data pipelines)",
+                "queue",
+            )
         )
+    return queue_capacity(options, capacity)
 
 
 def _graph_batches(
@@ -490,8 +545,35 @@ def _graph_batches(
     if kind is PipelineKind.QUEUE:
         return queue_batches(plan, options, capacity or 0), [], plan.examples
     data, num_examples = build_pipeline(plan, options, kind)
+    if options.service is not None:
+        data = serve(data, options.service)
     iterator = tf.compat.v1.data.make_initializable_iterator(data)
     return iterator.get_next(), [iterator.initializer], num_examples
+
+
+def _served(data: tf.data.Dataset, plan: Plan, options: ReadOptions, task: TaskInfo) -> Any:
+    """``data`` run by the tf.data service's workers: one job shared by the trainers.
+
+    The service splits the epoch among the trainers of a shared job; a strategy must not
+    split it again, so its auto-sharding is off.
+    """
+    assert options.service is not None
+    job_name = _job_name(plan, options) if task.num_workers > 1 else None
+    served = serve(data, options.service, job_name=job_name)
+    off = tf.data.Options()
+    off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return served.with_options(off)
+
+
+def _job_name(plan: Plan, options: ReadOptions) -> str:
+    """A tf.data service job name every trainer of the cluster derives alike.
+
+    From the cluster of ``TF_CONFIG``, the service, the files and the batch size: the
+    trainers of one run read one job; another cluster or data set, another job.
+    """
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster")
+    key = json.dumps([cluster, options.service, plan.files, options.batch_size], sort_keys=True)
+    return "tfr_hooks-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def _batch_size_of(tensor: Any) -> Any:
