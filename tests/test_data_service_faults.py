@@ -155,9 +155,15 @@ def test_session_loop_ends_with_the_address_once_no_worker_is_left() -> None:
         hook = KillAt(5, lambda: kill_all(service))
         with tf.Graph().as_default():
             dataset = served(service.address, 1_000_000, 10)
+            iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+            batch = iterator.get_next()
             loop = SessionLoop(
-                dataset, step_fn=step, hooks=[hook], service_timeout=BOUND
+                tf.reduce_mean(tf.cast(batch, tf.float32)),
+                hooks=[hook],
+                initializers=[iterator.initializer],
+                service_timeout=BOUND,
             )
+            assert loop.service == service.address  # found in the graph
             with pytest.raises(ConnectionError, match=f"tf.data service at {service.address}"):
                 loop.run(epochs=1)
         assert hook.killed_at is not None

@@ -566,9 +566,11 @@ def mark_served(dataset: Any, service: object, examples: int | None = None) -> A
         examples: The examples of one epoch, when known: an epoch ended early by a lost
             worker then logs how many were lost.
     """
-    setattr(dataset, _SERVED, check_service_address(service))
+    # object.__setattr__: a frozen dataclass (the graph readers' Batches) takes it too
+    object.__setattr__(dataset, _SERVED, check_service_address(service))
     if examples is not None:
-        setattr(dataset, _SERVED_EXAMPLES, check_non_negative_int(examples, "examples"))
+        count = check_non_negative_int(examples, "examples")
+        object.__setattr__(dataset, _SERVED_EXAMPLES, count)
     return dataset
 
 
@@ -703,13 +705,22 @@ class ServiceWatch:
                     self.cancel()
 
     def _problem(self) -> str | None:
-        timeout = min(2.0, self.bound / 4)
-        try:
-            if not live_workers(self.address, timeout=timeout):
-                return "no worker left"
-        except ConnectionError:
-            return "dispatcher unreachable"
-        return None
+        return _problem(self.address, min(2.0, self.bound / 4))
+
+    @classmethod
+    def diagnose(cls, service: str, bound: float) -> str:
+        """Why a read through ``service`` waited ``bound`` seconds: a watch's reason."""
+        return _problem(service, min(2.0, bound / 4)) or cls.STALLED.format(bound=bound)
+
+
+def _problem(service: str, timeout: float) -> str | None:
+    """``"dispatcher unreachable"``, ``"no worker left"``, or ``None`` when neither."""
+    try:
+        if not live_workers(service, timeout=timeout):
+            return "no worker left"
+    except ConnectionError:
+        return "dispatcher unreachable"
+    return None
 
 
 class _Reading:
