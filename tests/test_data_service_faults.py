@@ -110,7 +110,9 @@ def test_function_loop_ends_with_the_address_once_the_service_is_gone(
             hooks=[hook],
             service_timeout=BOUND,
         )
-        with pytest.raises(ConnectionError, match=f"tf.data service at {service.address}: {reason}"):
+        with pytest.raises(
+            ConnectionError, match=f"tf.data service at {service.address}: {reason}"
+        ):
             loop.run(epochs=1)
         assert hook.killed_at is not None
         waited = time.monotonic() - hook.killed_at
@@ -143,7 +145,7 @@ def test_function_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
     stalls = [r.getMessage() for r in caplog.records if "the epoch ends here" in r.getMessage()]
     assert stalls, caplog.text
     assert f"tf.data service at {service.address}: no batch for 10 s" in stalls[0]
-    assert f"examples were lost" in stalls[0]
+    assert "examples were lost" in stalls[0]
     logging.getLogger(__name__).warning("lost-worker epochs: %s", stalls)
 
 

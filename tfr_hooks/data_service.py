@@ -790,6 +790,7 @@ class ServedReads:
         ) from error
 
     def start_epoch(self) -> None:
+        """Start counting the examples of a new training epoch."""
         self.examples = 0
 
     def add(self, dataset: Any, examples: int) -> None:

@@ -658,9 +658,7 @@ class _FunctionRunner:
         self.ran_out = not self.val_more  # start_epoch looks at the training data again
         return result
 
-    def _execute(
-        self, executor: _Executor, iterator: Any, limit: int, dataset: Any
-    ) -> StepResult:
+    def _execute(self, executor: _Executor, iterator: Any, limit: int, dataset: Any) -> StepResult:
         try:
             steps, examples, logs, self.pending, more, wait = self._call(
                 executor.execute, dataset, iterator, self.pending, tf.constant(limit, tf.int64)
