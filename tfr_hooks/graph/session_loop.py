@@ -10,13 +10,18 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks import data_service
 from tfr_hooks.checks import (
     check_bool,
     check_fetches,
     check_optional_positive_int,
     check_positive_number,
     expected,
+)
+from tfr_hooks.data_service import (
+    ServiceWatch,
+    check_service_address,
+    check_service_timeout,
+    service_of,
 )
 from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.graph.cluster import (
@@ -200,7 +205,7 @@ class SessionLoop:
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(expected("log_dir", "a directory path or None", log_dir))
         check_positive_number(wait_for_chief_secs, "wait_for_chief_secs")
-        self.service_timeout = data_service.check_service_timeout(service_timeout)
+        self.service_timeout = check_service_timeout(service_timeout)
         self.graph = _graph_of(train_op)
         self.train_op = train_op
         self.steps_per_epoch = steps_per_epoch
@@ -215,7 +220,7 @@ class SessionLoop:
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.wait_for_chief_secs = float(wait_for_chief_secs)
         #: the tf.data service the graph's input is read through, or None
-        self.service = data_service.service_of(data) or _graph_service(self.graph)
+        self.service = service_of(data) or _graph_service(self.graph)
         self._build_step_tensors(fetches, batch_size, measure_input)
         self.measure_input = measure_input
         self._data = data
@@ -608,7 +613,7 @@ class _SessionRunner:
         if address is None:
             return
         bound = self.settings.service_timeout
-        reason = data_service.ServiceWatch.diagnose(address, bound)
+        reason = ServiceWatch.diagnose(address, bound)
         raise ConnectionError(
             f"tf.data service at {address}: {reason}. A step waited {bound:g} s "
             "(service_timeout) for its batch; restart the service's servers and resume the "
@@ -796,5 +801,5 @@ def _graph_service(graph: Any) -> str | None:
             if tensor.op.type == "Const" and tensor.op.name.rpartition("/")[2] == "address":
                 value = tf.get_static_value(tensor)  # a 0-d array of dtype object
                 if value is not None and isinstance(value.item(), bytes):
-                    return data_service.check_service_address(value.item().decode())
+                    return check_service_address(value.item().decode())
     return None

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks import data_service
 from tfr_hooks.checks import (
     check_bool,
     check_optional_positive_int,
     check_positive_int,
     expected,
 )
+from tfr_hooks.data_service import ServedReads, Stalled, check_service_timeout
 from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, op_determinism_enabled
@@ -126,7 +126,7 @@ class FunctionLoop:
         service_timeout: float = 60.0,
     ) -> None:
         _check_dataset(data, "data")
-        data_service.check_service_timeout(service_timeout)
+        check_service_timeout(service_timeout)
         if (model is None) == (step_fn is None):
             raise ValueError(
                 "Expected exactly one of `model` (a compiled Keras 3 model) and `step_fn` "
@@ -537,9 +537,7 @@ class _FunctionRunner:
         self.val_means = _Means()
         # reads through a tf.data service, cancelled by its watch (see _cancellable)
         self.manager: Any = None
-        self.served = data_service.ServedReads(
-            [dataset, validation_data], service_timeout, self._cancel
-        )
+        self.served = ServedReads([dataset, validation_data], service_timeout, self._cancel)
 
     def _cancel(self) -> None:
         self.manager.start_cancel()
@@ -548,7 +546,7 @@ class _FunctionRunner:
         """``fn(*args)``, under the watch of ``dataset``'s service when it is served.
 
         Raises:
-            data_service.Stalled: The call waited the bound while workers were alive.
+            Stalled: The call waited the bound while workers were alive.
             ConnectionError: The service's dispatcher is gone or no worker is left.
         """
         watch = self.served.watch_of(dataset)
@@ -582,7 +580,7 @@ class _FunctionRunner:
             first = self.steps.executor(True).first
             try:
                 self.pending, more = self._call(first, self.dataset, self.iterator)
-            except data_service.Stalled:
+            except Stalled:
                 self.iterator, more = None, False
             self.more = bool(more)
         self.ran_out = not self.more
@@ -639,7 +637,7 @@ class _FunctionRunner:
         first, data = self.steps.executor(False).first, self.served.validation
         try:
             self.val_pending, more = self._call(first, data, self.val_iterator)
-        except data_service.Stalled:
+        except Stalled:
             more = False
         self.val_more = bool(more)
         self.ran_out = not self.val_more
@@ -663,7 +661,7 @@ class _FunctionRunner:
             steps, examples, logs, self.pending, more, wait = self._call(
                 executor.execute, dataset, iterator, self.pending, tf.constant(limit, tf.int64)
             )
-        except data_service.Stalled:
+        except Stalled:
             # the epoch (or validation pass) ends here; a new iterator starts the next
             self.served.end_stalled(dataset)
             if dataset is self.dataset:
