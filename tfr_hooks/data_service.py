@@ -621,8 +621,8 @@ class ServiceWatch:
     read (a ``CancellationManager``'s ``start_cancel``, a session's close).
 
     A gone dispatcher or no worker left trips the watch after two checks in a row (about a
-    second), so that one slow answer of a loaded machine does not; a read waiting longer
-    than ``bound`` trips it in any case.
+    second), so that one slow answer of a loaded machine does not. A read armed with
+    ``stall=False`` (a first call, which traces and compiles) is not tripped by the bound.
 
     Args:
         service: The dispatcher's address.
@@ -653,6 +653,7 @@ class ServiceWatch:
         self.interval = interval
         self.reason: str | None = None
         self._since: float | None = None  # when the read under way began
+        self._stall = True  # whether the read under way may stall the bound
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(
@@ -660,9 +661,14 @@ class ServiceWatch:
         )
         self._thread.start()
 
-    def reading(self) -> _Reading:
-        """A context manager around one read (a step's call): armed inside it."""
-        return _Reading(self)
+    def reading(self, stall: bool = True) -> _Reading:
+        """A context manager around one read (a step's call): armed inside it.
+
+        Args:
+            stall: Whether waiting ``bound`` trips the watch; ``False`` for a call that
+                may first trace and compile its function (which takes what it takes).
+        """
+        return _Reading(self, stall)
 
     @property
     def stalled(self) -> bool:
@@ -687,15 +693,15 @@ class ServiceWatch:
         failed = 0
         while not self._done.wait(self.interval):
             with self._lock:
-                since = self._since
+                since, stall = self._since, self._stall
             if since is None or self.reason is not None:
                 failed = 0
                 continue
             problem = self._problem()
             failed = failed + 1 if problem else 0
-            if problem is None and time.monotonic() - since > self.bound:
+            if problem is None and stall and time.monotonic() - since > self.bound:
                 problem, failed = self.STALLED.format(bound=self.bound), 2
-            if problem is not None and (failed >= 2 or time.monotonic() - since > self.bound):
+            if problem is not None and failed >= 2:
                 with self._lock:
                     if self._since is None:  # the read ended meanwhile
                         continue
@@ -726,12 +732,12 @@ def _problem(service: str, timeout: float) -> str | None:
 class _Reading:
     """Arms a :class:`ServiceWatch` for one read."""
 
-    def __init__(self, watch: ServiceWatch) -> None:
-        self.watch = watch
+    def __init__(self, watch: ServiceWatch, stall: bool) -> None:
+        self.watch, self.stall = watch, stall
 
     def __enter__(self) -> None:
         with self.watch._lock:
-            self.watch._since = time.monotonic()
+            self.watch._since, self.watch._stall = time.monotonic(), self.stall
 
     def __exit__(self, *exc: object) -> None:
         with self.watch._lock:

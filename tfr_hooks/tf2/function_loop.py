@@ -554,7 +554,9 @@ class _FunctionRunner:
             return fn(*args)
         if self.manager is None or self.manager.is_cancelled:
             self.manager = _cancellation_manager()
-        with watch.reading():
+        # a first call traces and compiles: only a gone dispatcher or worker trips it
+        traced = getattr(fn, "experimental_get_tracing_count", lambda: 1)() > 0
+        with watch.reading(stall=traced):
             try:
                 return _cancellable(self.manager, fn, *args)
             except tf.errors.CancelledError as error:
