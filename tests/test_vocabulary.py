@@ -31,7 +31,14 @@ READER_ARGUMENTS = (
     "map_fn",
     "batch_map_fn",
 )
-LOOP_ARGUMENTS = ("data", "hooks", "steps_per_epoch", "handle_signals", "measure_input")
+LOOP_ARGUMENTS = (
+    "data",
+    "hooks",
+    "steps_per_epoch",
+    "handle_signals",
+    "measure_input",
+    "service_timeout",
+)
 RUN_ARGUMENTS = (
     "epochs",
     "validation_data",
