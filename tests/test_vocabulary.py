@@ -32,7 +32,14 @@ READER_ARGUMENTS = (
     "batch_map_fn",
     "service",
 )
-LOOP_ARGUMENTS = ("data", "hooks", "steps_per_epoch", "handle_signals", "measure_input")
+LOOP_ARGUMENTS = (
+    "data",
+    "hooks",
+    "steps_per_epoch",
+    "handle_signals",
+    "measure_input",
+    "service_timeout",
+)
 RUN_ARGUMENTS = (
     "epochs",
     "validation_data",

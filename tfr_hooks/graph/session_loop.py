@@ -17,6 +17,12 @@ from tfr_hooks.checks import (
     check_positive_number,
     expected,
 )
+from tfr_hooks.data_service import (
+    ServiceWatch,
+    check_service_address,
+    check_service_timeout,
+    service_of,
+)
 from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.graph.cluster import (
     DEFAULT_WAIT_FOR_CHIEF_SECS,
@@ -102,6 +108,11 @@ class SessionLoop:
             queue nobody fills) with ``DeadlineExceededError``; ``None`` waits forever.
         handle_signals: Add a :class:`~tfr_hooks.StopOnSignal` (unless ``hooks`` has
             one): SIGINT/SIGTERM stop the run gracefully, a second one aborts it.
+        service_timeout: For input read through a tf.data service (``data`` marked by
+            the readers, or a ``distribute`` dataset in the graph): the seconds a step
+            may wait for its batch. A step that waits longer ends the run with a
+            ``ConnectionError`` naming the address and why (dispatcher unreachable, no
+            worker left, or a killed worker's share that TensorFlow never ends).
         measure_input: Measure, per epoch, the share of step time spent waiting for
             input (two ``tf.timestamp`` ops in each ``session.run``; see
             :mod:`tfr_hooks.input_report`): ``loop.input_stats``, the history's
@@ -174,6 +185,7 @@ class SessionLoop:
         chief_only_hooks: Sequence[Any] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         wait_for_chief_secs: float = DEFAULT_WAIT_FOR_CHIEF_SECS,
+        service_timeout: float = 60.0,
     ) -> None:
         if train_op is None:
             raise TypeError(expected("train_op", "a tf.Operation or tf.Tensor", train_op))
@@ -193,6 +205,7 @@ class SessionLoop:
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(expected("log_dir", "a directory path or None", log_dir))
         check_positive_number(wait_for_chief_secs, "wait_for_chief_secs")
+        self.service_timeout = check_service_timeout(service_timeout)
         self.graph = _graph_of(train_op)
         self.train_op = train_op
         self.steps_per_epoch = steps_per_epoch
@@ -206,6 +219,8 @@ class SessionLoop:
             log_dir = checkpoint_dir_of(user_hooks)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.wait_for_chief_secs = float(wait_for_chief_secs)
+        #: the tf.data service the graph's input is read through, or None
+        self.service = service_of(data) or _graph_service(self.graph)
         self._build_step_tensors(fetches, batch_size, measure_input)
         self.measure_input = measure_input
         self._data = data
@@ -388,6 +403,8 @@ class SessionLoop:
             val_means=None if validation is None else validation[1],
             session_config=self.session_config,
             run_timeout_secs=self.run_timeout_secs,
+            service=self.service,
+            service_timeout=self.service_timeout,
             cluster=self._cluster,
             pass_examples=None if self._stream is None else self._stream.num_examples,
             input_wait=self._input_wait,
@@ -410,6 +427,8 @@ class _RunSettings:
         val_means: The running means of the validation fetches (with ``validation``).
         session_config: The ``ConfigProto`` of a session the runner creates.
         run_timeout_secs: The timeout of each step, or ``None``.
+        service: The tf.data service address the input is read through, or ``None``.
+        service_timeout: The bound of a step reading through ``service``, seconds.
         cluster: Creates the session on a cluster's master, or ``None``.
         pass_examples: The examples of one pass of a queue stream the loop splits into
             epochs, or ``None``.
@@ -431,6 +450,8 @@ class _RunSettings:
     val_means: RunningMeans | None
     session_config: Any
     run_timeout_secs: float | None
+    service: str | None
+    service_timeout: float
     cluster: ClusterSession | None
     pass_examples: int | None
     input_wait: Any = None
@@ -463,8 +484,11 @@ class _SessionRunner:
         if settings.input_wait is not None:
             self.fetches["input_wait"] = settings.input_wait
         self.options = None
-        if settings.run_timeout_secs is not None:
-            self.options = _v1.RunOptions(timeout_in_ms=int(settings.run_timeout_secs * 1000))
+        timeout = settings.run_timeout_secs
+        if settings.service is not None:  # TensorFlow never ends a read of a lost service
+            timeout = min(timeout or settings.service_timeout, settings.service_timeout)
+        if timeout is not None:
+            self.options = _v1.RunOptions(timeout_in_ms=int(timeout * 1000))
         self.run_args = _v1.train.SessionRunArgs(self.fetches, None, self.options)
         self.fast_run: Callable[[], Any] | None = None
         #: the engine skips batches of a resumed epoch only where that is exact
@@ -545,6 +569,9 @@ class _SessionRunner:
             )
         except tf.errors.OutOfRangeError:
             return StepResult(exhausted=True)
+        except tf.errors.DeadlineExceededError as error:
+            self._raise_lost_service(error)
+            raise
         result.logs = result.results["logs"]
         result.examples = int(result.results.get("batch_size", 1))
         if "input_wait" in result.results:
@@ -569,7 +596,29 @@ class _SessionRunner:
             logs = self.session.run(means.update, options=self.options)
         except tf.errors.OutOfRangeError:
             return StepResult(exhausted=True)
+        except tf.errors.DeadlineExceededError as error:
+            self._raise_lost_service(error)
+            raise
         return StepResult(steps=1, logs=logs)
+
+    def _raise_lost_service(self, error: BaseException) -> None:
+        """Raise a ``ConnectionError`` naming the service when a step read through one.
+
+        A step through a tf.data service that lost its workers or dispatcher waits
+        forever (TensorFlow 2.21); its ``timeout_in_ms`` ended it: ask the service why.
+        The loop ends there, also when workers are alive (a killed worker's share of
+        the epoch never ends): a session's iterator cannot be started again mid-run.
+        """
+        address = self.settings.service
+        if address is None:
+            return
+        bound = self.settings.service_timeout
+        reason = ServiceWatch.diagnose(address, bound)
+        raise ConnectionError(
+            f"tf.data service at {address}: {reason}. A step waited {bound:g} s "
+            "(service_timeout) for its batch; restart the service's servers and resume the "
+            "run."
+        ) from error
 
     def finish(self) -> None:
         pass  # nothing to finalize in a graph: the train op already wrote the variables
@@ -737,3 +786,20 @@ def _as_tensor_or_none(value: Any) -> Any:
     if isinstance(value, int):
         return tf.constant(value, tf.int64)
     return value
+
+
+def _graph_service(graph: Any) -> str | None:
+    """The address of the first tf.data service a dataset of ``graph`` reads, or ``None``.
+
+    A ``DataServiceDataset`` op (``distribute``, ``from_dataset_id``) takes its address
+    as a constant input named ``address`` (checked on TensorFlow 2.21).
+    """
+    for op in graph.get_operations():
+        if not op.type.startswith("DataServiceDataset"):
+            continue
+        for tensor in op.inputs:
+            if tensor.op.type == "Const" and tensor.op.name.rpartition("/")[2] == "address":
+                value = tf.get_static_value(tensor)  # a 0-d array of dtype object
+                if value is not None and isinstance(value.item(), bytes):
+                    return check_service_address(value.item().decode())
+    return None

@@ -28,6 +28,7 @@ from tfr_hooks.checks import (
     check_positive_int,
     expected,
 )
+from tfr_hooks.data_service import ServedReads, Stalled, check_service_timeout
 from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, op_determinism_enabled
@@ -90,6 +91,12 @@ class FunctionLoop:
             input (two ``tf.timestamp`` ops a step; see :mod:`tfr_hooks.input_report`):
             ``loop.input_stats``, the history's ``input/...`` keys and the verdict.
             ``False`` leaves the timestamps out of the step (to measure what they cost).
+        service_timeout: For data read through a tf.data service (marked by the
+            readers, :func:`~tfr_hooks.data_service.mark_served`): the seconds a call
+            may wait for its batches. A dispatcher gone or no worker left ends the run
+            within it with a ``ConnectionError`` naming the address; a call that waits
+            this long while workers are alive (a killed worker's part of the epoch,
+            which TensorFlow never ends) ends the epoch with a warning.
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -116,8 +123,10 @@ class FunctionLoop:
         strategy: Any = None,
         handle_signals: bool = True,
         measure_input: bool = True,
+        service_timeout: float = 60.0,
     ) -> None:
         _check_dataset(data, "data")
+        check_service_timeout(service_timeout)
         if (model is None) == (step_fn is None):
             raise ValueError(
                 "Expected exactly one of `model` (a compiled Keras 3 model) and `step_fn` "
@@ -169,6 +178,7 @@ class FunctionLoop:
             measure_input=measure_input,
         )
         self.measure_input = measure_input
+        self.service_timeout = service_timeout
         #: the passes started over ``data`` (its seeded shuffles' state), across runs
         self._passes = Passes()
 
@@ -223,6 +233,7 @@ class FunctionLoop:
             hooks=self.hooks.hooks,
             dataset=self.data,
             validation_data=validation_data,
+            service_timeout=self.service_timeout,
         )
         # a known length: Keras' params["steps"] get it up front; under a multi-worker
         # strategy, the steps a pass really makes (None when only running it tells)
@@ -504,6 +515,7 @@ class _FunctionRunner:
         hooks: Sequence[Any],
         dataset: Any,
         validation_data: Any = None,
+        service_timeout: float = 60.0,
     ) -> None:
         self.steps = steps
         self.hooks = list(hooks)
@@ -523,6 +535,33 @@ class _FunctionRunner:
         self.val_pending: Any = None
         self.val_more = False
         self.val_means = _Means()
+        # reads through a tf.data service, cancelled by its watch (see _cancellable)
+        self.manager: Any = None
+        self.served = ServedReads([dataset, validation_data], service_timeout, self._cancel)
+
+    def _cancel(self) -> None:
+        self.manager.start_cancel()
+
+    def _call(self, fn: Callable[..., Any], dataset: Any, *args: Any) -> Any:
+        """``fn(*args)``, under the watch of ``dataset``'s service when it is served.
+
+        Raises:
+            Stalled: The call waited the bound while workers were alive.
+            ConnectionError: The service's dispatcher is gone or no worker is left.
+        """
+        watch = self.served.watch_of(dataset)
+        if watch is None:
+            return fn(*args)
+        if self.manager is None or self.manager.is_cancelled:
+            self.manager = _cancellation_manager()
+        # a first call traces and compiles: only a gone dispatcher or worker trips it
+        traced = getattr(fn, "experimental_get_tracing_count", lambda: 1)() > 0
+        with watch.reading(stall=traced):
+            try:
+                return _cancellable(self.manager, fn, *args)
+            except tf.errors.CancelledError as error:
+                self.served.raise_tripped(watch, error)
+                raise
 
     def start(self) -> None:
         steps = self.steps
@@ -540,9 +579,14 @@ class _FunctionRunner:
             self.model.reset_metrics()
         if restart_data or self.iterator is None:
             self.iterator = iter(self.train_data)
-            self.pending, more = self.steps.executor(True).first(self.iterator)
+            first = self.steps.executor(True).first
+            try:
+                self.pending, more = self._call(first, self.dataset, self.iterator)
+            except Stalled:
+                self.iterator, more = None, False
             self.more = bool(more)
         self.ran_out = not self.more
+        self.served.start_epoch()
 
     def start_pass(self) -> None:
         """Start a pass over the training data and leave it, without a step.
@@ -569,8 +613,12 @@ class _FunctionRunner:
             The batches skipped (fewer than ``count`` if the data ran out) and their
             examples (of all replicas).
         """
-        skipped, examples, self.pending, more = self.steps.executor(True).skip(
-            self.iterator, self.pending, tf.constant(count, tf.int64)
+        skipped, examples, self.pending, more = self._call(
+            self.steps.executor(True).skip,
+            self.dataset,
+            self.iterator,
+            self.pending,
+            tf.constant(count, tf.int64),
         )
         self.more = bool(more)
         self.ran_out = not self.more
@@ -579,7 +627,7 @@ class _FunctionRunner:
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
         for hook, args in zip(self.hooks, hook_args, strict=True):
             _check_run_args(hook, args)
-        return self._execute(self.steps.executor(True), self.iterator, limit)
+        return self._execute(self.steps.executor(True), self.iterator, limit, self.dataset)
 
     def start_validation(self) -> bool:
         if self.val_data is None:
@@ -588,7 +636,11 @@ class _FunctionRunner:
             self.model.reset_metrics()
         self.val_means = _Means()
         self.val_iterator = iter(self.val_data)
-        self.val_pending, more = self.steps.executor(False).first(self.val_iterator)
+        first, data = self.steps.executor(False).first, self.served.validation
+        try:
+            self.val_pending, more = self._call(first, data, self.val_iterator)
+        except Stalled:
+            more = False
         self.val_more = bool(more)
         self.ran_out = not self.val_more
         return True
@@ -599,17 +651,26 @@ class _FunctionRunner:
         train = self.pending, self.more, self.means
         self.pending, self.more, self.means = self.val_pending, self.val_more, self.val_means
         try:
-            result = self._execute(executor, self.val_iterator, limit)
+            result = self._execute(executor, self.val_iterator, limit, self.served.validation)
         finally:
             self.val_pending, self.val_more = self.pending, self.more
             self.pending, self.more, self.means = train
         self.ran_out = not self.val_more  # start_epoch looks at the training data again
         return result
 
-    def _execute(self, executor: _Executor, iterator: Any, limit: int) -> StepResult:
-        steps, examples, logs, self.pending, more, wait = executor.execute(
-            iterator, self.pending, tf.constant(limit, tf.int64)
-        )
+    def _execute(self, executor: _Executor, iterator: Any, limit: int, dataset: Any) -> StepResult:
+        try:
+            steps, examples, logs, self.pending, more, wait = self._call(
+                executor.execute, dataset, iterator, self.pending, tf.constant(limit, tf.int64)
+            )
+        except Stalled:
+            # the epoch (or validation pass) ends here; a new iterator starts the next
+            self.served.end_stalled(dataset)
+            if dataset is self.dataset:
+                self.iterator = None
+            self.more, self.ran_out = False, True
+            return StepResult(0, 0, self._last_values(), exhausted=True)
+        self.served.add(dataset, int(examples))
         self.more = bool(more)
         self.ran_out = not self.more
         # a model's metric results, in the order fit shows them; or a user step's means
@@ -618,6 +679,11 @@ class _FunctionRunner:
         result = StepResult(int(steps), int(examples), values, exhausted=not self.more)
         result.input_wait = float(wait) if executor.measures_wait else None
         return result
+
+    def _last_values(self) -> dict[str, Any]:
+        if self.model is not None:
+            return dict(sorted(self.model.get_metrics_result().items()))
+        return self.means.add({}, 0.0)
 
     def finish(self) -> None:
         model = self.model
@@ -628,6 +694,31 @@ class _FunctionRunner:
     def close(self) -> None:
         self.iterator = self.pending = None
         self.val_iterator = self.val_pending = None
+        self.served.close()
+
+
+def _cancellation_manager() -> Any:
+    """A new ``CancellationManager`` (TensorFlow's private API, checked on TF 2.21)."""
+    from tensorflow.python.eager.cancellation import CancellationManager
+
+    return CancellationManager()
+
+
+def _cancellable(manager: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` (a ``tf.function``), cancelled by ``manager.start_cancel()``.
+
+    A read through a tf.data service that lost its workers or dispatcher waits forever
+    on TensorFlow 2.21, and no option bounds it; a function called inside a
+    ``CancellationManagerContext`` registers its ops with the manager, whose
+    ``start_cancel`` (from the service's watch thread) ends them with ``CancelledError``.
+    Private API (``tensorflow.python.eager.cancellation``), checked on TensorFlow 2.21;
+    ``CancellationManager.get_cancelable_function`` does the same for one concrete
+    function.
+    """
+    from tensorflow.python.eager.cancellation import CancellationManagerContext
+
+    with CancellationManagerContext(manager):
+        return fn(*args)
 
 
 class _Means:
