@@ -263,3 +263,19 @@ def test_the_trainers_of_one_cluster_share_each_epoch(
                         going[t] = False
         assert sorted(got[0] + got[1]) == IDS, epoch  # each example once, in one trainer
         assert got[0] and got[1], epoch  # both took part
+
+
+@pytest.mark.slow
+@pytest.mark.data_service
+@pytest.mark.timeout(START + 120)
+def test_the_served_dataset_is_marked_for_the_loops_watch(
+    service: str, plain: list[str], packed: Path
+) -> None:
+    """The loops watch what the reader marks: a lost service is then an error, not a wait."""
+    from tfr_hooks.data_service import served_examples, service_of
+
+    data = tfrecord.dataset(plain, 16, service=service)
+    assert service_of(data) == service
+    assert served_examples(data) is None  # no schema.json: the epoch's size is not known
+    # schema.json counts the epoch's examples: a lost worker's are then counted
+    assert served_examples(tfrecord.dataset(packed, 16, service=service)) == 400

@@ -45,6 +45,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
+from tfr_hooks.data_service import mark_served
 from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.files import Files
@@ -562,7 +563,10 @@ def _served(data: tf.data.Dataset, plan: Plan, options: ReadOptions, task: TaskI
     served = serve(data, options.service, job_name=job_name)
     off = tf.data.Options()
     off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return served.with_options(off)
+    # the loops watch a marked dataset's service (a lost dispatcher or worker is an error,
+    # not a wait); a trainer of a shared job reads a part of the epoch of unknown size
+    examples = plan.examples if task.num_workers == 1 else None
+    return mark_served(served.with_options(off), options.service, examples)
 
 
 def _job_name(plan: Plan, options: ReadOptions) -> str:
