@@ -128,7 +128,7 @@ def test_function_loop_ends_with_the_address_once_the_service_is_gone(
 def test_function_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    size = 20_000
+    size = 4_000
     with LocalService(workers=2, timeout=START, worker_timeout_ms=1000) as service:
         hook = KillAt(5, lambda: service.kill_worker(0))
         loop = FunctionLoop(
