@@ -26,6 +26,7 @@ __all__ = [
     "NUM_CLASSES",
     "add_directory_flags",
     "write_digits",
+    "write_digit_shards",
     "queue_batch",
     "dataset",
 ]
@@ -54,19 +55,24 @@ def add_directory_flags(parser: Any, logdir: str, what: str = "checkpoints and l
     )
 
 
-def write_digits(data_dir: str | Path) -> dict[str, Path]:
-    """Write the digits splits as ``DATA_DIR/{train,validation,test}.tfrecord`` (once)."""
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The digits' images (floats in [0, 1]) and labels, in the examples' fixed order."""
     from sklearn.datasets import load_digits
 
+    digits = load_digits()
+    order = np.random.default_rng(0).permutation(len(digits.target))
+    images = (digits.data[order] / 16.0).astype(np.float32)
+    return images, digits.target[order].astype(np.int64)
+
+
+def write_digits(data_dir: str | Path) -> dict[str, Path]:
+    """Write the digits splits as ``DATA_DIR/{train,validation,test}.tfrecord`` (once)."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     paths = {name: data_dir / f"{name}.tfrecord" for name in SPLITS}
     if all(p.exists() for p in paths.values()):
         return paths
-    digits = load_digits()
-    order = np.random.default_rng(0).permutation(len(digits.target))
-    images = (digits.data[order] / 16.0).astype(np.float32)
-    labels = digits.target[order].astype(np.int64)
+    images, labels = _digits_arrays()
     for name, (start, stop) in SPLITS.items():
         tmp = paths[name].with_suffix(".tmp")
         with tf.io.TFRecordWriter(str(tmp)) as writer:
@@ -78,6 +84,31 @@ def write_digits(data_dir: str | Path) -> dict[str, Path]:
                 example = tf.train.Example(features=tf.train.Features(feature=feature))
                 writer.write(example.SerializeToString())
         tmp.rename(paths[name])
+    return paths
+
+
+def write_digit_shards(data_dir: str | Path, train_shards: int = 4) -> dict[str, Path]:
+    """Write the train and validation splits with ``tfrecord.write`` (once).
+
+    ``DATA_DIR/train/`` holds ``train_shards`` files (1,200 examples split evenly),
+    ``DATA_DIR/validation/`` one file of 297; each directory has its ``schema.json``,
+    which lists every file's examples. Several files let several readers (workers of a
+    cluster, or of a tf.data service) each take whole files.
+
+    Returns:
+        The two directories, by split name.
+    """
+    from tfr_hooks import tfrecord
+
+    data_dir = Path(data_dir)
+    paths = {"train": data_dir / "train", "validation": data_dir / "validation"}
+    if all((p / "schema.json").exists() for p in paths.values()):
+        return paths
+    images, labels = _digits_arrays()
+    for name, shards in (("train", train_shards), ("validation", 1)):
+        start, stop = SPLITS[name]
+        data = {"image": images[start:stop], "label": labels[start:stop]}
+        tfrecord.write(data, paths[name], shards=shards, overwrite=True)
     return paths
 
 
