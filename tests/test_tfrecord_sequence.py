@@ -447,3 +447,62 @@ def test_token_ids_and_frames_of_varying_length(tmp_path):
     assert batch["spans"].ragged_rank == 2
     assert batch["spans"].to_list()[4] == [[], [0], [0, 1], []]
     assert batch["spans"].dtype == tf.int64
+
+
+# --- the readers: a declared feature list is looked for past a file's first record -------
+
+PLAN_LOGGER = "tfr_hooks.tfrecord.plan"
+
+
+def test_the_readers_find_a_list_the_first_records_lack_and_do_not_warn(tmp_path, caplog):
+    values = [_record(i, 3, audio=i >= 3) for i in range(8)]  # records 0-2 lack audio
+    path = _write(tmp_path / "late.tfrecord", values)
+    with caplog.at_level(logging.WARNING):
+        batch = next(iter(tfrecord.dataset(path, 8, schema=DECLARED, shuffle_buffer=0)))
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("tfr_hooks")] == []
+    ids, lengths = batch["id"].numpy().tolist(), batch["audio"].row_lengths().numpy()
+    by_id = dict(zip(ids, lengths, strict=True))
+    assert by_id == {i: 0 if i < 3 else 3 for i in range(8)}
+
+
+def test_a_declared_list_no_record_holds_is_an_error_naming_file_and_feature(tmp_path):
+    path = _write(tmp_path / "no_audio.tfrecord", [_record(i, 2, audio=False) for i in range(5)])
+    with pytest.raises(
+        tfrecord.MissingFeatureError,
+        match=r"Feature list 'audio' of the schema is missing from file '.*no_audio.tfrecord': "
+        r"expected some records to hold it; all 5 records read lack it. Check its name",
+    ) as info:
+        tfrecord.dataset(path, 4, schema=DECLARED)
+    assert (info.value.file, info.value.feature) == (path, "audio")
+    with tf.Graph().as_default(), pytest.raises(tfrecord.MissingFeatureError, match="'audio'"):
+        tfrecord.read_batches(path, 4, schema=DECLARED)
+
+
+def test_a_list_one_file_lacks_and_another_holds_is_a_warning_naming_the_file(tmp_path, caplog):
+    held = _write(tmp_path / "a.tfrecord", [_record(i, 2) for i in range(4)])
+    lacking = _write(tmp_path / "b.tfrecord", [_record(i, 2, audio=False) for i in range(4, 8)])
+    with caplog.at_level(logging.WARNING, logger=PLAN_LOGGER):
+        batches = list(tfrecord.dataset([held, lacking], 8, schema=DECLARED, shuffle_buffer=0))
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == PLAN_LOGGER]
+    assert warning == (
+        f"Feature list 'audio' is missing from all 4 records of file {lacking!r}, though "
+        "other files hold it: those records read as 0 frames of it."
+    )
+    frames = batches[0]["audio"].row_lengths().numpy().tolist()
+    assert sorted(frames) == [0, 0, 0, 0, 2, 2, 2, 2]
+
+
+def test_the_input_report_sizes_feature_lists_by_their_frames(written):
+    from tfr_hooks.input_report import facts_of_files
+    from tfr_hooks.tfrecord.options import PipelineKind
+
+    path, values = written
+    facts = facts_of_files(
+        [path], schema=DECLARED, num_examples=N, examples_per_record=1, kind=PipelineKind.STREAMED
+    )
+    sample = values[:256]  # the frames are sampled from the first 256 records
+    frames = sum(len(v["rgb"]) for v in sample) / len(sample)
+    labels = sum(len(v["labels"]) for v in sample) / len(sample)
+    # id: 8 bytes; labels: 8 per value; audio: 4 floats a frame; rgb: 8 bytes a frame
+    expected = N * (8 + 8 * labels + (16 + 8) * frames)
+    assert facts.decoded_nbytes == pytest.approx(expected, abs=1)

@@ -206,6 +206,7 @@ def facts_of_files(
         kind: The kind of pipeline that reads them.
     """
     from tfr_hooks.tfrecord import memory
+    from tfr_hooks.tfrecord.errors import TFRecordError
 
     file_bytes = 0
     for path in files:
@@ -216,7 +217,13 @@ def facts_of_files(
             break
     decoded = record = None
     if num_examples:
-        decoded = memory.decoded_nbytes(schema, num_examples, max(file_bytes, 0))
+        lengths: dict[str, float] = {}
+        if examples_per_record == 1 and file_bytes >= 0:  # frames and varying lengths
+            try:
+                lengths = memory.mean_lengths(files, None, schema)
+            except TFRecordError as error:  # the reader reports it; the sizes stay rough
+                logger.debug("Lengths not sampled: %s", error)
+        decoded = memory.decoded_nbytes(schema, num_examples, max(file_bytes, 0), lengths)
         records = max(1, num_examples // max(1, examples_per_record))
         record = file_bytes / records if file_bytes >= 0 else None
     return InputFacts(

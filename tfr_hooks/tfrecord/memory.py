@@ -50,6 +50,7 @@ __all__ = [
     "fresh_randomness",
     "memory_dataset",
     "decoded_nbytes",
+    "mean_lengths",
     "default_memory_budget",
     "count_examples",
     "records_nbytes",
@@ -108,21 +109,86 @@ def default_memory_budget() -> int:
         return _FALLBACK_BUDGET
 
 
-def decoded_nbytes(schema: Schema, examples: int, file_bytes: int = 0) -> int:
+def decoded_nbytes(
+    schema: Schema,
+    examples: int,
+    file_bytes: int = 0,
+    lengths: Mapping[str, float] | None = None,
+) -> int:
     """Bytes the decoded examples take in memory.
 
     Fixed-size numeric features count exactly; string features are counted as the
-    files' size (their bytes are in the files) plus a pointer per value.
+    files' size (their bytes are in the files) plus a pointer per value. A feature of
+    varying length counts its mean values per example, and a feature list its mean
+    frames, from ``lengths`` (see :func:`mean_lengths`); one value or frame without it.
+
+    Args:
+        schema: The features decoded.
+        examples: How many examples.
+        file_bytes: The files' size, for string features.
+        lengths: Mean values (varying length) or frames (feature list) per example, by
+            feature name.
     """
-    total = 0
+    lengths = lengths or {}
+    total = 0.0
     strings = False
     for feature in schema:
+        count = lengths.get(feature.name, 1.0) if feature.varying or feature.sequence else 1.0
         if feature.dtype in ("string", "bytes"):
             strings = True
-            total += examples * (feature.size or 1) * 8
+            total += examples * count * (feature.size or 1) * 8
+        elif feature.varying:
+            total += examples * count * np.dtype(feature.dtype).itemsize
         else:
-            total += examples * feature.raw_nbytes
-    return total + (file_bytes if strings else 0)
+            total += examples * count * feature.raw_nbytes
+    return int(total) + (file_bytes if strings else 0)
+
+
+def mean_lengths(
+    files: Sequence[str], compression: str | None, schema: Schema, sample: int = 256
+) -> dict[str, float]:
+    """Mean values (varying length) or frames (feature list) per example, sampled.
+
+    Reads the first ``sample`` records of ``files`` as protos, in Python: it needs no
+    TensorFlow graph or eager context, so it serves graph mode too. Packed shards and
+    records that are no Example are not sampled.
+
+    Args:
+        files: The files.
+        compression: Their compression, or ``None`` to detect it.
+        schema: The features; only those of varying length and feature lists are counted.
+        sample: Records read at most.
+
+    Returns:
+        The mean by feature name; empty if no record was read or nothing varies.
+    """
+    from tfr_hooks.tfrecord.files import iter_records
+    from tfr_hooks.tfrecord.records import NEITHER, as_record_content
+
+    counted = [f for f in schema if f.varying or f.sequence]
+    totals = dict.fromkeys((f.name for f in counted), 0)
+    read = 0
+    records = itertools.chain.from_iterable(iter_records(p, compression) for p in files)
+    for record in itertools.islice(records if counted else (), sample):
+        content = as_record_content(record)
+        if content.kind == NEITHER:
+            continue
+        read += 1
+        for feature in counted:
+            totals[feature.name] += _length(content, feature)
+    return {name: total / read for name, total in totals.items()} if read else {}
+
+
+def _length(content: Any, feature: Any) -> int:
+    """Frames of a feature list, or values of a context feature, in one record."""
+    if feature.sequence:
+        lists = content.feature_lists
+        return len(lists[feature.name].feature) if feature.name in lists else 0
+    if feature.name not in content.context:
+        return 0
+    value = content.context[feature.name]
+    kind = value.WhichOneof("kind")
+    return 0 if kind is None else len(getattr(value, kind).value)
 
 
 #: Examples read to estimate the memory of features of varying length.

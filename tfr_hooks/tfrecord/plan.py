@@ -9,6 +9,7 @@ both readers (:func:`~tfr_hooks.tfrecord.dataset` and
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,20 +17,25 @@ from typing import Any, Union
 
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks.tfrecord.errors import MissingFeatureError
 from tfr_hooks.tfrecord.files import (
     Files,
     check_compression,
     check_framing,
     detect_compression,
     first_record,
+    iter_records,
     resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.packed import check_block
+from tfr_hooks.tfrecord.records import as_record_content
 from tfr_hooks.tfrecord.schema import Schema
 from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, load_schema
 
 __all__ = ["Plan", "SchemaLike", "make_plan"]
+
+logger = logging.getLogger(__name__)
 
 SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
 
@@ -120,6 +126,7 @@ def make_plan(
             )
         chosen = chosen.select(names)
     sidecars: dict[str, Sidecar | None] = {}
+    lists = _FeatureLists(chosen)
     counts: list[int | None] = []
     packing: dict[str, int] = {}
     for path in paths:
@@ -140,7 +147,10 @@ def make_plan(
         if per_record > 1:
             check_block(chosen, _as_example(record), per_record, file=path, record=0)
         else:  # the bytes: a record that is no proto is an error saying what it holds
-            chosen.check_example(record, file=path, record=0)
+            chosen.check_example(record, file=path, record=0, warn=False)
+            chosen.warn_unread(record, file=path, record=0, absent=False)
+            lists.scan(path, codec, record)
+    lists.check()
     if len(set(packing.values())) > 1:
         found = {n: next(p for p, k in packing.items() if k == n) for n in sorted(packing.values())}
         raise ValueError(
@@ -148,6 +158,73 @@ def make_plan(
             f"schema.json). Received files with different packings: {found}"
         )
     return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())))
+
+
+#: records of a file read, at most, to find a feature list of the schema its first lacks
+LIST_SCAN_RECORDS = 1000
+
+
+class _FeatureLists:
+    """Which files hold the feature lists a schema declares, found by reading records.
+
+    Writers often leave out the key of an empty feature list, so a record without one is
+    no error, and a file's first record may lack a list that later records hold: a file
+    is read on (up to :data:`LIST_SCAN_RECORDS` records) until every declared list is
+    found. A list no record of any file holds is an error (a misspelled name, or files of
+    another producer); one that some files hold and others do not is a warning naming the
+    files without it, whose records read as 0 frames of it.
+    """
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.declared = [f.name for f in schema.sequence_features]
+        self.held: set[str] = set()
+        self.lacking: dict[str, list[tuple[str, int, bool]]] = {}  # name: (file, read, whole)
+
+    def scan(self, path: str, codec: str, first: bytes) -> None:
+        """Find the declared lists in ``path``, from its first record on."""
+        wanted = set(self.declared) - set(as_record_content(first).feature_lists)
+        self.held.update(set(self.declared) - wanted)
+        if not wanted:
+            return
+        read, whole = 0, True
+        for read, record in enumerate(iter_records(path, codec), start=1):
+            found = wanted & set(as_record_content(record).feature_lists)
+            self.held.update(found)
+            wanted -= found
+            if not wanted:
+                return
+            if read >= LIST_SCAN_RECORDS:
+                whole = False
+                break
+        for name in sorted(wanted):
+            self.lacking.setdefault(name, []).append((path, read, whole))
+
+    def check(self) -> None:
+        """Raise for a list no file holds; warn of the files that lack one some hold."""
+        for name in self.declared:
+            files = self.lacking.get(name, [])
+            if not files:
+                continue
+            path, read, whole = files[0]
+            records = f"all {read} records" if whole else f"the first {read} records"
+            others = f" (and from {len(files) - 1} other files)" if files[1:] else ""
+            if name not in self.held:
+                raise MissingFeatureError(
+                    f"Feature list {name!r} of the schema is missing from file {path!r}"
+                    f"{others}: expected some records to hold it; {records} read lack it. "
+                    "Check its name with `tfr-hooks inspect`, or leave it out of the schema.",
+                    file=path,
+                    feature=name,
+                )
+            logger.warning(
+                "Feature list %r is missing from %s of file %r%s, though other files hold "
+                "it: those records read as 0 frames of it.",
+                name,
+                records,
+                path,
+                others,
+            )
 
 
 def _as_example(record: bytes) -> example_pb2.Example:

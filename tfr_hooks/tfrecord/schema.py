@@ -785,11 +785,13 @@ class Schema:
         if warn:
             self.warn_unread(content, file=file, record=record)
 
-    def unread(self, example: Any) -> list[str]:
+    def unread(self, example: Any, *, absent: bool = True) -> list[str]:
         """What a record holds that :meth:`parse_batch` will not return, in words.
 
         Args:
             example: The record, as for :meth:`check_example`.
+            absent: Whether to name the feature lists of the schema the record lacks (the
+                readers leave that to a scan of the file's later records).
 
         Returns:
             One sentence per finding (empty when the schema reads everything that
@@ -813,18 +815,23 @@ class Schema:
                 "and the reader will not return: declare each as Feature(name, dtype, "
                 "per-frame shape, sequence=True), or read with the inferred schema"
             )
-        absent = sorted(n for n in declared if n not in content.feature_lists)
-        if absent:
+        lacking = sorted(n for n in declared if n not in content.feature_lists)
+        if lacking and absent:
             held = sorted(content.feature_lists) or "no feature lists"
             found.append(
-                f"it lacks the feature lists {absent} of the schema (it holds {held}); "
+                f"it lacks the feature lists {lacking} of the schema (it holds {held}); "
                 "a record without them reads as 0 frames of them (if no record holds "
                 "them, check their names with tfr-hooks inspect)"
             )
         return found
 
     def warn_unread(
-        self, example: Any, *, file: str | None = None, record: int | None = None
+        self,
+        example: Any,
+        *,
+        file: str | None = None,
+        record: int | None = None,
+        absent: bool = True,
     ) -> list[str]:
         """Log a warning naming what a record holds that the reader will not return.
 
@@ -835,11 +842,12 @@ class Schema:
             example: The record, as for :meth:`check_example`.
             file: The file it came from, for the message.
             record: Its index in that file, for the message.
+            absent: As for :meth:`unread`.
 
         Returns:
             The findings of :meth:`unread` (one warning joins them), empty if none.
         """
-        found = self.unread(example)
+        found = self.unread(example, absent=absent)
         if found:
             logger.warning("%s: %s.", where(file, record).capitalize(), "; ".join(found))
         return found
