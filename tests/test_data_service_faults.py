@@ -12,10 +12,11 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfr_hooks import FunctionLoop, Hook, SessionLoop
+from tfr_hooks import FunctionLoop, Hook, SessionLoop, tfrecord
 from tfr_hooks.data_service import LocalService, mark_served, service_of
 
 #: seconds a server may take to start on a loaded 2-core machine (it imports TensorFlow)
@@ -59,6 +60,16 @@ class KillAt(Hook):
 
     def end(self, session: Any) -> None:
         self.ended = True
+
+
+class EpochCounts(Hook):
+    """Records each epoch's examples, as the loop reports them."""
+
+    def __init__(self) -> None:
+        self.examples: list[int] = []
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        self.examples.append(self.loop.epoch_examples)
 
 
 def kill_all(service: LocalService) -> None:
@@ -174,3 +185,35 @@ def test_session_loop_ends_with_the_address_once_no_worker_is_left() -> None:
         assert waited < BOUND + MARGIN
         assert hook.ended
         assert not watch_threads()
+
+
+@pytest.mark.slow
+@pytest.mark.data_service
+@pytest.mark.timeout(4 * START)
+def test_session_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    size = 4_000
+    tfrecord.write({"id": np.arange(size, dtype=np.int64)}, tmp_path, shards=8)
+    with LocalService(workers=2, timeout=START, worker_timeout_ms=1000) as service:
+        hook = KillAt(5, lambda: service.kill_worker(0))
+        counts = EpochCounts()
+        with tf.Graph().as_default():
+            batches = tfrecord.read_batches(str(tmp_path), 10, service=service.address)
+            mean = tf.reduce_mean(tf.cast(batches.tensors["id"], tf.float32))
+            loop = SessionLoop(
+                mean, {"mean": mean}, hooks=[hook, counts], data=batches, service_timeout=BOUND
+            )
+            with caplog.at_level(logging.WARNING):
+                history = loop.run(epochs=2)
+        assert len(history["mean"]) == 2
+        assert hook.ended
+    stalls = [r.getMessage() for r in caplog.records if "the epoch ends here" in r.getMessage()]
+    assert len(stalls) == 1, caplog.text
+    assert f"tf.data service at {service.address}: no batch for 10 s" in stalls[0]
+    first, second = counts.examples
+    assert f"{size - first} of its {size} examples were lost ({first} read)" in stalls[0]
+    # the next epoch, on the worker left, reads each example, and its end is not waited
+    # for (the dispatcher gives the new job a task on the lost worker too)
+    assert second == size
+    logging.getLogger(__name__).warning("SessionLoop lost-worker epochs: %s", stalls)

@@ -61,6 +61,7 @@ __all__ = [
     "ServiceWatch",
     "ServedReads",
     "Stalled",
+    "warn_pass_ended",
 ]
 
 logger = logging.getLogger(__name__)
@@ -744,6 +745,30 @@ class _Reading:
             self.watch._since = None
 
 
+def warn_pass_ended(message: str, what: str, expected: int | None, read: int) -> None:
+    """Log that a pass through a tf.data service ends early, after a lost worker.
+
+    Args:
+        message: The watch's ``"tf.data service at ADDRESS: REASON"``.
+        what: ``"epoch"`` or ``"validation pass"``.
+        expected: The examples of a whole pass, when known: the lost ones are then logged.
+        read: The examples the pass read.
+    """
+    lost = ""
+    if expected is not None:
+        lost = (
+            f": {max(expected - read, 0)} of its {expected} examples were lost "
+            f"({read} read)"
+        )
+    logger.warning(
+        "%s (a worker lost mid-epoch: TensorFlow never ends the pass); the %s ends "
+        "here%s. The next one reads from a new iterator.",
+        message,
+        what,
+        lost,
+    )
+
+
 class ServedReads:
     """The watches of a loop's datasets read through a tf.data service, and their epochs.
 
@@ -809,20 +834,8 @@ class ServedReads:
         watch = self.watch_of(dataset)
         assert watch is not None
         what = "epoch" if dataset is self.training else "validation pass"
-        expected_examples = served_examples(dataset)
-        lost = ""
-        if dataset is self.training and expected_examples is not None:
-            lost = (
-                f": {max(expected_examples - self.examples, 0)} of its {expected_examples} "
-                f"examples were lost ({self.examples} read)"
-            )
-        logger.warning(
-            "%s (a worker lost mid-epoch: TensorFlow never ends the pass); the %s ends "
-            "here%s. The next one reads from a new iterator.",
-            watch.message(),
-            what,
-            lost,
-        )
+        expected_examples = served_examples(dataset) if dataset is self.training else None
+        warn_pass_ended(watch.message(), what, expected_examples, self.examples)
         watch.reset()
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from tfr_hooks.checks import (
 )
 from tfr_hooks.data_service import (
     ServiceWatch,
+    warn_pass_ended,
     check_service_address,
     check_service_timeout,
     service_of,
@@ -405,6 +406,8 @@ class SessionLoop:
             run_timeout_secs=self.run_timeout_secs,
             service=self.service,
             service_timeout=self.service_timeout,
+            served_examples=_served_examples(self._data),
+            epochs_restart=self.steps_per_epoch is None,
             cluster=self._cluster,
             pass_examples=None if self._stream is None else self._stream.num_examples,
             input_wait=self._input_wait,
@@ -429,6 +432,8 @@ class _RunSettings:
         run_timeout_secs: The timeout of each step, or ``None``.
         service: The tf.data service address the input is read through, or ``None``.
         service_timeout: The bound of a step reading through ``service``, seconds.
+        served_examples: The examples of an epoch read through ``service``, when known.
+        epochs_restart: Whether each epoch starts a new pass (no ``steps_per_epoch``).
         cluster: Creates the session on a cluster's master, or ``None``.
         pass_examples: The examples of one pass of a queue stream the loop splits into
             epochs, or ``None``.
@@ -452,6 +457,8 @@ class _RunSettings:
     run_timeout_secs: float | None
     service: str | None
     service_timeout: float
+    served_examples: int | None
+    epochs_restart: bool
     cluster: ClusterSession | None
     pass_examples: int | None
     input_wait: Any = None
@@ -471,6 +478,8 @@ class _SessionRunner:
         if self.pass_examples is not None:
             self.reinitializable = True  # each epoch goes on with the stream's next pass
         self.seen = 0  # examples of the stream run so far
+        self.epoch_read = 0
+        self.lost_worker = False  # whether a pass ended on a lost worker of the service
         self.boundary = 0  # where the current epoch ends in the stream
         self.session = session
         self.owns_session = session is None
@@ -508,6 +517,7 @@ class _SessionRunner:
         self.fast_run = prepared_run(self.session, self.fetches, self.options)
 
     def start_epoch(self, restart_data: bool) -> None:
+        self.epoch_read = 0  # examples read by this epoch's steps
         if self.pass_examples is not None:
             self.boundary += self.pass_examples
             self.ran_out = self.seen >= self.boundary
@@ -558,6 +568,11 @@ class _SessionRunner:
         return skipped, examples
 
     def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
+        expected = self.settings.served_examples
+        if self.lost_worker and expected is not None and self.epoch_read >= expected:
+            # after a lost worker, TensorFlow 2.21's dispatcher gives every new job a task
+            # on it, whose end never comes: a pass of known size ends once all is read
+            return StepResult(exhausted=True)
         try:
             result = merged_run(
                 self.session,
@@ -570,10 +585,12 @@ class _SessionRunner:
         except tf.errors.OutOfRangeError:
             return StepResult(exhausted=True)
         except tf.errors.DeadlineExceededError as error:
-            self._raise_lost_service(error)
+            if self._ends_stalled_pass(error, "epoch"):
+                return StepResult(exhausted=True)
             raise
         result.logs = result.results["logs"]
         result.examples = int(result.results.get("batch_size", 1))
+        self.epoch_read += result.examples
         if "input_wait" in result.results:
             result.input_wait = float(result.results["input_wait"])
         if self.pass_examples is not None:
@@ -597,27 +614,43 @@ class _SessionRunner:
         except tf.errors.OutOfRangeError:
             return StepResult(exhausted=True)
         except tf.errors.DeadlineExceededError as error:
-            self._raise_lost_service(error)
+            if self._ends_stalled_pass(error, "validation pass"):
+                return StepResult(exhausted=True)
             raise
         return StepResult(steps=1, logs=logs)
 
-    def _raise_lost_service(self, error: BaseException) -> None:
-        """Raise a ``ConnectionError`` naming the service when a step read through one.
+    def _ends_stalled_pass(self, error: BaseException, what: str) -> bool:
+        """Whether a step that timed out ends its pass (a lost worker); else raise.
 
-        A step through a tf.data service that lost its workers or dispatcher waits
-        forever (TensorFlow 2.21); its ``timeout_in_ms`` ended it: ask the service why.
-        The loop ends there, also when workers are alive (a killed worker's share of
-        the epoch never ends): a session's iterator cannot be started again mid-run.
+        A step through a tf.data service that lost a worker, its workers or its
+        dispatcher waits forever (TensorFlow 2.21); its ``timeout_in_ms`` ended it: ask
+        the service why. With workers alive (one was lost mid-epoch, and its share of the
+        pass never ends), a pass the loop can start again (the data's initializers) ends
+        here with a warning of the examples lost, and the next starts a new iterator.
+
+        Returns:
+            ``True`` when the pass ends here; ``False`` for a step not read through a
+            service (the caller re-raises ``error``).
+
+        Raises:
+            ConnectionError: Naming the service's address and why the step waited: the
+                dispatcher is gone, no worker is left, or the pass cannot be restarted.
         """
         address = self.settings.service
         if address is None:
-            return
+            return False
         bound = self.settings.service_timeout
         reason = ServiceWatch.diagnose(address, bound)
+        message = f"tf.data service at {address}: {reason}"
+        restarts = what != "epoch" or (self.replays_passes and self.settings.epochs_restart)
+        if reason == ServiceWatch.STALLED.format(bound=bound) and restarts:
+            expected = self.settings.served_examples if what == "epoch" else None
+            warn_pass_ended(message, what, expected, self.epoch_read)
+            self.lost_worker = True
+            return True
         raise ConnectionError(
-            f"tf.data service at {address}: {reason}. A step waited {bound:g} s "
-            "(service_timeout) for its batch; restart the service's servers and resume the "
-            "run."
+            f"{message}. A step waited {bound:g} s (service_timeout) for its batch; restart "
+            "the service's servers and resume the run."
         ) from error
 
     def finish(self) -> None:
@@ -786,6 +819,13 @@ def _as_tensor_or_none(value: Any) -> Any:
     if isinstance(value, int):
         return tf.constant(value, tf.int64)
     return value
+
+
+def _served_examples(data: Batches | None) -> int | None:
+    """The examples of an epoch of ``data`` read through a service, when known."""
+    if data is None or data.service is None or data.num_epochs != 1:
+        return None
+    return data.num_examples
 
 
 def _graph_service(graph: Any) -> str | None:
