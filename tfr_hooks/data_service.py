@@ -756,10 +756,7 @@ def warn_pass_ended(message: str, what: str, expected: int | None, read: int) ->
     """
     lost = ""
     if expected is not None:
-        lost = (
-            f": {max(expected - read, 0)} of its {expected} examples were lost "
-            f"({read} read)"
-        )
+        lost = f": {max(expected - read, 0)} of its {expected} examples were lost ({read} read)"
     logger.warning(
         "%s (a worker lost mid-epoch: TensorFlow never ends the pass); the %s ends "
         "here%s. The next one reads from a new iterator.",

@@ -19,10 +19,10 @@ from tfr_hooks.checks import (
 )
 from tfr_hooks.data_service import (
     ServiceWatch,
-    warn_pass_ended,
     check_service_address,
     check_service_timeout,
     service_of,
+    warn_pass_ended,
 )
 from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.graph.cluster import (
