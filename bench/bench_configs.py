@@ -101,6 +101,8 @@ _PACKED = (
     "then streamed (text: pad_to='longest')"
 )
 _BUCKETED = "in_memory=True, bucket_boundaries (the hand-written buckets), pad_to='longest'"
+_PINNED = "trainer pinned to 1 core, tfrecord.dataset(map_fn=decode) read"
+_SERVED = "through a tf.data service whose 1 worker is pinned to the other core"
 _SMALL = "small data set (3,072 examples, each pass a new iterator, in a Dataset.reduce),"
 REAL_ROWS: list[tuple[str, str]] = [
     ("img_fit_hand", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data (guide)"),
@@ -124,6 +126,10 @@ REAL_ROWS: list[tuple[str, str]] = [
         f"input alone, {_SMALL} 784-byte digit rows: hand-written .unbatch().cache().shuffle(n)",
     ),
     ("img_input_small_digits_memory", f"input alone, {_SMALL} 784-byte digit rows: in_memory=True"),
+    ("img_input_1core", f"input alone, {_PINNED} locally"),
+    ("img_input_1core_service", f"input alone, {_PINNED} {_SERVED}"),
+    ("img_loop_1core", f"FunctionLoop, spe=32 + 3 callbacks, {_PINNED} locally"),
+    ("img_loop_1core_service", f"FunctionLoop, spe=32 + 3 callbacks, {_PINNED} {_SERVED}"),
     ("txt_fit_padded", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data, padded_batch"),
     ("txt_fit_bucketed", "the same with bucket_by_sequence_length"),
     ("txt_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset, pad_to='longest'"),
@@ -146,7 +152,11 @@ REAL_KINDS = {"img": "JPEG images, small CNN", "txt": "token sequences, embeddin
 #: The reference of each real table (the ratios' "x fit" column).
 REAL_REFERENCE = {"img": "img_fit_hand", "txt": "txt_fit_padded"}
 #: The input rows of the real data sets (the small data sets' rows, of other data, aside).
-REAL_INPUTS = tuple(name for name, _ in REAL_ROWS if "_input_" in name and "_small" not in name)
+REAL_INPUTS = tuple(
+    name
+    for name, _ in REAL_ROWS
+    if "_input_" in name and "_small" not in name and "_1core" not in name
+)
 REAL_MODELS = ("img_model_only", "txt_model_only")
 
 

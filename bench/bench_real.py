@@ -24,7 +24,10 @@ the package's ``tfrecord.dataset(files, batch, shuffle_buffer=..., map_fn=decode
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,8 @@ BUCKETS = [16, 32, 48, 64, 96, 128, 192, 256, 384]
 IMAGE_BYTES = 64 * 64 * 3
 #: Distinct in-memory batches the model-alone rows cycle through.
 HELD_BATCHES = 8
+#: Seconds the pinned rows' tf.data service servers may take to start (they import TF).
+SERVER_START = 300
 IMAGE_FEATURES = {
     "image/encoded": tf.io.FixedLenFeature([], tf.string),
     "image/class/label": tf.io.FixedLenFeature([], tf.int64),
@@ -145,15 +150,16 @@ def _packed_files(spec: w.Spec, kind: str) -> str:
     return str(target)
 
 
-def package_pipeline(spec: w.Spec, kind: str, source: str) -> Any:
+def package_pipeline(spec: w.Spec, kind: str, source: str, service: str | None = None) -> Any:
     """One of the package's pipelines, endless (``num_epochs=None``), batches (x, label).
 
     ``stream``: ``tfrecord.dataset(files, map_fn=decode)`` (images decoded every epoch;
     text parsed per batch as ragged tokens). ``memory``: ``in_memory=True`` with the same
     ``map_fn``, decoded once (the token lists held as values and row offsets).
     ``packed``: the packed shards, streamed (images decoded by the conversion, so the
-    shards hold pixels). Text batches are padded to each batch's
-    longest row (``pad_to="longest"``); ``*_bucketed`` also batches by length
+    shards hold pixels). With ``service`` (streamed or packed), a tf.data service's
+    workers run the pipeline and this process receives the batches. Text batches are
+    padded to each batch's longest row (``pad_to="longest"``); ``*_bucketed`` also batches by length
     (``bucket_boundaries=BUCKETS``), as the hand-written bucketed pipeline does.
     """
     base = source.removesuffix("_bucketed")
@@ -178,11 +184,16 @@ def package_pipeline(spec: w.Spec, kind: str, source: str) -> Any:
             w.MEMORY_USE["decoded_mb"] = info["examples"] * (IMAGE_BYTES + 8) / 2**20
     else:
         kwargs["shuffle_buffer"] = w.PACKED_WINDOW if base == "packed" else SHUFFLE
-    return tfrecord.dataset(files, spec.batch_size, **kwargs)
+    return tfrecord.dataset(files, spec.batch_size, service=service, **kwargs)
 
 
-def pipeline(spec: w.Spec, kind: str, source: str) -> Any:
-    """The pipeline called ``source`` (``hand``, ``bucketed``, ``cached``, ``stream``...)."""
+def pipeline(spec: w.Spec, kind: str, source: str, service: str | None = None) -> Any:
+    """The pipeline called ``source`` (``hand``, ``bucketed``, ``cached``, ``stream``...).
+
+    ``service``: the address of a tf.data service to run a package pipeline on.
+    """
+    if service is not None:
+        return package_pipeline(spec, kind, source, service)
     if source in ("hand", "padded"):
         return hand_pipeline(spec, kind, "padded")
     if source == "bucketed":
@@ -254,11 +265,11 @@ def _with_share(spec: w.Spec, kind: str, source: str, result: dict[str, Any]) ->
     return result
 
 
-def input_alone(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
+def input_alone(spec: w.Spec, kind: str, source: str, service: str | None = None) -> dict[str, Any]:
     """The pipeline alone, consumed inside a ``tf.function`` loop (no Python a batch)."""
     clock = w.Clock(spec)
     steps = _steps(spec, kind)
-    data = pipeline(spec, kind, source)
+    data = pipeline(spec, kind, source, service)
     iterator = iter(data)
 
     def consume(n: Any) -> Any:
@@ -304,7 +315,9 @@ def fit(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
     return _with_share(spec, kind, source, clock.result())
 
 
-def function_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
+def function_loop(
+    spec: w.Spec, kind: str, source: str, service: str | None = None
+) -> dict[str, Any]:
     """``FunctionLoop(steps_per_execution=32)`` + the 3 callbacks."""
     import keras as k3
 
@@ -316,7 +329,7 @@ def function_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
     hooks = w.bracket_hooks(clock, [tfr_hooks.KerasCallbacks(w.callbacks(k3, spec.workdir), net)])
     hooks.append(w.clock_hook(clock))
     loop = FunctionLoop(
-        pipeline(spec, kind, source),
+        pipeline(spec, kind, source, service),
         model=net,
         hooks=hooks,
         steps_per_execution=32,
@@ -486,6 +499,50 @@ def small_input(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
     return clock.result()
 
 
+@contextlib.contextmanager
+def pinned_trainer(served: bool) -> Iterator[str | None]:
+    """Pin this process to one core; with ``served``, a tf.data service on another.
+
+    Simulates a trainer whose host has too few cores for its input, and a CPU host added
+    to it: the service's dispatcher and one worker (processes started while this process
+    is pinned to the second core, so they inherit it) run the pipeline there. This must
+    run before TensorFlow's runtime starts in the process: its threads inherit the core
+    of the thread that creates them.
+
+    Yields:
+        The service's address, or ``None`` (not ``served``: the trainer alone).
+    """
+    from tensorflow.python.eager import context
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise RuntimeError(f"The pinned-core rows need 2 cores; this process has {cores}")
+    if context.context()._context_handle is not None:
+        raise RuntimeError("The pinned-core rows must pin the process before TF's runtime starts")
+    trainer, helper = cores[0], cores[1]
+    if not served:
+        os.sched_setaffinity(0, {trainer})
+        yield None
+        return
+    from tfr_hooks.data_service import LocalService
+
+    os.sched_setaffinity(0, {helper})
+    with LocalService(workers=1, timeout=SERVER_START) as service:
+        os.sched_setaffinity(0, {trainer})
+        yield service.address
+
+
+def _pinned_row(what: str, served: bool) -> Any:
+    """A row of the streamed JPEG pipeline on one pinned core, served or not."""
+    run = input_alone if what == "input" else function_loop
+
+    def row(spec: w.Spec) -> dict[str, Any]:
+        with pinned_trainer(served) as service:
+            return run(spec, "img", "stream", service)
+
+    return row
+
+
 def real_entry(root: str, images: int, texts: int, seed: int, conn: Any) -> None:
     """Process target: write (or reuse) both data sets, send their info back."""
     try:
@@ -529,6 +586,10 @@ FUNCTIONS: dict[str, Any] = {
     "img_loop_packed": _row("img", "loop", "packed"),
     "img_session_memory": _row("img", "session", "memory"),
     "img_model_only": lambda s: model_alone(s, "img"),
+    "img_input_1core": _pinned_row("input", served=False),
+    "img_input_1core_service": _pinned_row("input", served=True),
+    "img_loop_1core": _pinned_row("loop", served=False),
+    "img_loop_1core_service": _pinned_row("loop", served=True),
     "txt_input_padded": _row("txt", "input", "padded"),
     "txt_input_bucketed": _row("txt", "input", "bucketed"),
     "txt_input_padded_cached": _row("txt", "input", "cached"),

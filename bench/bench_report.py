@@ -368,6 +368,40 @@ def _twin_medians(row: Row) -> float | None:
     return statistics.median(row.twin) / statistics.median(row.runs)
 
 
+def _service_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
+    """The targets of issue 27: a trainer on 1 core, with and without a served worker."""
+    add(
+        t,
+        "1 core: input alone through the service >= 1.5x local",
+        "img_input_1core_service",
+        "img_input_1core",
+        1.5,
+    )
+    add(
+        t,
+        "1 core: FunctionLoop through the service >= 1.3x local",
+        "img_loop_1core_service",
+        "img_loop_1core",
+        1.3,
+    )
+    by_name = {r.config: r for r in t.rows}
+    served, local = by_name.get("img_loop_1core_service"), by_name.get("img_loop_1core")
+    mine = None if served is None else served.input_wait_share
+    base = None if local is None else local.input_wait_share
+    # a wait share of 0 (the served trainer never waits) counts as 0.1%
+    ratio = None if mine is None or base is None else base / max(mine, 0.001)
+    targets.append(
+        Target(
+            t.model,
+            "1 core: lower input-wait share through the service",
+            "input wait share: img_loop_1core / img_loop_1core_service",
+            ratio,
+            1.0,
+            None if mine is None or base is None else mine < base,
+        )
+    )
+
+
 def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
     """The targets of issue 19 on the real suite's data (images ``img``, text ``txt``)."""
     k = t.model
@@ -408,6 +442,7 @@ def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
                 f"img_input_{small}_cached",
                 1.0,
             )
+        _service_targets(t, add, targets)
     if k == "txt":
         add(
             t,
