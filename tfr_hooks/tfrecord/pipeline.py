@@ -144,8 +144,7 @@ def serve(data: tf.data.Dataset, service: str, *, job_name: str | None = None) -
     ``element_spec`` from ``data``, so graph mode needs none given. Batches are sent
     uncompressed (``compression=None``): decoded pixels and parsed numbers compress
     little, and compressing costs every worker and trainer CPU time for each batch
-    (on the benchmark's pinned-core rows, the input alone through the service gave
-    1.24x the local rate uncompressed, 0.89x with TensorFlow's default ``"AUTO"``).
+    (TensorFlow's default, ``"AUTO"``, slowed the benchmark's pinned-core service rows).
 
     Its cardinality is unknown: the loops end an epoch at the data's end.
 
