@@ -1,6 +1,7 @@
 """One worker of a loopback MultiWorkerMirroredStrategy cluster (or one plain process).
 
-Run by ``tests/test_distribute_cluster.py`` through ``tests/_cluster.py``: with
+Run by ``tests/test_distribute_cluster.py`` (``service`` mode: by
+``tests/test_data_service_cluster.py``) through ``tests/_cluster.py``: with
 ``TF_CONFIG`` set the script trains under ``MultiWorkerMirroredStrategy``, without it in
 one process and no strategy, on the same global batches. It prints one
 ``RESULT {json}`` line.
