@@ -1,6 +1,7 @@
 """One worker of a loopback MultiWorkerMirroredStrategy cluster (or one plain process).
 
-Run by ``tests/test_distribute_cluster.py`` through ``tests/_cluster.py``: with
+Run by ``tests/test_distribute_cluster.py`` (``service`` mode: by
+``tests/test_data_service_cluster.py``) through ``tests/_cluster.py``: with
 ``TF_CONFIG`` set the script trains under ``MultiWorkerMirroredStrategy``, without it in
 one process and no strategy, on the same global batches. It prints one
 ``RESULT {json}`` line.
@@ -21,6 +22,10 @@ Modes:
   files, in memory) and ``drop_remainder``, the dataset's ``cardinality()``, the
   ``loop.steps_per_epoch`` hooks see at each epoch's start, and the steps and examples
   each epoch ran.
+* ``service DATA ADDRESS``: a ``step_fn`` over ``tfrecord.dataset(DATA's files,
+  SERVICE_BATCH, service=ADDRESS)`` (one tf.data service job shared by the cluster's
+  trainers) that notes the ``id`` of every example this worker trained on, per epoch,
+  and the steps and examples the loop reports for each epoch.
 """
 
 from __future__ import annotations
@@ -300,6 +305,37 @@ def cardinality_mode(data: str) -> dict[str, Any]:
     return result
 
 
+def service_mode(data: str, address: str) -> dict[str, Any]:
+    """Train on batches of a tf.data service job this worker shares with the others."""
+    import tensorflow as tf
+
+    strategy = _strategy(tf)
+    from tfr_hooks import FunctionLoop, tfrecord
+
+    files = sorted(os.path.join(data, name) for name in os.listdir(data))
+    batch = int(os.environ.get("SERVICE_BATCH", "10"))
+    train = tfrecord.dataset(files, batch, service=address)
+    watch = _EpochWatch.make()
+    ids: list[list[int]] = []  # per epoch, the ids this worker trained on
+    sizes: list[list[int]] = []  # per epoch, the size of each local batch (0: none left)
+
+    def note(batch_ids: Any) -> Any:
+        if len(sizes) < len(watch.seen):
+            ids.append([])
+            sizes.append([])
+        ids[-1] += batch_ids.numpy().ravel().tolist()
+        sizes[-1].append(int(batch_ids.shape[0]))
+        return np.int64(0)
+
+    def step_fn(batch: dict[str, Any]) -> dict[str, Any]:
+        tf.py_function(note, [batch["id"]], tf.int64)
+        return {"n": tf.cast(tf.shape(batch["id"])[0], tf.float64)}
+
+    loop = FunctionLoop(train, step_fn=step_fn, hooks=[watch], strategy=strategy)
+    loop.run(epochs=EPOCHS)
+    return {"epochs": watch.seen, "ids": ids, "sizes": sizes}
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -318,6 +354,8 @@ def main(argv: list[str]) -> None:
         result = order_mode(argv[1], argv[2])
     elif mode == "cardinality":
         result = cardinality_mode(argv[1])
+    elif mode == "service":
+        result = service_mode(argv[1], argv[2])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     sys.stdout.flush()
