@@ -33,6 +33,7 @@ new process.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import pytest
 import tensorflow as tf
 
 import _graph_resume_child as graph
+import tfr_hooks
 from _resume import EPOCHS, N, run_attempts, seen, stitched, write_data
 from test_checkpoint_mid_epoch import Child, _lines
 from tfr_hooks.data_service import LocalService
@@ -162,3 +164,44 @@ def test_session_loop_resumed_through_the_service_trains_exact_epochs(
     assert len(trained) == len(set(trained))  # each example at most once
     epoch_2 = sorted(i for e, _, ids in resumed if e == 2 for i in ids)
     assert epoch_2 == list(range(graph.EXAMPLES))  # each example once
+
+
+# -- a resume whose service lost its workers: an error naming it, not a hang ------------
+
+BOUND = 5.0  # service_timeout
+#: what ending the read may take beyond the bound: the watch's checks, an RPC's timeout
+MARGIN = 25.0
+
+
+def _graph_run(logdir: Path, *hooks: tfr_hooks.Hook, service_timeout: float = 60.0) -> None:
+    """The graph child's served run, in this process, with ``EpochCheckpoint(logdir)``."""
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(graph.SEED)
+        batches, model, _ = graph.build({"plain": str(logdir.parent / "data" / "plain")}, "served")
+        loop = tfr_hooks.SessionLoop(
+            model.train_op,
+            {"loss": model.loss},
+            data=batches,
+            hooks=[tfr_hooks.EpochCheckpoint(str(logdir)), *hooks],
+            service_timeout=service_timeout,
+        )
+        loop.run(epochs=graph.EPOCHS)
+
+
+# a regression hangs in a C++ read, which pytest-timeout's signal method cannot end
+@pytest.mark.timeout(START + 120, method="thread")
+def test_a_resume_mid_epoch_on_a_service_without_workers_is_an_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resumed epoch's first reads (the batches passed over) are bounded too."""
+    graph.write_data(str(tmp_path / "data"))
+    with LocalService(workers=1, timeout=START) as local:
+        monkeypatch.setenv("SERVICE", local.address)
+        logdir = tmp_path / "ckpt"
+        _graph_run(logdir, graph.StopAt(epoch=1, step=3))
+        assert resume_position_of(tf.train.latest_checkpoint(str(logdir)))[:2] == (1, 3)
+        local.kill_worker(0)
+        started = time.monotonic()
+        with pytest.raises(ConnectionError, match=f"{local.address}: no worker left"):
+            _graph_run(logdir, service_timeout=BOUND)
+        assert time.monotonic() - started < BOUND + MARGIN
