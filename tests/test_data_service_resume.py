@@ -32,6 +32,7 @@ new process.
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from collections.abc import Iterator
@@ -43,7 +44,10 @@ import tensorflow as tf
 import _graph_resume_child as graph
 import tfr_hooks
 from _resume import EPOCHS, N, run_attempts, seen, stitched, write_data
+from helpers import keras_regressor
 from test_checkpoint_mid_epoch import Child, _lines
+from test_function_loop_resume import Crash
+from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.data_service import LocalService
 from tfr_hooks.graph.checkpoint import resume_position_of
 
@@ -193,15 +197,34 @@ def _graph_run(logdir: Path, *hooks: tfr_hooks.Hook, service_timeout: float = 60
 def test_a_resume_mid_epoch_on_a_service_without_workers_is_an_error_not_a_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The resumed epoch's first reads (the batches passed over) are bounded too."""
+    """The resumed run's first reads are bounded too: SessionLoop's skipped batches, and
+    the pass FunctionLoop starts (and leaves) for each earlier epoch of the run.
+    """
     graph.write_data(str(tmp_path / "data"))
     with LocalService(workers=1, timeout=START) as local:
         monkeypatch.setenv("SERVICE", local.address)
         logdir = tmp_path / "ckpt"
         _graph_run(logdir, graph.StopAt(epoch=1, step=3))
         assert resume_position_of(tf.train.latest_checkpoint(str(logdir)))[:2] == (1, 3)
+        # FunctionLoop: a Keras run whose BackupAndRestore saved at epoch 1's step 2
+        import keras
+
+        plain = str(tmp_path / "data" / "plain")
+        backup = str(tmp_path / "backup")
+
+        def keras_run(*callbacks: keras.callbacks.Callback) -> None:
+            data = tfrecord.dataset(plain, graph.BATCH, as_tuple=("x", "y"), service=local.address)
+            model = keras_regressor(inputs=4)
+            saves = [keras.callbacks.BackupAndRestore(backup, save_freq=2), *callbacks]
+            hooks = [tfr_hooks.KerasCallbacks(saves, model)]
+            FunctionLoop(data, model=model, hooks=hooks, service_timeout=BOUND).run(epochs=3)
+
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            keras_run(Crash(epoch=1))  # after its second batch
+
         local.kill_worker(0)
-        started = time.monotonic()
-        with pytest.raises(ConnectionError, match=f"{local.address}: no worker left"):
-            _graph_run(logdir, service_timeout=BOUND)
-        assert time.monotonic() - started < BOUND + MARGIN
+        for resume in (functools.partial(_graph_run, logdir, service_timeout=BOUND), keras_run):
+            started = time.monotonic()
+            with pytest.raises(ConnectionError, match=f"{local.address}: no worker left"):
+                resume()
+            assert time.monotonic() - started < BOUND + MARGIN, resume
