@@ -121,12 +121,18 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         )
     elif pipeline == "packed":
         batches = tfrecord.read_batches(data["packed"], BATCH, shuffle_buffer=3, seed=SEED)
+    elif pipeline == "served":  # through the tf.data service at $SERVICE
+        batches = tfrecord.read_batches(
+            data["plain"], BATCH, shuffle_buffer=16, seed=SEED, service=os.environ["SERVICE"]
+        )
     elif pipeline == "queue":
         batches = tfrecord.read_batches(
             data["plain"], BATCH, pipeline="queue", num_epochs=EPOCHS, num_parallel_reads=1
         )
     else:
-        raise ValueError(f"Expected one of {PIPELINES} or 'queue'. Received: {pipeline!r}")
+        raise ValueError(
+            f"Expected one of {PIPELINES}, 'served' or 'queue'. Received: {pipeline!r}"
+        )
     model = LinearModel(batches.tensors["x"], batches.tensors["y"])
     return batches, model, batches.tensors["id"]
 

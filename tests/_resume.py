@@ -76,21 +76,24 @@ def run_attempts(
     *,
     workers: int = 0,
     timeout: float = 180,
+    env: dict[str, str] | None = None,
 ) -> list[Attempt]:
     """Start the run once per entry of ``stops`` (``KIND:EPOCH:STEP:TASK``), then to the end.
 
     Each interrupted attempt must end as its interruption says: SIGTERM, every task
     exits 42 (PreemptionCheckpoint); SIGKILL, the killed task dies of it and the others
-    stop with an error. The last attempt must complete on every task.
+    stop with an error. The last attempt must complete on every task. ``env`` adds to
+    (or overrides) the children's environment (``BATCH``, ``SERVICE``).
     """
     attempts = []
     for index, stop in enumerate([*stops, None]):
-        env = {"ATTEMPT": str(index), "EPOCHS": str(EPOCHS), "BATCH": str(BATCH)}
-        env["SAVE_FREQ"] = str(SAVE_FREQ)
+        extra = {"ATTEMPT": str(index), "EPOCHS": str(EPOCHS), "BATCH": str(BATCH)}
+        extra["SAVE_FREQ"] = str(SAVE_FREQ)
+        extra.update(env or {})
         if stop is not None:
-            env["STOP"] = stop
+            extra["STOP"] = stop
         argv = [CHILD, str(data), str(out), pipeline]
-        started = run_cluster(argv, workers, timeout=timeout, env=env)
+        started = run_cluster(argv, workers, timeout=timeout, env=extra)
         attempts.append(Attempt(stop, started))
         detail = "\n".join(f"task {w.index} rc={w.returncode}\n{w.stderr[-3000:]}" for w in started)
         if stop is None:

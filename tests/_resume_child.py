@@ -10,7 +10,8 @@ on the TFRecords in DATA, shuffled with a seed, through ``FunctionLoop`` with
 ``KerasCallbacks([BackupAndRestore(OUT/backup, save_freq=SAVE_FREQ)])`` (the periodic
 save a SIGKILL resumes from) and ``PreemptionCheckpoint(OUT/preemption)`` (the save a
 SIGTERM makes). PIPELINE is ``memory`` (``in_memory=True``), ``stream`` or ``packed``
-(the files as they are).
+(the files as they are), or ``served`` (the files as they are, read through the tf.data
+service at ``SERVICE``).
 
 Environment:
 
@@ -20,6 +21,7 @@ Environment:
 * ``ATTEMPT``: names the file OUT/seen/<task>.<ATTEMPT>.jsonl where every trained batch
   is noted as it runs, one ``[epoch, step, ids]`` line each (a SIGKILL loses none).
 * ``EPOCHS`` (3), ``BATCH`` (global batch, 16), ``SAVE_FREQ`` (3).
+* ``SERVICE``: the dispatcher's address, for PIPELINE ``served``.
 
 A run that completes prints ``RESULT {json}``: the weights, the optimizer's steps, each
 epoch's steps and examples, and whether the input wait was measured.
@@ -85,6 +87,7 @@ def main(data: str, out: str, pipeline: str) -> dict[str, Any]:
         seed=3,
         as_tuple=("x", "y", "id"),
         in_memory=pipeline == "memory",
+        service=os.environ["SERVICE"] if pipeline == "served" else None,
     )
     model.jit_compile = False  # the step notes its ids through a py_function
     task = _task_index()

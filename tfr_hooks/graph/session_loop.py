@@ -551,12 +551,20 @@ class _SessionRunner:
         seeded one). Each batch is pulled through the data's batch size tensor, one
         ``session.run`` each: it costs the input work of those batches (reading and
         parsing streamed shards, a gather in memory) and a run's overhead, not their steps.
+        Through a tf.data service the pass is a new job, whose order is not the
+        interrupted one's: the epoch's steps and examples are still exact, not which
+        examples it trains. Each pull is bounded like a step (``service_timeout``).
 
         Returns:
             The batches skipped (fewer than ``count`` if the data ran out) and their
             examples.
+
+        Raises:
+            ConnectionError: A pull through a tf.data service waited ``service_timeout``
+                (its workers or dispatcher are gone), naming the service and why.
         """
-        pull = self.session.make_callable(self.settings.skip_tensor)
+        # bounded as a step is: a read through a service that lost its workers never ends
+        pull = prepared_run(self.session, self.settings.skip_tensor, self.options)
         skipped = examples = 0
         while skipped < count:
             try:
@@ -564,6 +572,9 @@ class _SessionRunner:
             except tf.errors.OutOfRangeError:
                 self.ran_out = True
                 break
+            except tf.errors.DeadlineExceededError as error:
+                self._raise_lost_service(error)
+                raise
             skipped += 1
         return skipped, examples
 

@@ -15,6 +15,7 @@ by the strategy, each step runs in ``strategy.run`` and the values are reduced.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -599,7 +600,10 @@ class _FunctionRunner:
         its seed). It costs the pass's start (a shuffle buffer's fill, one batch), not an
         epoch of input.
         """
-        self.steps.executor(True).first(iter(self.train_data))
+        # under the service's watch: a read of a service without workers never ends; a
+        # stalled one is left like the pass (the epoch's own reads are watched again)
+        with contextlib.suppress(Stalled):
+            self._call(self.steps.executor(True).first, self.dataset, iter(self.train_data))
 
     def skip_batches(self, count: int) -> tuple[int, int]:
         """Pass over the next ``count`` training batches without a step.
