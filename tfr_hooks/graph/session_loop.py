@@ -573,8 +573,10 @@ class _SessionRunner:
                 self.ran_out = True
                 break
             except tf.errors.DeadlineExceededError as error:
-                self._raise_lost_service(error)
-                raise
+                if not self._ends_stalled_pass(error, "epoch"):
+                    raise
+                self.ran_out = True  # a lost worker's share: the pass ends here
+                break
             skipped += 1
         return skipped, examples
 
