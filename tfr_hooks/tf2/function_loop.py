@@ -29,7 +29,12 @@ from tfr_hooks.checks import (
     check_positive_int,
     expected,
 )
-from tfr_hooks.data_service import ServedReads, Stalled, check_service_timeout
+from tfr_hooks.data_service import (
+    ServedReads,
+    Stalled,
+    check_service_timeout,
+    served_examples,
+)
 from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, op_determinism_enabled
@@ -177,6 +182,8 @@ class FunctionLoop:
             step_fn=step_fn,
             validation_step_fn=validation_step_fn,
             measure_input=measure_input,
+            # served data of known size: after a lost worker, an epoch ends at its size
+            bounded=served_examples(data) is not None,
         )
         self.measure_input = measure_input
         self.service_timeout = service_timeout
@@ -274,11 +281,14 @@ class _CompiledSteps:
         step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         validation_step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         measure_input: bool = True,
+        bounded: bool = False,
     ) -> None:
         self.strategy = strategy
         self.model = model
         #: whether the training steps time their wait for input
         self.measure_input = measure_input
+        #: whether the training steps stop fetching at a number of examples (see _execute)
+        self.bounded = bounded
         self.step_fn = step_fn
         self.validation_step_fn = validation_step_fn
         self.executors: dict[bool, _Executor] = {}
@@ -295,7 +305,11 @@ class _CompiledSteps:
                 fn = self.step_fn if training else self.validation_step_fn
             # validation steps are not measured: only training input is reported
             self.executors[training] = _Executor(
-                fn, self.strategy, self.model, measure_input=training and self.measure_input
+                fn,
+                self.strategy,
+                self.model,
+                measure_input=training and self.measure_input,
+                bounded=training and self.bounded,
             )
         return self.executors[training]
 
@@ -322,10 +336,14 @@ class _CompiledSteps:
 class _Executor:
     """A compiled function that runs up to ``limit`` steps on an iterator, in the graph.
 
-    ``execute(iterator, pending, limit) -> (steps, examples, logs, pending, more, wait)``:
-    ``pending`` is the ``Optional`` batch fetched ahead by the previous call (or by
-    ``first``); the call runs it, then up to ``limit - 1`` further batches, and returns
-    the next one ahead with ``more`` (whether it holds a batch). ``wait`` is the seconds
+    ``execute(iterator, pending, limit, remaining) -> (steps, examples, logs, pending,
+    more, wait)``: ``pending`` is the ``Optional`` batch fetched ahead by the previous
+    call (or by ``first``); the call runs it, then up to ``limit - 1`` further batches,
+    and returns the next one ahead with ``more`` (whether it holds a batch). With
+    ``bounded``, no batch is fetched once the call's steps have taken ``remaining``
+    examples (``more`` is then ``False``): an epoch of known size through a tf.data
+    service that lost a worker ends at its size, as TensorFlow never ends it (the
+    dispatcher gives the lost worker a task in every new job). ``wait`` is the seconds
     the steps waited for their batches: after each step, the time until the batch
     fetched ahead arrived (the fetch may overlap the step; only what is left after it
     counts), measured with ``tf.timestamp`` inside the function (with ``measure_input``;
@@ -347,6 +365,7 @@ class _Executor:
         model: Any = None,
         *,
         measure_input: bool = True,
+        bounded: bool = False,
     ) -> None:
         keras_step = model is not None  # a Keras model's train_step/test_step
         self.keras_step = keras_step
@@ -365,7 +384,7 @@ class _Executor:
             reduce_retracing=True,
             jit_compile=jit,
         )
-        execute = _execute(one_step_fn, strategy, model, measures_wait)
+        execute = _execute(one_step_fn, strategy, model, measures_wait, bounded)
         self.execute = tf.function(execute, autograph=False, reduce_retracing=True)
         self.first = tf.function(_first, autograph=False)
         self.skip = tf.function(_skip(strategy), autograph=False)
@@ -416,9 +435,13 @@ def _one_step(fn: Callable[[Any], Any], strategy: Any, keras_step: bool) -> Call
 
 
 def _execute(
-    one_step_fn: Callable[[Any], Any], strategy: Any, model: Any, measures_wait: bool
-) -> Callable[[Any, Any, Any], Any]:
-    """``execute(iterator, pending, limit)`` of :class:`_Executor`, on ``one_step_fn``."""
+    one_step_fn: Callable[[Any], Any],
+    strategy: Any,
+    model: Any,
+    measures_wait: bool,
+    bounded: bool = False,
+) -> Callable[[Any, Any, Any, Any], Any]:
+    """``execute(iterator, pending, limit, remaining)`` of :class:`_Executor`."""
     keras_step = model is not None
 
     def accumulate(previous: Any, new: Any) -> Any:
@@ -427,34 +450,40 @@ def _execute(
         (sums, weight), (new_sums, new_weight) = previous, new
         return {k: sums[k] + new_sums[k] for k in sums}, weight + new_weight
 
-    def waited(size: Any, pending: Any) -> Any:
-        """Run ``pending``'s fetch after the step of ``size``; the seconds it waited."""
+    def waited(size: Any, fetch: Any) -> Any:
+        """Run ``fetch`` after the step of ``size``; the seconds it waited."""
         if not measures_wait:
-            return pending(), tf.constant(0.0, tf.float64)
+            return fetch(), tf.constant(0.0, tf.float64)
         done = _time_after(size)
-        fetched = pending()
+        fetched = fetch()
         # created after ``done``, the second timestamp runs after it (TensorFlow
         # orders stateful ops without resource inputs as written): never negative
         return fetched, _time_after(fetched.has_value()) - done
 
-    def execute(iterator: Any, pending: Any, limit: Any) -> Any:
+    def fetcher(iterator: Any, examples: Any, remaining: Any) -> Any:
+        """The look-ahead fetch: none once ``remaining`` examples were taken (bounded)."""
+        if not bounded:
+            return iterator.get_next_as_optional
+        spec = iterator.element_spec
+        return lambda: tf.cond(
+            examples < remaining,
+            iterator.get_next_as_optional,
+            lambda: tf.experimental.Optional.empty(spec),
+        )
+
+    def execute(iterator: Any, pending: Any, limit: Any, remaining: Any) -> Any:
         logs, size = one_step_fn(pending.get_value())
         examples = tf.cast(size, tf.int64)
-        pending, wait = waited(size, iterator.get_next_as_optional)
+        pending, wait = waited(size, fetcher(iterator, examples, remaining))
 
         def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
             return tf.logical_and(steps < limit, pending.has_value())
 
         def body(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
             new_logs, size = one_step_fn(pending.get_value())
-            pending, new_wait = waited(size, iterator.get_next_as_optional)
-            return (
-                steps + 1,
-                examples + tf.cast(size, tf.int64),
-                accumulate(logs, new_logs),
-                pending,
-                wait + new_wait,
-            )
+            examples += tf.cast(size, tf.int64)
+            pending, new_wait = waited(size, fetcher(iterator, examples, remaining))
+            return steps + 1, examples, accumulate(logs, new_logs), pending, wait + new_wait
 
         steps, examples, logs, pending, wait = tf.while_loop(
             cond, body, (tf.constant(1, tf.int64), examples, logs, pending, wait)
@@ -499,6 +528,10 @@ def _skip(strategy: Any) -> Callable[[Any, Any, Any], Any]:
     return skip
 
 
+#: ``remaining`` of a call that may take any number of examples
+_UNBOUNDED = 2**62
+
+
 class _FunctionRunner:
     """The engine's runner for :class:`FunctionLoop`: one compiled call per step."""
 
@@ -539,6 +572,7 @@ class _FunctionRunner:
         # reads through a tf.data service, cancelled by its watch (see _cancellable)
         self.manager: Any = None
         self.served = ServedReads([dataset, validation_data], service_timeout, self._cancel)
+        self.lost_worker = False  # whether an epoch ended on a lost worker of the service
 
     def _cancel(self) -> None:
         self.manager.start_cancel()
@@ -665,13 +699,19 @@ class _FunctionRunner:
     def _execute(self, executor: _Executor, iterator: Any, limit: int, dataset: Any) -> StepResult:
         try:
             steps, examples, logs, self.pending, more, wait = self._call(
-                executor.execute, dataset, iterator, self.pending, tf.constant(limit, tf.int64)
+                executor.execute,
+                dataset,
+                iterator,
+                self.pending,
+                tf.constant(limit, tf.int64),
+                tf.constant(self._remaining(dataset), tf.int64),
             )
         except Stalled:
             # the epoch (or validation pass) ends here; a new iterator starts the next
             self.served.end_stalled(dataset)
             if dataset is self.dataset:
                 self.iterator = None
+                self.lost_worker = True
             self.more, self.ran_out = False, True
             return StepResult(0, 0, self._last_values(), exhausted=True)
         self.served.add(dataset, int(examples))
@@ -683,6 +723,18 @@ class _FunctionRunner:
         result = StepResult(int(steps), int(examples), values, exhausted=not self.more)
         result.input_wait = float(wait) if executor.measures_wait else None
         return result
+
+    def _remaining(self, dataset: Any) -> int:
+        """The examples a call may still take from ``dataset`` (see :func:`_execute`).
+
+        After a lost worker, TensorFlow 2.21's dispatcher gives every new job a task on
+        it, whose end never comes: a training epoch of known size then ends once all its
+        examples are read, instead of waiting ``service_timeout`` for its end.
+        """
+        expected = served_examples(dataset) if dataset is self.dataset else None
+        if not self.lost_worker or expected is None:
+            return _UNBOUNDED
+        return max(expected - self.served.examples, 0)
 
     def _last_values(self) -> dict[str, Any]:
         if self.model is not None:

@@ -235,7 +235,8 @@ def dataset(
             ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
             that every example is read once per epoch (see
             :func:`tfr_hooks.tfrecord.sharding.shard_dataset`). With ``service``, the
-            service splits the data instead, and ``shard`` is not used.
+            service splits the data instead, and neither ``shard`` nor the common seed
+            is used.
         service: The address of a tf.data service dispatcher, ``"grpc://HOST:PORT"``
             (or ``"HOST:PORT"``), whose workers then run the whole pipeline (read,
             parse, ``map_fn``, padding, bucketing, ``batch_map_fn``) and send the
@@ -304,8 +305,10 @@ def dataset(
     plan = make_plan(
         files, schema, compression, as_tuple, select=not options.renamed, decode=decode
     )
-    shared = sharding.shared_seed(options.seed, options.shuffle_buffer, task)
-    options = dataclasses.replace(options, seed=shared)
+    if options.service is None:
+        # the service splits the data itself: a common seed would only repeat the order
+        shared = sharding.shared_seed(options.seed, options.shuffle_buffer, task)
+        options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
     data, _ = build_pipeline(plan, options, kind)
     if options.service is not None:
