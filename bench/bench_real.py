@@ -471,13 +471,22 @@ def small_pipeline(spec: w.Spec, shape: tuple[int, ...], source: str) -> Any:
     files, pair = _small_dir(spec, shape), ("image", "label")
     if source == "memory":
         return tfrecord.dataset(
-            files, spec.batch_size, in_memory=True, num_epochs=1, seed=spec.seed, as_tuple=pair
+            files,
+            spec.batch_size,
+            in_memory=True,
+            shuffle_buffer=1,  # a new permutation each pass, as the reference's shuffle(n)
+            num_epochs=1,
+            seed=spec.seed,
+            as_tuple=pair,
         )
-    streamed = tfrecord.dataset(files, spec.batch_size, num_epochs=1, shuffle_buffer=0)
+    streamed = tfrecord.dataset(
+        files, spec.batch_size, num_epochs=1, shuffle_buffer=0, as_tuple=pair
+    )
+    # the tuples are made before the cache, as a user writes it: no function runs a pass
     cached = streamed.unbatch().cache()
     cached.reduce(0, lambda n, _: n + 1)  # fill the cache (one pass, not timed)
     shuffled = cached.shuffle(SMALL_EXAMPLES, seed=spec.seed).batch(spec.batch_size)
-    return shuffled.map(lambda d: (d["image"], d["label"])).prefetch(tf.data.AUTOTUNE)
+    return shuffled.prefetch(tf.data.AUTOTUNE)
 
 
 def small_input(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:

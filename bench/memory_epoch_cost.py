@@ -37,18 +37,24 @@ a new iterator, a Python call) and tf.data's default graph rewrite, run at each 
 iterator (about 4 ms; with the arrays captured as eager tensors it also serializes them
 into the rewritten graph, so that capturing them alone gained nothing). In TF2 the small
 data is now eager tensors made once and its pipeline turns the default rewrites off:
-both costs gone: 1.05x and 1.16x ``.cache()`` in the bench's small rows, though still
-0.7x-0.9x here at 3,072 examples (the gather function's start at each new iterator).
+both costs gone. The last one: Grappler's meta optimizer optimizing the gather function
+(a multi-device function) at each new iterator, about 5 ms (``--no-meta-optimizer``
+shows it; ``--graph`` the same in graph mode); the gather is now a single-device function
+(``memory.single_device_map``), and a pass over 3,072 examples takes 1.3x-1.7x less time
+than ``.cache()`` (``--files``: both built on TFRecords, as users build them).
 
 Usage::
 
     PYTHONPATH=. python bench/memory_epoch_cost.py --stages --out /tmp/cost.md
+    PYTHONPATH=. python bench/memory_epoch_cost.py --files --sizes 3072
+    PYTHONPATH=. python bench/memory_epoch_cost.py --graph --sizes 3072 [--no-meta-optimizer]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,9 +63,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord import memory
 
-__all__ = ["arrays_of", "cached_pipeline", "memory_pipeline", "main"]
+__all__ = ["arrays_of", "cached_pipeline", "file_pipeline", "memory_pipeline", "main"]
 
 BATCH = 128
 
@@ -83,6 +90,25 @@ def cached_pipeline(arrays: dict[str, np.ndarray]) -> tf.data.Dataset:
     source = tf.data.Dataset.from_tensor_slices(arrays).batch(BATCH)
     data = source.unbatch().cache()
     data.reduce(0, lambda n, _: n + 1)  # fill the cache (one pass, not timed)
+    return data.shuffle(count, seed=1).batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
+def file_pipeline(arrays: dict[str, np.ndarray], variant: str, directory: str) -> tf.data.Dataset:
+    """The pipelines as users build them on TFRecord files (``tfrecord.write`` of ``arrays``).
+
+    ``memory_files``: ``tfrecord.dataset(in_memory=True, shuffle_buffer=1, num_epochs=1)``,
+    as the bench's small rows read it; ``cached_files``: ``tfrecord.dataset(...)
+    .unbatch().cache()`` (filled now), then ``.shuffle(n).batch(128).prefetch(AUTOTUNE)``.
+    """
+    if not Path(directory, "schema.json").exists():
+        tfrecord.write(arrays, directory, shards=4, overwrite=True)
+    if variant == "memory_files":
+        return tfrecord.dataset(
+            directory, BATCH, in_memory=True, shuffle_buffer=1, num_epochs=1, seed=1
+        )
+    data = tfrecord.dataset(directory, BATCH, num_epochs=1, shuffle_buffer=0).unbatch().cache()
+    data.reduce(0, lambda n, _: n + 1)  # fill the cache (one pass, not timed)
+    count = len(arrays["label"])
     return data.shuffle(count, seed=1).batch(BATCH).prefetch(tf.data.AUTOTUNE)
 
 
@@ -145,12 +171,16 @@ def measure(
     """Per pipeline: median examples/s a pass, ms to first batch, ratio to ``cached``."""
     arrays = arrays_of(examples, kind)
     names = ["cached", *variants]
-    timers = {
-        name: _timers(
-            cached_pipeline(arrays) if name == "cached" else memory_pipeline(arrays, name)
-        )
-        for name in names
-    }
+    files = tempfile.mkdtemp(prefix=f"memory_epoch_cost-{kind}-{examples}-")
+
+    def pipeline(name: str) -> tf.data.Dataset:
+        if name == "cached":
+            return cached_pipeline(arrays)
+        if name.endswith("_files"):
+            return file_pipeline(arrays, name, files)
+        return memory_pipeline(arrays, name)
+
+    timers = {name: _timers(pipeline(name)) for name in names}
     passes: dict[str, list[float]] = {n: [] for n in names}
     firsts: dict[str, list[float]] = {n: [] for n in names}
     for index in range(rounds):
@@ -168,6 +198,57 @@ def measure(
             "ratio": statistics.median(ratios),
         }
     return out
+
+
+def graph_passes(examples: int, kind: str, rounds: int, meta: bool = True) -> str:
+    """Graph mode: an in-memory ``read_batches`` pass a new initialization, as in SessionLoop.
+
+    Against a hand-written ``.cache()`` pipeline re-initialized in the same session: the
+    median milliseconds of an initialization and its first batch, and of a whole pass.
+    ``meta=False`` sets ``disable_meta_optimizer`` in the session's config.
+    """
+    v1 = tf.compat.v1
+    arrays = arrays_of(examples, kind)
+    files = tempfile.mkdtemp(prefix=f"memory_epoch_cost-graph-{kind}-")
+    tfrecord.write(arrays, files, shards=4, overwrite=True)
+
+    def memory_batches() -> tuple[Any, Any]:
+        batches = tfrecord.read_batches(files, BATCH, in_memory=True, shuffle_buffer=1, seed=1)
+        return batches.initializers, batches.tensors["label"]
+
+    def cached_batches() -> tuple[Any, Any]:
+        data = tf.data.Dataset.from_tensor_slices(arrays).batch(BATCH).unbatch().cache()
+        data = data.shuffle(examples, seed=1).batch(BATCH).prefetch(2)
+        iterator = v1.data.make_initializable_iterator(data)
+        return iterator.initializer, iterator.get_next()["label"]
+
+    lines = []
+    for name, make in (("memory", memory_batches), ("cached", cached_batches)):
+        with tf.Graph().as_default():
+            init, label = make()
+            fetch = tf.reduce_sum(label)  # tf.size of a static shape would not read
+            config = v1.ConfigProto()
+            config.graph_options.rewrite_options.disable_meta_optimizer = not meta
+            firsts, passes = [], []
+            with v1.Session(config=config) as session:
+                for index in range(rounds + 3):
+                    start = time.perf_counter()
+                    session.run(init)
+                    session.run(fetch)
+                    first = time.perf_counter()
+                    try:
+                        while True:
+                            session.run(fetch)
+                    except tf.errors.OutOfRangeError:
+                        pass
+                    if index >= 3:  # the first initializations warm up
+                        firsts.append(first - start)
+                        passes.append(time.perf_counter() - start)
+        lines.append(
+            f"| {kind} | {examples:,} | {name} | {'on' if meta else 'off'} | "
+            f"{1000 * statistics.median(firsts):.1f} | {1000 * statistics.median(passes):.1f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def table(results: dict[tuple[str, int], dict[str, dict[str, float]]]) -> str:
@@ -192,11 +273,36 @@ def main() -> None:
     parser.add_argument("--kinds", default="img,digits", help="img (40x40x3), digits (784)")
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--stages", action="store_true", help="also time variants by stage")
+    parser.add_argument("--files", action="store_true", help="also time both from TFRecords")
+    parser.add_argument("--graph", action="store_true", help="graph mode: read_batches passes")
+    parser.add_argument(
+        "--no-meta-optimizer",
+        action="store_true",
+        help="turn Grappler's meta optimizer off (it optimizes each function of a new iterator)",
+    )
     parser.add_argument("--out", type=Path, help="write the markdown table here")
     args = parser.parse_args()
+    if args.no_meta_optimizer:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     variants = ["memory", "per_pass"]
+    if args.files:
+        variants += ["memory_files", "cached_files"]
     if args.stages:
         variants += ["ordered", "sequential", "no_prefetch", "handover", "one_map", "no_map"]
+    if args.graph:
+        header = (
+            "| data | examples per pass | pipeline | meta optimizer | init + first batch (ms) "
+            "| pass (ms) |\n|---|---:|---|---|---:|---:|\n"
+        )
+        rows = "".join(
+            graph_passes(int(size), kind, args.rounds, meta=not args.no_meta_optimizer)
+            for kind in args.kinds.split(",")
+            for size in args.sizes.split(",")
+        )
+        print(header + rows)
+        if args.out is not None:
+            args.out.write_text(header + rows)
+        return
     results = {}
     for kind in args.kinds.split(","):
         for size in (int(s) for s in args.sizes.split(",")):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -226,6 +227,40 @@ def test_eager_data_is_not_a_function_constant(tmp_path):
         if hasattr(stage, "_map_func"):
             functions.append(stage._map_func.function.graph.as_graph_def().ByteSize())
     assert functions and max(functions) < 200_000
+
+
+def _single_device_functions(data: tf.data.Dataset) -> list[str]:
+    """The functions of ``data``'s pipeline that TensorFlow instantiates single-device."""
+    serialized = data._as_serialized_graph()
+    if not tf.executing_eagerly():
+        with v1.Session() as session:
+            serialized = session.run(serialized)
+    else:
+        serialized = serialized.numpy()
+    graph = tf.compat.v1.GraphDef.FromString(serialized)
+    return [
+        f.signature.name for f in graph.library.function if f.attr["experimental_ints_on_device"].b
+    ]
+
+
+@pytest.mark.parametrize("graph_mode", [False, True])
+def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
+    # a multi-device tf.data function is optimized by Grappler at every new iterator (in
+    # graph mode, every initialization): milliseconds of each in-memory pass's start
+    from tfr_hooks.tfrecord import memory
+
+    plain = memory.single_device_map(tf.data.Dataset.range(5), lambda x: x * 2)
+    assert isinstance(plain, memory._single_device_map_class())  # not the fallback map
+    assert list(plain.as_numpy_iterator()) == [0, 2, 4, 6, 8]
+    assert plain.cardinality() == 5
+    arrays = _arrays()
+    with tf.Graph().as_default() if graph_mode else contextlib.nullcontext():
+        data = memory.memory_dataset(
+            arrays, 128, shuffle=True, seed=4, drop_remainder=False, num_epochs=1, prefetch=2
+        )
+        names = _single_device_functions(data)
+    # the gather (and in graph mode the pass seeds' map) run single-device
+    assert len(names) == (2 if graph_mode else 1), names
 
 
 def test_same_structure_as_streaming(shards):

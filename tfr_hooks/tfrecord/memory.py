@@ -20,12 +20,14 @@ rewrites its graph) and lives in memory once. Small dense data gathered whole, i
 TF2, is instead made eager tensors once, inputs of the gather function (a new iterator
 then calls no Python), and its pipeline turns tf.data's default graph rewrites off: a
 rewrite at each new iterator cost milliseconds and serialized those tensors (32 MiB at
-most) into the rewritten graph.
+most) into the rewritten graph. Its gather is a single-device function
+(:func:`single_device_map`): Grappler does not optimize it anew at each iterator.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
 import logging
 import math
@@ -49,6 +51,7 @@ __all__ = [
     "mapped_sample_nbytes",
     "fresh_randomness",
     "memory_dataset",
+    "single_device_map",
     "decoded_nbytes",
     "mean_lengths",
     "default_memory_budget",
@@ -589,7 +592,9 @@ def memory_dataset(
         salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     else:
         start = pass_seed(seed)
-        salts = tf.data.Dataset.random(seed=seed).map(lambda s: tf.bitwise.bitwise_xor(s, start))
+        salts = single_device_map(
+            tf.data.Dataset.random(seed=seed), lambda s: tf.bitwise.bitwise_xor(s, start)
+        )
     if num_epochs is not None:
         salts = salts.take(num_epochs)
     if gather.whole:  # the next pass gathered while this one is consumed, if there is one
@@ -609,6 +614,64 @@ def memory_dataset(
         options.experimental_optimization.apply_default_optimizations = False
         batches = batches.with_options(options)
     return batches
+
+
+def single_device_map(data: tf.data.Dataset, fn: Callable[[Any], Any]) -> tf.data.Dataset:
+    """``data.map(fn)``, its function instantiated as a single-device function.
+
+    TensorFlow instantiates every function of a pipeline at each new iterator (in graph
+    mode, at each initialization of the iterator). A tf.data function is by default a
+    multi-device one, which Grappler's meta optimizer optimizes at every instantiation:
+    about 5 ms a new iterator for the whole-pass gather, a third of an in-memory pass
+    over 3,072 small images (``bench/results/memory_epoch_cost.md``). A function with the
+    ``experimental_ints_on_device`` attribute is instantiated as a single-device function
+    (``tensorflow/core/data/captured_function.cc``), without that pass. The attribute
+    only keeps ``int32`` tensors in the memory of the function's device, and tf.data
+    functions run on the host. The same elements, in the same order.
+
+    Private API (``structured_function``, ``gen_dataset_ops.map_dataset``), checked on
+    TensorFlow 2.17 and 2.21; where it differs, a plain ``map``.
+    """
+    try:
+        return _single_device_map_class()(data, fn)
+    except (AttributeError, ImportError, TypeError) as error:  # another TF's internals
+        logger.debug("plain map for the in-memory gather: %s", error)
+        return data.map(fn)
+
+
+@functools.cache
+def _single_device_map_class() -> Any:
+    """The dataset class of :func:`single_device_map`: ``_MapDataset``, one attribute added."""
+    from tensorflow.python.data.ops import dataset_ops, structured_function
+    from tensorflow.python.ops import gen_dataset_ops
+
+    class SingleDeviceMap(dataset_ops.UnaryDataset):
+        def __init__(self, data: tf.data.Dataset, fn: Callable[[Any], Any]) -> None:
+            self._input_dataset, self._name = data, None
+            self._map_func = structured_function.StructuredFunctionWrapper(
+                fn,
+                "Dataset.map()",
+                dataset=data,
+                defun_kwargs={"experimental_ints_on_device": True},
+            )
+            variant = gen_dataset_ops.map_dataset(
+                data._variant_tensor,
+                self._map_func.function.captured_inputs,
+                f=self._map_func.function,
+                use_inter_op_parallelism=True,
+                preserve_cardinality=True,
+                **self._common_args,
+            )
+            super().__init__(data, variant)
+
+        def _functions(self) -> list[Any]:
+            return [self._map_func]
+
+        @property
+        def element_spec(self) -> Any:
+            return self._map_func.output_structure
+
+    return SingleDeviceMap
 
 
 class _Gather:
@@ -699,7 +762,7 @@ class _Gather:
             gathered = {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
             return gathered if self.select is None else self.select(gathered)
 
-        passes = salts.map(gather_all)
+        passes = single_device_map(salts, gather_all)
         if overlap:
             passes = passes.prefetch(1)
         return passes.rebatch(sizes if len(set(sizes)) > 1 else sizes[0])
