@@ -622,8 +622,8 @@ def single_device_map(data: tf.data.Dataset, fn: Callable[[Any], Any]) -> tf.dat
     TensorFlow instantiates every function of a pipeline at each new iterator (in graph
     mode, at each initialization of the iterator). A tf.data function is by default a
     multi-device one, which Grappler's meta optimizer optimizes at every instantiation:
-    about 5 ms a new iterator for the whole-pass gather, a third of an in-memory pass
-    over 3,072 small images (``bench/results/memory_epoch_cost.md``). A function with the
+    most of the start of a small in-memory pass (measured in
+    ``bench/results/memory_epoch_cost.md``). A function with the
     ``experimental_ints_on_device`` attribute is instantiated as a single-device function
     (``tensorflow/core/data/captured_function.cc``), without that pass. The attribute
     only keeps ``int32`` tensors in the memory of the function's device, and tf.data
