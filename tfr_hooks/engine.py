@@ -48,6 +48,7 @@ from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
 
 __all__ = [
     "Passes",
+    "StallPolicy",
     "Runner",
     "StepResult",
     "check_run_args",
@@ -79,6 +80,10 @@ class StepResult:
         run_metadata: The step's ``RunMetadata``, for ``after_run``.
         input_wait: Seconds the steps waited for their input, or ``None`` when the
             runner does not measure it (see :mod:`tfr_hooks.input_report`).
+        stall: Why the pass stalled, when it did: its read waited its bound while the
+            input is alive (a tf.data service worker lost mid-epoch, whose share of the
+            pass TensorFlow never ends). The engine decides what follows (see
+            :class:`StallPolicy`); ``None`` for a step that did not stall.
     """
 
     steps: int = 0
@@ -90,6 +95,7 @@ class StepResult:
     options: Any = None
     run_metadata: Any = None
     input_wait: float | None = None
+    stall: str | None = None
 
 
 class Runner(Protocol):
@@ -143,8 +149,25 @@ class Runner(Protocol):
             examples.
         """
 
-    def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
-        """Run up to ``limit`` training steps, with what the hooks asked for merged in."""
+    def run_step(
+        self, hook_args: Sequence[Any], limit: int, examples_left: int | None = None
+    ) -> StepResult:
+        """Run up to ``limit`` training steps, with what the hooks asked for merged in.
+
+        With ``examples_left`` (given only after a stalled pass, see
+        :class:`StallPolicy`), fetch no batch once the steps took that many examples:
+        the pass ends there (``exhausted``).
+        """
+
+    def cancel(self) -> bool:
+        """End the read of the step under way, from another thread (a signal's watcher).
+
+        The step then fails (``CancelledError``, or the session's error) instead of
+        waiting for a batch that may never come.
+
+        Returns:
+            Whether a step was under way to cancel.
+        """
 
     def start_validation(self) -> bool:
         """Restart the validation data and its means; ``False`` when there is none."""
@@ -182,6 +205,75 @@ class Passes:
         """Count the passes of ``session`` from now on: from 0 if it is another one."""
         if session is not self.session:
             self.started, self.session = 0, session
+
+
+class StallPolicy:
+    """What a run does when a pass of its input stalls: the one place that decides it.
+
+    A runner reports a pass as stalled (``StepResult.stall``) when its read waited its
+    bound while the input is alive: a tf.data service worker lost mid-epoch, whose share
+    of the pass TensorFlow never ends. The engine then:
+
+    - ends the pass there, and warns with the examples lost when the pass's size is
+      known (:meth:`stalled`);
+    - never learns ``steps_per_epoch`` from a stalled pass (it is shorter than a pass);
+    - ends every later pass of known size at its size (:meth:`examples_left`): after a
+      lost worker, TensorFlow 2.21's dispatcher gives every new job a task on it, whose
+      end never comes, so a pass would otherwise wait its bound again every epoch;
+    - goes on with the next epoch when the runner can restart the data, else ends the
+      run with a ``ConnectionError`` (:meth:`check_restartable`).
+
+    Args:
+        epoch_examples: The examples of one pass of the training data, when the input
+            knows them (its :class:`~tfr_hooks.tfrecord.contract.ReadFacts`).
+
+    Attributes:
+        lost: Whether a pass of this run stalled.
+    """
+
+    def __init__(self, epoch_examples: int | None = None) -> None:
+        self.epoch_examples = epoch_examples
+        self.lost = False
+
+    def examples_left(self, read: int) -> int | None:
+        """The examples a training pass may still read, after ``read``; ``None``: no bound."""
+        if not self.lost or self.epoch_examples is None:
+            return None
+        return max(self.epoch_examples - read, 0)
+
+    def stalled(self, stall: str, what: str, read: int, *, training: bool = True) -> None:
+        """Log that a pass (``what``: "epoch 3", "the validation pass") ends stalled.
+
+        Args:
+            stall: Why, as the runner reported it (names the service and the reason).
+            what: The pass, for the log.
+            read: The examples the pass read.
+            training: Whether it is a training pass (its size may be known).
+        """
+        if training:
+            self.lost = True
+        lost = ""
+        if training and self.epoch_examples is not None:
+            missing = max(self.epoch_examples - read, 0)
+            lost = f": {missing} of its {self.epoch_examples} examples were lost ({read} read)"
+        logger.warning(
+            "%s: %s ends here%s. The next pass reads from a new iterator.", stall, what, lost
+        )
+
+    @staticmethod
+    def check_restartable(stall: str, restartable: bool) -> None:
+        """Raise when a stalled training pass cannot be followed by a new one.
+
+        Raises:
+            ConnectionError: The runner cannot restart its data (a one-shot source, or
+                epochs counted in steps on data that is started once).
+        """
+        if not restartable:
+            raise ConnectionError(
+                f"{stall}. The input stalled, and the loop cannot start its data again "
+                "(epochs counted in steps, or a one-shot source): restart the service's "
+                "servers and resume the run."
+            )
 
 
 def check_run_args(
@@ -239,14 +331,23 @@ def python_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def begin_run(hooks: HookList, loop: LoopState) -> None:
+def begin_run(
+    hooks: HookList, loop: LoopState, cancels: Sequence[Callable[[], bool]] = ()
+) -> None:
     """The first event of a run: attach ``loop`` to the hooks, then every ``begin``.
 
     ``hooks.begun`` lists those whose ``begin`` returned (the ones :func:`end_run` ends).
     Every run of the package starts here: :func:`run_loop`'s, and ``hooked_session``'s
     around a script's own loop.
+
+    Args:
+        hooks: The run's hooks.
+        loop: The run's state.
+        cancels: What ends a read under way besides the hooks' own ``cancel`` (the
+            runner's), listed in ``loop.input_cancels`` before any ``begin``.
     """
     hooks.set_loop(loop)
+    loop.input_cancels = (*loop.input_cancels, *cancels)
     hooks.begin()
 
 
@@ -295,6 +396,7 @@ def run_loop(
     validation_steps: int | None = None,
     input_facts: InputFacts | Callable[[], InputFacts] | None = None,
     passes: Passes | None = None,
+    epoch_examples: int | None = None,
 ) -> dict[str, list[Any]]:
     """Run epochs of steps with hooks; return the history of epoch logs.
 
@@ -323,12 +425,16 @@ def run_loop(
             a function returning it, called when the first verdict is logged).
         passes: The passes the loop's runners started over its data so far (kept by
             the loop across runs), or ``None`` to count this run's only.
+        epoch_examples: The examples of one pass of the training data when the input
+            knows them; after a stalled pass, later passes end at this size (see
+            :class:`StallPolicy`).
 
     Returns:
         A dict from each log name to its list of per-epoch values, like Keras'
         ``History.history``.
     """
     passes = Passes() if passes is None else passes
+    stalls = StallPolicy(epoch_examples)
     loop.reset(
         epochs=epochs,
         initial_epoch=initial_epoch,
@@ -340,7 +446,8 @@ def run_loop(
     error: BaseException | None = None
     started = False
     try:
-        begin_run(hooks, loop)
+        # a signal's watcher may end the read of a step that cannot finish
+        begin_run(hooks, loop, cancels=(runner.cancel,))
         runner.start()
         started = True
         passes.follow(runner.session)
@@ -349,14 +456,14 @@ def run_loop(
         for epoch in range(loop.initial_epoch, epochs):
             if loop.stop_requested:
                 break
-            logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch, passes)
+            logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch, passes, stalls)
             if logs is None:
                 break
             stats = loop.input_stats
             if stats is not None:
                 report.epoch_end(stats)
             if (epoch + 1) % validation_freq == 0:  # as model.fit counts it
-                val_logs = _validate(runner, hooks, loop, validation_steps)
+                val_logs = _validate(runner, hooks, loop, validation_steps, stalls)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)
             for key, value in logs.items():  # keys hooks added (a callback's lr) too
@@ -387,6 +494,7 @@ def _run_epoch(
     epoch: int,
     steps_per_epoch: int | None,
     passes: Passes,
+    stalls: StallPolicy,
 ) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     first = epoch == loop.initial_epoch
@@ -395,7 +503,7 @@ def _run_epoch(
     # only the rest are run
     done = loop.initial_step if first else 0
     length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
-    exhausted = _run_steps(runner, hooks, loop, clock, length)
+    end = _run_steps(runner, hooks, loop, clock, length, stalls)
     if loop.epoch_steps == done:
         logger.warning(
             "Epoch %d got no data: the input ran out before its first step; training ends.",
@@ -403,7 +511,11 @@ def _run_epoch(
         )
         return None, False
     loop.input_stats = clock.stats(epoch)
-    more = not exhausted or _goes_on_after_data_end(runner, loop, epoch, steps_per_epoch)
+    if end.stall is not None:  # the pass ends here; it teaches nothing of its length
+        stalls.stalled(end.stall, f"epoch {epoch}", loop.epoch_examples)
+        stalls.check_restartable(end.stall, runner.reinitializable and steps_per_epoch is None)
+        return dict(loop.batch_logs), True
+    more = not end.exhausted or _goes_on_after_data_end(runner, loop, epoch, steps_per_epoch)
     return dict(loop.batch_logs), more
 
 
@@ -478,31 +590,48 @@ def _resume_at(
     return length
 
 
+@dataclass(frozen=True)
+class _EpochEnd:
+    """How an epoch's steps ended: the data ran out, or its pass stalled, or neither."""
+
+    exhausted: bool = False
+    stall: str | None = None
+
+
 def _run_steps(
-    runner: Runner, hooks: HookList, loop: LoopState, clock: EpochClock, length: int | None
-) -> bool:
+    runner: Runner,
+    hooks: HookList,
+    loop: LoopState,
+    clock: EpochClock,
+    length: int | None,
+    stalls: StallPolicy,
+) -> _EpochEnd:
     """Run the epoch's steps up to ``length`` (``None``: no limit) or a stop request.
 
     Returns:
-        Whether the data ran out before ``length``.
+        Whether the data ran out before ``length``, or the pass stalled.
     """
     while length is None or loop.epoch_steps < length:
-        if runner.ran_out:
-            return True
+        left = stalls.examples_left(loop.epoch_examples)
+        if runner.ran_out or left == 0:
+            return _EpochEnd(exhausted=True)
         limit = loop.steps_per_execution
         if length is not None:
             limit = min(limit, length - loop.epoch_steps)
-        step = functools.partial(runner.run_step, limit=limit)
+        bound = {} if left is None else {"examples_left": left}
+        step = functools.partial(runner.run_step, limit=limit, **bound)
         result = run_hooked_step(hooks, loop, runner.run_args, runner.session, step)
         clock.step(result.steps, result.examples, result.input_wait)
         loop.epoch_steps += result.steps
         loop.global_step += result.steps
         loop.epoch_examples += result.examples
+        if result.stall is not None:
+            return _EpochEnd(stall=result.stall)
         if result.exhausted and (length is None or loop.epoch_steps < length):
-            return True
+            return _EpochEnd(exhausted=True)
         if loop.stop_requested:
             break
-    return False
+    return _EpochEnd()
 
 
 def _goes_on_after_data_end(
@@ -543,7 +672,7 @@ def _goes_on_after_data_end(
 
 
 def _validate(
-    runner: Runner, hooks: HookList, loop: LoopState, steps: int | None
+    runner: Runner, hooks: HookList, loop: LoopState, steps: int | None, stalls: StallPolicy
 ) -> dict[str, Any]:
     """Run the validation pass with its events; return its logs (unprefixed)."""
     if not runner.start_validation():
@@ -557,6 +686,9 @@ def _validate(
             limit = min(limit, steps - step)
         hooks.validation_batch_begin(step)
         result = runner.run_validation_step(limit)
+        if result.stall is not None:
+            stalls.stalled(result.stall, "the validation pass", 0, training=False)
+            break
         if not result.steps:
             break
         logs = python_logs(result.logs or {})

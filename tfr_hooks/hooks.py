@@ -98,7 +98,8 @@ class LoopState:
             called (``None`` when the run ends normally), so that ``end`` can tell a
             failed run from a finished one.
         input_cancels: The ``cancel`` methods of the run's hooks that own blocking input
-            (:class:`~tfr_hooks.QueueRunnerHook`); see :meth:`cancel_input`.
+            (:class:`~tfr_hooks.QueueRunnerHook`), then the loop runner's, which ends
+            the read of the step under way; see :meth:`cancel_input`.
         input_stats: The current epoch's input measurement
             (:class:`~tfr_hooks.input_report.InputStats`: ``wait_share``, the share of
             step time spent waiting for the next batch, its class ``bound`` by the
@@ -157,19 +158,21 @@ class LoopState:
     def cancel_input(self) -> bool:
         """Unblock a step waiting on input, from any thread (a signal watcher's).
 
-        Calls the ``cancel`` of every hook that owns blocking input (closing the input
-        queues), so that the blocked step ends as if the data had run out.
+        Tries each of :attr:`input_cancels` in turn, until one had something to cancel:
+        first the hooks that own blocking input (closing the input queues, so that the
+        blocked step ends as if the data had run out), then the loop's runner, which
+        ends the read of the step under way (the step then fails).
 
         Returns:
-            Whether any hook had something to cancel.
+            Whether anything was cancelled.
         """
-        cancelled = False
         for cancel in self.input_cancels:
             try:
-                cancelled = bool(cancel()) or cancelled
+                if cancel():
+                    return True
             except Exception:  # another thread's cleanup must not die on one hook
                 logger.exception("Cancelling the input failed")
-        return cancelled
+        return False
 
     def request_stop(self, reason: str = "") -> None:
         """Ask the loop to stop after the current step; the epoch is still closed.

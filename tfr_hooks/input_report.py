@@ -38,6 +38,7 @@ What is measured, and what is not:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tfr_hooks.tfrecord.contract import ReadFacts
     from tfr_hooks.tfrecord.options import PipelineKind
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "remedy",
     "verdict",
     "facts_of_files",
+    "facts_of_read",
     "op_determinism_enabled",
 ]
 
@@ -186,6 +189,31 @@ class InputFacts:
             return PipelineKind.MEMORY_DECODED
         packed = (self.examples_per_record or 1) > 1
         return PipelineKind.PACKED if packed else PipelineKind.STREAMED
+
+
+def facts_of_read(facts: ReadFacts, *, steps_per_execution: int | None = None) -> InputFacts:
+    """The :class:`InputFacts` of what a reader knows (its input contract).
+
+    Both loops call it on their data's :class:`~tfr_hooks.tfrecord.contract.ReadFacts`
+    (``Batches.facts``, a ``Source``'s facts), so that the same files give the same facts
+    in graph mode and in TF2. A plain dataset's facts name no files: only
+    ``steps_per_execution`` is known then.
+
+    Args:
+        facts: What the reader knows.
+        steps_per_execution: The loop's ``steps_per_execution``; ``None`` for a loop
+            without it.
+    """
+    if facts.kind is None or facts.schema is None:
+        return InputFacts(steps_per_execution=steps_per_execution)
+    found = facts_of_files(
+        facts.files,
+        schema=facts.schema,
+        num_examples=facts.examples,
+        examples_per_record=facts.examples_per_record,
+        kind=facts.kind,
+    )
+    return dataclasses.replace(found, steps_per_execution=steps_per_execution)
 
 
 def facts_of_files(

@@ -15,12 +15,16 @@ would be lost for as long as the queue stays empty. While it is active, this hoo
 handler writes the signal number there even while the main thread is blocked. When the
 main thread has not handled the signal within ``unblock_after_secs`` (right away for the
 second signal), the watcher asks the loop to cancel its input
-(:meth:`~tfr_hooks.LoopState.cancel_input`): the hooks that own blocking input close it,
-:class:`~tfr_hooks.QueueRunnerHook` its queues (``close(cancel_pending_enqueues=True)``).
-The blocked dequeue then fails with ``OutOfRangeError``, which the loop treats as the end
-of the data: the epoch closes and the run ends. The watcher runs only when the loop has
-such input (none in a ``FunctionLoop``); other blocking cannot be broken from outside:
-give ``SessionLoop`` a ``run_timeout_secs`` for that.
+(:meth:`~tfr_hooks.LoopState.cancel_input`). The hooks that own blocking input go
+first: :class:`~tfr_hooks.QueueRunnerHook` closes its queues
+(``close(cancel_pending_enqueues=True)``), the blocked dequeue fails with
+``OutOfRangeError``, which the loop treats as the end of the data: the epoch closes and
+the run ends. Otherwise the loop's runner ends the read of the step under way (a
+``FunctionLoop`` call is cancelled, a ``SessionLoop``'s session is closed), whether the
+read stalled or is only slow, and the run raises ``KeyboardInterrupt`` naming the
+signal after every hook's ``end`` ran: a process stopped so exits non-zero. A step
+cancelled so may have applied some of its steps (a multi-step call) before the read that
+blocked; the checkpoint of a resumed run is the last one written before it.
 
 Handlers are installed only when the loop runs in the main thread, only for signals that
 are not ignored (``SIG_IGN``, as under ``nohup``), and the previous handlers and wakeup fd
@@ -70,7 +74,8 @@ class StopOnSignal(Hook):
         signals: The signals to handle (``signal.Signals`` or their numbers); by default
             SIGINT and SIGTERM.
         unblock_after_secs: How long the main thread may take to handle the first signal
-            before the watcher thread closes the graph's input queues to unblock a
+            before the watcher thread cancels the input (closes the graph's input queues,
+            or ends the read of the step under way) to unblock a
             ``session.run`` stuck on an empty queue.
 
     Raises:
@@ -117,6 +122,7 @@ class StopOnSignal(Hook):
         self._pipe: tuple[int, int] | None = None
         self._watcher: threading.Thread | None = None
         self._cancelled_input = False
+        self._cancelled_read = False  # whether the watcher ended a blocked step's read
         self._lock = threading.Lock()
         # signals delivered (bytes read from the wakeup pipe), and how many of them the
         # handler has accounted for; both under _count_lock
@@ -138,7 +144,8 @@ class StopOnSignal(Hook):
         """Install the handlers (main thread only), and the watcher when it can help.
 
         The watcher starts only when the loop has input that it can cancel
-        (``loop.input_cancels``: the queues of a :class:`~tfr_hooks.QueueRunnerHook`).
+        (``loop.input_cancels``: the queues of a :class:`~tfr_hooks.QueueRunnerHook`,
+        the read of a loop's step).
         """
         self._uninstall()
         self._reset()
@@ -182,6 +189,13 @@ class StopOnSignal(Hook):
         """
         if self._aborting and not isinstance(error, KeyboardInterrupt):
             return KeyboardInterrupt(f"{self._aborting} received twice: training aborted")
+        if self._cancelled_read and not isinstance(error, KeyboardInterrupt):
+            name = self.received[0] if self.received else "A signal"
+            return KeyboardInterrupt(
+                f"{name} received while a step was blocked reading its input: its read was "
+                f"cancelled after {self.unblock_after_secs:g} s (unblock_after_secs) and "
+                "training stopped"
+            )
         return None
 
     # -- the handler (main thread) and the watcher (its own thread) -------------------
@@ -269,11 +283,12 @@ class StopOnSignal(Hook):
             return
         loop.request_stop("a signal arrived while a step was blocked")
         logger.warning(
-            "The main thread has not handled %d signal(s): a step seems blocked on its "
-            "input. Closing the input queues so that training can stop.",
+            "The main thread has not handled %d signal(s) within %g s: a step seems blocked "
+            "on its input. Cancelling its read so that training can stop.",
             seen,
+            self.unblock_after_secs,
         )
-        loop.cancel_input()
+        self._cancelled_read = loop.cancel_input()
 
     def _uninstall(self) -> None:
         """Undo :meth:`begin`; safe to call when nothing was installed."""

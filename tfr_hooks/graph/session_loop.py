@@ -17,14 +17,9 @@ from tfr_hooks.checks import (
     check_positive_number,
     expected,
 )
-from tfr_hooks.data_service import (
-    ServiceWatch,
-    check_service_address,
-    check_service_timeout,
-    service_of,
-    warn_pass_ended,
-)
-from tfr_hooks.engine import Passes, StepResult, check_run_args, run_loop
+from tfr_hooks.service.address import check_service_address
+from tfr_hooks.service.watch import check_service_timeout
+from tfr_hooks.engine import Passes, check_run_args, run_loop
 from tfr_hooks.graph.cluster import (
     DEFAULT_WAIT_FOR_CHIEF_SECS,
     ClusterSession,
@@ -34,20 +29,19 @@ from tfr_hooks.graph.cluster import (
     warn_local_variables_on_ps,
     worker_device,
 )
-from tfr_hooks.graph.hooked_run import merged_run, prepared_run
 from tfr_hooks.graph.input_wait import input_wait
 from tfr_hooks.graph.metrics import RunningMeans
+from tfr_hooks.graph.session_runner import RunSettings, SessionRunner
 from tfr_hooks.graph.setup import (
     TrainingGraph,
     check_data,
     ensure_saver,
-    initialize_uninitialized,
     input_hooks,
     training_of,
 )
 from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
-from tfr_hooks.input_report import InputFacts, facts_of_files
+from tfr_hooks.input_report import InputFacts, facts_of_read
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.task import current_task
 from tfr_hooks.tfrecord.read import Batches, PipelineKind
@@ -221,7 +215,7 @@ class SessionLoop:
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.wait_for_chief_secs = float(wait_for_chief_secs)
         #: the tf.data service the graph's input is read through, or None
-        self.service = service_of(data) or _graph_service(self.graph)
+        self.service = data.facts.service if data is not None else _graph_service(self.graph)
         self._build_step_tensors(fetches, batch_size, measure_input)
         self.measure_input = measure_input
         self._data = data
@@ -347,7 +341,7 @@ class SessionLoop:
             )
         if self._stream is not None:
             _check_stream_epochs(self._stream, epochs, initial_epoch)
-        runner = _SessionRunner(self._settings(self._validation_means(validation_data)), session)
+        runner = SessionRunner(self._settings(self._validation_means(validation_data)), session)
         with self.graph.as_default():  # hooks look things up in the default graph
             return run_loop(
                 runner,
@@ -361,20 +355,14 @@ class SessionLoop:
                 input_facts=self._input_facts,
                 # the data's random ops go on in a session given again
                 passes=self._passes,
+                epoch_examples=None if self._data is None else _served_examples(self._data),
             )
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input's files, for the verdict's remedy."""
-        data = self._data
-        if data is None:
+        if self._data is None:
             return InputFacts()
-        return facts_of_files(
-            data.files,
-            schema=data.schema,
-            num_examples=data.num_examples,
-            examples_per_record=data.examples_per_record,
-            kind=data.kind,
-        )
+        return facts_of_read(self._data.facts)
 
     def _validation_means(
         self, validation: Validation | None
@@ -391,9 +379,9 @@ class SessionLoop:
             self._val_means[id(validation)] = (validation, means)
         return self._val_means[id(validation)]
 
-    def _settings(self, validation: tuple[Validation, RunningMeans] | None) -> _RunSettings:
+    def _settings(self, validation: tuple[Validation, RunningMeans] | None) -> RunSettings:
         """What this run's runner needs of the loop, as it is now, with its validation."""
-        return _RunSettings(
+        return RunSettings(
             graph=self.graph,
             train_op=self.train_op,
             hooks=list(self.hooks.hooks),
@@ -406,274 +394,12 @@ class SessionLoop:
             run_timeout_secs=self.run_timeout_secs,
             service=self.service,
             service_timeout=self.service_timeout,
-            served_examples=_served_examples(self._data),
             epochs_restart=self.steps_per_epoch is None,
             cluster=self._cluster,
             pass_examples=None if self._stream is None else self._stream.num_examples,
             input_wait=self._input_wait,
             skip_tensor=self._skip_tensor if self.steps_per_epoch is None else None,
         )
-
-
-@dataclass(frozen=True)
-class _RunSettings:
-    """What a :class:`SessionLoop` run's runner is given: the graph's parts and settings.
-
-    Attributes:
-        graph: The train op's graph.
-        train_op: What each step runs.
-        hooks: The run's hooks, for error messages about their feeds.
-        means: The running means of the training fetches.
-        batch_size: The batch size tensor, or ``None`` to count steps.
-        initializers: Ops that restart the training data.
-        validation: The validation pass, or ``None``.
-        val_means: The running means of the validation fetches (with ``validation``).
-        session_config: The ``ConfigProto`` of a session the runner creates.
-        run_timeout_secs: The timeout of each step, or ``None``.
-        service: The tf.data service address the input is read through, or ``None``.
-        service_timeout: The bound of a step reading through ``service``, seconds.
-        served_examples: The examples of an epoch read through ``service``, when known.
-        epochs_restart: Whether each epoch starts a new pass (no ``steps_per_epoch``).
-        cluster: Creates the session on a cluster's master, or ``None``.
-        pass_examples: The examples of one pass of a queue stream the loop splits into
-            epochs, or ``None``.
-        input_wait: The tensor of the seconds a step waits for its input (see
-            :mod:`tfr_hooks.graph.input_wait`), or ``None`` when it is not measured.
-        skip_tensor: A tensor computed from each batch of the training data (its batch
-            size), run to pass over a batch without a step when a run resumes mid-epoch;
-            ``None`` when the loop cannot skip batches exactly (a queue pipeline, data
-            the loop was not given, epochs counted in steps).
-    """
-
-    graph: Any
-    train_op: Any
-    hooks: list[Any]
-    means: RunningMeans
-    batch_size: Any
-    initializers: list[Any]
-    validation: Validation | None
-    val_means: RunningMeans | None
-    session_config: Any
-    run_timeout_secs: float | None
-    service: str | None
-    service_timeout: float
-    served_examples: int | None
-    epochs_restart: bool
-    cluster: ClusterSession | None
-    pass_examples: int | None
-    input_wait: Any = None
-    skip_tensor: Any = None
-
-
-class _SessionRunner:
-    """The engine's runner for :class:`SessionLoop`: one ``session.run`` per step."""
-
-    def __init__(self, settings: _RunSettings, session: Any) -> None:
-        self.settings = settings
-        self.reinitializable = bool(settings.initializers)
-        # a session finds the end of the data only by an OutOfRangeError, except for the
-        # end of an epoch of a queue stream the loop splits: a pass's worth of examples
-        self.ran_out = False
-        self.pass_examples = settings.pass_examples
-        if self.pass_examples is not None:
-            self.reinitializable = True  # each epoch goes on with the stream's next pass
-        self.seen = 0  # examples of the stream run so far
-        self.epoch_read = 0
-        self.lost_worker = False  # whether a pass ended on a lost worker of the service
-        self.boundary = 0  # where the current epoch ends in the stream
-        self.session = session
-        self.owns_session = session is None
-        self.coord: Any = None
-        self.fetches: dict[str, Any] = {
-            "train_op": settings.train_op,
-            "logs": settings.means.update,
-        }
-        if settings.batch_size is not None:
-            self.fetches["batch_size"] = settings.batch_size
-        if settings.input_wait is not None:
-            self.fetches["input_wait"] = settings.input_wait
-        self.options = None
-        timeout = settings.run_timeout_secs
-        if settings.service is not None:  # TensorFlow never ends a read of a lost service
-            timeout = min(timeout or settings.service_timeout, settings.service_timeout)
-        if timeout is not None:
-            self.options = _v1.RunOptions(timeout_in_ms=int(timeout * 1000))
-        self.run_args = _v1.train.SessionRunArgs(self.fetches, None, self.options)
-        self.fast_run: Callable[[], Any] | None = None
-        #: the engine skips batches of a resumed epoch only where that is exact
-        self.skips_batches = settings.skip_tensor is not None
-        #: a queue stream is not restarted, and data without initializers cannot be
-        self.replays_passes = self.pass_examples is None and bool(settings.initializers)
-
-    def start(self) -> None:
-        settings = self.settings
-        if settings.cluster is not None:  # the chief initializes or restores, others wait
-            self.session = settings.cluster.create()
-        else:
-            if self.session is None:
-                self.session = _v1.Session(graph=settings.graph, config=settings.session_config)
-            initialize_uninitialized(self.session)
-        self.coord = _v1.train.Coordinator()  # the run's one coordinator
-        self.fast_run = prepared_run(self.session, self.fetches, self.options)
-
-    def start_epoch(self, restart_data: bool) -> None:
-        self.epoch_read = 0  # examples read by this epoch's steps
-        if self.pass_examples is not None:
-            self.boundary += self.pass_examples
-            self.ran_out = self.seen >= self.boundary
-        ops = [self.settings.means.reset]
-        if restart_data:
-            ops.extend(self.settings.initializers)
-            if self.pass_examples is None:
-                self.ran_out = False  # a new pass; its end is found by its OutOfRangeError
-        self.session.run(ops)
-
-    def start_pass(self) -> None:
-        """Start a pass over the training data and leave it: run its initializers.
-
-        The graph-mode ``read_batches(pipeline="dataset")`` pipelines (streamed, packed
-        shards, in memory) reshuffle every pass: they draw each pass's seed from a
-        stateful random op when their iterator is initialized, so epoch E of a run gets
-        the order of the session's (E+1)-th initialization. A run resumed at epoch E in a
-        new session has the engine start E passes first, so that its first epoch gets its
-        own order, as in an uninterrupted run. Each costs an initialization (it starts a
-        pass and drops it: the first batch a prefetch may have begun, a shuffle buffer's
-        fill when streamed), not an epoch of input. Unshuffled data is not changed by it.
-        """
-        self.session.run(self.settings.initializers)
-
-    def skip_batches(self, count: int) -> tuple[int, int]:
-        """Pass over the next ``count`` training batches without a step.
-
-        A run resumed mid-epoch starts the epoch's data again (after the engine replayed
-        the earlier passes, :meth:`start_pass`) and drops the batches the interrupted run
-        trained on: the same ones, as the order of the pass is the same (no shuffle, or a
-        seeded one). Each batch is pulled through the data's batch size tensor, one
-        ``session.run`` each: it costs the input work of those batches (reading and
-        parsing streamed shards, a gather in memory) and a run's overhead, not their steps.
-        Through a tf.data service the pass is a new job, whose order is not the
-        interrupted one's: the epoch's steps and examples are still exact, not which
-        examples it trains. Each pull is bounded like a step (``service_timeout``).
-
-        Returns:
-            The batches skipped (fewer than ``count`` if the data ran out) and their
-            examples.
-
-        Raises:
-            ConnectionError: A pull through a tf.data service waited ``service_timeout``
-                (its workers or dispatcher are gone), naming the service and why.
-        """
-        # bounded as a step is: a read through a service that lost its workers never ends
-        pull = prepared_run(self.session, self.settings.skip_tensor, self.options)
-        skipped = examples = 0
-        while skipped < count:
-            try:
-                examples += int(pull())
-            except tf.errors.OutOfRangeError:
-                self.ran_out = True
-                break
-            except tf.errors.DeadlineExceededError as error:
-                if not self._ends_stalled_pass(error, "epoch"):
-                    raise
-                self.ran_out = True  # a lost worker's share: the pass ends here
-                break
-            skipped += 1
-        return skipped, examples
-
-    def run_step(self, hook_args: Sequence[Any], limit: int) -> StepResult:
-        expected = self.settings.served_examples
-        if self.lost_worker and expected is not None and self.epoch_read >= expected:
-            # after a lost worker, TensorFlow 2.21's dispatcher gives every new job a task
-            # on it, whose end never comes: a pass of known size ends once all is read
-            return StepResult(exhausted=True)
-        try:
-            result = merged_run(
-                self.session,
-                self.settings.hooks,
-                hook_args,
-                self.fetches,
-                options=self.options,
-                fast_run=self.fast_run,
-            )
-        except tf.errors.OutOfRangeError:
-            return StepResult(exhausted=True)
-        except tf.errors.DeadlineExceededError as error:
-            if self._ends_stalled_pass(error, "epoch"):
-                return StepResult(exhausted=True)
-            raise
-        result.logs = result.results["logs"]
-        result.examples = int(result.results.get("batch_size", 1))
-        self.epoch_read += result.examples
-        if "input_wait" in result.results:
-            result.input_wait = float(result.results["input_wait"])
-        if self.pass_examples is not None:
-            self.seen += result.examples
-            self.ran_out = self.seen >= self.boundary
-        return result
-
-    def start_validation(self) -> bool:
-        self.ran_out = False  # the validation data's end is found by its OutOfRangeError
-        validation, means = self.settings.validation, self.settings.val_means
-        if validation is None or means is None:
-            return False
-        self.session.run([means.reset, *validation.initializers])
-        return True
-
-    def run_validation_step(self, limit: int) -> StepResult:
-        means = self.settings.val_means
-        assert means is not None  # start_validation said there is one
-        try:
-            logs = self.session.run(means.update, options=self.options)
-        except tf.errors.OutOfRangeError:
-            return StepResult(exhausted=True)
-        except tf.errors.DeadlineExceededError as error:
-            if self._ends_stalled_pass(error, "validation pass"):
-                return StepResult(exhausted=True)
-            raise
-        return StepResult(steps=1, logs=logs)
-
-    def _ends_stalled_pass(self, error: BaseException, what: str) -> bool:
-        """Whether a step that timed out ends its pass (a lost worker); else raise.
-
-        A step through a tf.data service that lost a worker, its workers or its
-        dispatcher waits forever (TensorFlow 2.21); its ``timeout_in_ms`` ended it: ask
-        the service why. With workers alive (one was lost mid-epoch, and its share of the
-        pass never ends), a pass the loop can start again (the data's initializers) ends
-        here with a warning of the examples lost, and the next starts a new iterator.
-
-        Returns:
-            ``True`` when the pass ends here; ``False`` for a step not read through a
-            service (the caller re-raises ``error``).
-
-        Raises:
-            ConnectionError: Naming the service's address and why the step waited: the
-                dispatcher is gone, no worker is left, or the pass cannot be restarted.
-        """
-        address = self.settings.service
-        if address is None:
-            return False
-        bound = self.settings.service_timeout
-        reason = ServiceWatch.diagnose(address, bound)
-        message = f"tf.data service at {address}: {reason}"
-        restarts = what != "epoch" or (self.replays_passes and self.settings.epochs_restart)
-        if reason == ServiceWatch.STALLED.format(bound=bound) and restarts:
-            expected = self.settings.served_examples if what == "epoch" else None
-            warn_pass_ended(message, what, expected, self.epoch_read)
-            self.lost_worker = True
-            return True
-        raise ConnectionError(
-            f"{message}. A step waited {bound:g} s (service_timeout) for its batch; restart "
-            "the service's servers and resume the run."
-        ) from error
-
-    def finish(self) -> None:
-        pass  # nothing to finalize in a graph: the train op already wrote the variables
-
-    def close(self) -> None:
-        if self.coord is not None:
-            self.coord.request_stop()  # threads a user hook started on it
-        if self.owns_session and self.session is not None:
-            self.session.close()
 
 
 def _is_queue(data: Batches | None) -> bool:
@@ -834,11 +560,9 @@ def _as_tensor_or_none(value: Any) -> Any:
     return value
 
 
-def _served_examples(data: Batches | None) -> int | None:
-    """The examples of an epoch of ``data`` read through a service, when known."""
-    if data is None or data.service is None or data.num_epochs != 1:
-        return None
-    return data.num_examples
+def _served_examples(data: Batches) -> int | None:
+    """The examples of an epoch (one initialization) of ``data`` through a service."""
+    return data.facts.served_examples() if data.num_epochs == 1 else None
 
 
 def _graph_service(graph: Any) -> str | None:

@@ -31,8 +31,9 @@ from tfr_hooks.tfrecord.inspection import (
     infer_schema,
     inspect,
 )
+from tfr_hooks.tfrecord.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.options import PipelineKind
-from tfr_hooks.tfrecord.read import Batches, dataset, read_batches
+from tfr_hooks.tfrecord.read import Batches, dataset, read_batches, source
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, load_schema
 from tfr_hooks.tfrecord.write import WriteResult, write
@@ -58,8 +59,11 @@ __all__ = [
     "resolve_files",
     # reading
     "dataset",
+    "source",
     "read_batches",
     "Batches",
+    "Source",
+    "ReadFacts",
     "PipelineKind",
     # errors
     "explain_error",

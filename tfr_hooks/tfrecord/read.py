@@ -35,6 +35,7 @@ pipeline (:mod:`tfr_hooks.tfrecord.pipeline`); the queue pipeline is built by
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import hashlib
 import json
 import os
@@ -45,9 +46,9 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
-from tfr_hooks.data_service import mark_served
 from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord import sharding
+from tfr_hooks.tfrecord.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions, queue_capacity, read_options
 from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind, serve
@@ -56,7 +57,7 @@ from tfr_hooks.tfrecord.queue import check_queue_plan, queue_batches
 from tfr_hooks.tfrecord.ragged import PadTo
 from tfr_hooks.tfrecord.schema import Schema
 
-__all__ = ["Batches", "dataset", "read_batches", "PIPELINES", "PipelineKind"]
+__all__ = ["Batches", "dataset", "source", "read_batches", "PIPELINES", "PipelineKind"]
 
 #: The pipelines :func:`read_batches` can build.
 PIPELINES = ("dataset", "queue")
@@ -88,6 +89,8 @@ class Batches:
         service: The tf.data service dispatcher whose workers run the pipeline
             (``"grpc://HOST:PORT"``), or ``None`` when it runs in this process.
             ``kind`` is then what the workers build (streamed or packed).
+        batch_examples: The ``batch_size`` the reader was given (an int).
+        drop_remainder: Whether each pass drops its final, smaller batch.
     """
 
     tensors: Any
@@ -101,6 +104,8 @@ class Batches:
     examples_per_record: int = 1
     num_epochs: int | None = None
     service: str | None = None
+    batch_examples: int | None = None
+    drop_remainder: bool = False
 
     @property
     def pipeline(self) -> str:
@@ -111,6 +116,30 @@ class Batches:
     def in_memory(self) -> bool:
         """Whether the data is held in memory (``in_memory=True``, or ``"auto"`` chose it)."""
         return self.kind.in_memory
+
+    @property
+    def facts(self) -> ReadFacts:
+        """What the reader knows of these batches, as the loops take it (the input contract).
+
+        See :class:`~tfr_hooks.tfrecord.contract.ReadFacts`.
+        """
+        return ReadFacts(
+            kind=self.kind,
+            files=tuple(self.files),
+            schema=self.schema,
+            compression=self.compression,
+            batch_size=self.batch_examples,
+            drop_remainder=self.drop_remainder,
+            num_epochs=self.num_epochs,
+            examples=self.num_examples,
+            steps=None
+            if self.service
+            else _steps_of(
+                self.num_examples, self.batch_examples, self.num_epochs, self.drop_remainder
+            ),
+            examples_per_record=self.examples_per_record,
+            service=self.service,
+        )
 
 
 def dataset(
@@ -280,6 +309,86 @@ def dataset(
         ...     print(images.shape, labels.shape)
         (128, 28, 28) (128,)
     """
+    return source(
+        files,
+        batch_size,
+        schema=schema,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        deterministic=deterministic,
+        num_parallel_reads=num_parallel_reads,
+        drop_remainder=drop_remainder,
+        num_epochs=num_epochs,
+        map_fn=map_fn,
+        batch_map_fn=batch_map_fn,
+        prefetch=prefetch,
+        as_tuple=as_tuple,
+        compression=compression,
+        autotune=autotune,
+        decode=decode,
+        in_memory=in_memory,
+        memory_budget=memory_budget,
+        pad_to=pad_to,
+        padding_values=padding_values,
+        bucket_boundaries=bucket_boundaries,
+        bucket_by=bucket_by,
+        shard=shard,
+        service=service,
+    ).dataset
+
+
+def source(
+    files: Files,
+    batch_size: int,
+    *,
+    schema: SchemaLike = None,
+    shuffle_buffer: int = 0,
+    seed: int | None = None,
+    deterministic: bool = True,
+    num_parallel_reads: int | None = None,
+    drop_remainder: bool = False,
+    num_epochs: int | None = 1,
+    map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    batch_map_fn: Callable[[Any], Any] | None = None,
+    prefetch: int | None = tf.data.AUTOTUNE,
+    as_tuple: Sequence[str] | None = None,
+    compression: str | None = None,
+    autotune: bool = False,
+    decode: Mapping[str, Any] | None = None,
+    in_memory: bool | str = False,
+    memory_budget: int | None = None,
+    pad_to: PadTo = None,
+    padding_values: Any = None,
+    bucket_boundaries: Sequence[int] | None = None,
+    bucket_by: str | None = None,
+    shard: str = "auto",
+    service: str | None = None,
+) -> Source:
+    """The batches :func:`dataset` builds, with what the reader knows of them.
+
+    The same arguments, meanings and defaults as :func:`dataset`; it returns a
+    :class:`~tfr_hooks.tfrecord.contract.Source`: the dataset and its
+    :class:`~tfr_hooks.tfrecord.contract.ReadFacts` (the pipeline kind, the files and
+    schema, the examples of an epoch and the steps it makes, the tf.data service it is
+    read through). Give it to :class:`~tfr_hooks.FunctionLoop` instead of the dataset:
+    the loop then knows the epoch's length up front (also under a multi-worker strategy
+    sharding by file), bounds a served epoch after a lost worker at its size, and its
+    input report names the files' sizes, as :class:`~tfr_hooks.SessionLoop` does with
+    :class:`Batches`. Augment it with :meth:`Source.map
+    <tfr_hooks.tfrecord.contract.Source.map>`, which keeps the facts.
+
+    Returns:
+        A :class:`~tfr_hooks.tfrecord.contract.Source`.
+
+    Raises:
+        As :func:`dataset`.
+
+    Examples:
+        >>> from tfr_hooks import tfrecord
+        >>> train = tfrecord.source("data/mnist", 128, as_tuple=("image", "label"))  # doctest: +SKIP
+        >>> train = train.map(lambda x, y: (tf.cast(x, "float32") / 255, y))  # doctest: +SKIP
+        >>> FunctionLoop(train, model=model).run(epochs=3)  # doctest: +SKIP
+    """
     options = read_options(
         batch_size,
         shuffle_buffer=shuffle_buffer,
@@ -310,13 +419,28 @@ def dataset(
         shared = sharding.shared_seed(options.seed, options.shuffle_buffer, task)
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
-    data, _ = build_pipeline(plan, options, kind)
+    data, examples = build_pipeline(plan, options, kind)
+    facts = ReadFacts(
+        kind=kind,
+        files=tuple(plan.files),
+        schema=plan.schema,
+        compression=plan.compression,
+        batch_size=batch_size,
+        drop_remainder=drop_remainder,
+        num_epochs=num_epochs,
+        examples=examples,
+        examples_per_record=plan.per_record,
+        service=options.service,
+    )
     if options.service is not None:
-        return _served(data, plan, options, task)
+        # a trainer of a shared job reads a part of the epoch, of unknown size
+        examples = examples if task.num_workers == 1 else None
+        return Source(_served(data, plan, options, task), replace(facts, examples=examples))
     if kind.in_memory:
         # no files to split: every worker gathers the same batches and keeps its share
-        return sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
-    return sharding.shard_dataset(
+        data = sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
+        return Source(data, replace(facts, steps=_cardinality(data)))
+    data = sharding.shard_dataset(
         data,
         shard,
         len(plan.files),
@@ -326,6 +450,7 @@ def dataset(
         drop_remainder=drop_remainder,
         num_epochs=num_epochs,
     )
+    return Source(data, _with_steps(facts, data, plan, task))
 
 
 def read_batches(
@@ -506,6 +631,8 @@ def read_batches(
         plan.per_record,
         num_epochs,
         options.service,
+        batch_size,
+        drop_remainder,
     )
 
 
@@ -566,10 +693,7 @@ def _served(data: tf.data.Dataset, plan: Plan, options: ReadOptions, task: TaskI
     served = serve(data, options.service, job_name=job_name)
     off = tf.data.Options()
     off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    # the loops watch a marked dataset's service (a lost dispatcher or worker is an error,
-    # not a wait); a trainer of a shared job reads a part of the epoch of unknown size
-    examples = plan.examples if task.num_workers == 1 else None
-    return mark_served(served.with_options(off), options.service, examples)
+    return served.with_options(off)
 
 
 def _job_name(plan: Plan, options: ReadOptions) -> str:
@@ -587,3 +711,42 @@ def _batch_size_of(tensor: Any) -> Any:
     if isinstance(tensor, tf.RaggedTensor):
         return tensor.nrows(out_type=tf.int32)
     return tf.shape(tensor)[0]
+
+
+def _cardinality(data: tf.data.Dataset) -> int | None:
+    """The dataset's cardinality when known (``None``: unknown or infinite)."""
+    cardinality = int(data.cardinality())
+    return cardinality if cardinality >= 0 else None
+
+
+def _with_steps(facts: ReadFacts, data: tf.data.Dataset, plan: Plan, task: TaskInfo) -> ReadFacts:
+    """``facts`` with the steps a pass of the streamed ``data`` makes, when known.
+
+    Under a multi-worker strategy sharding by file, each worker's share decides (see
+    :func:`~tfr_hooks.tfrecord.sharding.file_sharded_steps`): the steps are counted for
+    the cluster's workers; otherwise they are the dataset's cardinality.
+    """
+    policy = data.options().experimental_distribute.auto_shard_policy
+    workers = task.num_workers
+    if workers > 1 and policy == tf.data.experimental.AutoShardPolicy.FILE:
+        steps = None
+        if _cardinality(data) is not None:
+            steps = sharding.file_sharded_steps(
+                plan.counts,
+                workers,
+                facts.batch_size,
+                drop_remainder=facts.drop_remainder,
+                num_epochs=facts.num_epochs,
+            )
+        return replace(facts, steps=steps, steps_workers=workers)
+    return replace(facts, steps=_cardinality(data))
+
+
+def _steps_of(
+    examples: int | None, batch_size: int | None, num_epochs: int | None, drop_remainder: bool
+) -> int | None:
+    """The batches of one initialization of a graph-mode pipeline, when known."""
+    if examples is None or batch_size is None or num_epochs is None:
+        return None
+    total = examples * num_epochs
+    return total // batch_size if drop_remainder else -(-total // batch_size)

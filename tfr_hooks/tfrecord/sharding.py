@@ -112,8 +112,8 @@ def shard_dataset(
     global batches as soon as a worker's share ends in a partial batch (see
     :func:`file_sharded_steps`). When ``file_examples`` gives every file's examples and
     the dataset's cardinality is known, the returned dataset's ``cardinality()`` is then
-    the steps a pass makes under the strategy, and :func:`distributed_steps` tells the
-    loop so. Such a dataset is meant for the strategy: iterated on its own, outside
+    the steps a pass makes under the strategy (the reader's
+    :class:`~tfr_hooks.tfrecord.Source` tells the loop so in its facts). Such a dataset is meant for the strategy: iterated on its own, outside
     ``strategy.experimental_distribute_dataset``, it raises at its end, where it holds
     fewer batches than it says.
 
@@ -175,13 +175,7 @@ def shard_dataset(
         return dataset
     # TensorFlow's file-sharding rewrite leaves each worker's shard its own length (the
     # assertion does not bind there); the cardinality shown is the steps of a pass
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
-    setattr(dataset, _STEPS_ATTRIBUTE, steps)
-    return dataset
-
-
-#: The attribute :func:`shard_dataset` marks a file-sharded dataset's pass length with.
-_STEPS_ATTRIBUTE = "_tfr_hooks_distributed_steps"
+    return dataset.apply(tf.data.experimental.assert_cardinality(steps))
 
 
 def file_sharded_steps(
@@ -242,9 +236,9 @@ def distributed_steps(dataset: tf.data.Dataset, num_workers: int) -> int | None:
     ``num_workers`` steps for every batch of the worker with the most: one more step than
     the data's global batches as soon as a worker's share ends in a partial batch (2
     workers, 2 files of 2,000 examples, global batch 32: 126 steps, not 125). That count
-    needs each file's number of examples: a dataset :func:`shard_dataset` made with
-    them reports it as its ``cardinality()``; for any other, ``None``, and the loop
-    learns the length from the first pass.
+    needs each file's number of examples, which only the reader knows: the facts of
+    a :class:`~tfr_hooks.tfrecord.Source` give it (``ReadFacts.steps_on``); here it is
+    ``None``, and the loop learns the length from the first pass.
 
     Args:
         dataset: The dataset of global batches, with its ``auto_shard_policy``.
@@ -266,11 +260,8 @@ def distributed_steps(dataset: tf.data.Dataset, num_workers: int) -> int | None:
         return cardinality
     if policy == policies.OFF:
         return cardinality * num_workers
-    # by file (or AUTO, which tries files first): the shares decide, which only a
-    # dataset shard_dataset made for this cluster knows (its cardinality is the steps)
-    marked = getattr(dataset, _STEPS_ATTRIBUTE, None)
-    if policy == policies.FILE and marked == cardinality:
-        return cardinality
+    # by file (or AUTO, which tries files first): the shares decide, which only the
+    # reader knows (its Source's facts: ReadFacts.steps_on)
     return None
 
 
