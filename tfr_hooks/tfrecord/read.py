@@ -45,7 +45,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
-from tfr_hooks.data_service import mark_served
+from tfr_hooks.service.watch import mark_served
 from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord import sharding
 from tfr_hooks.tfrecord.files import Files
