@@ -1,8 +1,9 @@
 """The file list shows the two modes, and data flows one way between the layers.
 
 - ``tfr_hooks/tfrecord/`` (file I/O and its sharding policy) imports nothing of the
-  package above it but the argument checks (``tfr_hooks.checks``) and the task identity
-  (``tfr_hooks.task``: who this process is in a cluster);
+  package above it but the argument checks (``tfr_hooks.checks``), the task identity
+  (``tfr_hooks.task``: who this process is in a cluster), and the tf.data service's
+  address checks and read marks (``tfr_hooks.service.address``, ``.watch``);
 - the shared core (``engine``, ``hooks``, ``checks``, ``signals``, ``keras_callbacks``,
   ``tensorboard``, ...) imports neither mode;
 - ``tfr_hooks/graph/`` (graph mode) and ``tfr_hooks/tf2/`` (TensorFlow 2) never import
@@ -41,8 +42,16 @@ ALLOWED = {
     "graph": {"graph", "core", "tfrecord"},
     "tf2": {"tf2", "core", "tfrecord"},
 }
-#: the only modules of the core the tfrecord layer may use
-TFRECORD_MAY_USE = {"tfr_hooks.checks", "tfr_hooks.task", "tfr_hooks.data_service"}
+#: the only modules of the core the tfrecord layer may use: the argument checks, the task
+#: identity, and of the tf.data service its address checks (``service=``) and the mark the
+#: loops watch (``mark_served``), with their package (whose ``__init__`` imports nothing)
+TFRECORD_MAY_USE = {
+    "tfr_hooks.checks",
+    "tfr_hooks.task",
+    "tfr_hooks.service",
+    "tfr_hooks.service.address",
+    "tfr_hooks.service.watch",
+}
 #: the core modules every layer may import, which therefore import nothing of the package
 #: but each other (else tfrecord would reach the rest of the core through them)
 FOUNDATION = TFRECORD_MAY_USE

@@ -321,7 +321,7 @@ def test_measure_service_errors_at_once_for_a_wrong_address(
         cli.main([*argv, "grpc://localhost"])  # no port
     assert info.value.code == 2
     assert "Expected `--service` to be" in capsys.readouterr().err
-    from tfr_hooks.data_service import _free_port
+    from tfr_hooks.service.servers import _free_port
 
     assert cli.main([*argv, f"grpc://127.0.0.1:{_free_port()}"]) == 1  # nothing listens
     err = capsys.readouterr().err

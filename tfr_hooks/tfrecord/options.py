@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
-from tfr_hooks.data_service import check_service_address
+from tfr_hooks.service.address import check_service_address
 from tfr_hooks.tfrecord.ragged import PadTo, Shaping, check_shaping
 
 __all__ = [

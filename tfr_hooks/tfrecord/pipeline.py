@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.data_service import check_dispatcher
+from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.tfrecord.memory import (
     PARALLEL_CALLS,
     Held,
