@@ -17,7 +17,8 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import FunctionLoop, Hook, SessionLoop, tfrecord
-from tfr_hooks.data_service import LocalService, mark_served, service_of
+from tfr_hooks.data_service import LocalService
+from tfr_hooks.tfrecord import ReadFacts, Source
 
 #: seconds a server may take to start on a loaded 2-core machine (it imports TensorFlow)
 START = 120
@@ -26,8 +27,9 @@ BOUND = 10.0
 MARGIN = 15.0
 
 
-def served(address: str, size: int, batch: int) -> tf.data.Dataset:
-    dataset = (
+def distributed(address: str, size: int, batch: int) -> tf.data.Dataset:
+    """A user's own pipeline through the service: ``distribute`` called directly."""
+    return (
         tf.data.Dataset.range(size)
         .batch(batch)
         .apply(
@@ -36,7 +38,12 @@ def served(address: str, size: int, batch: int) -> tf.data.Dataset:
             )
         )
     )
-    return mark_served(dataset, address, examples=size)
+
+
+def served(address: str, size: int, batch: int) -> Source:
+    """The same, with the facts a reader would give: the service and the epoch's size."""
+    facts = ReadFacts(service=address, examples=size, batch_size=batch)
+    return Source(distributed(address, size, batch), facts)
 
 
 def step(batch: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -87,11 +94,15 @@ def watch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("ServiceWatch")]
 
 
-def test_mark_served_and_service_of() -> None:
-    dataset = tf.data.Dataset.range(3)
-    assert service_of(dataset) is None
-    assert mark_served(dataset, "localhost:5050") is dataset
-    assert service_of(dataset) == "grpc://localhost:5050"
+def test_no_attribute_is_set_on_a_tf_data_object(tmp_path: Any) -> None:
+    tfrecord.write({"x": np.arange(10, dtype=np.int64)}, tmp_path)
+    for data in (
+        tfrecord.dataset(str(tmp_path), 4),
+        tfrecord.source(str(tmp_path), 4).dataset,
+        tfrecord.dataset(str(tmp_path), 4, in_memory=True),
+    ):
+        ours = [name for name in vars(data) if name.startswith("_tfr_hooks")]
+        assert not ours, ours
 
 
 def test_service_timeout_is_checked() -> None:
@@ -106,17 +117,30 @@ def test_service_timeout_is_checked() -> None:
 @pytest.mark.data_service
 @pytest.mark.timeout(4 * START)
 @pytest.mark.parametrize(
-    ("kill", "reason"),
-    [(kill_all, "no worker left"), (kill_dispatcher, "dispatcher unreachable")],
-    ids=["all-workers", "dispatcher"],
+    ("kill", "reason", "build"),
+    [
+        (kill_all, "no worker left", "source"),
+        (kill_dispatcher, "dispatcher unreachable", "source"),
+        (kill_all, "no worker left", "distribute-map"),
+        (kill_all, "no worker left", "reader-map"),
+    ],
+    ids=["all-workers", "dispatcher", "users-distribute-then-map", "reader-then-map"],
 )
 def test_function_loop_ends_with_the_address_once_the_service_is_gone(
-    kill: Any, reason: str
+    kill: Any, reason: str, build: str, tmp_path: Any
 ) -> None:
     with LocalService(workers=2, timeout=START) as service:
         hook = KillAt(5, lambda: kill(service))
+        data: Any = served(service.address, 1_000_000, 10)
+        if build == "distribute-map":  # no facts: the service is found in the graph
+            data = distributed(service.address, 1_000_000, 10).map(lambda x: x * 2).prefetch(1)
+        elif build == "reader-map":  # the issue's case: augmentation after a served reader
+            tfrecord.write({"x": np.arange(50_000, dtype=np.int64)}, tmp_path, shards=4)
+            data = tfrecord.dataset(
+                str(tmp_path), 16, as_tuple=("x",), num_epochs=None, service=service.address
+            ).map(lambda x: x * 1)
         loop = FunctionLoop(
-            served(service.address, 1_000_000, 10),
+            data,
             step_fn=step,
             hooks=[hook],
             service_timeout=BOUND,
@@ -154,7 +178,7 @@ def test_function_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
         assert len(history["mean"]) == 2
         assert hook.ended
         assert not watch_threads()
-    stalls = [r.getMessage() for r in caplog.records if "the epoch ends here" in r.getMessage()]
+    stalls = [r.getMessage() for r in caplog.records if "epoch 0 ends here" in r.getMessage()]
     assert len(stalls) == 1, caplog.text
     assert f"tf.data service at {service.address}: no batch for 10 s" in stalls[0]
     first, second = counts.examples
@@ -173,7 +197,8 @@ def test_session_loop_ends_with_the_address_once_no_worker_is_left() -> None:
     with LocalService(workers=1, timeout=START) as service:
         hook = KillAt(5, lambda: kill_all(service))
         with tf.Graph().as_default():
-            dataset = served(service.address, 1_000_000, 10)
+            # the user's own pipeline, transformed after the service: found in the graph
+            dataset = distributed(service.address, 1_000_000, 10).map(lambda x: x + 1)
             iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
             batch = iterator.get_next()
             loop = SessionLoop(
@@ -214,7 +239,7 @@ def test_session_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
                 history = loop.run(epochs=2)
         assert len(history["mean"]) == 2
         assert hook.ended
-    stalls = [r.getMessage() for r in caplog.records if "the epoch ends here" in r.getMessage()]
+    stalls = [r.getMessage() for r in caplog.records if "epoch 0 ends here" in r.getMessage()]
     assert len(stalls) == 1, caplog.text
     assert f"tf.data service at {service.address}: no batch for 10 s" in stalls[0]
     first, second = counts.examples

@@ -268,14 +268,18 @@ def test_the_trainers_of_one_cluster_share_each_epoch(
 @pytest.mark.slow
 @pytest.mark.data_service
 @pytest.mark.timeout(START + 120)
-def test_the_served_dataset_is_marked_for_the_loops_watch(
+def test_the_served_reader_names_its_service_in_its_facts_and_graph(
     service: str, plain: list[str], packed: Path
 ) -> None:
-    """The loops watch what the reader marks: a lost service is then an error, not a wait."""
-    from tfr_hooks.data_service import served_examples, service_of
+    """The loops watch the service the reader's facts name, or its graph shows."""
+    from tfr_hooks import tf_private
 
-    data = tfrecord.dataset(plain, 16, service=service)
-    assert service_of(data) == service
-    assert served_examples(data) is None  # no schema.json: the epoch's size is not known
+    source = tfrecord.source(plain, 16, service=service)
+    assert source.facts.service == service
+    assert source.facts.served_examples() is None  # no schema.json: the size is unknown
     # schema.json counts the epoch's examples: a lost worker's are then counted
-    assert served_examples(tfrecord.dataset(packed, 16, service=service)) == 400
+    assert tfrecord.source(packed, 16, service=service).facts.served_examples() == 400
+    # a plain dataset, transformed after the reader: its graph still names the service
+    mapped = tfrecord.dataset(plain, 16, service=service).map(lambda d: d).prefetch(1)
+    assert tf_private.service_addresses(mapped) == [service]
+    assert tf_private.service_addresses(tfrecord.dataset(plain, 16)) == []

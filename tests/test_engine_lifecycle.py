@@ -125,6 +125,9 @@ class FakeRunner:
         mean = sum(self.val[: self.val_position]) / self.val_position  # a running mean
         return StepResult(1, 4, {"loss": mean})
 
+    def cancel(self) -> bool:
+        return False  # nothing blocks in a fake
+
     def finish(self) -> None:
         self.calls.append("finish")
 

@@ -50,7 +50,7 @@ TFRECORD_MAY_USE = {
     "tfr_hooks.task",
     "tfr_hooks.service",
     "tfr_hooks.service.address",
-    "tfr_hooks.service.watch",
+    "tfr_hooks.tf_private",
 }
 #: the core modules every layer may import, which therefore import nothing of the package
 #: but each other (else tfrecord would reach the rest of the core through them)

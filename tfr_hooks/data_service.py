@@ -41,14 +41,12 @@ from tfr_hooks.service.address import (
 from tfr_hooks.service.local import LocalService
 from tfr_hooks.service.servers import run_dispatcher, run_worker
 from tfr_hooks.service.watch import (
-    ServedReads,
+    Reason,
     ServiceWatch,
+    ServiceWatches,
     Stalled,
     check_service_timeout,
-    mark_served,
-    served_examples,
-    service_of,
-    warn_pass_ended,
+    diagnose,
 )
 
 __all__ = [
@@ -59,12 +57,10 @@ __all__ = [
     "run_dispatcher",
     "run_worker",
     "LocalService",
-    "mark_served",
-    "service_of",
-    "served_examples",
     "check_service_timeout",
+    "Reason",
+    "diagnose",
     "ServiceWatch",
-    "ServedReads",
+    "ServiceWatches",
     "Stalled",
-    "warn_pass_ended",
 ]

@@ -331,9 +331,7 @@ def python_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def begin_run(
-    hooks: HookList, loop: LoopState, cancels: Sequence[Callable[[], bool]] = ()
-) -> None:
+def begin_run(hooks: HookList, loop: LoopState, cancels: Sequence[Callable[[], bool]] = ()) -> None:
     """The first event of a run: attach ``loop`` to the hooks, then every ``begin``.
 
     ``hooks.begun`` lists those whose ``begin`` returned (the ones :func:`end_run` ends).
@@ -618,8 +616,9 @@ def _run_steps(
         limit = loop.steps_per_execution
         if length is not None:
             limit = min(limit, length - loop.epoch_steps)
-        bound = {} if left is None else {"examples_left": left}
-        step = functools.partial(runner.run_step, limit=limit, **bound)
+        step = functools.partial(runner.run_step, limit=limit)
+        if left is not None:  # only after a stalled pass: a runner may not take it else
+            step = functools.partial(runner.run_step, limit=limit, examples_left=left)
         result = run_hooked_step(hooks, loop, runner.run_args, runner.session, step)
         clock.step(result.steps, result.examples, result.input_wait)
         loop.epoch_steps += result.steps

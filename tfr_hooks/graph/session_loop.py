@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -17,8 +16,6 @@ from tfr_hooks.checks import (
     check_positive_number,
     expected,
 )
-from tfr_hooks.service.address import check_service_address
-from tfr_hooks.service.watch import check_service_timeout
 from tfr_hooks.engine import Passes, check_run_args, run_loop
 from tfr_hooks.graph.cluster import (
     DEFAULT_WAIT_FOR_CHIEF_SECS,
@@ -42,6 +39,8 @@ from tfr_hooks.graph.setup import (
 from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import HookList, LoopState, check_hooks
 from tfr_hooks.input_report import InputFacts, facts_of_read
+from tfr_hooks.service.address import check_service_address
+from tfr_hooks.service.watch import check_service_timeout
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.task import current_task
 from tfr_hooks.tfrecord.read import Batches, PipelineKind

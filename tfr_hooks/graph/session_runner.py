@@ -122,6 +122,7 @@ class SessionRunner:
         self.replays_passes = self.pass_examples is None and bool(settings.initializers)
 
     def start(self) -> None:
+        """Prepare to run (see :meth:`tfr_hooks.engine.Runner.start`)."""
         settings = self.settings
         if settings.cluster is not None:  # the chief initializes or restores, others wait
             self.session = settings.cluster.create()
@@ -133,6 +134,7 @@ class SessionRunner:
         self.fast_run = prepared_run(self.session, self.fetches, self.options)
 
     def start_epoch(self, restart_data: bool) -> None:
+        """Reset the epoch's means; restart the data when asked."""
         if self.pass_examples is not None:
             self.boundary += self.pass_examples
             self.ran_out = self.seen >= self.boundary
@@ -198,6 +200,7 @@ class SessionRunner:
     def run_step(
         self, hook_args: Sequence[Any], limit: int, examples_left: int | None = None
     ) -> StepResult:
+        """Run up to ``limit`` training steps (see :meth:`tfr_hooks.engine.Runner.run_step`)."""
         # one step a session.run: the engine ends a bounded pass before a step past it
         try:
             with self._running():
@@ -224,6 +227,7 @@ class SessionRunner:
         return result
 
     def start_validation(self) -> bool:
+        """Restart the validation data and its means; ``False`` when there is none."""
         self.ran_out = False  # the validation data's end is found by its OutOfRangeError
         validation, means = self.settings.validation, self.settings.val_means
         if validation is None or means is None:
@@ -232,6 +236,7 @@ class SessionRunner:
         return True
 
     def run_validation_step(self, limit: int) -> StepResult:
+        """Run up to ``limit`` validation steps; ``steps=0`` when the data ran out."""
         means = self.settings.val_means
         assert means is not None  # start_validation said there is one
         try:
@@ -300,9 +305,11 @@ class SessionRunner:
         ) from error
 
     def finish(self) -> None:
+        """End-of-training work before the hooks' ``end``."""
         pass  # nothing to finalize in a graph: the train op already wrote the variables
 
     def close(self) -> None:
+        """Release what the run holds, after the hooks' ``end``."""
         if self.coord is not None:
             self.coord.request_stop()  # threads a user hook started on it
         if self.owns_session and self.session is not None:

@@ -1,72 +1,78 @@
 """Watching reads through a tf.data service, so that a lost service ends a read.
 
-A dataset read through the service is marked (:func:`mark_served`); the loops watch a
-marked dataset's service while they read it (:class:`ServiceWatch`, :class:`ServedReads`).
+TensorFlow 2.21 never ends a read through the service whose workers are all gone, or whose
+dispatcher is gone, or one of whose workers was killed (the others' elements come, the end
+of the data never does); no TensorFlow option bounds the wait. The loops read a served
+dataset under a :class:`ServiceWatch` (one per address, kept by :class:`ServiceWatches`),
+which checks the service while a read is under way and cancels the read when it cannot go
+on. Why is a :class:`Reason`: a gone dispatcher or no worker left ends the run with a
+``ConnectionError`` naming the address; a read that waited its bound while workers are
+alive is a stalled pass (:class:`Stalled`), which the engine ends
+(:class:`~tfr_hooks.engine.StallPolicy`). Graph mode, whose steps cannot be cancelled
+one by one, bounds each step with ``timeout_in_ms`` and asks :func:`diagnose` why it
+waited.
+
+Which service a dataset reads through is the reader's fact
+(:class:`~tfr_hooks.tfrecord.contract.ReadFacts`), or what the dataset's graph shows
+(:func:`tfr_hooks.tf_private.service_addresses`): never an attribute on a dataset.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from tfr_hooks.checks import check_non_negative_int, expected
+from tfr_hooks.checks import expected
 from tfr_hooks.service.address import check_service_address, live_workers
 
 __all__ = [
-    "mark_served",
-    "service_of",
-    "served_examples",
+    "Reason",
+    "diagnose",
     "check_service_timeout",
     "ServiceWatch",
-    "ServedReads",
+    "ServiceWatches",
     "Stalled",
-    "warn_pass_ended",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: the attributes :func:`mark_served` sets on a dataset served by a tf.data service
-_SERVED = "_tfr_hooks_service"
-_SERVED_EXAMPLES = "_tfr_hooks_service_examples"
 
+class Reason(enum.Enum):
+    """Why a read through a tf.data service cannot go on.
 
-def mark_served(dataset: Any, service: object, examples: int | None = None) -> Any:
-    """Mark ``dataset`` as read through the tf.data service at ``service``; return it.
-
-    The loops watch a marked dataset's service while they read it (see
-    :class:`ServiceWatch`): a dispatcher gone, or no worker left, ends the run with an
-    error naming the address instead of a read that waits forever.
-
-    Args:
-        dataset: A dataset whose elements come from
-            ``tf.data.experimental.service.distribute(..., service=service)``.
-        service: The dispatcher's address, as :func:`check_service_address` takes it.
-        examples: The examples of one epoch, when known: an epoch ended early by a lost
-            worker then logs how many were lost.
+    Attributes:
+        DISPATCHER_GONE: The dispatcher does not answer.
+        NO_WORKER: The dispatcher answers, but no registered worker accepts connections.
+        STALLED: The read waited its bound while workers are alive (a lost worker's
+            share of the pass, which TensorFlow never ends).
     """
-    # object.__setattr__: a frozen dataclass (the graph readers' Batches) takes it too
-    object.__setattr__(dataset, _SERVED, check_service_address(service))
-    if examples is not None:
-        count = check_non_negative_int(examples, "examples")
-        object.__setattr__(dataset, _SERVED_EXAMPLES, count)
-    return dataset
+
+    DISPATCHER_GONE = "dispatcher unreachable"
+    NO_WORKER = "no worker left"
+    STALLED = "no batch for {bound:g} s while workers are alive"
+
+    def describe(self, bound: float) -> str:
+        """The reason as the logs and errors say it, with the bound in seconds."""
+        return self.value.format(bound=bound)
 
 
-def service_of(dataset: Any) -> str | None:
-    """The address of the tf.data service ``dataset`` is read through, or ``None``.
-
-    Set by :func:`mark_served` (the readers mark the datasets they build with ``service=``).
-    """
-    address = getattr(dataset, _SERVED, None)
-    return address if isinstance(address, str) else None
+def diagnose(service: str, bound: float) -> Reason:
+    """Why a read through ``service`` waited ``bound`` seconds (graph mode asks it)."""
+    return _problem(service, min(2.0, bound / 4)) or Reason.STALLED
 
 
-def served_examples(dataset: Any) -> int | None:
-    """The examples of one epoch :func:`mark_served` was given for ``dataset``, or ``None``."""
-    examples = getattr(dataset, _SERVED_EXAMPLES, None)
-    return examples if isinstance(examples, int) else None
+def _problem(service: str, timeout: float) -> Reason | None:
+    """:attr:`Reason.DISPATCHER_GONE`, :attr:`Reason.NO_WORKER`, or ``None`` when neither."""
+    try:
+        if not live_workers(service, timeout=timeout):
+            return Reason.NO_WORKER
+    except ConnectionError:
+        return Reason.DISPATCHER_GONE
+    return None
 
 
 def check_service_timeout(value: object) -> float:
@@ -85,7 +91,10 @@ def check_service_timeout(value: object) -> float:
 
 
 class Stalled(Exception):
-    """A read through a tf.data service waited its bound while workers were alive."""
+    """A read through a tf.data service waited its bound while workers were alive.
+
+    Its message names the service and why (``"tf.data service at ADDRESS: REASON"``).
+    """
 
 
 class ServiceWatch:
@@ -112,12 +121,8 @@ class ServiceWatch:
 
     Attributes:
         address: The normalized address, ``"grpc://HOST:PORT"``.
-        reason: ``None``, or why the watch tripped: ``"dispatcher unreachable"``,
-            ``"no worker left"``, or ``"no batch for B s while workers are alive"``.
+        reason: ``None``, or why the watch tripped: a :class:`Reason`.
     """
-
-    #: :attr:`reason` when the read waited ``bound`` seconds with workers alive
-    STALLED = "no batch for {bound:g} s while workers are alive"
 
     def __init__(
         self,
@@ -131,7 +136,7 @@ class ServiceWatch:
         self.bound = check_service_timeout(bound)
         self.cancel = cancel
         self.interval = interval
-        self.reason: str | None = None
+        self.reason: Reason | None = None
         self._since: float | None = None  # when the read under way began
         self._stall = True  # whether the read under way may stall the bound
         self._lock = threading.Lock()
@@ -150,14 +155,10 @@ class ServiceWatch:
         """
         return _Reading(self, stall)
 
-    @property
-    def stalled(self) -> bool:
-        """Whether the watch tripped on a read that waited ``bound`` with workers alive."""
-        return self.reason == self.STALLED.format(bound=self.bound)
-
     def message(self) -> str:
         """``"tf.data service at grpc://HOST:PORT: REASON"`` for the error that ends a run."""
-        return f"tf.data service at {self.address}: {self.reason}"
+        reason = "" if self.reason is None else self.reason.describe(self.bound)
+        return f"tf.data service at {self.address}: {reason}"
 
     def reset(self) -> None:
         """Forget a trip (after a stalled epoch was ended), to watch the next reads."""
@@ -177,10 +178,10 @@ class ServiceWatch:
             if since is None or self.reason is not None:
                 failed = 0
                 continue
-            problem = self._problem()
+            problem = _problem(self.address, min(2.0, self.bound / 4))
             failed = failed + 1 if problem else 0
             if problem is None and stall and time.monotonic() - since > self.bound:
-                problem, failed = self.STALLED.format(bound=self.bound), 2
+                problem, failed = Reason.STALLED, 2
             if problem is not None and failed >= 2:
                 with self._lock:
                     if self._since is None:  # the read ended meanwhile
@@ -189,24 +190,6 @@ class ServiceWatch:
                 logger.warning("%s: cancelling the read", self.message())
                 if self.cancel is not None:
                     self.cancel()
-
-    def _problem(self) -> str | None:
-        return _problem(self.address, min(2.0, self.bound / 4))
-
-    @classmethod
-    def diagnose(cls, service: str, bound: float) -> str:
-        """Why a read through ``service`` waited ``bound`` seconds: a watch's reason."""
-        return _problem(service, min(2.0, bound / 4)) or cls.STALLED.format(bound=bound)
-
-
-def _problem(service: str, timeout: float) -> str | None:
-    """``"dispatcher unreachable"``, ``"no worker left"``, or ``None`` when neither."""
-    try:
-        if not live_workers(service, timeout=timeout):
-            return "no worker left"
-    except ConnectionError:
-        return "dispatcher unreachable"
-    return None
 
 
 class _Reading:
@@ -224,95 +207,50 @@ class _Reading:
             self.watch._since = None
 
 
-def warn_pass_ended(message: str, what: str, expected: int | None, read: int) -> None:
-    """Log that a pass through a tf.data service ends early, after a lost worker.
+class ServiceWatches:
+    """The watches of a loop's reads through tf.data services, one per address.
+
+    :meth:`watch_of` starts the watch of a service on its first read. A tripped watch
+    becomes an error (:meth:`raise_tripped`), or, for a read that waited the bound with
+    workers alive, :class:`Stalled`: the runner reports the pass stalled and the engine
+    ends it.
 
     Args:
-        message: The watch's ``"tf.data service at ADDRESS: REASON"``.
-        what: ``"epoch"`` or ``"validation pass"``.
-        expected: The examples of a whole pass, when known: the lost ones are then logged.
-        read: The examples the pass read.
-    """
-    lost = ""
-    if expected is not None:
-        lost = f": {max(expected - read, 0)} of its {expected} examples were lost ({read} read)"
-    logger.warning(
-        "%s (a worker lost mid-epoch: TensorFlow never ends the pass); the %s ends "
-        "here%s. The next one reads from a new iterator.",
-        message,
-        what,
-        lost,
-    )
-
-
-class ServedReads:
-    """The watches of a loop's datasets read through a tf.data service, and their epochs.
-
-    A loop makes one for its training and validation datasets; :meth:`watch_of` starts
-    the watch of a served dataset's service on its first read (``None`` for a dataset
-    that is not served). A tripped watch becomes an error (:meth:`raise_tripped`), or,
-    for a read that waited ``bound`` with workers alive, :class:`Stalled`: the loop ends
-    the epoch there (:meth:`end_stalled` logs the examples lost, when the epoch's size is
-    known) and starts the next one on a new iterator.
-
-    Args:
-        datasets: The training dataset, then the validation one (or ``None``).
         bound: The watches' bound, seconds.
         cancel: What ends a read under way (called from a watch's thread).
     """
 
-    def __init__(self, datasets: list[Any], bound: float, cancel: Any) -> None:
-        self.training = datasets[0]
-        self.validation = datasets[1] if len(datasets) > 1 else None
+    def __init__(self, bound: float, cancel: Callable[[], object]) -> None:
         self.bound = check_service_timeout(bound)
         self.cancel = cancel
         self.watches: dict[str, ServiceWatch] = {}
-        self.examples = 0  # of the training epoch under way
 
-    def watch_of(self, dataset: Any) -> ServiceWatch | None:
-        """The watch of ``dataset``'s service (started now if need be), or ``None``."""
-        address = service_of(dataset)
-        if address is None:
-            return None
-        if address not in self.watches:
-            self.watches[address] = ServiceWatch(address, self.bound, self.cancel)
-        return self.watches[address]
+    def watch_of(self, service: str) -> ServiceWatch:
+        """The watch of ``service`` (started now if need be)."""
+        if service not in self.watches:
+            self.watches[service] = ServiceWatch(service, self.bound, self.cancel)
+        return self.watches[service]
 
     def raise_tripped(self, watch: ServiceWatch, error: BaseException) -> None:
         """Raise what ``watch``'s trip means, if it tripped (else return).
 
         Raises:
-            Stalled: The read waited ``bound`` while workers were alive.
+            Stalled: The read waited ``bound`` while workers were alive; the watch is
+                rearmed for the next pass.
             ConnectionError: The dispatcher is gone or no worker is left: the message
                 is ``"tf.data service at grpc://HOST:PORT: REASON"``.
         """
         if watch.reason is None:
             return
-        if watch.stalled:
-            raise Stalled(watch.message()) from error
+        if watch.reason is Reason.STALLED:
+            message = watch.message()
+            watch.reset()
+            raise Stalled(message) from error
         raise ConnectionError(
             f"{watch.message()}. The read through it was cancelled after it could not go "
             "on (TensorFlow would have waited forever); restart the service's servers "
             "and resume the run."
         ) from error
-
-    def start_epoch(self) -> None:
-        """Start counting the examples of a new training epoch."""
-        self.examples = 0
-
-    def add(self, dataset: Any, examples: int) -> None:
-        """Count ``examples`` read from ``dataset`` (the training epoch's)."""
-        if dataset is self.training:
-            self.examples += examples
-
-    def end_stalled(self, dataset: Any) -> None:
-        """Log that ``dataset``'s pass ends after its read stalled; rearm the watch."""
-        watch = self.watch_of(dataset)
-        assert watch is not None
-        what = "epoch" if dataset is self.training else "validation pass"
-        expected_examples = served_examples(dataset) if dataset is self.training else None
-        warn_pass_ended(watch.message(), what, expected_examples, self.examples)
-        watch.reset()
 
     def close(self) -> None:
         """Stop and join every watch's thread."""

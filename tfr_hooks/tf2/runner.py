@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks import tf_private
+import tfr_hooks.tf_private as tf_private
 from tfr_hooks.engine import StepResult
 from tfr_hooks.hooks import capabilities_of
 from tfr_hooks.service.watch import ServiceWatches, Stalled
@@ -123,6 +123,7 @@ class FunctionRunner:
             self.calling.clear()
 
     def start(self) -> None:
+        """Prepare to run (see :meth:`tfr_hooks.engine.Runner.start`)."""
         steps = self.steps
         distributed = not is_default_strategy(self.strategy)
         # a hook that saves or restores the model's state needs its variables up front
@@ -133,6 +134,7 @@ class FunctionRunner:
         steps.built = True
 
     def start_epoch(self, restart_data: bool) -> None:
+        """Reset the epoch's means; restart the data when asked."""
         self.means = Means()
         if self.model is not None:
             self.model.reset_metrics()
@@ -188,12 +190,14 @@ class FunctionRunner:
     def run_step(
         self, hook_args: Sequence[Any], limit: int, examples_left: int | None = None
     ) -> StepResult:
+        """Run up to ``limit`` training steps (see :meth:`tfr_hooks.engine.Runner.run_step`)."""
         for hook, args in zip(self.hooks, hook_args, strict=True):
             check_run_args(hook, args)
         bound = UNBOUNDED if examples_left is None else examples_left
         return self._execute(self.steps.executor(True), self.iterator, limit, bound, True)
 
     def start_validation(self) -> bool:
+        """Restart the validation data and its means; ``False`` when there is none."""
         if self.val_data is None:
             return False
         if self.model is not None:
@@ -210,6 +214,7 @@ class FunctionRunner:
         return True
 
     def run_validation_step(self, limit: int) -> StepResult:
+        """Run up to ``limit`` validation steps; ``steps=0`` when the data ran out."""
         # the validation pass swaps its own look-ahead and means in for the call
         executor = self.steps.executor(False)
         train = self.pending, self.more, self.means
@@ -260,12 +265,14 @@ class FunctionRunner:
         return self.means.add({}, 0.0)
 
     def finish(self) -> None:
+        """End-of-training work before the hooks' ``end``."""
         model = self.model
         if model is not None and getattr(model, "optimizer", None) is not None:
             # as model.fit does at the end (EMA weights, for example)
             model.optimizer.finalize_variable_values(model.trainable_weights)
 
     def close(self) -> None:
+        """Release what the run holds, after the hooks' ``end``."""
         self.iterator = self.pending = None
         self.val_iterator = self.val_pending = None
         self.watches.close()
@@ -286,7 +293,6 @@ class Means:
         if not self.weight:
             return {}
         return {key: total / self.weight for key, total in self.totals.items()}
-
 
 
 def check_run_args(hook: Any, args: Any) -> None:

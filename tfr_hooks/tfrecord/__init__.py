@@ -11,6 +11,7 @@ Examples:
     ...                       as_tuple=("image", "label"))  # doctest: +SKIP
 """
 
+from tfr_hooks.tfrecord.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.convert import convert
 from tfr_hooks.tfrecord.diagnose import explain_error
 from tfr_hooks.tfrecord.errors import (
@@ -31,7 +32,6 @@ from tfr_hooks.tfrecord.inspection import (
     infer_schema,
     inspect,
 )
-from tfr_hooks.tfrecord.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.options import PipelineKind
 from tfr_hooks.tfrecord.read import Batches, dataset, read_batches, source
 from tfr_hooks.tfrecord.schema import Feature, Schema

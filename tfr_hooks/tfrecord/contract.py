@@ -20,7 +20,8 @@ would silently go):
 
 Examples:
     >>> from tfr_hooks import tfrecord
-    >>> train = tfrecord.source("data/train", 128, service="grpc://dispatcher:5050")  # doctest: +SKIP
+    >>> train = tfrecord.source("data/train", 128,
+    ...                         service="grpc://dispatcher:5050")  # doctest: +SKIP
     >>> train = train.map(augment)  # still a Source, its facts kept  # doctest: +SKIP
     >>> FunctionLoop(train, model=model).run(epochs=3)  # doctest: +SKIP
 """
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tfr_hooks import tf_private
+import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.options import PipelineKind
 
 __all__ = ["ReadFacts", "Source", "facts_of_dataset", "data_and_facts"]

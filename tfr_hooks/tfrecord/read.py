@@ -35,12 +35,11 @@ pipeline (:mod:`tfr_hooks.tfrecord.pipeline`); the queue pipeline is built by
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
 import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import tensorflow as tf
@@ -385,7 +384,8 @@ def source(
 
     Examples:
         >>> from tfr_hooks import tfrecord
-        >>> train = tfrecord.source("data/mnist", 128, as_tuple=("image", "label"))  # doctest: +SKIP
+        >>> train = tfrecord.source("data/mnist", 128,
+        ...                         as_tuple=("image", "label"))  # doctest: +SKIP
         >>> train = train.map(lambda x, y: (tf.cast(x, "float32") / 255, y))  # doctest: +SKIP
         >>> FunctionLoop(train, model=model).run(epochs=3)  # doctest: +SKIP
     """

@@ -113,7 +113,8 @@ def shard_dataset(
     :func:`file_sharded_steps`). When ``file_examples`` gives every file's examples and
     the dataset's cardinality is known, the returned dataset's ``cardinality()`` is then
     the steps a pass makes under the strategy (the reader's
-    :class:`~tfr_hooks.tfrecord.Source` tells the loop so in its facts). Such a dataset is meant for the strategy: iterated on its own, outside
+    :class:`~tfr_hooks.tfrecord.Source` tells the loop so in its facts). Such a dataset
+    is meant for the strategy: iterated on its own, outside
     ``strategy.experimental_distribute_dataset``, it raises at its end, where it holds
     fewer batches than it says.
 
