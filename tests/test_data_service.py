@@ -7,6 +7,7 @@ a bound.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,9 @@ from tfr_hooks.data_service import (
     check_service_address,
     live_workers,
     registered_workers,
+    run_worker,
 )
+from tfr_hooks.service.servers import _free_port
 
 SRC = Path(cli.__file__).resolve().parents[1]
 #: seconds a server may take to start on a loaded 2-core machine (it imports TensorFlow)
@@ -96,25 +100,6 @@ def test_the_cli_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str])
     assert "--port must be a port number (0 to 65535), not 70000" in capsys.readouterr().err
 
 
-def test_a_worker_given_a_wrong_dispatcher_exits_1_at_once(closed_port: int) -> None:
-    started = time.monotonic()
-    command = ["data-service", "worker", "--dispatcher", f"127.0.0.1:{closed_port}"]
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    result = subprocess.run(
-        [sys.executable, "-m", "tfr_hooks.cli", *command],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=START,
-    )
-    assert result.returncode == 1, result.stderr
-    assert f"No tf.data service dispatcher answers at grpc://127.0.0.1:{closed_port}" in (
-        result.stderr
-    )
-    assert "tensorflow" not in result.stderr.lower()
-    assert time.monotonic() - started < 10  # before TensorFlow is imported
-
-
 def _wait_for_line(log: Path, process: subprocess.Popen[bytes], text: str) -> str:
     deadline = time.monotonic() + START
     while time.monotonic() < deadline:
@@ -163,6 +148,129 @@ def test_the_cli_servers_log_their_address_serve_and_exit_0_on_sigterm(tmp_path:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+@pytest.fixture
+def cli_server(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], Path]]]:
+    """Start ``tfr-hooks data-service NAME FLAGS...`` logging to a file; kill what is left."""
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *flags: str) -> tuple[subprocess.Popen[bytes], Path]:
+        log = tmp_path / f"{name}-{len(processes)}.log"
+        command = [sys.executable, "-m", "tfr_hooks.cli", "data-service", name, *flags]
+        env = {**os.environ, "PYTHONPATH": str(SRC)}
+        with open(log, "wb") as out:
+            processes.append(subprocess.Popen(command, stdout=out, stderr=out, env=env))
+        return processes[-1], log
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.data_service
+@pytest.mark.timeout(3 * START)
+def test_a_worker_started_before_its_dispatcher_waits_for_it_then_serves(
+    cli_server: Callable[..., tuple[subprocess.Popen[bytes], Path]],
+) -> None:
+    """Start order is free in a cluster: the worker waits, logging it, and then serves."""
+    port = _free_port()
+    address = f"grpc://127.0.0.1:{port}"
+    worker, worker_log = cli_server("worker", "--dispatcher", f"127.0.0.1:{port}")
+    _wait_for_line(worker_log, worker, f"waiting for a dispatcher at {address}")
+    time.sleep(2.5)
+    assert worker.poll() is None, worker_log.read_text()
+    assert worker_log.read_text().count("waiting for a dispatcher") == 1  # not a flood
+    dispatcher, dispatcher_log = cli_server("dispatcher", "--port", str(port))
+    _wait_for_line(dispatcher_log, dispatcher, "dispatcher serving at grpc://")
+    _wait_for_line(worker_log, worker, "worker serving at grpc://127.0.0.1:")
+    assert sorted(int(x) for x in distributed(address, 200)) == list(range(200))
+    for process in (worker, dispatcher):
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+@pytest.mark.data_service
+@pytest.mark.timeout(START)
+def test_a_worker_waits_at_most_wait_timeout_then_exits_1_naming_the_address(
+    closed_port: int,
+) -> None:
+    started = time.monotonic()
+    command = ["data-service", "worker", "--dispatcher", f"127.0.0.1:{closed_port}"]
+    result = subprocess.run(
+        [sys.executable, "-m", "tfr_hooks.cli", *command, "--wait-timeout", "2"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=START,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"waiting for a dispatcher at grpc://127.0.0.1:{closed_port}" in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert error.startswith("tfr-hooks data-service worker: error: No tf.data service")
+    assert f"grpc://127.0.0.1:{closed_port} within the 2 s" in error and "--wait-timeout" in error
+    assert "tensorflow" not in result.stderr.lower()
+    assert 2 <= time.monotonic() - started < 10  # waited, and before TensorFlow is imported
+
+
+@pytest.mark.data_service
+@pytest.mark.timeout(START)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_worker_waits_ends_it_promptly_with_status_0(
+    closed_port: int,
+    signum: int,
+    cli_server: Callable[..., tuple[subprocess.Popen[bytes], Path]],
+) -> None:
+    worker, log = cli_server("worker", "--dispatcher", f"127.0.0.1:{closed_port}")
+    _wait_for_line(log, worker, "waiting for a dispatcher")
+    started = time.monotonic()
+    worker.send_signal(signum)
+    assert worker.wait(timeout=30) == 0, log.read_text()
+    assert time.monotonic() - started < 5
+    name = signal.Signals(signum).name
+    assert f"stopping on {name}, before a dispatcher answered" in log.read_text()
+
+
+@pytest.mark.timeout(60)
+def test_run_worker_raises_connection_error_past_wait_timeout(
+    closed_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    started = time.monotonic()
+    address = rf"127\.0\.0\.1:{closed_port} within the 1 s"
+    with (
+        caplog.at_level(logging.INFO, logger="tfr_hooks.service.servers"),
+        pytest.raises(ConnectionError, match=address),
+    ):
+        run_worker(f"127.0.0.1:{closed_port}", wait_timeout=1)
+    assert 1 <= time.monotonic() - started < 10
+    assert caplog.text.count("waiting for a dispatcher") == 1
+
+
+def test_run_worker_checks_wait_timeout() -> None:
+    with pytest.raises(ValueError, match="Received: wait_timeout=-1"):
+        run_worker("127.0.0.1:5050", wait_timeout=-1)
+    with pytest.raises(TypeError, match="Received: wait_timeout='5'"):
+        run_worker("127.0.0.1:5050", wait_timeout="5")  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_does_not_wait_for_a_server_that_is_not_a_dispatcher() -> None:
+    """A port another gRPC server holds is a wrong address: no dispatcher can come there."""
+    import grpc  # type: ignore[import-untyped]
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))  # answers every RPC UNIMPLEMENTED
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"a server that is not a tf\.data dispatcher"):
+            run_worker(f"127.0.0.1:{port}")  # no wait_timeout: it would wait forever
+        assert time.monotonic() - started < 10
+    finally:
+        server.stop(grace=None).wait(timeout=10)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ Usage::
         [--memory-budget BYTES]
     tfr-hooks data-service dispatcher --port PORT [--work-dir DIR]
     tfr-hooks data-service worker --dispatcher HOST:PORT [--port PORT]
+        [--worker-address HOST] [--wait-timeout SECONDS]
 
 Only the standard library is imported at module level: :func:`main` imports TensorFlow
 through :func:`tfr_hooks.quiet.import_tensorflow`, which drops its start-up notices
@@ -27,6 +28,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
+
+from tfr_hooks.service.command import add_data_service, check_data_service_flags, run_data_service
 
 __all__ = ["main", "build_parser"]
 
@@ -46,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(commands)
     _add_inspect(commands)
     _add_measure(commands)
-    _add_data_service(commands)
+    add_data_service(commands)
     return parser
 
 
@@ -170,59 +173,6 @@ def _add_measure(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     measure.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def _add_data_service(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The ``data-service`` sub-command: its ``dispatcher`` and ``worker`` servers."""
-    data_service = commands.add_parser(
-        "data-service",
-        help="run a tf.data service dispatcher or worker until SIGTERM or Ctrl-C",
-        description="Run a server of TensorFlow's tf.data service: one dispatcher, and "
-        "workers on any hosts that run the input pipelines of the trainers reading through "
-        "it. Each logs its address, serves until SIGTERM or Ctrl-C, then exits 0.",
-        epilog="servers: dispatcher --port PORT [--work-dir DIR] [--worker-timeout-ms MS]; "
-        "worker --dispatcher HOST:PORT [--port PORT] [--worker-address HOST]",
-    )
-    roles = data_service.add_subparsers(dest="role", required=True, metavar="SERVER")
-    dispatcher = roles.add_parser(
-        "dispatcher",
-        help="the dispatcher, which hands out the work to the workers",
-        description="Start a tf.data service DispatchServer, fault tolerant when "
-        "--work-dir is given (restarted with the same directory and port, it recovers its "
-        "datasets and jobs).",
-    )
-    dispatcher.add_argument(
-        "--port", type=int, required=True, help="port to listen on (0: a free one, logged)"
-    )
-    dispatcher.add_argument(
-        "--work-dir", default=None, metavar="DIR", help="journal directory: fault tolerance"
-    )
-    dispatcher.add_argument(
-        "--worker-timeout-ms",
-        type=int,
-        default=0,
-        metavar="MS",
-        help="a worker without heartbeat for MS is taken as gone (default: TensorFlow's)",
-    )
-    worker = roles.add_parser(
-        "worker",
-        help="a worker, which runs the pipelines and serves their elements",
-        description="Start a tf.data service WorkerServer registered with the dispatcher "
-        "at HOST:PORT (which must answer at once).",
-    )
-    worker.add_argument(
-        "--dispatcher", required=True, metavar="HOST:PORT", help="the dispatcher's address"
-    )
-    worker.add_argument(
-        "--port", type=int, default=0, help="port to listen on (default 0: a free one, logged)"
-    )
-    worker.add_argument(
-        "--worker-address",
-        default=None,
-        metavar="HOST",
-        help="the host trainers reach this worker at (default: this host's address on the "
-        "route to the dispatcher)",
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tfr-hooks`` command.
 
@@ -247,10 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.memory_budget is not None and args.memory_budget < 1:
             parser.error(f"--memory-budget must be a positive integer, not {args.memory_budget}")
         _check_measure_flags(parser, args)
-    if args.command == "data-service" and not 0 <= args.port < 65536:
-        parser.error(f"--port must be a port number (0 to 65535), not {args.port}")
-    if args.command == "data-service" and getattr(args, "worker_timeout_ms", 0) < 0:
-        parser.error(f"--worker-timeout-ms must not be negative, not {args.worker_timeout_ms}")
+    if args.command == "data-service":
+        check_data_service_flags(parser, args)
     if args.command == "convert" and args.shards < 1:
         parser.error(f"--shards must be a positive integer, not {args.shards}")
     if args.command == "convert" and args.examples_per_record < 1:
@@ -269,8 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if npz and args.decode:
             parser.error("--decode applies to TFRecord input, not to an .npz file")
-    if args.command == "data-service":  # a wrong address fails before TensorFlow starts
-        return _data_service(args)
+    if args.command == "data-service":  # a worker waits before TensorFlow starts
+        return run_data_service(args)
     from tfr_hooks.quiet import import_tensorflow
 
     import_tensorflow()  # before anything else imports TensorFlow
@@ -649,34 +597,6 @@ def _measure(args: argparse.Namespace) -> int:
         rows.append([rate.pipeline, speed, f"{rate.setup_secs:.2f}", rate.note])
     _print_table(["pipeline", "examples/s", "setup s", "note"], rows, sys.stdout)
     print(f"Recommendation: {result.recommendation}")
-    return 0
-
-
-def _data_service(args: argparse.Namespace) -> int:
-    """Run the server ``args.role`` until SIGTERM or SIGINT, logging to stderr.
-
-    A worker checks its dispatcher answers before TensorFlow is imported, so that a wrong
-    address is an error at once.
-    """
-    import logging
-
-    from tfr_hooks.data_service import check_dispatcher, run_dispatcher, run_worker
-    from tfr_hooks.quiet import import_tensorflow
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        if args.role == "worker":
-            check_dispatcher(args.dispatcher)
-        import_tensorflow()
-        if args.role == "dispatcher":
-            run_dispatcher(args.port, args.work_dir, worker_timeout_ms=args.worker_timeout_ms)
-        else:
-            run_worker(args.dispatcher, args.port, worker_address=args.worker_address)
-    except (OSError, ValueError, TypeError) as error:
-        print(f"tfr-hooks data-service {args.role}: error: {error}", file=sys.stderr)
-        return 1
     return 0
 
 

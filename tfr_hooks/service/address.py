@@ -19,12 +19,25 @@ import time
 
 from tfr_hooks.checks import expected
 
-__all__ = ["check_service_address", "check_dispatcher", "registered_workers", "live_workers"]
+__all__ = [
+    "check_service_address",
+    "check_dispatcher",
+    "registered_workers",
+    "live_workers",
+]
 
 _ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d+)$")
 #: the RPC :func:`check_dispatcher` calls: answered by dispatchers, not by workers
 _GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
 _GET_WORKERS = "/tensorflow.data.DispatcherService/GetWorkers"
+
+
+class _NotADispatcher(ConnectionError):
+    """A server answers at the address, but not as a tf.data dispatcher (a worker?).
+
+    Raised by :func:`check_dispatcher`; a worker waiting for its dispatcher stops at it,
+    since no dispatcher will come up on a port another server holds.
+    """
 
 
 def check_service_address(service: object, name: str = "service") -> str:
@@ -98,9 +111,11 @@ def check_dispatcher(service: object, timeout: float = 5.0) -> str:
         except grpc.RpcError as error:
             code = error.code() if isinstance(error, grpc.Call) else None
             what = "a server that is not a tf.data dispatcher (a worker?)"
+            kind: type[ConnectionError] = _NotADispatcher
             if code is not grpc.StatusCode.UNIMPLEMENTED:
                 what = f"no tf.data dispatcher within {timeout:g} s ({code})"
-            raise ConnectionError(
+                kind = ConnectionError
+            raise kind(
                 f"No tf.data service dispatcher answers at {address}: {what}. Check the "
                 f"address, or start one with `tfr-hooks data-service dispatcher --port {port}`."
             ) from error
