@@ -273,6 +273,54 @@ def test_benchmark_summary_is_generated_from_the_results_file(
     assert f"{meta['write_rate']:,.0f} examples/s" in summary  # the figures are the run's
 
 
+#: A measured figure: a number with a unit of speed, time or ratio (``1.48x``, ``695,347
+#: ex/s``, ``0.33 s``, ``4.8 ms``, ``14 us``, ``2.1%``).
+MEASURED = re.compile(
+    r"(?<![\w.])(\d[\d,]*(?:\.\d+)?(?:-\d[\d,]*(?:\.\d+)?)?)"
+    r"(?:x\b|\u00d7|(?: million)? ?(?:ex/s|examples/s|ms|us|\u00b5s|s|seconds)\b|%)"
+)
+#: Words just before a figure that make it a target or a setting, not a measurement.
+TARGET = re.compile(r"(>=|<=|<|>|at least|at most|under|less than|more than|within|not)\s*$")
+
+
+def measured_figures(markdown: str) -> list[str]:
+    """Measured figures stated in ``markdown``'s prose, outside code and the generated block.
+
+    The rule: outside the block ``bench/run.py`` generates, fenced blocks and code spans, a
+    number followed by ``x``, ``ex/s``, ``examples/s``, ``ms``, ``us``, ``s`` or ``%`` is a
+    measured figure, unless a comparison (``>=``, ``at least``, ``under``, ``within``,
+    ``not`` ...) comes just before it: then it is a target. Settings (batch sizes, example
+    counts, ``32 MiB``, ``--repeats 5``) have no such unit, or are code.
+    """
+    start, end = "<!-- benchmark summary:", "<!-- end of benchmark summary -->"
+    if start in markdown:
+        head, _, rest = markdown.partition(start)
+        markdown = head + rest.partition(end)[2]
+    prose = re.sub(r"`[^`]*`", "`code`", FENCE.sub("", markdown))
+    prose = re.sub(r"\s+", " ", prose)  # a target's words may end the line before
+    return [
+        f"{match.group(0)!r} in: ...{prose[max(0, match.start() - 60) : match.end() + 20]}..."
+        for match in MEASURED.finditer(prose)
+        if not TARGET.search(prose[max(0, match.start() - 20) : match.start()])
+    ]
+
+
+def test_benchmark_prose_links_the_results_instead_of_copying_figures() -> None:
+    """docs/benchmarks.md's figures live in the generated block and bench/results/*.md."""
+    assert not measured_figures((ROOT / "docs" / "benchmarks.md").read_text())
+    # the rule sees a copied figure, and lets targets, settings and the block through
+    copied = measured_figures("The in-memory row reads 1.48x .cache() at 695,347 ex/s.")
+    assert [found.split(" in: ")[0] for found in copied] == ["'1.48x'", "'695,347 ex/s'"]
+    assert len(measured_figures("A step of 4.8 ms; 15-25 s; 0.9-1.2 million ex/s.")) == 3
+    settings = (
+        "Batch 128, 60,000 examples, 32 MiB, `--repeats 5`, a target of at least 1.5x,\n"
+        "hooks cost < 3%, within 10% of the ceiling, `python bench/run.py --epochs 2`.\n"
+        "<!-- benchmark summary: generated -->\n| row | 53,859 ex/s | 1.40x |\n"
+        "<!-- end of benchmark summary -->\n"
+    )
+    assert measured_figures(settings) == []
+
+
 def _slug(heading: str) -> str:
     """GitHub's anchor of a Markdown heading (mkdocs.yml's toc uses the same slugs)."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())

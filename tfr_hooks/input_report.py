@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.contract import ReadFacts
+    from tfr_hooks.tfrecord.decide import DataFacts
     from tfr_hooks.tfrecord.options import PipelineKind
 
 __all__ = [
@@ -83,8 +84,6 @@ MODERATELY_INPUT_BOUND = "moderately input-bound"
 NOT_INPUT_BOUND = "not input-bound"
 _HIGH, _LOW = 0.20, 0.05
 
-#: A mean stored record smaller than this gains from packing several examples per record.
-SMALL_RECORD_BYTES = 1024
 #: A step shorter than this is dominated by the per-call overhead of the loop.
 SHORT_STEP_SECS = 0.002
 
@@ -264,14 +263,6 @@ def facts_of_files(
     )
 
 
-def _size(nbytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(nbytes) < 1000 or unit == "GB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000
-    return f"{nbytes:.1f} GB"  # pragma: no cover
-
-
 #: The remedy's words for the tf.data service, when the data does not fit in memory.
 _SERVICE_HINT = (
     "; or add CPU to the input with the tf.data service: start "
@@ -284,6 +275,8 @@ _SERVICE_HINT = (
 def remedy(stats: InputStats, facts: InputFacts) -> str:
     """The change this package offers for a run measured as ``stats``.
 
+    The pipeline to move to is :func:`~tfr_hooks.tfrecord.decide.decide`'s choice for
+    ``facts`` (the same the readers' ``in_memory="auto"`` and ``tfr-hooks measure`` make).
     When the data is read from files and its decoded size does not fit the memory
     budget, the remedy also names the tf.data service and how to start it
     (see docs/data_service.md).
@@ -304,26 +297,7 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
         )
     if stats.bound == NOT_INPUT_BOUND:
         return "The model is the bottleneck: input changes will not help" + spe_hint + "."
-    decoded, budget, record = facts.decoded_nbytes, facts.memory_budget, facts.record_nbytes
     kind = facts.pipeline_kind
-    from_files = kind is not None and not kind.in_memory  # parsed from the files every epoch
-    packed = kind is not None and kind.packed
-    fits = decoded is not None and budget is not None and decoded <= budget
-    if from_files and fits:
-        return (
-            f"The decoded data ({_size(decoded or 0)}) fits the memory budget "
-            f"({_size(budget or 0)}): read it with in_memory=True (or 'auto') to decode it "
-            "once and gather batches from memory" + spe_hint + "."
-        )
-    small = record is not None and record < SMALL_RECORD_BYTES
-    too_big = decoded is not None and budget is not None and decoded > budget
-    service = _SERVICE_HINT if from_files and too_big else ""
-    if from_files and not packed and small:
-        return (
-            f"The records are small ({record:.0f} bytes on average) and the data does not "
-            "fit in memory: write packed shards (tfr-hooks convert DIR OUT "
-            "--examples-per-record 64) to parse many examples per record" + service + spe_hint + "."
-        )
     if kind is None:
         return (
             "If the decoded data fits in memory, read the files with in_memory='auto' "
@@ -331,10 +305,54 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
             "small, write packed shards (tfr-hooks convert --examples-per-record 64); "
             "otherwise move per-example work from map_fn to batch_map_fn" + spe_hint + "."
         )
+    from tfr_hooks.tfrecord.decide import decide
+    from tfr_hooks.tfrecord.options import PipelineKind
+
+    data = _data_facts(facts)
+    chosen = decide(data)
+    from_files = not kind.in_memory  # parsed from the files every epoch
+    service = _SERVICE_HINT if from_files and data.too_big else ""
+    if from_files and chosen.kind is PipelineKind.MEMORY_DECODED:
+        return (
+            f"{chosen.reason[0].upper()}{chosen.reason[1:]}: read it with in_memory=True "
+            "(or 'auto') to decode it once and gather batches from memory" + spe_hint + "."
+        )
+    single = data.examples_per_record == 1  # files of one example a record
+    if from_files and single and chosen.kind is PipelineKind.PACKED:
+        return (
+            f"{chosen.reason[0].upper()}{chosen.reason[1:]}: write packed shards (tfr-hooks "
+            "convert DIR OUT --examples-per-record 64) to parse many examples per record"
+            + service
+            + spe_hint
+            + "."
+        )
     return (
         "The input itself is slow: move per-example work from map_fn to batch_map_fn "
         "(vectorized), or read more files at once (num_parallel_reads)" + service + spe_hint + "."
     )
+
+
+def _data_facts(facts: InputFacts) -> DataFacts:
+    """The :class:`~tfr_hooks.tfrecord.decide.DataFacts` a loop's ``facts`` state."""
+    from tfr_hooks.tfrecord.decide import DataFacts
+
+    kind = facts.pipeline_kind
+    per_record = facts.examples_per_record or 1
+    return DataFacts(
+        decoded_nbytes=facts.decoded_nbytes,
+        memory_budget=facts.memory_budget,
+        record_nbytes=facts.record_nbytes,
+        examples_per_record=max(per_record, 2) if kind is not None and kind.packed else per_record,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """``SMALL_RECORD_BYTES``, which moved to :mod:`tfr_hooks.tfrecord.decide`."""
+    if name == "SMALL_RECORD_BYTES":
+        from tfr_hooks.tfrecord.decide import SMALL_RECORD_BYTES
+
+        return SMALL_RECORD_BYTES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def verdict(stats: InputStats, facts: InputFacts) -> str:

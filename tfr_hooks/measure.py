@@ -36,10 +36,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfr_hooks.checks import check_positive_int, expected
-from tfr_hooks.input_report import SMALL_RECORD_BYTES
+from tfr_hooks.tfrecord.decide import DataFacts, Decision, decide, size_text
+from tfr_hooks.tfrecord.options import PipelineKind
 
 __all__ = [
     "PACKED_EXAMPLES_PER_RECORD",
+    "ROW_NAMES",
+    "SERVICE_ROW",
     "Measurement",
     "PipelineRate",
     "load_function",
@@ -55,6 +58,15 @@ PACKED_EXAMPLES_PER_RECORD = 64
 SEQUENCE_SAMPLE = 256
 #: Timings of each pipeline; its rate is the best of them.
 ROUNDS = 3
+#: Each timed kind's row name (``PipelineRate.pipeline``, in the table and the JSON).
+ROW_NAMES = {
+    PipelineKind.STREAMED: "streamed",
+    PipelineKind.PACKED: "packed",
+    PipelineKind.MEMORY_DECODED: "in_memory",
+}
+#: The row of the streamed pipeline timed through a tf.data service.
+SERVICE_ROW = "service"
+_KINDS = {name: kind for kind, name in ROW_NAMES.items()}
 
 
 @dataclass
@@ -78,6 +90,11 @@ class PipelineRate:
     batches: int = 0
     setup_secs: float = 0.0
     note: str = ""
+
+    @property
+    def kind(self) -> PipelineKind:
+        """The :class:`~tfr_hooks.tfrecord.PipelineKind` timed (the service's: streamed)."""
+        return _KINDS.get(self.pipeline, PipelineKind.STREAMED)
 
 
 @dataclass
@@ -119,11 +136,39 @@ class Measurement:
     @property
     def fits(self) -> bool:
         """Whether the decoded data fits the memory budget."""
-        return self.decoded_bytes <= self.memory_budget
+        return self.facts().fits
+
+    def facts(self) -> DataFacts:
+        """The sizes and measured rates, as :func:`~tfr_hooks.tfrecord.decide.decide` reads them."""
+        rates = [r for r in self.rates if r.pipeline != SERVICE_ROW]
+        service = [r.examples_per_sec for r in self.rates if r.pipeline == SERVICE_ROW]
+        return DataFacts(
+            decoded_nbytes=self.decoded_bytes,
+            memory_budget=self.memory_budget,
+            record_nbytes=self.record_bytes,
+            examples_per_record=self.examples_per_record,
+            rates={r.kind: r.examples_per_sec for r in rates},
+            service_rate=service[0] if service else None,
+        )
+
+    def decision(self) -> Decision:
+        """The pipeline to use: :func:`~tfr_hooks.tfrecord.decide.decide` on :meth:`facts`."""
+        return decide(self.facts())
 
     def to_dict(self) -> dict[str, Any]:
-        """The measurement as a JSON-ready dict."""
-        return {**asdict(self), "fits": self.fits}
+        """The measurement as a JSON-ready dict.
+
+        Besides the attributes: ``fits``, each rate's ``kind`` and the decision's
+        ``recommended_kind`` (:class:`~tfr_hooks.tfrecord.PipelineKind` values) and
+        ``recommended_service`` (whether to read through the tf.data service).
+        """
+        data = {**asdict(self), "fits": self.fits}
+        for row, rate in zip(data["rates"], self.rates, strict=True):
+            row["kind"] = rate.kind.value
+        decision = self.decision()
+        data["recommended_kind"] = decision.kind.value
+        data["recommended_service"] = decision.service
+        return data
 
 
 def measure(
@@ -186,12 +231,12 @@ def measure(
     def streamed() -> Any:
         return tfrecord.dataset(files, batch_size, num_epochs=None, map_fn=map_fn)
 
-    result.rates.append(_time("streamed", max_batches, streamed))
+    result.rates.append(_time(ROW_NAMES[PipelineKind.STREAMED], max_batches, streamed))
     per_record = result.examples_per_record
     result.rates.append(_time_packed(infos, schema, batch_size, max_batches, per_record, map_fn))
     if result.fits:
         in_memory = _time(
-            "in_memory",
+            ROW_NAMES[PipelineKind.MEMORY_DECODED],
             max_batches,
             lambda: tfrecord.dataset(
                 files,
@@ -204,7 +249,8 @@ def measure(
         )
     else:
         in_memory = PipelineRate(
-            "in_memory", note="not measured: the decoded data does not fit the memory budget"
+            ROW_NAMES[PipelineKind.MEMORY_DECODED],
+            note="not measured: the decoded data does not fit the memory budget",
         )
     result.rates.append(in_memory)
     if service:
@@ -281,7 +327,7 @@ def _time_service(build: Callable[[], Any], service: str, batches: int) -> Pipel
             )
         )
 
-    rate = _time("service", batches, distributed)
+    rate = _time(SERVICE_ROW, batches, distributed)
     if rate.examples_per_sec is not None:
         rate.note = f"the streamed pipeline through {service} (distributed_epoch)"
     return rate
@@ -388,9 +434,10 @@ def _time_packed(
 
     from tfr_hooks import tfrecord
 
+    row = ROW_NAMES[PipelineKind.PACKED]
     if per_record > 1:
         return PipelineRate(
-            "packed",
+            row,
             note=f"the files are packed shards already ({per_record} examples a record): "
             "their rate is the streamed one",
         )
@@ -415,10 +462,10 @@ def _time_packed(
                 examples_per_record=PACKED_EXAMPLES_PER_RECORD,
             )
         except (ValueError, TypeError) as error:  # a feature packing cannot store
-            return PipelineRate("packed", note=f"not measured: {error}")
+            return PipelineRate(row, note=f"not measured: {error}")
         setup = time.perf_counter() - began
         rate = _time(
-            "packed",
+            row,
             batches,
             lambda: tfrecord.dataset(
                 os.path.join(tmp, "packed"), batch_size, num_epochs=None, map_fn=map_fn
@@ -480,21 +527,8 @@ def _time(pipeline: str, batches: int, build: Any) -> PipelineRate:
     return PipelineRate(pipeline, best, batches, setup)
 
 
-def _size(nbytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if nbytes < 1000 or unit == "GB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000
-    return f"{nbytes:.1f} GB"  # pragma: no cover
-
-
 #: How each pipeline is named in the recommendation's comparison.
-_LABELS = {
-    "streamed": "streamed",
-    "packed": "packed",
-    "in_memory": "in memory",
-    "service": "service",
-}
+_LABELS = {**ROW_NAMES, PipelineKind.MEMORY_DECODED: "in memory"}
 
 
 def _compared(rates: list[PipelineRate]) -> str:
@@ -503,18 +537,21 @@ def _compared(rates: list[PipelineRate]) -> str:
         (r for r in rates if r.examples_per_sec), key=lambda r: -(r.examples_per_sec or 0.0)
     )
     shown = ", ".join(
-        f"{_LABELS.get(r.pipeline, r.pipeline)} {r.examples_per_sec:,.0f}" for r in measured
+        f"{SERVICE_ROW if r.pipeline == SERVICE_ROW else _LABELS[r.kind]} {r.examples_per_sec:,.0f}"
+        for r in measured
     )
     return f"examples/s measured here: {shown}"
 
 
 def recommend(result: Measurement) -> str:
-    """The pipeline to use: the highest measured rate among those the data allows.
+    """The pipeline to use, in one sentence: :meth:`Measurement.decision` in words.
 
-    In memory counts only when the decoded data fits the memory budget (it is not
-    timed otherwise). The sentence names the rates it compared. When no pipeline but
-    streaming was timed, small records still recommend packed shards (parsing many
-    examples a record pays).
+    The decision (:func:`~tfr_hooks.tfrecord.decide.decide`, the same the readers'
+    ``in_memory="auto"`` and the input report's remedy make) is the highest measured
+    rate among the pipelines the data allows: in memory counts only when the decoded
+    data fits the memory budget (it is not timed otherwise). The sentence names the
+    rates it compared. When no pipeline but streaming was timed, small records still
+    recommend packed shards (parsing many examples a record pays).
 
     Args:
         result: A :class:`Measurement` with its :attr:`~Measurement.rates`.
@@ -522,49 +559,60 @@ def recommend(result: Measurement) -> str:
     Returns:
         One sentence.
     """
-    rates = {r.pipeline: r for r in result.rates if r.examples_per_sec}
-    if not result.fits:
-        rates.pop("in_memory", None)
+    decision = result.decision()
+    facts = result.facts()
+    rates = [r for r in result.rates if r.examples_per_sec and (facts.fits or not r.kind.in_memory)]
+    if not rates:
+        return (
+            f"{_STARTS[decision.kind]}: no pipeline could be timed on these files; by the "
+            f"sizes, {decision.reason}."
+        )
     command = f"tfr-hooks convert FILES OUTDIR --examples-per-record {PACKED_EXAMPLES_PER_RECORD}"
     held = (
         "the data does not stay in memory"
-        if not result.fits
+        if not facts.fits
         else "the in-memory pipeline could not be timed on these files"
     )
-    if "in_memory" in rates:
+    if any(r.kind is PipelineKind.MEMORY_DECODED for r in rates):
         held = "the data fits in memory but reads slower there"
-    if not rates:
-        return "Stream from the files: no pipeline could be timed on these files."
-    best = max(rates.values(), key=lambda r: r.examples_per_sec or 0.0)
-    compared = _compared(list(rates.values()))
-    streamed = rates.get("streamed")
+    compared = _compared(rates)
+    streamed = next((r for r in rates if r.pipeline == ROW_NAMES[PipelineKind.STREAMED]), None)
+    best = max(rates, key=lambda r: r.examples_per_sec or 0.0)
     gain = ""
     if streamed is not None and best is not streamed:
-        gain = (
-            f", {(best.examples_per_sec or 0.0) / (streamed.examples_per_sec or 1.0):.1f}x streamed"
-        )
-    if best.pipeline == "in_memory":
-        return (
-            f"Hold the data in memory: the decoded data ({_size(result.decoded_bytes)}, "
-            f"{result.decoded_as}) fits the memory budget ({_size(result.memory_budget)}), "
-            f"and it reads fastest ({compared}{gain}); read it with in_memory=True "
-            "(or 'auto')."
-        )
-    if best.pipeline == "packed":
-        return (
-            f"Write packed shards: they read fastest ({compared}{gain}; packed timed here "
-            f"on a sample), and {held} ({command})."
-        )
-    if best.pipeline == "service":
+        ratio = (best.examples_per_sec or 0.0) / (streamed.examples_per_sec or 1.0)
+        gain = f", {ratio:.1f}x streamed"
+    if decision.service:
         return (
             f"Read through the tf.data service: it reads fastest ({compared}{gain}); pass "
             f'service="{result.service}" to tfrecord.dataset (see docs/data_service.md).'
         )
-    small = result.record_bytes < SMALL_RECORD_BYTES
-    if result.examples_per_record == 1 and small and "packed" not in rates:  # not timed
+    if decision.kind is PipelineKind.MEMORY_DECODED:
+        return (
+            f"Hold the data in memory: the decoded data ({size_text(result.decoded_bytes)}, "
+            f"{result.decoded_as}) fits the memory budget ({size_text(result.memory_budget)}), "
+            f"and it reads fastest ({compared}{gain}); read it with in_memory=True "
+            "(or 'auto')."
+        )
+    if decision.kind is PipelineKind.PACKED and decision.measured:
+        return (
+            f"Write packed shards: they read fastest ({compared}{gain}; packed timed here "
+            f"on a sample), and {held} ({command})."
+        )
+    if decision.kind is PipelineKind.PACKED:  # not timed: the small records decide
         return (
             f"Write packed shards: the records are small ({result.record_bytes:.0f} bytes on "
             f"average) and {held}, so parsing many examples per "
             f"record pays ({command})."
         )
     return f"Stream from the files: it reads fastest ({compared}), and {held}."
+
+
+#: How each recommendation starts, by the kind chosen.
+_STARTS = {
+    PipelineKind.MEMORY_DECODED: "Hold the data in memory",
+    PipelineKind.MEMORY_ENCODED: "Hold the parsed records in memory",
+    PipelineKind.PACKED: "Write packed shards",
+    PipelineKind.STREAMED: "Stream from the files",
+    PipelineKind.QUEUE: "Stream from the files",
+}

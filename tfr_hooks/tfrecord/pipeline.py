@@ -11,6 +11,7 @@ iterator for graph mode.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.service.address import check_dispatcher
+from tfr_hooks.tfrecord.decide import DataFacts, decide
 from tfr_hooks.tfrecord.memory import (
     PARALLEL_CALLS,
     Held,
@@ -53,8 +55,11 @@ logger = logging.getLogger(__name__)
 def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> PipelineKind:
     """The kind of pipeline to build for ``plan`` and ``options`` (``queue``: queues).
 
-    With ``in_memory="auto"`` this measures the data against ``memory_budget`` and logs
-    the choice at INFO level.
+    With ``in_memory="auto"`` this measures the data against ``memory_budget``, lets
+    :func:`~tfr_hooks.tfrecord.decide.decide` choose what to hold in memory, and logs the
+    choice at INFO level. Otherwise it reads the files it has: packed shards as
+    :attr:`~PipelineKind.PACKED`, others as :attr:`~PipelineKind.STREAMED` (it cannot
+    repack files of one example a record; the remedy and ``tfr-hooks measure`` advise it).
     """
     if queue:
         return PipelineKind.QUEUE
@@ -301,31 +306,41 @@ def _memory_kind(plan: Plan, options: ReadOptions) -> PipelineKind | None:
     """What to hold in memory: the decoded data, the encoded records, or nothing (``None``).
 
     ``in_memory=True`` holds the decoded data (``map_fn``'s output when given).
-    ``"auto"`` holds the decoded data when its size fits ``memory_budget``; with a
-    ``map_fn``, whose output size is unknown before it runs, the size is estimated by
-    decoding the first examples. When the decoded data does not fit but the parsed
-    records do, it holds those and runs ``map_fn`` on every batch; otherwise it streams.
+    ``"auto"`` states the sizes and lets :func:`~tfr_hooks.tfrecord.decide.decide` choose:
+    the decoded data when it fits ``memory_budget`` (with a ``map_fn``, whose output size
+    is unknown before it runs, estimated by decoding the first examples); else, with a
+    ``map_fn``, the parsed records when they fit (``map_fn`` then runs on every batch);
+    otherwise it streams. The choice and its sizes are logged at INFO level.
     """
-    in_memory, memory_budget, map_fn = options.in_memory, options.memory_budget, options.map_fn
-    if in_memory is True:
+    if options.in_memory is True:
         return PipelineKind.MEMORY_DECODED
     examples = plan.examples
     if examples is None:
         examples = count_examples(plan.files, plan.compression, plan.per_record)
     file_bytes = sum(tf.io.gfile.stat(path).length for path in plan.files)
-    budget = default_memory_budget() if memory_budget is None else memory_budget
-    mib = 2**20
-    if map_fn is None:
+    budget = default_memory_budget() if options.memory_budget is None else options.memory_budget
+    if options.map_fn is None:
         size = _records_nbytes(plan, examples, file_bytes)
-        chosen = size <= budget
+        facts = DataFacts(size, memory_budget=budget, examples_per_record=plan.per_record)
+        chosen = decide(facts).kind is PipelineKind.MEMORY_DECODED
         logger.info(
             "in_memory='auto': %s (%d examples decode to %.1f MiB; memory_budget %.1f MiB).",
             "holding the data in memory" if chosen else "streaming from the files",
             examples,
-            size / mib,
-            budget / mib,
+            size / _MIB,
+            budget / _MIB,
         )
         return PipelineKind.MEMORY_DECODED if chosen else None
+    return _mapped_kind(plan, options.map_fn, examples, file_bytes, budget)
+
+
+_MIB = 2**20
+
+
+def _mapped_kind(
+    plan: Plan, map_fn: Callable[..., Any], examples: int, file_bytes: int, budget: int
+) -> PipelineKind | None:
+    """``_memory_kind`` with a ``map_fn``: its output's size, then the records' if needed."""
     sample = mapped_sample_nbytes(
         plan.files, plan.compression, plan.schema, map_fn, per_record=plan.per_record
     )
@@ -333,34 +348,37 @@ def _memory_kind(plan: Plan, options: ReadOptions) -> PipelineKind | None:
     why = (
         "map_fn's output is not of one fixed shape"
         if decoded is None
-        else f"{examples} examples decode to about {decoded / mib:.1f} MiB through map_fn "
+        else f"{examples} examples decode to about {decoded / _MIB:.1f} MiB through map_fn "
         f"(estimated from the first {sample[1] if sample else 0})"
     )
-    if decoded is not None and decoded <= budget:
+    facts = DataFacts(decoded, memory_budget=budget, examples_per_record=plan.per_record)
+    kind = decide(facts).kind
+    if kind is PipelineKind.MEMORY_DECODED:
         logger.info(
             "in_memory='auto': holding the decoded data (map_fn's output) in memory, as %s; "
             "memory_budget %.1f MiB.",
             why,
-            budget / mib,
+            budget / _MIB,
         )
-        return PipelineKind.MEMORY_DECODED
-    encoded = _records_nbytes(plan, examples, file_bytes)
-    if encoded <= budget:
+        return kind
+    encoded = _records_nbytes(plan, examples, file_bytes)  # only measured when needed
+    kind = decide(dataclasses.replace(facts, encoded_nbytes=encoded)).kind
+    if kind is PipelineKind.MEMORY_ENCODED:
         logger.info(
             "in_memory='auto': holding the encoded records in memory and running map_fn on "
             "every batch, as %s, more than memory_budget %.1f MiB, and the records take "
             "%.1f MiB.",
             why,
-            budget / mib,
-            encoded / mib,
+            budget / _MIB,
+            encoded / _MIB,
         )
-        return PipelineKind.MEMORY_ENCODED
+        return kind
     logger.info(
         "in_memory='auto': streaming from the files, as %s, and the records take "
         "%.1f MiB; memory_budget %.1f MiB.",
         why,
-        encoded / mib,
-        budget / mib,
+        encoded / _MIB,
+        budget / _MIB,
     )
     return None
 
