@@ -558,3 +558,37 @@ def test_measure_input_must_be_a_bool(make: str, small_data: Path) -> None:
             with tf.Graph().as_default():
                 batches = tfrecord.read_batches(small_data, SMALL_BATCH, as_tuple=("x", "y"))
                 GraphModel(batches, (2,)).run(epochs=1, measure_input=1)
+
+
+@pytest.mark.parametrize("in_memory", [False, True], ids=["streamed", "in-memory"])
+def test_both_loops_report_the_same_input_facts_for_the_same_files(
+    tmp_path: Path, in_memory: bool
+) -> None:
+    """The input contract: the reader's facts reach both loops' input report alike."""
+    rng = np.random.default_rng(0)
+    tfrecord.write(
+        {"x": rng.normal(size=(300, 8)).astype(np.float32), "y": np.arange(300)},
+        tmp_path,
+        shards=3,
+    )
+    files = str(tmp_path)
+    source = tfrecord.source(files, 32, in_memory=in_memory)
+    function_loop = FunctionLoop(
+        source, step_fn=lambda b: {"m": tf.reduce_mean(b["x"])}, steps_per_execution=4
+    )
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(files, 32, in_memory=in_memory)
+        session_loop = SessionLoop(tf.reduce_mean(batches.tensors["x"]), data=batches)
+        session_facts = session_loop._input_facts()
+    function_facts = function_loop._input_facts()
+    assert function_facts.kind is session_facts.kind is source.facts.kind
+    assert function_facts.decoded_nbytes == session_facts.decoded_nbytes > 0
+    assert function_facts.record_nbytes == session_facts.record_nbytes > 0
+    assert function_facts.in_memory is session_facts.in_memory is in_memory
+    assert function_facts.steps_per_execution == 4  # the one fact that is the loop's own
+    # a plain dataset says nothing of its files
+    plain = FunctionLoop(
+        tfrecord.dataset(files, 32, in_memory=in_memory),
+        step_fn=lambda b: {"m": tf.reduce_mean(b["x"])},
+    )
+    assert plain._input_facts().kind is None
