@@ -379,6 +379,31 @@ class LifecycleRecorder(HookRecorder):
         return f"{self.name}{event}"
 
 
+class EpochSizes(tfr_hooks.Hook):
+    """The steps and examples of each epoch, read from ``self.loop`` at ``epoch_end``.
+
+    An epoch that never ends becomes a quick failure: the hook raises ``RuntimeError``
+    once an epoch has run more than ``max_steps`` steps (more than its data can hold).
+    """
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self.sizes: list[tuple[int, int]] = []
+
+    def begin(self) -> None:
+        self.sizes = []
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self.loop.epoch_steps > self.max_steps:
+            raise RuntimeError(
+                f"epoch {self.loop.epoch} ran {self.loop.epoch_steps} steps, more than the "
+                f"{self.max_steps} its data holds: it would never end"
+            )
+
+    def epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
+        self.sizes.append((self.loop.epoch_steps, self.loop.epoch_examples))
+
+
 class FaultRecorder(HookRecorder):
     """The fault tests' view: only ``begin``, ``epoch_end <epoch>`` and ``end``."""
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfr_hooks
 from tfr_hooks import tfrecord
 
 try:
@@ -26,6 +27,8 @@ except ImportError:  # tests imported as a package
         run_graph_batches,
         write_records,
     )
+
+from helpers import EpochSizes
 
 N = 1000
 BATCH = 128
@@ -184,6 +187,55 @@ def test_graph_mode_batch_size_tensor(shards):
         with new_session() as session:
             sizes = run_graph_batches(session, batches.batch_size, batches.initializers)
     assert sorted(int(s) for s in sizes) == [100] * 10
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "kwargs", "sizes"),
+    [
+        (128, {"drop_remainder": True}, [128] * 7),
+        (100, {"in_memory": True}, [100] * 10),
+        (128, {"in_memory": True, "drop_remainder": True}, [128] * 7),
+    ],
+    ids=["streamed-drop_remainder", "in_memory-divisible", "in_memory-drop_remainder"],
+)
+def test_graph_mode_static_batch_size_tensor_takes_a_batch(shards, batch_size, kwargs, sizes):
+    # a static batch dimension made tf.shape(x)[0] a constant that read nothing (issue 36)
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(shards, batch_size, **kwargs)
+        assert batches.tensors["label"].shape[0] == batch_size  # static
+        with new_session() as session:
+            run = run_graph_batches(session, batches.batch_size, batches.initializers, 100)
+    assert [int(s) for s in run] == sizes
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("batch_size", "kwargs", "sizes"),
+    [
+        (100, {"in_memory": True}, [(10, 1000)] * 2),
+        (125, {"in_memory": True, "shuffle_buffer": 1}, [(8, 1000)] * 2),
+        (128, {"drop_remainder": True}, [(7, 896)] * 2),
+        (128, {"in_memory": True, "drop_remainder": True}, [(7, 896)] * 2),
+        # one stream of two passes: the batch crossing 1,000 counts in the first epoch
+        (
+            128,
+            {"pipeline": "queue", "num_epochs": 2, "drop_remainder": True},
+            [(8, 1024), (7, 896)],
+        ),
+    ],
+    ids=["in_memory-1000/100", "in_memory-1000/125", "drop_remainder", "in_memory-drop", "queue"],
+)
+def test_session_loop_epochs_end_with_a_counter_train_op(shards, batch_size, kwargs, sizes):
+    # issue 36: with a static batch dimension, a train op reading no batch never ended
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(shards, batch_size, **kwargs)
+        step = tf.compat.v1.train.get_or_create_global_step()
+        hook = EpochSizes(max_steps=20)
+        loop = tfr_hooks.SessionLoop(
+            tf.compat.v1.assign_add(step, 1), hooks=[hook], data=batches, handle_signals=False
+        )
+        loop.run(epochs=2)
+    assert hook.sizes == sizes
 
 
 def test_queue_tensors_feed_a_tf_keras_input(shards):

@@ -77,7 +77,8 @@ class Batches:
             packed, in memory (decoded or encoded) or queue.
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
         batch_size: A scalar ``int32`` tensor: the size of the current batch (for
-            ``SessionLoop(batch_size=...)``).
+            ``SessionLoop(batch_size=...)``). Running it takes the next batch, also
+            when the batch dimension is static.
         num_examples: Examples in one pass over the files, when known (from
             ``schema.json``, or loaded into memory).
         examples_per_record: Examples stored in each record (more than 1 for packed
@@ -510,7 +511,11 @@ def read_batches(
 
     Either way, give the :class:`Batches` to ``SessionLoop(data=...)`` (or
     ``hooked_session(data=...)``): the loop runs its initializers, weighs by its batch
-    size and turns read errors into messages naming the file.
+    size and turns read errors into messages naming the file. Running
+    ``Batches.batch_size`` takes a batch even when the batch dimension is static, so each
+    step of the loop takes one and every epoch ends, whatever the train op reads. An op
+    that reads no batch (a step counter) also runs in the ``session.run`` that finds the
+    end of the data: it counts one run more per pass than there are batches.
 
     Args:
         files: Paths, directories (the shards of their ``schema.json``) or glob patterns.
@@ -708,9 +713,20 @@ def _job_name(plan: Plan, options: ReadOptions) -> str:
 
 
 def _batch_size_of(tensor: Any) -> Any:
-    if isinstance(tensor, tf.RaggedTensor):
-        return tensor.nrows(out_type=tf.int32)
-    return tf.shape(tensor)[0]
+    """The size of the batch ``tensor`` is part of, a tensor that takes the batch.
+
+    Running it takes the next batch from the input (the iterator's ``get_next``, the
+    queue's dequeue), as running any batch tensor does. A batch dimension known when the
+    graph is built (``drop_remainder=True``, or an in-memory pass the batch size divides)
+    makes ``tf.shape(tensor)[0]`` a constant: a loop fetching only it with a train op that
+    reads no batch (a counter) would never reach the end of the data. The control
+    dependency on the batch's op keeps the read in every run that fetches the size.
+    """
+    ops = [tensor.flat_values.op if isinstance(tensor, tf.RaggedTensor) else tensor.op]
+    with tf.control_dependencies(ops):
+        if isinstance(tensor, tf.RaggedTensor):
+            return tf.identity(tensor.nrows(out_type=tf.int32))
+        return tf.identity(tf.shape(tensor)[0])
 
 
 def _cardinality(data: tf.data.Dataset) -> int | None:
