@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tfr_hooks import cli, tfrecord
+from tfr_hooks.service import command
 
 try:
     from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records
@@ -269,8 +270,9 @@ def test_usage_errors_exit_with_status_2(argv, capsys):
     assert "usage: tfr-hooks" in capsys.readouterr().err
 
 
-def test_cli_module_imports_only_the_standard_library():
-    tree = ast.parse(Path(cli.__file__).read_text())
+@pytest.mark.parametrize("module", [cli, command])
+def test_cli_module_imports_only_the_standard_library(module):
+    tree = ast.parse(Path(module.__file__).read_text())
     top_level = set()
     for node in tree.body:
         if isinstance(node, ast.Import):

@@ -100,6 +100,12 @@ def test_the_cli_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str])
     assert "--port must be a port number (0 to 65535), not 70000" in capsys.readouterr().err
 
 
+def test_the_cli_refuses_a_negative_wait_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match="2"):
+        cli.main(["data-service", "worker", "--dispatcher", "h:1", "--wait-timeout", "-1"])
+    assert "--wait-timeout must be a number of seconds >= 0, not -1.0" in capsys.readouterr().err
+
+
 def _wait_for_line(log: Path, process: subprocess.Popen[bytes], text: str) -> str:
     deadline = time.monotonic() + START
     while time.monotonic() < deadline:

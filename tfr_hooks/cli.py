@@ -29,8 +29,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from tfr_hooks.service.command import add_data_service, check_data_service_flags, run_data_service
-
 __all__ = ["main", "build_parser"]
 
 _COMPRESSION_CHOICES = ("none", "gzip", "zlib")
@@ -45,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         "measure how fast this machine reads them through each pipeline, and run the "
         "servers of the tf.data service (data-service).",
     )
+    from tfr_hooks.service.command import add_data_service  # the standard library only
+
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_convert(commands)
     _add_inspect(commands)
@@ -198,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--memory-budget must be a positive integer, not {args.memory_budget}")
         _check_measure_flags(parser, args)
     if args.command == "data-service":
+        from tfr_hooks.service.command import check_data_service_flags
+
         check_data_service_flags(parser, args)
     if args.command == "convert" and args.shards < 1:
         parser.error(f"--shards must be a positive integer, not {args.shards}")
@@ -218,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if npz and args.decode:
             parser.error("--decode applies to TFRecord input, not to an .npz file")
     if args.command == "data-service":  # a worker waits before TensorFlow starts
+        from tfr_hooks.service.command import run_data_service
+
         return run_data_service(args)
     from tfr_hooks.quiet import import_tensorflow
 
