@@ -121,10 +121,9 @@ def test_service_timeout_is_checked() -> None:
     [
         (kill_all, "no worker left", "source"),
         (kill_dispatcher, "dispatcher unreachable", "source"),
-        (kill_all, "no worker left", "distribute-map"),
         (kill_all, "no worker left", "reader-map"),
     ],
-    ids=["all-workers", "dispatcher", "users-distribute-then-map", "reader-then-map"],
+    ids=["all-workers", "dispatcher", "reader-then-map"],
 )
 def test_function_loop_ends_with_the_address_once_the_service_is_gone(
     kill: Any, reason: str, build: str, tmp_path: Any
@@ -132,9 +131,7 @@ def test_function_loop_ends_with_the_address_once_the_service_is_gone(
     with LocalService(workers=2, timeout=START) as service:
         hook = KillAt(5, lambda: kill(service))
         data: Any = served(service.address, 1_000_000, 10)
-        if build == "distribute-map":  # no facts: the service is found in the graph
-            data = distributed(service.address, 1_000_000, 10).map(lambda x: x * 2).prefetch(1)
-        elif build == "reader-map":  # the case: augmentation after a served reader
+        if build == "reader-map":  # the case: augmentation after a served reader
             tfrecord.write({"x": np.arange(50_000, dtype=np.int64)}, tmp_path, shards=4)
             data = tfrecord.dataset(
                 str(tmp_path), 16, as_tuple=("x",), num_epochs=None, service=service.address

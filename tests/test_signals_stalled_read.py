@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,37 +73,45 @@ class Lines:
                 raise AssertionError(f"no {prefix!r} line within {timeout} s")
 
 
-@pytest.mark.parametrize("mode", ["function", "session"])
-def test_sigterm_ends_a_run_whose_read_stalled(mode: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def service() -> Iterator[LocalService]:
+    """One service for both loops' runs: each kills a worker of its own (0, then 1)."""
+    with LocalService(workers=3, timeout=START, worker_timeout_ms=1000) as local:
+        yield local
+
+
+@pytest.mark.parametrize(("mode", "victim"), [("function", 0), ("session", 1)])
+def test_sigterm_ends_a_run_whose_read_stalled(
+    mode: str, victim: int, service: LocalService, tmp_path: Path
+) -> None:
     data = tmp_path / "data"
     tfrecord.write({"x": np.arange(4_000, dtype=np.int64)}, data, shards=8)
     stderr = tmp_path / "stderr"
-    with LocalService(workers=2, timeout=START, worker_timeout_ms=1000) as service:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-        with open(stderr, "w") as err:
-            proc = subprocess.Popen(
-                [sys.executable, str(SCRIPT), mode, service.address, str(data)],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                env=env,
-                preexec_fn=_default_signals,
-            )
-        lines = Lines(proc)
-        try:
-            lines.wait_for("READY", START)
-            service.kill_worker(0)  # its share of the epoch never ends: the read stalls
-            time.sleep(8)  # the other worker's share read, the step blocked for seconds
-            assert proc.poll() is None, stderr.read_text()[-3000:]
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            end = lines.wait_for("END", STOP)
-            code = proc.wait(timeout=STOP)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), mode, service.address, str(data)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+            preexec_fn=_default_signals,
+        )
+    lines = Lines(proc)
+    try:
+        lines.wait_for("READY", START)
+        service.kill_worker(victim)  # its share of the epoch never ends: the read stalls
+        time.sleep(6)  # the other workers' shares read, the step blocked for seconds
+        assert proc.poll() is None, stderr.read_text()[-3000:]
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        end = lines.wait_for("END", STOP)
+        code = proc.wait(timeout=STOP)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
     text = stderr.read_text()
     assert code != 0, text[-3000:]
     assert took < STOP
