@@ -243,3 +243,27 @@ def test_graph_mode_loads_tf_keras_only_for_a_keras_training_graph() -> None:
         "print('tf_keras' in sys.modules)\n"
     )
     assert python_output(script).split() == ["False"]
+
+
+def _code_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function from its first statement after the docstring to its end."""
+    body = function.body
+    first = body[0]
+    documented = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    if documented and isinstance(first.value.value, str):
+        if len(body) == 1:
+            return 0
+        first = body[1]
+    assert function.end_lineno is not None
+    return function.end_lineno - first.lineno + 1
+
+
+def test_modules_read_in_a_sitting_and_functions_on_a_screen() -> None:
+    """No module over 700 lines (it holds several concepts), no function over 80."""
+    for module, path in MODULES.items():
+        source = path.read_text()
+        assert len(source.splitlines()) <= 700, f"{module}: {len(source.splitlines())} lines"
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = _code_lines(node)
+                assert lines <= 80, f"{module}.{node.name}: {lines} lines of code"
