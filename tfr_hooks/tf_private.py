@@ -56,17 +56,59 @@ def is_cancelled(manager: Any) -> bool:
 def service_addresses(dataset: Any) -> list[str]:
     """The addresses of the tf.data services ``dataset``'s pipeline reads through.
 
-    Found in the dataset's own graph (``Dataset._as_serialized_graph``, its
-    ``GraphDef`` and function library): the constant fed to the ``address`` input of
-    every ``DataServiceDataset`` node, whoever called ``distribute`` or
-    ``from_dataset_id`` and whatever was applied after it. Checked on TensorFlow 2.21.
+    Found in the dataset's own structure, whoever called ``distribute`` or
+    ``from_dataset_id`` and whatever was applied after it: first by walking its input
+    datasets (``Dataset._inputs()``, the ``_address`` of a ``_DataServiceDatasetV2``),
+    which costs microseconds; when the walk meets a dataset made by a function
+    (``flat_map``, ``interleave``), whose inner datasets it cannot see, in its serialized
+    graph (``Dataset._as_serialized_graph``: its ``GraphDef`` and function library, the
+    constant fed to the ``address`` input of every ``DataServiceDataset`` node), which
+    costs the serialization of the data a pipeline holds. Checked on TensorFlow 2.21.
 
     Returns:
-        Each address as ``"grpc://HOST:PORT"``, in the graph's order; empty when none.
+        Each address as ``"grpc://HOST:PORT"``; empty when none.
     """
+    from tfr_hooks.service.address import check_service_address
+
+    found, opaque = _walk_services(dataset)
+    if opaque and not found:
+        found = _graph_services(dataset)
+    normalized: list[str] = []
+    for address in found:
+        address = check_service_address(address)
+        if address not in normalized:
+            normalized.append(address)
+    return normalized
+
+
+def _walk_services(dataset: Any) -> tuple[list[str], bool]:
+    """Addresses found by walking ``dataset``'s inputs; whether a function hid some."""
     import tensorflow as tf
 
-    from tfr_hooks.service.address import check_service_address
+    found: list[str] = []
+    opaque = False
+    seen: set[int] = set()
+    stack = [dataset]
+    while stack:
+        data = stack.pop()
+        if id(data) in seen:
+            continue
+        seen.add(id(data))
+        name = type(data).__name__
+        address = getattr(data, "_address", None)
+        if "DataService" in name and address is not None:
+            value = tf.get_static_value(address)  # a 0-d array, or bytes
+            value = value.item() if hasattr(value, "item") else value
+            if isinstance(value, bytes):
+                found.append(value.decode())
+        opaque = opaque or "FlatMap" in name or "Interleave" in name
+        stack.extend(data._inputs())
+    return found, opaque
+
+
+def _graph_services(dataset: Any) -> list[str]:
+    """Addresses fed to the ``DataServiceDataset`` nodes of ``dataset``'s serialized graph."""
+    import tensorflow as tf
 
     if tf.executing_eagerly():
         serialized = dataset._as_serialized_graph().numpy()
@@ -74,17 +116,13 @@ def service_addresses(dataset: Any) -> list[str]:
         with tf.compat.v1.Session(graph=dataset._variant_tensor.graph) as session:
             serialized = session.run(dataset._as_serialized_graph())
     graph = tf.compat.v1.GraphDef.FromString(serialized)
-    nodes = [list(graph.node)] + [list(f.node_def) for f in graph.library.function]
+    groups = [list(graph.node)] + [list(f.node_def) for f in graph.library.function]
     found: list[str] = []
-    for group in nodes:
+    for group in groups:
         by_name = {node.name: node for node in group}
         for node in group:
-            if not node.op.startswith("DataServiceDataset"):
-                continue
-            for address in _address_inputs(node, by_name):
-                normalized = check_service_address(address)
-                if normalized not in found:
-                    found.append(normalized)
+            if node.op.startswith("DataServiceDataset"):
+                found.extend(_address_inputs(node, by_name))
     return found
 
 
