@@ -299,7 +299,9 @@ def source(
         A :class:`~tfr_hooks.tfrecord.contract.Source`.
 
     Raises:
-        As :func:`dataset`.
+        TFRecordError: As :func:`dataset`, for the files and the schema.
+        ValueError: As :func:`dataset`, for a bad argument.
+        ConnectionError: If no tf.data service dispatcher answers at ``service``.
 
     Examples:
         >>> from tfr_hooks import tfrecord
