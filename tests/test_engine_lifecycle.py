@@ -635,3 +635,55 @@ def test_a_resumed_epoch_whose_data_holds_fewer_batches_warns(
         run(runner, [ResumedAt(0, 3)], epochs=2)
     assert "Skipped 2 batches (8 examples) of the resumed epoch" in caplog.messages
     assert "Epoch 0 resumes at step 3, but its data holds only 2 batches." in caplog.messages
+
+
+class Stalling(FakeRunner):
+    """A pass of 10 batches of 4 examples whose first pass stalls after 3 steps.
+
+    Later passes are bounded by the engine (``examples_left``), as a lost worker's share
+    would otherwise stall every pass; it records the bounds it was given.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(batches=[1.0] * 10, val=None)
+        self.passes = 0
+        self.bounds: list[int | None] = []
+
+    def start_epoch(self, restart_data: bool) -> None:
+        super().start_epoch(restart_data)
+        self.passes += 1
+
+    def run_step(
+        self, hook_args: Sequence[Any], limit: int, examples_left: int | None = None
+    ) -> StepResult:
+        self.bounds.append(examples_left)
+        if self.passes == 1 and self.position == 3:
+            return StepResult(exhausted=True, stall="tf.data service at grpc://h:1: stalled")
+        return super().run_step(hook_args, limit)
+
+
+def test_the_engine_ends_a_stalled_pass_and_bounds_the_later_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = Stalling()
+    loop = tfr_hooks.LoopState()
+    with caplog.at_level(logging.WARNING):
+        history = run_loop(runner, HookList([]), loop, epochs=3, epoch_examples=40)
+    assert len(history["loss"]) == 3  # the stalled epoch ended, the run went on
+    warnings = [r.getMessage() for r in caplog.records if "ends here" in r.getMessage()]
+    assert warnings == [
+        "tf.data service at grpc://h:1: stalled: epoch 0 ends here: 28 of its 40 examples "
+        "were lost (12 read). The next pass reads from a new iterator."
+    ]
+    # no bound before the stall; after it, each step is bounded by what the pass holds
+    assert runner.bounds[:4] == [None] * 4
+    assert runner.bounds[4:14] == [40 - 4 * i for i in range(10)]
+    # a stalled pass teaches nothing of the epoch's length: the full pass does
+    assert loop.steps_per_epoch == 10
+
+
+def test_a_stalled_pass_of_data_that_cannot_restart_ends_the_run() -> None:
+    runner = Stalling()
+    runner.reinitializable = False
+    with pytest.raises(ConnectionError, match="cannot start its data again"):
+        run_loop(runner, HookList([]), tfr_hooks.LoopState(), epochs=2, epoch_examples=40)
