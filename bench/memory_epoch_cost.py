@@ -65,6 +65,8 @@ import tensorflow as tf
 
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord import memory
+from tfr_hooks.tfrecord.memory import serve
+from tfr_hooks.tfrecord.memory.load import _empty  # memory.load is the function
 
 __all__ = ["arrays_of", "cached_pipeline", "file_pipeline", "memory_pipeline", "main"]
 
@@ -76,8 +78,8 @@ def arrays_of(examples: int, kind: str, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     shape = (40, 40, 3) if kind == "img" else (784,)
     out = {
-        "x": memory._empty((examples, *shape), np.uint8),
-        "label": memory._empty((examples,), np.int64),
+        "x": _empty((examples, *shape), np.uint8),
+        "label": _empty((examples,), np.int64),
     }
     out["x"][:] = rng.integers(0, 256, out["x"].shape, dtype=np.uint8)  # aligned, as load's
     out["label"][:] = rng.integers(0, 10, examples)
@@ -119,17 +121,17 @@ def memory_pipeline(arrays: dict[str, np.ndarray], variant: str = "memory") -> t
         batches = tf.data.Dataset.from_tensor_slices({"label": tf.range(passes, dtype=tf.int64)})
         return batches.map(lambda b: {"label": b["label"] + 1}) if variant == "one_map" else batches
     if variant == "handover":
-        gather = memory._Gather(arrays, BATCH, True, False, None)
+        gather = serve._Gather(arrays, BATCH, True, False, None)
         return tf.data.Dataset.from_tensors(0).map(
             lambda _: {
                 "label": tf.numpy_function(gather.source, [], gather.dtypes, stateful=True)[-1][:1]
             }
         )
-    calls, whole = memory.PARALLEL_CALLS, memory.WHOLE_PASS_BYTES
+    calls, whole = serve.PARALLEL_CALLS, serve.WHOLE_PASS_BYTES  # where the gather reads them
     if variant != "memory":  # the variants are of the pass a flat_map of slices
-        memory.WHOLE_PASS_BYTES = -1
+        serve.WHOLE_PASS_BYTES = -1
     if variant == "sequential":
-        memory.PARALLEL_CALLS = None  # type: ignore[assignment]
+        serve.PARALLEL_CALLS = None  # type: ignore[assignment]
     try:
         return memory.memory_dataset(
             arrays,
@@ -141,7 +143,7 @@ def memory_pipeline(arrays: dict[str, np.ndarray], variant: str = "memory") -> t
             prefetch=None if variant == "no_prefetch" else 2,
         )
     finally:
-        memory.PARALLEL_CALLS, memory.WHOLE_PASS_BYTES = calls, whole
+        serve.PARALLEL_CALLS, serve.WHOLE_PASS_BYTES = calls, whole
 
 
 def _timers(data: tf.data.Dataset) -> tuple[Callable[[], float], Callable[[], float]]:

@@ -158,13 +158,13 @@ def _passes(arrays: dict[str, np.ndarray], drop: bool, passes: int) -> list[list
 
 @pytest.mark.parametrize("drop", [False, True])
 def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, drop):
-    from tfr_hooks.tfrecord import memory
+    from tfr_hooks.tfrecord.memory import serve
 
     arrays = _arrays()
-    assert memory._Gather(arrays, 128, True, drop, None).whole  # 20 KB: gathered whole
+    assert serve._Gather(arrays, 128, True, drop, None).whole  # 20 KB: gathered whole
     whole = _passes(arrays, drop, 3)
-    monkeypatch.setattr(memory, "WHOLE_PASS_BYTES", -1)  # a flat_map of each pass's slices
-    assert not memory._Gather(arrays, 128, True, drop, None).whole
+    monkeypatch.setattr(serve, "WHOLE_PASS_BYTES", -1)  # a flat_map of each pass's slices
+    assert not serve._Gather(arrays, 128, True, drop, None).whole
     sliced = _passes(arrays, drop, 3)
     sizes = [128] * 7 + ([] if drop else [104])  # each pass ends with its own final batch
     for batches, other in zip(whole, sliced, strict=True):
@@ -248,9 +248,10 @@ def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
     # a multi-device tf.data function is optimized by Grappler at every new iterator (in
     # graph mode, every initialization): milliseconds of each in-memory pass's start
     from tfr_hooks.tfrecord import memory
+    from tfr_hooks.tfrecord.memory import serve
 
     plain = memory.single_device_map(tf.data.Dataset.range(5), lambda x: x * 2)
-    assert isinstance(plain, memory._single_device_map_class())  # not the fallback map
+    assert isinstance(plain, serve._single_device_map_class())  # not the fallback map
     assert list(plain.as_numpy_iterator()) == [0, 2, 4, 6, 8]
     assert plain.cardinality() == 5
     arrays = _arrays()
