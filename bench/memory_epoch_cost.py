@@ -66,7 +66,7 @@ import tensorflow as tf
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord import memory
 from tfr_hooks.tfrecord.memory import serve
-from tfr_hooks.tfrecord.memory.load import _empty  # memory.load is the function
+from tfr_hooks.tfrecord.memory.loading import _empty
 
 __all__ = ["arrays_of", "cached_pipeline", "file_pipeline", "memory_pipeline", "main"]
 

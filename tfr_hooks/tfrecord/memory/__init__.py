@@ -25,11 +25,9 @@ most) into the rewritten graph. Its gather is a single-device function
 
 The package holds three concepts, one module each: :mod:`.estimate` (the budget, and the
 bytes the data takes: decoded, parsed, ``map_fn``'s output; example counts),
-:mod:`.load` (reading and decoding into the held arrays) and :mod:`.serve` (batches
-gathered from them). Every name is re-exported here. ``memory.load`` is the function
-:func:`load`, which hides the module of the same name as an attribute of the package:
-reach the module's names with ``from tfr_hooks.tfrecord.memory.load import ...`` (a
-``monkeypatch`` of one of them patches the module object from ``sys.modules``).
+:mod:`.loading` (reading and decoding into the held arrays) and :mod:`.serve` (batches
+gathered from them). Every name is re-exported here (``memory.load`` is the function
+:func:`load`; the module is named ``loading`` so that nothing hides it).
 """
 
 from tfr_hooks.tfrecord.memory.estimate import (
@@ -41,7 +39,7 @@ from tfr_hooks.tfrecord.memory.estimate import (
     mean_lengths,
     records_nbytes,
 )
-from tfr_hooks.tfrecord.memory.load import LOAD_CHUNK, Held, load, load_mapped, nbytes_of
+from tfr_hooks.tfrecord.memory.loading import LOAD_CHUNK, Held, load, load_mapped, nbytes_of
 from tfr_hooks.tfrecord.memory.serve import (
     GATHER_BYTES,
     GATHER_EXAMPLES,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tfr_hooks.tfrecord.memory.load import _collect, _mapped, nbytes_of
+from tfr_hooks.tfrecord.memory.loading import _collect, _mapped, nbytes_of
 from tfr_hooks.tfrecord.schema import Schema
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.memory.load import Held, _aligned
+from tfr_hooks.tfrecord.memory.loading import Held, _aligned
 from tfr_hooks.tfrecord.packed import pass_seed
 from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples
 
