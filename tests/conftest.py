@@ -121,3 +121,16 @@ def default_signal_handlers(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         for sig, handler in found.items():
             signal.signal(sig, handler)
+
+
+@pytest.fixture(scope="session")
+def shared_service() -> Iterator[str]:
+    """The address of a tf.data service (a dispatcher and 2 workers) that no test harms.
+
+    Started once per test process, on first use, for the tests that only read through a
+    service; a test that kills servers starts its own :class:`LocalService`.
+    """
+    from tfr_hooks.data_service import LocalService
+
+    with LocalService(workers=2, timeout=240) as local:
+        yield local.address

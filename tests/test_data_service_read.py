@@ -20,7 +20,6 @@ import tensorflow as tf
 
 import tfr_hooks
 from tfr_hooks import FunctionLoop, tfrecord
-from tfr_hooks.data_service import LocalService
 
 v1 = tf.compat.v1
 
@@ -31,9 +30,8 @@ START = 180
 
 
 @pytest.fixture(scope="module")
-def service() -> Iterator[str]:
-    with LocalService(workers=2, timeout=START) as local:
-        yield local.address
+def service(shared_service: str) -> str:
+    return shared_service
 
 
 @pytest.fixture(scope="module")

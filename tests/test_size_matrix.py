@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +81,8 @@ def files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="module")
-def service() -> Iterator[str]:
-    from tfr_hooks.data_service import LocalService
-
-    with LocalService(workers=1, timeout=180) as local:
-        yield local.address
+def service(shared_service: str) -> str:
+    return shared_service
 
 
 def _reader_args(kind: str, n: int, plain: Path, packed: Path, drop: bool) -> dict[str, Any]:

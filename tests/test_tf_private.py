@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import tf_private
-from tfr_hooks.data_service import LocalService
 
 START = 120  # a server imports TensorFlow on two shared cores
 
@@ -51,20 +50,18 @@ def test_a_dataset_without_a_service_names_none() -> None:
 @pytest.mark.slow
 @pytest.mark.data_service
 @pytest.mark.timeout(4 * START)
-def test_the_service_of_a_transformed_dataset_is_found_in_its_graph() -> None:
-    with LocalService(workers=1, timeout=START) as service:
-        distribute = tf.data.experimental.service.distribute("distributed_epoch", service.address)
-        data = tf.data.Dataset.range(10).apply(distribute)
-        assert tf_private.service_addresses(data) == [service.address]
-        options = tf.data.Options()
-        options.deterministic = True
-        mapped = data.map(lambda x: x * 2).prefetch(1).with_options(options).take(3)
-        assert tf_private.service_addresses(mapped) == [service.address]
-        # read inside a function of the pipeline (flat_map): in the function library
-        inner = tf.data.Dataset.range(1).flat_map(
-            lambda _: tf.data.Dataset.range(4).apply(distribute)
-        )
-        assert tf_private.service_addresses(inner) == [service.address]
-        with tf.Graph().as_default():
-            graph_data = tf.data.Dataset.range(10).apply(distribute).map(lambda x: x)
-            assert tf_private.service_addresses(graph_data) == [service.address]
+def test_the_service_of_a_transformed_dataset_is_found_in_its_graph(shared_service: str) -> None:
+    address = shared_service
+    distribute = tf.data.experimental.service.distribute("distributed_epoch", address)
+    data = tf.data.Dataset.range(10).apply(distribute)
+    assert tf_private.service_addresses(data) == [address]
+    options = tf.data.Options()
+    options.deterministic = True
+    mapped = data.map(lambda x: x * 2).prefetch(1).with_options(options).take(3)
+    assert tf_private.service_addresses(mapped) == [address]
+    # read inside a function of the pipeline (flat_map): in the function library
+    inner = tf.data.Dataset.range(1).flat_map(lambda _: tf.data.Dataset.range(4).apply(distribute))
+    assert tf_private.service_addresses(inner) == [address]
+    with tf.Graph().as_default():
+        graph_data = tf.data.Dataset.range(10).apply(distribute).map(lambda x: x)
+        assert tf_private.service_addresses(graph_data) == [address]
