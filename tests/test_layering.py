@@ -1,8 +1,9 @@
 """The file list shows the two modes, and data flows one way between the layers.
 
 - ``tfr_hooks/tfrecord/`` (file I/O and its sharding policy) imports nothing of the
-  package above it but the argument checks (``tfr_hooks.checks``) and the task identity
-  (``tfr_hooks.task``: who this process is in a cluster);
+  package above it but the argument checks (``tfr_hooks.checks``), the task identity
+  (``tfr_hooks.task``: who this process is in a cluster), the tf.data service helpers
+  (``tfr_hooks.data_service``) and TensorFlow's private APIs (``tfr_hooks.tf_private``);
 - the shared core (``engine``, ``hooks``, ``checks``, ``signals``, ``keras_callbacks``,
   ``tensorboard``, ...) imports neither mode;
 - ``tfr_hooks/graph/`` (graph mode) and ``tfr_hooks/tf2/`` (TensorFlow 2) never import
@@ -42,7 +43,12 @@ ALLOWED = {
     "tf2": {"tf2", "core", "tfrecord"},
 }
 #: the only modules of the core the tfrecord layer may use
-TFRECORD_MAY_USE = {"tfr_hooks.checks", "tfr_hooks.task", "tfr_hooks.data_service"}
+TFRECORD_MAY_USE = {
+    "tfr_hooks.checks",
+    "tfr_hooks.task",
+    "tfr_hooks.data_service",
+    "tfr_hooks.tf_private",
+}
 #: the core modules every layer may import, which therefore import nothing of the package
 #: but each other (else tfrecord would reach the rest of the core through them)
 FOUNDATION = TFRECORD_MAY_USE
