@@ -22,10 +22,199 @@ This module imports nothing of the package, and TensorFlow only inside its funct
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+import functools
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["service_addresses"]
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+__all__ = [
+    "PRIVATE_APIS",
+    "call_cancellable",
+    "cancellation_manager",
+    "in_multi_worker_mode",
+    "is_default_strategy",
+    "op_determinism_enabled",
+    "saver_hook_checkpoint_dir",
+    "service_addresses",
+    "single_device_map",
+    "start_cancel",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The private TensorFlow modules this module imports, by the names it takes from them
+#: (``tests/test_tf_private.py`` imports each on the installed TensorFlow).
+PRIVATE_APIS: dict[str, tuple[str, ...]] = {
+    "tensorflow.python.eager.cancellation": (
+        "CancellationManager",
+        "CancellationManagerContext",
+    ),
+    "tensorflow.python.framework.config": ("is_op_determinism_enabled",),
+    "tensorflow.python.framework.op_def_registry": ("get",),
+    "tensorflow.python.data.ops.dataset_ops": ("UnaryDataset",),
+    "tensorflow.python.data.ops.structured_function": ("StructuredFunctionWrapper",),
+    "tensorflow.python.ops.gen_dataset_ops": ("map_dataset",),
+}
+
+
+# -- cancelling a blocked read ----------------------------------------------------------
+
+
+def cancellation_manager() -> Any:
+    """A new ``CancellationManager``, for :func:`call_cancellable` and :func:`start_cancel`."""
+    # TF 2.21: tensorflow.python.eager.cancellation.CancellationManager(). 2.17 not checked.
+    from tensorflow.python.eager.cancellation import CancellationManager
+
+    return CancellationManager()
+
+
+def call_cancellable(manager: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` (a ``tf.function``), which :func:`start_cancel` on ``manager`` ends.
+
+    A read through a tf.data service that lost its workers or dispatcher waits forever
+    on TensorFlow 2.21, and no option bounds it; a function called inside a
+    ``CancellationManagerContext`` registers its ops with the manager, whose
+    ``start_cancel`` (from another thread) ends them with ``tf.errors.CancelledError``.
+    (``CancellationManager.get_cancelable_function`` does the same for one concrete
+    function.)
+    """
+    # TF 2.21: tensorflow.python.eager.cancellation.CancellationManagerContext(manager),
+    # read by a tf.function's call. 2.17 not checked.
+    from tensorflow.python.eager.cancellation import CancellationManagerContext
+
+    with CancellationManagerContext(manager):
+        return fn(*args)
+
+
+def start_cancel(manager: Any) -> None:
+    """Cancel the calls :func:`call_cancellable` runs under ``manager`` (any thread).
+
+    A cancelled manager stays cancelled: later calls under it fail at once.
+    """
+    # TF 2.21: CancellationManager.start_cancel(). 2.17 not checked.
+    manager.start_cancel()
+
+
+# -- what TensorFlow has no public getter for -------------------------------------------
+
+
+def op_determinism_enabled() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism()`` is in effect.
+
+    TensorFlow has no public getter; its own ``is_op_determinism_enabled`` is used where
+    it exists, else the ``TF_DETERMINISTIC_OPS`` variable that also turns it on.
+    """
+    # TF 2.21: tensorflow.python.framework.config.is_op_determinism_enabled(). 2.17 not
+    # checked (the variable is the fallback where the import fails).
+    try:
+        from tensorflow.python.framework.config import is_op_determinism_enabled
+    except ImportError:  # moved in another TensorFlow: the variable is the fallback
+        return os.environ.get("TF_DETERMINISTIC_OPS", "").lower() in ("1", "true")
+    return bool(is_op_determinism_enabled())
+
+
+def is_default_strategy(strategy: Any) -> bool:
+    """Whether ``strategy`` is TensorFlow's default (no distribution) strategy.
+
+    The one ``tf.distribute.get_strategy()`` returns outside any strategy's scope.
+    """
+    # TF 2.21: distribute_lib._DefaultDistributionStrategy, by its class name (the class
+    # itself is private). 2.17 not checked.
+    return type(strategy).__name__ == "_DefaultDistributionStrategy"
+
+
+def in_multi_worker_mode(strategy: Any) -> bool:
+    """Whether ``strategy`` spans more than one worker process (``False`` for ``None``)."""
+    # TF 2.21: StrategyExtendedV2._in_multi_worker_mode() (MultiWorkerMirroredStrategy's
+    # is True with a cluster of several workers). 2.17 not checked. A strategy without it
+    # counts as one worker.
+    extended = getattr(strategy, "extended", None)
+    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def saver_hook_checkpoint_dir(saver: Any) -> str | None:
+    """The ``checkpoint_dir`` a ``tf.compat.v1.train.CheckpointSaverHook`` was made with.
+
+    ``None`` when it has none (or another TensorFlow keeps it elsewhere).
+    """
+    # TF 2.21: CheckpointSaverHook.__init__ sets `_checkpoint_dir`. 2.17 not checked.
+    directory = getattr(saver, "_checkpoint_dir", None)
+    return os.fspath(directory) if directory else None
+
+
+# -- a single-device map ----------------------------------------------------------------
+
+
+def single_device_map(data: tf.data.Dataset, fn: Callable[[Any], Any]) -> tf.data.Dataset:
+    """``data.map(fn)``, its function instantiated as a single-device function.
+
+    TensorFlow instantiates every function of a pipeline at each new iterator (in graph
+    mode, at each initialization of the iterator). A tf.data function is by default a
+    multi-device one, which Grappler's meta optimizer optimizes at every instantiation:
+    most of the start of a small in-memory pass (measured in
+    ``bench/results/memory_epoch_cost.md``). A function with the
+    ``experimental_ints_on_device`` attribute is instantiated as a single-device function
+    (``tensorflow/core/data/captured_function.cc``), without that pass. The attribute
+    only keeps ``int32`` tensors in the memory of the function's device, and tf.data
+    functions run on the host. The same elements, in the same order.
+
+    Where TensorFlow's internals differ from those it was checked on, a plain ``map``.
+    """
+    try:
+        return single_device_map_class()(data, fn)
+    except (AttributeError, ImportError, TypeError) as error:  # another TF's internals
+        logger.debug("plain map for the in-memory gather: %s", error)
+        return data.map(fn)
+
+
+@functools.cache
+def single_device_map_class() -> Any:
+    """The dataset class of :func:`single_device_map`: ``_MapDataset``, one attribute added.
+
+    Raises:
+        ImportError: This TensorFlow has not the modules it is built from.
+    """
+    # TF 2.21 (and the memory.py class it replaces, written against 2.17 and 2.21):
+    # dataset_ops.UnaryDataset(input, variant) with `_input_dataset`, `_name`,
+    # `_functions()`, `_common_args`, `_variant_tensor`;
+    # structured_function.StructuredFunctionWrapper(fn, name, dataset=, defun_kwargs=);
+    # gen_dataset_ops.map_dataset(variant, captured, f=, use_inter_op_parallelism=,
+    # preserve_cardinality=, output_types/output_shapes/metadata in _common_args).
+    from tensorflow.python.data.ops import dataset_ops, structured_function
+    from tensorflow.python.ops import gen_dataset_ops
+
+    class SingleDeviceMap(dataset_ops.UnaryDataset):
+        def __init__(self, data: Any, fn: Callable[[Any], Any]) -> None:
+            self._input_dataset, self._name = data, None
+            self._map_func = structured_function.StructuredFunctionWrapper(
+                fn,
+                "Dataset.map()",
+                dataset=data,
+                defun_kwargs={"experimental_ints_on_device": True},
+            )
+            variant = gen_dataset_ops.map_dataset(
+                data._variant_tensor,
+                self._map_func.function.captured_inputs,
+                f=self._map_func.function,
+                use_inter_op_parallelism=True,
+                preserve_cardinality=True,
+                **self._common_args,
+            )
+            super().__init__(data, variant)
+
+        def _functions(self) -> list[Any]:
+            return [self._map_func]
+
+        @property
+        def element_spec(self) -> Any:
+            return self._map_func.output_structure
+
+    return SingleDeviceMap
+
 
 #: the op types of a tf.data service read (``distribute``, ``from_dataset_id``) start with
 #: it (TF 2.21 builds ``DataServiceDatasetV4``), and so do the names of its dataset classes
@@ -35,7 +224,7 @@ _SERVICE_OP_PREFIX = "DataServiceDataset"
 # -- the tf.data services a dataset reads through ---------------------------------------
 
 
-def service_addresses(dataset: Any) -> list[str]:
+def service_addresses(dataset: tf.data.Dataset) -> list[str]:
     """The addresses (``"grpc://HOST:PORT"``) of every tf.data service ``dataset`` reads.
 
     Found in the pipeline itself, so a dataset keeps telling after any transformation the
@@ -119,11 +308,18 @@ def _address_of(protocol: Any, address: Any) -> str:
 
 def _serialized_graph(dataset: Any) -> Any:
     """The ``GraphDef`` of ``dataset``'s whole pipeline, its functions in the library."""
+    import tensorflow as tf
     from tensorflow.core.framework import graph_pb2
 
-    # TF 2.21: DatasetV2._as_serialized_graph() (a scalar string tensor). 2.17 not checked.
+    # TF 2.21: DatasetV2._as_serialized_graph() (a scalar string tensor, evaluated in a
+    # session of the dataset's graph in graph mode). 2.17 not checked.
     serialized = dataset._as_serialized_graph()
-    return graph_pb2.GraphDef.FromString(bytes(serialized.numpy()))
+    if tf.executing_eagerly():
+        data = serialized.numpy()
+    else:
+        with tf.compat.v1.Session(graph=serialized.graph) as session:
+            data = session.run(serialized)
+    return graph_pb2.GraphDef.FromString(bytes(data))
 
 
 def _graph_services(graph_def: Any) -> Iterator[str]:
