@@ -2,8 +2,9 @@
 
 - ``tfr_hooks/tfrecord/`` (file I/O and its sharding policy) imports nothing of the
   package above it but the argument checks (``tfr_hooks.checks``), the task identity
-  (``tfr_hooks.task``: who this process is in a cluster), and the tf.data service's
-  address checks and read marks (``tfr_hooks.service.address``, ``.watch``);
+  (``tfr_hooks.task``: who this process is in a cluster), the tf.data service's address
+  checks (``tfr_hooks.service.address``) and TensorFlow's private APIs
+  (``tfr_hooks.tf_private``);
 - the shared core (``engine``, ``hooks``, ``checks``, ``signals``, ``keras_callbacks``,
   ``tensorboard``, ...) imports neither mode;
 - ``tfr_hooks/graph/`` (graph mode) and ``tfr_hooks/tf2/`` (TensorFlow 2) never import

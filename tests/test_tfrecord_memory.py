@@ -251,7 +251,7 @@ def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
     from tfr_hooks.tfrecord.memory import serve
 
     plain = memory.single_device_map(tf.data.Dataset.range(5), lambda x: x * 2)
-    assert isinstance(plain, serve._single_device_map_class())  # not the fallback map
+    assert isinstance(plain, tf_private.single_device_map_class())  # not the fallback map
     assert list(plain.as_numpy_iterator()) == [0, 2, 4, 6, 8]
     assert plain.cardinality() == 5
     arrays = _arrays()

@@ -45,6 +45,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tfr_hooks.tf_private import op_determinism_enabled
+
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.contract import ReadFacts
     from tfr_hooks.tfrecord.decide import DataFacts
@@ -446,16 +448,3 @@ class EpochClock:
         if self._skip and self._after[0] and self._first_end is not None:
             start, (steps, examples, wait) = self._first_end, self._after
         return InputStats(epoch, int(steps), int(examples), float(wait), self._end - start)
-
-
-def op_determinism_enabled() -> bool:
-    """Whether ``tf.config.experimental.enable_op_determinism()`` is in effect.
-
-    TensorFlow has no public getter; its own ``is_op_determinism_enabled`` is used where
-    it exists, else the ``TF_DETERMINISTIC_OPS`` variable that also turns it on.
-    """
-    try:
-        from tensorflow.python.framework.config import is_op_determinism_enabled
-    except ImportError:  # moved in another TensorFlow: the variable is the fallback
-        return os.environ.get("TF_DETERMINISTIC_OPS", "").lower() in ("1", "true")
-    return bool(is_op_determinism_enabled())

@@ -1,42 +1,90 @@
 """Every private TensorFlow API the package uses, behind one small function each.
 
-A TensorFlow release that moves one of them is one module to fix, and
-``tests/test_tf_private.py`` checks each on the installed TensorFlow, so that such a
-release fails a test instead of hanging a run. Each function names the versions it was
-checked against.
+Some things the package needs have no public API in TensorFlow: cancelling a
+``tf.function`` blocked in a read (a tf.data service that lost its workers waits
+forever), asking whether op determinism is on, telling the default strategy from a real
+one, finding which tf.data services a dataset reads through, and a single-device map
+for the in-memory gather. They are used here only, so that a TensorFlow release that
+moves one is one module to fix, and ``tests/test_tf_private.py`` checks each of them on
+the installed TensorFlow with real objects, so that such a release fails a test instead
+of a run.
+
+Each function names the versions it was checked against: TensorFlow 2.21 (installed,
+run by the tests). The oldest supported TensorFlow (2.17, ``tests/constraints-oldest.txt``)
+was not at hand where this module was written: the functions that say "2.17 not checked"
+rely on the oldest-constraints CI job (``tox -e py310-oldest-tests``) running
+``tests/test_tf_private.py``. Each degrades as gracefully as its use allows (a fallback,
+or an error naming the API), never silently to a wrong answer.
+
+This module imports nothing of the package, and TensorFlow only inside its functions
+(``tfr_hooks.task`` is read by launchers that never import TensorFlow).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import functools
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 __all__ = [
-    "cancellation_manager",
+    "PRIVATE_APIS",
     "call_cancellable",
-    "start_cancel",
+    "cancellation_manager",
+    "in_multi_worker_mode",
     "is_cancelled",
+    "is_default_strategy",
+    "op_determinism_enabled",
+    "saver_hook_checkpoint_dir",
     "service_addresses",
+    "single_device_map",
+    "start_cancel",
 ]
+
+logger = logging.getLogger(__name__)
+
+#: The private TensorFlow modules this module imports, by the names it takes from them
+#: (``tests/test_tf_private.py`` imports each on the installed TensorFlow).
+PRIVATE_APIS: dict[str, tuple[str, ...]] = {
+    "tensorflow.python.eager.cancellation": (
+        "CancellationManager",
+        "CancellationManagerContext",
+    ),
+    "tensorflow.python.framework.config": ("is_op_determinism_enabled",),
+    "tensorflow.python.framework.op_def_registry": ("get",),
+    "tensorflow.python.data.ops.dataset_ops": ("UnaryDataset",),
+    "tensorflow.python.data.ops.structured_function": ("StructuredFunctionWrapper",),
+    "tensorflow.python.ops.gen_dataset_ops": ("map_dataset",),
+}
+
+
+# -- cancelling a blocked read ----------------------------------------------------------
 
 
 def cancellation_manager() -> Any:
-    """A new ``CancellationManager`` (``tensorflow.python.eager.cancellation``).
-
-    Checked on TensorFlow 2.21.
-    """
+    """A new ``CancellationManager``, for :func:`call_cancellable` and :func:`start_cancel`."""
+    # TF 2.21: tensorflow.python.eager.cancellation.CancellationManager(). 2.17 not checked.
     from tensorflow.python.eager.cancellation import CancellationManager
 
     return CancellationManager()
 
 
 def call_cancellable(manager: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` (a ``tf.function``), cancelled by :func:`start_cancel` on ``manager``.
+    """``fn(*args)`` (a ``tf.function``), which :func:`start_cancel` on ``manager`` ends.
 
-    A function called inside a ``CancellationManagerContext`` registers its ops with the
-    manager, whose ``start_cancel`` (from any thread) ends them with ``CancelledError``.
-    Checked on TensorFlow 2.21.
+    A read through a tf.data service that lost its workers or dispatcher waits forever
+    on TensorFlow 2.21, and no option bounds it; a function called inside a
+    ``CancellationManagerContext`` registers its ops with the manager, whose
+    ``start_cancel`` (from another thread) ends them with ``tf.errors.CancelledError``.
+    (``CancellationManager.get_cancelable_function`` does the same for one concrete
+    function.)
     """
+    # TF 2.21: tensorflow.python.eager.cancellation.CancellationManagerContext(manager),
+    # read by a tf.function's call. 2.17 not checked.
     from tensorflow.python.eager.cancellation import CancellationManagerContext
 
     with CancellationManagerContext(manager):
@@ -44,97 +92,291 @@ def call_cancellable(manager: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def start_cancel(manager: Any) -> None:
-    """Cancel the ops of the calls made under ``manager`` (from any thread)."""
+    """Cancel the calls :func:`call_cancellable` runs under ``manager`` (any thread).
+
+    A cancelled manager stays cancelled: later calls under it fail at once.
+    """
+    # TF 2.21: CancellationManager.start_cancel(). 2.17 not checked.
     manager.start_cancel()
 
 
 def is_cancelled(manager: Any) -> bool:
-    """Whether ``manager`` was cancelled (a new one is needed for the next call)."""
+    """Whether ``manager`` was cancelled (the next call then needs a new one)."""
+    # TF 2.21: the CancellationManager.is_cancelled property. 2.17 not checked.
     return bool(manager.is_cancelled)
 
 
-def service_addresses(dataset: Any) -> list[str]:
-    """The addresses of the tf.data services ``dataset``'s pipeline reads through.
+# -- what TensorFlow has no public getter for -------------------------------------------
 
-    Found in the dataset's own structure, whoever called ``distribute`` or
-    ``from_dataset_id`` and whatever was applied after it: first by walking its input
-    datasets (``Dataset._inputs()``, the ``_address`` of a ``_DataServiceDatasetV2``),
-    which costs microseconds; when the walk meets a dataset made by a function
-    (``flat_map``, ``interleave``), whose inner datasets it cannot see, in its serialized
-    graph (``Dataset._as_serialized_graph``: its ``GraphDef`` and function library, the
-    constant fed to the ``address`` input of every ``DataServiceDataset`` node), which
-    costs the serialization of the data a pipeline holds. Checked on TensorFlow 2.21.
+
+def op_determinism_enabled() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism()`` is in effect.
+
+    TensorFlow has no public getter; its own ``is_op_determinism_enabled`` is used where
+    it exists, else the ``TF_DETERMINISTIC_OPS`` variable that also turns it on.
+    """
+    # TF 2.21: tensorflow.python.framework.config.is_op_determinism_enabled(). 2.17 not
+    # checked (the variable is the fallback where the import fails).
+    try:
+        from tensorflow.python.framework.config import is_op_determinism_enabled
+    except ImportError:  # moved in another TensorFlow: the variable is the fallback
+        return os.environ.get("TF_DETERMINISTIC_OPS", "").lower() in ("1", "true")
+    return bool(is_op_determinism_enabled())
+
+
+def is_default_strategy(strategy: Any) -> bool:
+    """Whether ``strategy`` is TensorFlow's default (no distribution) strategy.
+
+    The one ``tf.distribute.get_strategy()`` returns outside any strategy's scope.
+    """
+    # TF 2.21: distribute_lib._DefaultDistributionStrategy, by its class name (the class
+    # itself is private). 2.17 not checked.
+    return type(strategy).__name__ == "_DefaultDistributionStrategy"
+
+
+def in_multi_worker_mode(strategy: Any) -> bool:
+    """Whether ``strategy`` spans more than one worker process (``False`` for ``None``)."""
+    # TF 2.21: StrategyExtendedV2._in_multi_worker_mode() (MultiWorkerMirroredStrategy's
+    # is True with a cluster of several workers). 2.17 not checked. A strategy without it
+    # counts as one worker.
+    extended = getattr(strategy, "extended", None)
+    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def saver_hook_checkpoint_dir(saver: Any) -> str | None:
+    """The ``checkpoint_dir`` a ``tf.compat.v1.train.CheckpointSaverHook`` was made with.
+
+    ``None`` when it has none (or another TensorFlow keeps it elsewhere).
+    """
+    # TF 2.21: CheckpointSaverHook.__init__ sets `_checkpoint_dir`. 2.17 not checked.
+    directory = getattr(saver, "_checkpoint_dir", None)
+    return os.fspath(directory) if directory else None
+
+
+# -- a single-device map ----------------------------------------------------------------
+
+
+def single_device_map(data: tf.data.Dataset, fn: Callable[[Any], Any]) -> tf.data.Dataset:
+    """``data.map(fn)``, its function instantiated as a single-device function.
+
+    TensorFlow instantiates every function of a pipeline at each new iterator (in graph
+    mode, at each initialization of the iterator). A tf.data function is by default a
+    multi-device one, which Grappler's meta optimizer optimizes at every instantiation:
+    most of the start of a small in-memory pass (measured in
+    ``bench/results/memory_epoch_cost.md``). A function with the
+    ``experimental_ints_on_device`` attribute is instantiated as a single-device function
+    (``tensorflow/core/data/captured_function.cc``), without that pass. The attribute
+    only keeps ``int32`` tensors in the memory of the function's device, and tf.data
+    functions run on the host. The same elements, in the same order.
+
+    Where TensorFlow's internals differ from those it was checked on, a plain ``map``.
+    """
+    try:
+        return single_device_map_class()(data, fn)
+    except (AttributeError, ImportError, TypeError) as error:  # another TF's internals
+        logger.debug("plain map for the in-memory gather: %s", error)
+        return data.map(fn)
+
+
+@functools.cache
+def single_device_map_class() -> Any:
+    """The dataset class of :func:`single_device_map`: ``_MapDataset``, one attribute added.
+
+    Raises:
+        ImportError: This TensorFlow has not the modules it is built from.
+    """
+    # TF 2.21 (and the memory.py class it replaces, written against 2.17 and 2.21):
+    # dataset_ops.UnaryDataset(input, variant) with `_input_dataset`, `_name`,
+    # `_functions()`, `_common_args`, `_variant_tensor`;
+    # structured_function.StructuredFunctionWrapper(fn, name, dataset=, defun_kwargs=);
+    # gen_dataset_ops.map_dataset(variant, captured, f=, use_inter_op_parallelism=,
+    # preserve_cardinality=, output_types/output_shapes/metadata in _common_args).
+    from tensorflow.python.data.ops import dataset_ops, structured_function
+    from tensorflow.python.ops import gen_dataset_ops
+
+    class SingleDeviceMap(dataset_ops.UnaryDataset):
+        def __init__(self, data: Any, fn: Callable[[Any], Any]) -> None:
+            self._input_dataset, self._name = data, None
+            self._map_func = structured_function.StructuredFunctionWrapper(
+                fn,
+                "Dataset.map()",
+                dataset=data,
+                defun_kwargs={"experimental_ints_on_device": True},
+            )
+            variant = gen_dataset_ops.map_dataset(
+                data._variant_tensor,
+                self._map_func.function.captured_inputs,
+                f=self._map_func.function,
+                use_inter_op_parallelism=True,
+                preserve_cardinality=True,
+                **self._common_args,
+            )
+            super().__init__(data, variant)
+
+        def _functions(self) -> list[Any]:
+            return [self._map_func]
+
+        @property
+        def element_spec(self) -> Any:
+            return self._map_func.output_structure
+
+    return SingleDeviceMap
+
+
+#: the op types of a tf.data service read (``distribute``, ``from_dataset_id``) start with
+#: it (TF 2.21 builds ``DataServiceDatasetV4``), and so do the names of its dataset classes
+_SERVICE_OP_PREFIX = "DataServiceDataset"
+
+
+# -- the tf.data services a dataset reads through ---------------------------------------
+
+
+def service_addresses(dataset: tf.data.Dataset) -> list[str]:
+    """The addresses (``"grpc://HOST:PORT"``) of every tf.data service ``dataset`` reads.
+
+    Found in the pipeline itself, so a dataset keeps telling after any transformation the
+    user adds (``.map``, ``.prefetch``, ``.with_options``, ``.apply(...)``): the dataset's
+    inputs are walked back to its sources, and the graph of each function a stage runs
+    (``flat_map``, ``interleave``, ...) is searched with its function library, so that a
+    service read inside one is found too. Works in eager mode and in graph mode
+    (``tf.compat.v1`` datasets included).
+
+    The walk costs microseconds a stage and never serializes the data a pipeline embeds
+    (``from_tensor_slices`` of a large array); only where TensorFlow's internals differ
+    from those it was checked on does it fall back to the dataset's serialized graph,
+    whose cost grows with such data.
+
+    Args:
+        dataset: A ``tf.data.Dataset`` (or ``tf.compat.v1.data.Dataset``).
 
     Returns:
-        Each address as ``"grpc://HOST:PORT"``; empty when none.
+        The addresses, each once, in the order the walk meets them (the last stage's
+        first); ``[]`` when the dataset reads no tf.data service.
+
+    Raises:
+        TypeError: ``dataset`` is not a ``tf.data.Dataset``.
     """
-    from tfr_hooks.service.address import check_service_address
-
-    found, opaque = _walk_services(dataset)
-    if opaque and not found:
-        found = _graph_services(dataset)
-    normalized: list[str] = []
-    for address in found:
-        address = check_service_address(address)
-        if address not in normalized:
-            normalized.append(address)
-    return normalized
-
-
-def _walk_services(dataset: Any) -> tuple[list[str], bool]:
-    """Addresses found by walking ``dataset``'s inputs; whether a function hid some."""
     import tensorflow as tf
 
-    found: list[str] = []
-    opaque = False
-    seen: set[int] = set()
-    stack = [dataset]
-    while stack:
-        data = stack.pop()
-        if id(data) in seen:
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(
+            f"Expected `dataset` to be a tf.data.Dataset. Received: dataset={dataset!r}"
+        )
+    try:
+        found = list(_walk_services(dataset))
+    except (AttributeError, NotImplementedError, TypeError):  # another TF's internals
+        found = list(_graph_services(_serialized_graph(dataset)))
+    return list(dict.fromkeys(found))
+
+
+def _walk_services(dataset: Any) -> Iterator[str]:
+    """The services of ``dataset``'s stages, walked through its inputs and functions."""
+    # TF 2.21: DatasetV2._inputs() (abstract, implemented by every dataset class, the
+    # V1 adapter's forwards to the V2 dataset it wraps) and _functions() (the
+    # StructuredFunctionWrapper of each function a stage runs; `.function` is a
+    # ConcreteFunction); the service dataset (data_service_ops._DataServiceDatasetV2)
+    # keeps its `_address` and `_protocol` tensors; a tf.compat.v1 dataset
+    # (DatasetV1Adapter, _DataServiceDatasetV1) wraps its V2 dataset as `_dataset`.
+    # 2.17 not checked.
+    import tensorflow as tf
+
+    pending, seen = [dataset], set()
+    while pending:
+        current = pending.pop()
+        while isinstance(current, tf.compat.v1.data.Dataset) and isinstance(
+            getattr(current, "_dataset", None), tf.data.Dataset
+        ):
+            current = current._dataset
+        if id(current) in seen:
             continue
-        seen.add(id(data))
-        name = type(data).__name__
-        address = getattr(data, "_address", None)
-        if "DataService" in name and address is not None:
-            value = tf.get_static_value(address)  # a 0-d array, or bytes
-            value = value.item() if hasattr(value, "item") else value
-            if isinstance(value, bytes):
-                found.append(value.decode())
-        opaque = opaque or "FlatMap" in name or "Interleave" in name
-        stack.extend(data._inputs())
-    return found, opaque
+        seen.add(id(current))
+        if _SERVICE_OP_PREFIX in type(current).__name__:
+            yield _address_of(current._protocol, current._address)
+        for wrapper in current._functions():
+            yield from _graph_services(wrapper.function.graph.as_graph_def())
+        pending.extend(reversed(current._inputs()))
 
 
-def _graph_services(dataset: Any) -> list[str]:
-    """Addresses fed to the ``DataServiceDataset`` nodes of ``dataset``'s serialized graph."""
+def _address_of(protocol: Any, address: Any) -> str:
+    """``"PROTOCOL://ADDRESS"`` from the service dataset's two string tensors."""
     import tensorflow as tf
 
+    texts = []
+    for tensor in (protocol, address):
+        value = tf.get_static_value(tensor)
+        if value is None:  # fed at run time (a placeholder): not known here
+            raise TypeError(f"a tf.data service address fed at run time: {tensor!r}")
+        value = getattr(value, "item", lambda v=value: v)()  # graph mode: a 0-d array
+        if not isinstance(value, bytes):
+            raise TypeError(f"a tf.data service address that is not a string: {value!r}")
+        texts.append(value.decode())
+    return f"{texts[0]}://{texts[1]}"
+
+
+def _serialized_graph(dataset: Any) -> Any:
+    """The ``GraphDef`` of ``dataset``'s whole pipeline, its functions in the library."""
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+
+    # TF 2.21: DatasetV2._as_serialized_graph() (a scalar string tensor, evaluated in a
+    # session of the dataset's graph in graph mode). 2.17 not checked.
+    serialized = dataset._as_serialized_graph()
     if tf.executing_eagerly():
-        serialized = dataset._as_serialized_graph().numpy()
+        data = serialized.numpy()
     else:
-        with tf.compat.v1.Session(graph=dataset._variant_tensor.graph) as session:
-            serialized = session.run(dataset._as_serialized_graph())
-    graph = tf.compat.v1.GraphDef.FromString(serialized)
-    groups = [list(graph.node)] + [list(f.node_def) for f in graph.library.function]
-    found: list[str] = []
-    for group in groups:
-        by_name = {node.name: node for node in group}
-        for node in group:
-            if node.op.startswith("DataServiceDataset"):
-                found.extend(_address_inputs(node, by_name))
-    return found
+        with tf.compat.v1.Session(graph=serialized.graph) as session:
+            data = session.run(serialized)
+    return graph_pb2.GraphDef.FromString(bytes(data))
 
 
-def _address_inputs(node: Any, by_name: dict[str, Any]) -> list[str]:
-    """The string constant fed to ``node``'s input named ``address`` (its op's definition)."""
+def _graph_services(graph_def: Any) -> Iterator[str]:
+    """The services read by the ``DataServiceDataset*`` nodes of ``graph_def``.
+
+    Searches the graph's nodes and those of each function of its library; the address
+    and protocol are the string constants fed to the node's ``address`` and ``protocol``
+    inputs (a node whose address is not a constant in its graph is skipped).
+    """
+    yield from _nodes_services(graph_def.node)
+    for function in graph_def.library.function:
+        yield from _nodes_services(function.node_def)
+
+
+def _nodes_services(nodes: Iterable[Any]) -> Iterator[str]:
+    """:func:`_graph_services` in one graph or function body (``NodeDef``s)."""
+    nodes = list(nodes)
+    by_name = {node.name: node for node in nodes}
+    for node in nodes:
+        if not node.op.startswith(_SERVICE_OP_PREFIX):
+            continue
+        protocol = _constant_input(node, "protocol", by_name)
+        address = _constant_input(node, "address", by_name)
+        if protocol is not None and address is not None:
+            yield f"{protocol}://{address}"
+
+
+def _constant_input(node: Any, name: str, by_name: dict[str, Any]) -> str | None:
+    """The string constant fed to ``node``'s input argument ``name``, or ``None``."""
+    import tensorflow as tf
+
+    index = _input_index(node.op, name)
+    inputs = [text for text in node.input if not text.startswith("^")]
+    if index is None or index >= len(inputs):
+        return None
+    # "name", "name:0" in a GraphDef; "name:output:0" in a FunctionDef
+    source = by_name.get(inputs[index].split(":")[0])
+    if source is None or source.op != "Const":
+        return None
+    value = tf.make_ndarray(source.attr["value"].tensor)
+    text = value.item() if value.shape == () else None
+    return text.decode() if isinstance(text, bytes) else None
+
+
+def _input_index(op_type: str, name: str) -> int | None:
+    """The position of input argument ``name`` of the op ``op_type``, or ``None``."""
+    # TF 2.21: op_def_registry.get(type) -> OpDef (every DataServiceDataset* version has
+    # a single-tensor `address` and `protocol` input). 2.17 not checked.
     from tensorflow.python.framework import op_def_registry
 
-    op_def = op_def_registry.get(node.op)
+    op_def = op_def_registry.get(op_type)
     names = [arg.name for arg in op_def.input_arg] if op_def is not None else []
-    if "address" not in names or len(node.input) <= names.index("address"):
-        return []
-    source = by_name.get(node.input[names.index("address")].lstrip("^").split(":")[0])
-    if source is None or source.op != "Const":
-        return []
-    return [value.decode() for value in source.attr["value"].tensor.string_val]
+    return names.index(name) if name in names else None

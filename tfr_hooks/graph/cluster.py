@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import tensorflow as tf
 
 from tfr_hooks.hooks import capabilities_of
+from tfr_hooks.tf_private import saver_hook_checkpoint_dir
 
 __all__ = [
     "DEFAULT_WAIT_FOR_CHIEF_SECS",
@@ -90,9 +90,9 @@ def checkpoint_dir_of(hooks: Sequence[Any]) -> str | None:
     """The ``checkpoint_dir`` of the first stock ``CheckpointSaverHook`` in ``hooks``."""
     for hook in hooks:
         if isinstance(hook, _v1.train.CheckpointSaverHook):
-            directory = hook._checkpoint_dir  # set by its __init__ (TensorFlow's own)
+            directory = saver_hook_checkpoint_dir(hook)
             if directory:
-                return os.fspath(directory)
+                return directory
     return None
 
 

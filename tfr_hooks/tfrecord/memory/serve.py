@@ -8,7 +8,6 @@ function draw new values every epoch (:mod:`tfr_hooks.tfrecord.memory`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.tf_private import single_device_map
 from tfr_hooks.tfrecord.memory.loading import Held, _aligned
 from tfr_hooks.tfrecord.packed import pass_seed
 from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples
@@ -129,64 +129,6 @@ def memory_dataset(
         options.experimental_optimization.apply_default_optimizations = False
         batches = batches.with_options(options)
     return batches
-
-
-def single_device_map(data: tf.data.Dataset, fn: Callable[[Any], Any]) -> tf.data.Dataset:
-    """``data.map(fn)``, its function instantiated as a single-device function.
-
-    TensorFlow instantiates every function of a pipeline at each new iterator (in graph
-    mode, at each initialization of the iterator). A tf.data function is by default a
-    multi-device one, which Grappler's meta optimizer optimizes at every instantiation:
-    most of the start of a small in-memory pass (measured in
-    ``bench/results/memory_epoch_cost.md``). A function with the
-    ``experimental_ints_on_device`` attribute is instantiated as a single-device function
-    (``tensorflow/core/data/captured_function.cc``), without that pass. The attribute
-    only keeps ``int32`` tensors in the memory of the function's device, and tf.data
-    functions run on the host. The same elements, in the same order.
-
-    Private API (``structured_function``, ``gen_dataset_ops.map_dataset``), checked on
-    TensorFlow 2.17 and 2.21; where it differs, a plain ``map``.
-    """
-    try:
-        return _single_device_map_class()(data, fn)
-    except (AttributeError, ImportError, TypeError) as error:  # another TF's internals
-        logger.debug("plain map for the in-memory gather: %s", error)
-        return data.map(fn)
-
-
-@functools.cache
-def _single_device_map_class() -> Any:
-    """The dataset class of :func:`single_device_map`: ``_MapDataset``, one attribute added."""
-    from tensorflow.python.data.ops import dataset_ops, structured_function
-    from tensorflow.python.ops import gen_dataset_ops
-
-    class SingleDeviceMap(dataset_ops.UnaryDataset):
-        def __init__(self, data: tf.data.Dataset, fn: Callable[[Any], Any]) -> None:
-            self._input_dataset, self._name = data, None
-            self._map_func = structured_function.StructuredFunctionWrapper(
-                fn,
-                "Dataset.map()",
-                dataset=data,
-                defun_kwargs={"experimental_ints_on_device": True},
-            )
-            variant = gen_dataset_ops.map_dataset(
-                data._variant_tensor,
-                self._map_func.function.captured_inputs,
-                f=self._map_func.function,
-                use_inter_op_parallelism=True,
-                preserve_cardinality=True,
-                **self._common_args,
-            )
-            super().__init__(data, variant)
-
-        def _functions(self) -> list[Any]:
-            return [self._map_func]
-
-        @property
-        def element_spec(self) -> Any:
-            return self._map_func.output_structure
-
-    return SingleDeviceMap
 
 
 class _Gather:
