@@ -6,8 +6,9 @@ a partial batch makes one more step than the data's global batches. Files of une
 (161 and 144 examples, global batch 16) make 2 x 11 = 22 steps a pass, while the data
 holds 20 global batches. The dataset of ``tfrecord.source`` reports the 22, its facts
 (the input contract) tell the loop, which shows hooks the 22 from the first epoch on,
-and 22 steps run, on the streamed and the packed pipeline (sharded by file) and the in-memory one (split by data: 20), with and
-without ``drop_remainder``; every example of an epoch is counted once.
+and 22 steps run, on the streamed and the packed pipeline (sharded by file) and the
+in-memory one (split by data: 20), with and without ``drop_remainder``; every example of
+an epoch is counted once.
 """
 
 from __future__ import annotations

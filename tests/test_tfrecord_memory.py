@@ -247,8 +247,8 @@ def _single_device_functions(data: tf.data.Dataset) -> list[str]:
 def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
     # a multi-device tf.data function is optimized by Grappler at every new iterator (in
     # graph mode, every initialization): milliseconds of each in-memory pass's start
+    from tfr_hooks import tf_private
     from tfr_hooks.tfrecord import memory
-    from tfr_hooks.tfrecord.memory import serve
 
     plain = memory.single_device_map(tf.data.Dataset.range(5), lambda x: x * 2)
     assert isinstance(plain, tf_private.single_device_map_class())  # not the fallback map
