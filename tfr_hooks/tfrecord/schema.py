@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
-from tfr_hooks.tfrecord.records import NEITHER, as_record_content, not_a_proto_error, where
+from tfr_hooks.tfrecord import decode, infer, matching
+from tfr_hooks.tfrecord.records import where
 
 __all__ = [
     "Feature",
@@ -62,28 +62,11 @@ __all__ = [
 #: The ways a feature can be stored in a ``tf.train.Example``.
 ENCODINGS = ("raw", "int64", "float", "bytes")
 #: The encoding of a :class:`Feature` declared without one: chosen as ``write`` does.
-AUTO = "auto"
+AUTO = infer.AUTO
 
-_NUMERIC = (
-    "bool",
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-)
-_STRINGS = ("string", "bytes")
+_NUMERIC, _STRINGS = infer.NUMERIC_DTYPES, infer.STRING_DTYPES
 _KIND_OF_ENCODING = {"raw": "bytes_list", "bytes": "bytes_list", "int64": "int64_list"}
 _KIND_OF_ENCODING["float"] = "float_list"
-# dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards, if any)
-_RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
-_RAW_DECODE["uint64"] = ("int64", "uint64")
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +150,7 @@ class Feature:
             )
         if self.encoding == AUTO:
             listed = self.default is not None or self.sequence
-            chosen = _auto_encoding(self.dtype, self.shape, listed)
+            chosen = infer.auto_encoding(self.dtype, self.shape, listed)
             object.__setattr__(self, "encoding", chosen)
             object.__setattr__(self, "_auto_encoded", True)
         if self.encoding not in ENCODINGS:
@@ -310,13 +293,7 @@ class Feature:
         ``tf.io.parse_sequence_example``: a ``tf.io.RaggedFeature``, parsed as
         ``[batch, (frames), (values)]``.
         """
-        stored = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
-        stored_dtype = stored[self.encoding]
-        if self.varying or self.optional or self.sequence:  # an optional one is filled in by decode
-            return tf.io.RaggedFeature(dtype=stored_dtype, row_splits_dtype=tf.int64)
-        if self.encoding == "raw":
-            return tf.io.FixedLenFeature([], tf.string)
-        return tf.io.FixedLenFeature(list(self.shape), stored_dtype)
+        return decode.feature_parse_spec(self)
 
     def decode(self, parsed: Any) -> Any:
         """Turn the parsed batch of this feature into a tensor of the stored dtype and shape.
@@ -328,82 +305,7 @@ class Feature:
             A tensor of shape ``[batch, *shape]`` (ragged when the length varies), or for
             a feature list a ``tf.RaggedTensor`` of shape ``[batch, (frames), *shape]``.
         """
-        if self.sequence:
-            return self._decode_frames(parsed)
-        if self.optional and isinstance(parsed, tf.RaggedTensor):
-            parsed = self._fill_default(parsed)
-        if self.encoding == "raw":
-            decoded_dtype, bitcast_to = _RAW_DECODE.get(self.dtype, (self.dtype, None))
-            flat = tf.io.decode_raw(parsed, tf.as_dtype(decoded_dtype), little_endian=True)
-            # Take the batch size from the records, so that a wrong byte count fails the
-            # reshape instead of silently changing the number of examples.
-            batch = tf.shape(parsed, out_type=tf.int64)[:1]
-            value = tf.reshape(flat, tf.concat([batch, tf.constant(self.shape, tf.int64)], 0))
-            if bitcast_to is not None:
-                value = tf.bitcast(value, tf.as_dtype(bitcast_to))
-            if self.dtype == "bool":
-                value = tf.not_equal(value, 0)
-            value.set_shape(parsed.shape.concatenate(self.shape))
-            return value
-        if parsed.dtype != self.tf_dtype:
-            if isinstance(parsed, tf.RaggedTensor):
-                return tf.ragged.map_flat_values(tf.cast, parsed, self.tf_dtype)
-            return tf.cast(parsed, self.tf_dtype)
-        return parsed
-
-    def _decode_frames(self, parsed: Any) -> Any:
-        """``[batch, (frames), *shape]`` from a feature list parsed as ragged values."""
-        frames = parsed.values  # [total frames, (values)]
-        if self.varying:
-            values = frames if frames.dtype == self.tf_dtype else tf.cast(frames, self.tf_dtype)
-            return tf.RaggedTensor.from_row_splits(values, parsed.row_splits, validate=False)
-        per_frame = 1 if self.encoding == "raw" else (self.size or 0)
-        lengths = frames.row_lengths()
-        message = (
-            # "tf.train.SequenceExample" marks it a data error for explain_error
-            f"Expected every frame of feature list {self.name!r} to hold "
-            f"{self.frame.expected_values()} in every tf.train.SequenceExample; found a "
-            "frame with another number of values"
-        )
-        valid = tf.reduce_all(tf.equal(lengths, per_frame))
-        with tf.control_dependencies([tf.debugging.Assert(valid, [message, lengths])]):
-            flat = tf.identity(frames.flat_values)
-        count = tf.shape(lengths, out_type=tf.int64)
-        if self.encoding == "raw":
-            value = self.frame.decode(flat)  # one bytes value per frame: [frames, *shape]
-        else:
-            shape = tf.concat([count, tf.constant(self.shape, tf.int64)], 0)
-            value = self.frame.decode(tf.reshape(flat, shape))
-            value.set_shape(tf.TensorShape([None]).concatenate(self.shape))
-        return tf.RaggedTensor.from_row_splits(value, parsed.row_splits, validate=False)
-
-    def _fill_default(self, parsed: Any) -> Any:
-        """Dense values from the ragged ``[batch, (values)]`` of an optional feature."""
-        per_record = 1 if self.encoding == "raw" else (self.size or 0)
-        lengths = parsed.row_lengths()
-        empty = tf.equal(lengths, 0)
-        valid = tf.reduce_all(tf.logical_or(empty, tf.equal(lengths, per_record)))
-        message = (
-            # "tf.train.Example" marks it a data error for explain_error / DataErrorHook
-            f"Expected feature {self.name!r} to hold 0 or {per_record} value(s) in every "
-            f"tf.train.Example ({self.expected_values()}); found a record with another number"
-        )
-        with tf.control_dependencies([tf.debugging.Assert(valid, [message, lengths])]):
-            dense = parsed.to_tensor(shape=[None, per_record])
-        if self.encoding == "raw":
-            nbytes = self.default_array().astype(np.dtype(self.dtype).newbyteorder("<"))
-            fill = tf.constant([nbytes.tobytes()], tf.string)
-        else:
-            stored = {"bytes": object, "int64": np.int64, "float": np.float32}[self.encoding]
-            values = self.default_array().reshape(-1)
-            fill = tf.constant(values.astype(stored), dense.dtype)
-        value = tf.where(tf.expand_dims(empty, 1), tf.expand_dims(fill, 0), dense)
-        if self.encoding == "raw":
-            return value[:, 0]
-        batch = tf.shape(value, out_type=tf.int64)[:1]
-        value = tf.reshape(value, tf.concat([batch, tf.constant(self.shape, tf.int64)], 0))
-        value.set_shape(tf.TensorShape([None]).concatenate(self.shape))
-        return value
+        return decode.decode_feature(self, parsed)
 
     def check(self, feature: Any) -> str | None:
         """Compare one record's ``tf.train.Feature`` with this spec.
@@ -415,28 +317,7 @@ class Feature:
         Returns:
             ``None`` if it matches, else what was found, in words.
         """
-        if self.sequence:
-            frame = self.frame
-            for index, value in enumerate(feature.feature):
-                found = frame.check(value)
-                if found is not None:
-                    return f"in frame {index}, {found}"
-            return None
-        kind = feature.WhichOneof("kind")
-        values = getattr(feature, kind).value if kind else []
-        if kind is not None and kind != self.kind:
-            return f"a {kind} of {len(values)} value(s)"
-        if self.optional and not values:
-            return None
-        if self.encoding == "raw":
-            if len(values) != 1:
-                return f"{len(values)} bytes values"
-            if len(values[0]) != self.raw_nbytes:
-                return f"one bytes value of {len(values[0])} bytes"
-            return None
-        if not self.varying and len(values) != self.size:
-            return f"a {kind or self.kind} of {len(values)} value(s)"
-        return None
+        return matching.check_value(self, feature)
 
     def suggest_encoding(self, feature: Any) -> str | None:
         """The encoding that would read a record's ``tf.train.Feature``, if another would.
@@ -448,16 +329,7 @@ class Feature:
             An encoding of :data:`ENCODINGS` that fits the dtype and shape and under which
             :meth:`check` accepts ``feature``, or ``None``.
         """
-        for encoding in ENCODINGS:
-            if encoding == self.encoding:
-                continue
-            try:
-                other = dataclasses.replace(self, encoding=encoding)
-            except ValueError:
-                continue
-            if other.check(feature) is None:
-                return encoding
-        return None
+        return matching.suggest_encoding(self, feature, ENCODINGS)
 
     def to_dict(self) -> dict[str, Any]:
         """The feature as a JSON-ready dict."""
@@ -499,76 +371,7 @@ class Feature:
         Raises:
             TypeError: If the dtype cannot be stored.
         """
-        shape = tuple(int(d) for d in array.shape[1:])
-        if array.dtype.kind == "O" and array.ndim == 1 and _holds_lists(array):
-            return cls(name, _list_dtype(name, array), (None,))
-        if array.dtype.kind in "USO":
-            dtype = "string" if array.dtype.kind in "UO" else "bytes"
-            return cls(name, dtype, shape, "bytes")
-        dtype = array.dtype.name
-        if dtype not in _NUMERIC:
-            raise TypeError(
-                f"Expected array {name!r} to have a bool, integer, float or string dtype. "
-                f"Received: dtype={array.dtype}"
-            )
-        return cls(name, dtype, shape)  # the encoding chosen by _auto_encoding
-
-
-def _holds_lists(array: np.ndarray) -> bool:
-    """Whether an object array holds one list (or 1-D array) of values per example."""
-    return any(isinstance(item, (np.ndarray, list, tuple)) for item in array.tolist()[:64])
-
-
-def _list_dtype(name: str, array: np.ndarray) -> str:
-    """The dtype of the values of an object array of 1-D lists (varying length)."""
-    dtypes = set()
-    for index, item in enumerate(array.tolist()):
-        row = np.asarray(item)
-        if row.ndim != 1:
-            raise ValueError(
-                f"Expected each item of array {name!r} to be a 1-D list of values (a "
-                f"feature of varying length). Received: item {index} of shape {row.shape}"
-            )
-        if len(row):
-            dtypes.add("string" if row.dtype.kind in "USO" else row.dtype.name)
-    if not dtypes:
-        return "float32"
-    if len(dtypes) > 1:
-        if all(d in _NUMERIC for d in dtypes):
-            return np.result_type(*dtypes).name
-        raise TypeError(
-            f"Expected the lists of array {name!r} to hold values of one kind. "
-            f"Received: dtypes {sorted(dtypes)}"
-        )
-    dtype = dtypes.pop()
-    if dtype != "string" and dtype not in _NUMERIC:
-        raise TypeError(
-            f"Expected the lists of array {name!r} to hold bool, integer, float or string "
-            f"values. Received: dtype={dtype}"
-        )
-    return dtype
-
-
-def _auto_encoding(dtype: str, shape: Any, listed: bool = False) -> str:
-    """The encoding ``write`` gives a value of ``dtype`` and ``shape``.
-
-    With a default, or per frame of a feature list (``listed``), a ``float16``/``float32``
-    value of any shape is a ``float_list``: optional values and feature lists come from
-    other tools (TFX, ``tf.io.FixedLenFeature`` users, SequenceExample writers), which
-    store them as lists, not as raw bytes.
-    """
-    if dtype in _STRINGS:
-        return "bytes"
-    if listed and dtype in ("float16", "float32"):
-        return "float"
-    scalar_or_varying = tuple(shape) in ((), (None,))
-    if scalar_or_varying and np.dtype(dtype).kind in "biu" and dtype != "uint64":
-        return "int64"
-    if scalar_or_varying and dtype in ("float16", "float32"):
-        return "float"
-    if tuple(shape) == (None,):  # no raw bytes for a varying length: the nearest list
-        return "float" if np.dtype(dtype).kind == "f" else "int64"
-    return "raw"
+        return cls(name, *infer.for_array(name, array))
 
 
 def _hashable(value: Any) -> Any:
@@ -724,20 +527,7 @@ class Schema:
             in schema order; each feature list a ``tf.RaggedTensor`` of shape
             ``[batch, (frames), *feature.shape]``.
         """
-        sequences = self.sequence_features
-        if not sequences:
-            parsed = tf.io.parse_example(serialized, self.parse_spec())
-            return {f.name: f.decode(parsed[f.name]) for f in self.features}
-        context_spec = {f.name: f.parse_spec() for f in self.context_features}
-        context, lists, _ = tf.io.parse_sequence_example(
-            serialized,
-            context_features=context_spec or None,
-            sequence_features={f.name: f.parse_spec() for f in sequences},
-        )
-        return {
-            f.name: f.decode(lists[f.name] if f.sequence else context[f.name])
-            for f in self.features
-        }
+        return decode.parse_batch(self, serialized)
 
     def check_example(
         self,
@@ -774,16 +564,7 @@ class Schema:
             SchemaMismatchError: If a feature has the wrong kind or length, or is a
                 feature list where the schema has a context feature, or the reverse.
         """
-        content = as_record_content(example)
-        if content.kind == NEITHER:
-            raise not_a_proto_error(content, file=file, record=record)
-        for feature in self.features:
-            problem = _check_feature(feature, content, where(file, record))
-            if problem is not None:
-                problem.file, problem.record, problem.feature = file, record, feature.name
-                raise problem
-        if warn:
-            self.warn_unread(content, file=file, record=record)
+        matching.check_example(self, example, file=file, record=record, warn=warn)
 
     def unread(self, example: Any, *, absent: bool = True) -> list[str]:
         """What a record holds that :meth:`parse_batch` will not return, in words.
@@ -800,30 +581,7 @@ class Schema:
             names (they read as 0 frames). Context features left out are not listed:
             choosing features is what a schema (or ``as_tuple``) is for.
         """
-        content = as_record_content(example)
-        if content.kind == NEITHER:
-            return [
-                "it is neither a tf.train.Example nor a tf.train.SequenceExample (found "
-                f"{content.found}), so nothing of it is read"
-            ]
-        found: list[str] = []
-        declared = {f.name for f in self.sequence_features}
-        left_out = sorted(set(content.feature_lists) - declared)
-        if left_out:
-            found.append(
-                f"it holds the feature lists {left_out}, which the schema leaves out "
-                "and the reader will not return: declare each as Feature(name, dtype, "
-                "per-frame shape, sequence=True), or read with the inferred schema"
-            )
-        lacking = sorted(n for n in declared if n not in content.feature_lists)
-        if lacking and absent:
-            held = sorted(content.feature_lists) or "no feature lists"
-            found.append(
-                f"it lacks the feature lists {lacking} of the schema (it holds {held}); "
-                "a record without them reads as 0 frames of them (if no record holds "
-                "them, check their names with tfr-hooks inspect)"
-            )
-        return found
+        return matching.unread(self, example, absent=absent)
 
     def warn_unread(
         self,
@@ -866,16 +624,7 @@ class Schema:
         Returns:
             A new schema, in the same order.
         """
-
-        def adopted(feature: Feature) -> Feature:
-            if not feature._auto_encoded or feature.name not in stored:
-                return feature
-            other = stored[feature.name]
-            if (other.dtype, other.shape) != (feature.dtype, feature.shape):
-                return feature
-            return dataclasses.replace(feature, encoding=other.encoding)
-
-        return Schema(adopted(f) for f in self.features)
+        return matching.with_stored_encodings(self, stored)
 
     def check_compatible(self, stored: Schema, *, source: str) -> None:
         """Raise if this (requested) schema disagrees with the ``stored`` one.
@@ -890,28 +639,7 @@ class Schema:
             MissingFeatureError: If a requested feature is not stored.
             SchemaMismatchError: If a requested feature is stored differently.
         """
-        for feature in self.features:
-            if feature.name not in stored:
-                raise MissingFeatureError(
-                    f"Feature {feature.name!r} is not in the records described by {source}: "
-                    f"expected {feature.describe()}; the stored features are {stored.names}.",
-                    file=source,
-                    feature=feature.name,
-                )
-            other = stored[feature.name]
-            if (other.dtype, other.shape, other.encoding) != (
-                feature.dtype,
-                feature.shape,
-                feature.encoding,
-            ):
-                raise SchemaMismatchError(
-                    f"Feature {feature.name!r} does not match {source}: expected "
-                    f"{feature.describe()} ({feature.encoding} encoding); found "
-                    f"{other.describe()} ({other.encoding} encoding)."
-                    + _encoding_hint(feature, other.encoding, stored=other),
-                    file=source,
-                    feature=feature.name,
-                )
+        matching.check_compatible(self, stored, source=source)
 
     def to_list(self) -> list[dict[str, Any]]:
         """The features as JSON-ready dicts."""
@@ -947,58 +675,4 @@ def _replaced(feature: Feature, change: Any) -> Feature:
         f"Expected the change of feature {name!r} to be a (dtype, shape) tuple, a "
         f"(dtype, shape, encoding) tuple, a dict of Feature fields or a Feature. "
         f"Received: {name}={change!r}"
-    )
-
-
-def _encoding_hint(feature: Feature, encoding: str | None, stored: Feature | None = None) -> str:
-    """Words on the encoding that would have matched, or ``""``."""
-    if encoding is None or encoding == feature.encoding:
-        return ""
-    if stored is not None and (stored.dtype, stored.shape) != (feature.dtype, feature.shape):
-        return ""
-    shape = feature.shape
-    sequence = ", sequence=True" if feature.sequence else ""
-    return (
-        f" The {encoding!r} encoding would match: Feature({feature.name!r}, "
-        f"{feature.dtype!r}, {shape!r}, encoding={encoding!r}{sequence})."
-    )
-
-
-def _check_feature(feature: Feature, content: Any, where: str) -> SchemaMismatchError | None:
-    """The error for one feature of a record (:meth:`Schema.check_example`), if any."""
-    own, other = content.context, content.feature_lists
-    if feature.sequence:
-        own, other = other, own
-    if feature.name not in own and feature.name in other:
-        declared = "a feature list" if feature.sequence else "a context feature"
-        held = "a context feature" if feature.sequence else "a feature list"
-        fix = "without sequence=True" if feature.sequence else "with sequence=True"
-        return SchemaMismatchError(
-            f"Feature {feature.name!r} in {where} does not match the schema: expected "
-            f"{declared} ({feature.expected_values()}); found {held}. Declare it {fix}."
-        )
-    if feature.name not in own:
-        return _missing(feature, content, where)
-    found_text = feature.check(own[feature.name])
-    if found_text is None:
-        return None
-    return SchemaMismatchError(
-        f"Feature {feature.name!r} in {where} does not match the schema: "
-        f"expected {feature.expected_values()}; found {found_text}."
-        + _encoding_hint(feature, feature.suggest_encoding(own[feature.name]))
-    )
-
-
-def _missing(feature: Feature, content: Any, where: str) -> MissingFeatureError | None:
-    """The error for a feature absent from a record, if its absence is one."""
-    if feature.sequence:  # 0 frames: writers often leave out the key (warn_unread names it)
-        return None
-    if feature.optional or feature.varying:
-        return None  # its default is read, or an empty row (as tf.io.RaggedFeature)
-    found = sorted(content.context.keys())
-    return MissingFeatureError(
-        f"Feature {feature.name!r} is missing from {where}: expected "
-        f"{feature.expected_values()}; found only the features {found}. "
-        f"If some records hold no value for it, give it a default: "
-        f"decode={{{feature.name!r}: {{'default': ...}}}}."
     )
