@@ -167,14 +167,9 @@ def test_every_service_op_has_an_address_and_protocol_input() -> None:
 
 # -- the private modules, and who imports them ------------------------------------------
 
-#: modules that still use a private TensorFlow API themselves, each to call its
-#: tf_private function instead (the call sites, in modules being edited elsewhere, move
-#: later): module -> the private names it still uses. Remove an entry once it has moved.
-PENDING = {
-    "tf2/function_loop.py": {"tensorflow.python", "_DefaultDistributionStrategy"},
-    "tfrecord/memory.py": {"tensorflow.python", "_variant_tensor", "_common_args"},
-    "task.py": {"_in_multi_worker_mode"},
-}
+#: modules allowed to use a private TensorFlow API themselves (module -> names): none, all
+#: go through tf_private
+PENDING: dict[str, set[str]] = {}
 PRIVATE_NAMES = {
     "tensorflow.python",
     "_DefaultDistributionStrategy",

@@ -110,5 +110,6 @@ def current_task(strategy: Any = None, model: Any = None) -> TaskInfo:
 
 def is_multi_worker(strategy: Any) -> bool:
     """Whether ``strategy`` spans more than one worker process."""
-    extended = getattr(strategy, "extended", None)
-    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+    from tfr_hooks.tf_private import in_multi_worker_mode
+
+    return in_multi_worker_mode(strategy)

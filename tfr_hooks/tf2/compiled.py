@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tfr_hooks.input_report import op_determinism_enabled
 from tfr_hooks.tf2 import distribute
+from tfr_hooks.tf_private import is_default_strategy
 
 __all__ = ["CompiledSteps", "Executor", "is_default_strategy", "batch_size_of", "UNBOUNDED"]
 
@@ -290,11 +291,6 @@ def _skip(strategy: Any) -> Callable[[Any, Any, Any], Any]:
         return skipped, examples, pending, pending.has_value()
 
     return skip
-
-
-def is_default_strategy(strategy: Any) -> bool:
-    """Whether ``strategy`` is TensorFlow's default (no distribution) strategy."""
-    return type(strategy).__name__ == "_DefaultDistributionStrategy"
 
 
 def _time_after(tensor: Any) -> Any:
