@@ -398,6 +398,7 @@ class _Ended(tfr_hooks.Hook):
         self.ended_at = time.monotonic()
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_slow_but_alive_read_cancels_it_within_the_grace() -> None:
     """A read that is slow but alive (8 s a batch) does not hold a stop request.
 
