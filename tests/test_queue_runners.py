@@ -271,7 +271,9 @@ def test_queue_runner_hook_owns_the_cancel_that_unblocks_a_blocked_step() -> Non
     assert loop.loop.global_step == 5
     assert metrics(history) == {}  # no fetches asked, one epoch closed
     owners = [h for h in loop.hooks if isinstance(h, tfr_hooks.QueueRunnerHook)]
-    assert len(owners) == 1 and loop.loop.input_cancels == (owners[0].cancel,)
+    # the queues' owner first; the runner's cancel (closing the session) only after it
+    assert len(owners) == 1 and loop.loop.input_cancels[0] == owners[0].cancel
+    assert len(loop.loop.input_cancels) == 2
     # the signal watcher ran, as there was input it could cancel
     assert WATCHER in hook.names
 
