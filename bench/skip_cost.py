@@ -39,7 +39,7 @@ def skip_seconds(directory: str, pipeline: str, batch: int, count: int) -> float
     import tensorflow as tf
 
     from tfr_hooks import FunctionLoop, tfrecord
-    from tfr_hooks.tf2.function_loop import _FunctionRunner
+    from tfr_hooks.tf2.runner import FunctionRunner
 
     source = os.path.join(directory, "packed" if pipeline == "packed" else "records")
     data = tfrecord.dataset(
@@ -55,7 +55,7 @@ def skip_seconds(directory: str, pipeline: str, batch: int, count: int) -> float
         return {"n": tf.constant(0.0)}
 
     loop = FunctionLoop(data, step_fn=step_fn, handle_signals=False)
-    runner = _FunctionRunner(loop._steps, hooks=[], dataset=data)
+    runner = FunctionRunner(loop._steps, hooks=[], dataset=data)
     runner.start()
     runner.start_epoch(restart_data=True)  # the pass, and its first batch (the buffer fill)
     runner.skip_batches(1)  # traces the skip function

@@ -119,11 +119,10 @@ def test_service_timeout_is_checked() -> None:
 @pytest.mark.parametrize(
     ("kill", "reason", "build"),
     [
-        (kill_all, "no worker left", "source"),
         (kill_dispatcher, "dispatcher unreachable", "source"),
         (kill_all, "no worker left", "reader-map"),
     ],
-    ids=["all-workers", "dispatcher", "reader-then-map"],
+    ids=["dispatcher", "all-workers-reader-then-map"],
 )
 def test_function_loop_ends_with_the_address_once_the_service_is_gone(
     kill: Any, reason: str, build: str, tmp_path: Any

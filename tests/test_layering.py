@@ -44,8 +44,8 @@ ALLOWED = {
     "tf2": {"tf2", "core", "tfrecord"},
 }
 #: the only modules of the core the tfrecord layer may use: the argument checks, the task
-#: identity, and of the tf.data service its address checks (``service=``) and the mark the
-#: loops watch (``mark_served``), with their package (whose ``__init__`` imports nothing)
+#: identity, the tf.data service's address checks (``service=``) with their package (whose
+#: ``__init__`` imports nothing), and TensorFlow's private APIs (``tf_private``)
 TFRECORD_MAY_USE = {
     "tfr_hooks.checks",
     "tfr_hooks.task",

@@ -36,7 +36,7 @@ def service(shared_service: str) -> str:
 
 def served(address: str) -> tf.data.Dataset:
     """``range(10)`` read through the tf.data service at ``address``."""
-    return tf.data.Dataset.range(10).apply(service_ops.distribute("parallel_epochs", address))
+    return tf.data.Dataset.range(10).apply(service_ops.distribute("distributed_epoch", address))
 
 
 def by_id(address: str) -> tf.data.Dataset:
