@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
-import signal
-import threading
-import time
 from typing import Any
 
 import keras
@@ -168,98 +164,7 @@ def test_steps_per_execution_is_a_positive_int_or_auto() -> None:
             FunctionLoop(data, step_fn=step, steps_per_execution=bad)
 
 
-# -- FunctionLoop with steps of a controlled cost ------------------------------------------
-
-
-def sleeping_step(seconds: tf.Variable) -> Any:
-    """A step that takes ``seconds`` (read each step: a test may change it) and no CPU.
-
-    Each step reads and writes one variable, so the steps of a call run one after the
-    other (as a model's steps do, through its weights).
-    """
-    slept = tf.Variable(0.0, dtype=tf.float32)
-
-    def nap(secs: np.ndarray, total: np.ndarray) -> np.float32:
-        time.sleep(float(secs))
-        return np.float32(secs)
-
-    def step(batch: Any) -> dict[str, Any]:
-        inputs = [seconds.read_value(), slept.read_value()]
-        secs = tf.numpy_function(nap, inputs, tf.float32, stateful=True)
-        slept.assign_add(secs)
-        return {"x": tf.cast(tf.reduce_sum(batch), tf.float32) * 0.0 + secs}
-
-    return step
-
-
-def endless() -> tf.data.Dataset:
-    return tf.data.Dataset.range(10**9).batch(4)
-
-
-class Values(tfr_hooks.Hook):
-    """The value of each call, by epoch; optionally slows a step down at a global step."""
-
-    def __init__(self, change: tuple[int, tf.Variable, float] | None = None) -> None:
-        self.change = change
-
-    def begin(self) -> None:
-        self.values: list[list[int]] = []
-
-    def epoch_begin(self, epoch: int) -> None:
-        self.values.append([])
-
-    def before_run(self, run_context: Any) -> None:
-        self.values[-1].append(self.loop.steps_per_execution)
-        if self.change is not None and self.loop.global_step >= self.change[0]:
-            self.change[1].assign(self.change[2])
-
-
-def test_a_cheap_step_grows_the_value_in_the_first_epoch_and_keeps_it() -> None:
-    values = Values()
-    loop = FunctionLoop(
-        endless(),
-        step_fn=lambda b: {"x": tf.cast(tf.reduce_sum(b), tf.float32)},
-        hooks=[values],
-        steps_per_execution="auto",
-        steps_per_epoch=3000,
-    )
-    history = loop.run(epochs=2)
-    first, second = values.values
-    assert first[0] == 1 and history[HISTORY_KEY][0] >= 64
-    assert len(set(second)) == 1  # settled: the second epoch runs one value
-    assert history[HISTORY_KEY] == [float(second[0])] * 2
-
-
-def test_an_expensive_step_stays_low() -> None:
-    seconds = tf.Variable(0.05, dtype=tf.float32)
-    values = Values()
-    loop = FunctionLoop(
-        endless(),
-        step_fn=sleeping_step(seconds),
-        hooks=[values],
-        steps_per_execution="auto",
-        steps_per_epoch=16,
-    )
-    assert loop.run(epochs=1)[HISTORY_KEY][0] <= 2  # a 50 ms step: the overhead is small
-    assert max(values.values[0]) <= 2
-
-
-def test_the_value_follows_a_step_whose_cost_changes() -> None:
-    """1 ms steps: the value grows; 20x slower from step 200 on: it comes down."""
-    seconds = tf.Variable(0.001, dtype=tf.float32)
-    values = Values(change=(200, seconds, 0.02))
-    loop = FunctionLoop(
-        endless(),
-        step_fn=sleeping_step(seconds),
-        hooks=[values],
-        steps_per_execution="auto",
-        steps_per_epoch=360,
-    )
-    loop.run(epochs=1)
-    (run,) = values.values
-    assert max(run) >= 8
-    # three calls at the old value (0.6 s each, under the one-second bound), then low
-    assert len(run) > 15 and max(run[-10:]) <= 2
+# -- FunctionLoop with auto -------------------------------------------------------------
 
 
 def test_an_epoch_shorter_than_the_value_caps_it() -> None:
@@ -303,67 +208,6 @@ def test_a_per_batch_keras_callback_keeps_it_at_one_and_is_named(
         "steps_per_execution='auto' stays at 1: hooks[0]=KerasCallbacks([Counter, "
         "EarlyStopping, History], per batch: Counter.on_train_batch_end) needs every step."
     ]
-
-
-# -- latency: a stop request or SIGTERM is answered within one call ------------------------
-
-
-class Stopwatch(tfr_hooks.Hook):
-    """Once the value reached ``value``, starts ``stop`` on a timer thread; times the end."""
-
-    def __init__(self, value: int, stop: Any) -> None:
-        self.value, self.stop = value, stop
-
-    def begin(self) -> None:
-        self.asked: tuple[float, int] | None = None
-        self.ended: tuple[float, int] | None = None
-        self.timer: threading.Timer | None = None
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        time.sleep(0.05)  # a slow hook: 50 ms a call, what the value must amortize
-        if self.timer is None and self.loop.steps_per_execution >= self.value:
-            self.timer = threading.Timer(0.15, self.fire)
-            self.timer.start()
-
-    def fire(self) -> None:
-        self.asked = (time.perf_counter(), self.loop.global_step)
-        self.stop(self)
-
-    def epoch_end(self, epoch: int, logs: Any) -> None:
-        self.ended = (time.perf_counter(), self.loop.global_step)
-
-    def end(self, session: Any) -> None:
-        if self.timer is not None:
-            self.timer.join(timeout=10)
-
-
-def request_stop(hook: Stopwatch) -> None:
-    hook.loop.request_stop("a test")
-
-
-def sigterm(hook: Stopwatch) -> None:
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-@pytest.mark.parametrize("stop", [request_stop, sigterm], ids=["request_stop", "SIGTERM"])
-def test_a_stop_is_answered_within_the_call_bound(stop: Any) -> None:
-    """A 10 ms step under a 50 ms hook: the value climbs to 32, calls of ~0.37 s."""
-    seconds = tf.Variable(0.01, dtype=tf.float32)
-    watch = Stopwatch(32, stop)
-    loop = FunctionLoop(
-        endless(),
-        step_fn=sleeping_step(seconds),
-        hooks=[watch],
-        steps_per_execution="auto",
-        steps_per_epoch=2000,
-    )
-    started = time.perf_counter()
-    loop.run(epochs=1)
-    assert time.perf_counter() - started < 30, "the value never reached 32"
-    assert watch.asked is not None and watch.ended is not None
-    assert loop.loop.steps_per_execution == choose(0.05, 0.01) == 32
-    assert watch.ended[0] - watch.asked[0] < 2 * CALL_SECS
-    assert watch.ended[1] - watch.asked[1] <= 32  # the call under way, no other
 
 
 # -- exact resume ---------------------------------------------------------------------------
