@@ -316,9 +316,13 @@ def fit(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
 
 
 def function_loop(
-    spec: w.Spec, kind: str, source: str, service: str | None = None
+    spec: w.Spec,
+    kind: str,
+    source: str,
+    service: str | None = None,
+    steps_per_execution: int | str = 32,
 ) -> dict[str, Any]:
-    """``FunctionLoop(steps_per_execution=32)`` + the 3 callbacks."""
+    """``FunctionLoop(steps_per_execution=32)`` (or another) + the 3 callbacks."""
     import keras as k3
 
     import tfr_hooks
@@ -332,7 +336,7 @@ def function_loop(
         pipeline(spec, kind, source, service),
         model=net,
         hooks=hooks,
-        steps_per_execution=32,
+        steps_per_execution=steps_per_execution,
         steps_per_epoch=_steps(spec, kind),
     )
     history = loop.run(epochs=spec.epochs + 1)
@@ -593,6 +597,8 @@ FUNCTIONS: dict[str, Any] = {
     "img_loop_stream": _row("img", "loop", "stream"),
     "img_loop_memory": _row("img", "loop", "memory"),
     "img_loop_packed": _row("img", "loop", "packed"),
+    "img_loop_memory_1": lambda s: function_loop(s, "img", "memory", steps_per_execution=1),
+    "img_loop_memory_auto": lambda s: function_loop(s, "img", "memory", steps_per_execution="auto"),
     "img_session_memory": _row("img", "session", "memory"),
     "img_model_only": lambda s: model_alone(s, "img"),
     "img_input_1core": _pinned_row("input", served=False),
@@ -612,6 +618,8 @@ FUNCTIONS: dict[str, Any] = {
     "txt_loop_stream": _row("txt", "loop", "stream"),
     "txt_loop_memory": _row("txt", "loop", "memory"),
     "txt_loop_packed": _row("txt", "loop", "packed"),
+    "txt_loop_memory_1": lambda s: function_loop(s, "txt", "memory", steps_per_execution=1),
+    "txt_loop_memory_auto": lambda s: function_loop(s, "txt", "memory", steps_per_execution="auto"),
     "txt_loop_memory_bucketed": _row("txt", "loop", "memory_bucketed"),
     "txt_session_memory_bucketed": _row("txt", "session", "memory_bucketed"),
     "txt_model_only": lambda s: model_alone(s, "txt"),

@@ -644,7 +644,7 @@ def keras3_fit_arrays(spec: Spec) -> dict[str, Any]:
 
 def function_loop(
     spec: Spec,
-    steps_per_execution: int,
+    steps_per_execution: int | str,
     with_callbacks: bool,
     *,
     reinit: bool = False,
@@ -925,6 +925,10 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "function_loop_1_cb": lambda s: function_loop(s, 1, True),
     "function_loop_32": lambda s: function_loop(s, 32, False),
     "function_loop_32_cb": lambda s: function_loop(s, 32, True),
+    "function_loop_8": lambda s: function_loop(s, 8, False),
+    "function_loop_128": lambda s: function_loop(s, 128, False),
+    "function_loop_auto": lambda s: function_loop(s, "auto", False),
+    "function_loop_auto_cb": lambda s: function_loop(s, "auto", True),
     "session_loop_dataset_reinit": lambda s: session_loop(s, "dataset", False, reinit=True),
     "function_loop_32_reinit": lambda s: function_loop(s, 32, False, reinit=True),
     "function_loop_32_cached": lambda s: function_loop(s, 32, False, cached=True),

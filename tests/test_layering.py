@@ -186,7 +186,13 @@ def test_the_tfrecord_modules_import_each_other_without_a_cycle() -> None:
 
 
 #: what a loop asks a hook about: declared on tfr_hooks.Hook, read by capabilities_of
-CAPABILITIES = {"requires_session", "needs_model_state", "owns_signals", "chief_only"}
+CAPABILITIES = {
+    "requires_session",
+    "needs_model_state",
+    "owns_signals",
+    "chief_only",
+    "needs_every_step",
+}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

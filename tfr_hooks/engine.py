@@ -47,6 +47,7 @@ from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_a
 from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
 from tfr_hooks.runners import Runner, StepResult
 from tfr_hooks.stalls import StallPolicy
+from tfr_hooks.tuning import HISTORY_KEY, AutoSteps
 
 __all__ = [
     "Passes",
@@ -210,6 +211,7 @@ def run_loop(
     input_facts: InputFacts | Callable[[], InputFacts] | None = None,
     passes: Passes | None = None,
     epoch_examples: int | None = None,
+    tuning: AutoSteps | None = None,
 ) -> dict[str, list[Any]]:
     """Run epochs of steps with hooks; return the history of epoch logs.
 
@@ -241,6 +243,9 @@ def run_loop(
         epoch_examples: The examples of one pass of the training data when the input
             knows them; after a stalled pass, later passes end at this size (see
             :class:`StallPolicy`).
+        tuning: ``steps_per_execution="auto"`` (:mod:`tfr_hooks.tuning`): it chooses
+            each call's ``steps_per_execution`` from the timed calls, and each epoch's
+            value joins the history under :data:`~tfr_hooks.tuning.HISTORY_KEY`.
 
     Returns:
         A dict from each log name to its list of per-epoch values, like Keras'
@@ -248,6 +253,9 @@ def run_loop(
     """
     passes = Passes() if passes is None else passes
     stalls = StallPolicy(epoch_examples)
+    if tuning is not None:
+        tuning.start_run()
+        steps_per_execution = tuning.value(tuning.train)
     loop.reset(
         epochs=epochs,
         initial_epoch=initial_epoch,
@@ -269,14 +277,16 @@ def run_loop(
         for epoch in range(loop.initial_epoch, epochs):
             if loop.stop_requested:
                 break
-            logs, more = _run_epoch(runner, hooks, loop, epoch, steps_per_epoch, passes, stalls)
+            logs, more = _run_epoch(
+                runner, hooks, loop, epoch, steps_per_epoch, passes, stalls, tuning
+            )
             if logs is None:
                 break
             stats = loop.input_stats
             if stats is not None:
                 report.epoch_end(stats)
             if (epoch + 1) % validation_freq == 0:  # as model.fit counts it
-                val_logs = _validate(runner, hooks, loop, validation_steps, stalls)
+                val_logs = _validate(runner, hooks, loop, validation_steps, stalls, tuning)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)
             for key, value in logs.items():  # keys hooks added (a callback's lr) too
@@ -284,6 +294,8 @@ def run_loop(
             if stats is not None:  # keys with a "/", which no metric name has
                 for key, value in stats.history().items():
                     history.setdefault(key, []).append(value)
+            if tuning is not None:
+                history.setdefault(HISTORY_KEY, []).append(float(loop.steps_per_execution))
             if not more or loop.stop_requested:
                 break
     except BaseException as exc:  # re-raised by end_run, after cleanup
@@ -308,6 +320,7 @@ def _run_epoch(
     steps_per_epoch: int | None,
     passes: Passes,
     stalls: StallPolicy,
+    tuning: AutoSteps | None = None,
 ) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     first = epoch == loop.initial_epoch
@@ -316,7 +329,7 @@ def _run_epoch(
     # only the rest are run
     done = loop.initial_step if first else 0
     length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
-    end = _run_steps(runner, hooks, loop, clock, length, stalls)
+    end = _run_steps(runner, hooks, loop, clock, length, stalls, tuning)
     if loop.epoch_steps == done:
         logger.warning(
             "Epoch %d got no data: the input ran out before its first step; training ends.",
@@ -418,6 +431,7 @@ def _run_steps(
     clock: EpochClock,
     length: int | None,
     stalls: StallPolicy,
+    tuning: AutoSteps | None = None,
 ) -> _EpochEnd:
     """Run the epoch's steps up to ``length`` (``None``: no limit) or a stop request.
 
@@ -434,7 +448,11 @@ def _run_steps(
         step = functools.partial(runner.run_step, limit=limit)
         if left is not None:  # only after a stalled pass: a runner may not take it else
             step = functools.partial(runner.run_step, limit=limit, examples_left=left)
+        started = time.perf_counter()
         result = run_hooked_step(hooks, loop, runner.run_args, runner.session, step)
+        if tuning is not None:  # the next call's value, from this one's time (hooks too)
+            secs = time.perf_counter() - started
+            loop.steps_per_execution = tuning.observe(tuning.train, result.steps, limit, secs)
         clock.step(result.steps, result.examples, result.input_wait)
         loop.epoch_steps += result.steps
         loop.global_step += result.steps
@@ -486,11 +504,39 @@ def _goes_on_after_data_end(
 
 
 def _validate(
-    runner: Runner, hooks: HookList, loop: LoopState, steps: int | None, stalls: StallPolicy
+    runner: Runner,
+    hooks: HookList,
+    loop: LoopState,
+    steps: int | None,
+    stalls: StallPolicy,
+    tuning: AutoSteps | None = None,
 ) -> dict[str, Any]:
-    """Run the validation pass with its events; return its logs (unprefixed)."""
+    """Run the validation pass with its events; return its logs (unprefixed).
+
+    With ``tuning``, its calls have their own ``steps_per_execution``
+    (``loop.steps_per_execution`` during the pass), and the training value is back after.
+    """
     if not runner.start_validation():
         return {}
+    if tuning is None:
+        return _validation_pass(runner, hooks, loop, steps, stalls, None)
+    train_value = loop.steps_per_execution
+    loop.steps_per_execution = tuning.value(tuning.validation)
+    try:
+        return _validation_pass(runner, hooks, loop, steps, stalls, tuning)
+    finally:
+        loop.steps_per_execution = train_value
+
+
+def _validation_pass(
+    runner: Runner,
+    hooks: HookList,
+    loop: LoopState,
+    steps: int | None,
+    stalls: StallPolicy,
+    tuning: AutoSteps | None,
+) -> dict[str, Any]:
+    """The validation pass's steps and events, the data started."""
     hooks.validation_begin()
     logs: dict[str, Any] = {}
     step = 0
@@ -498,6 +544,7 @@ def _validate(
         limit = loop.steps_per_execution
         if steps is not None:
             limit = min(limit, steps - step)
+        started = time.perf_counter()
         hooks.validation_batch_begin(step)
         result = runner.run_validation_step(limit)
         if result.stall is not None:
@@ -509,6 +556,9 @@ def _validate(
         # like Keras' evaluate: the index of the execution's last batch (begin + spe - 1)
         hooks.validation_batch_end(step + loop.steps_per_execution - 1, logs)
         step += result.steps
+        if tuning is not None:  # the next call's value, from this one's time (hooks too)
+            secs = time.perf_counter() - started
+            loop.steps_per_execution = tuning.observe(tuning.validation, result.steps, limit, secs)
         if result.exhausted:
             break
     if step == 0:

@@ -27,7 +27,8 @@ signals back); other ``SessionRunHook`` instances (TensorFlow's own), which
 the run is reported, not a hook's ``end`` failing for want of what never began.
 
 What a loop asks a hook about is declared on :class:`Hook`, with its default:
-``requires_session``, ``needs_model_state``, ``owns_signals`` and ``chief_only``. Loops
+``requires_session``, ``needs_model_state``, ``owns_signals``, ``chief_only`` and
+``needs_every_step``. Loops
 read them through :func:`capabilities_of`, which gives a stock ``SessionRunHook`` (not a
 :class:`Hook`) the answers that fit it.
 """
@@ -223,6 +224,11 @@ class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
     #: the chief runs it: a loop told it is not the chief
     #: (``SessionLoop(master=..., is_chief=False)``) drops it from its hooks.
     chief_only: bool = False
+    #: Whether the hook needs its ``before_run``/``after_run`` around every single step
+    #: (it counts calls as steps): a loop told ``steps_per_execution="auto"`` then keeps
+    #: running one step a call (see :mod:`tfr_hooks.tuning`). A fixed
+    #: ``steps_per_execution`` is the user's choice and is left as it is.
+    needs_every_step: bool = False
 
     #: The state of the loop that runs the hook, as :meth:`set_loop` gave it; ``None``
     #: until a loop attaches the hook (a hook called directly, or never run). Read it as
@@ -318,6 +324,7 @@ class HookCapabilities:
     needs_model_state: bool = False
     owns_signals: tuple[signal.Signals, ...] = ()
     chief_only: bool = False
+    needs_every_step: bool = False
 
 
 _CHIEF_ONLY_STOCK = (
@@ -332,7 +339,9 @@ def capabilities_of(hook: Any) -> HookCapabilities:
     A :class:`Hook` answers with its class attributes. Any other ``SessionRunHook``
     (TensorFlow's stock hooks, or a user's) gets the answers that fit it: it needs a
     session when it comes from TensorFlow (it fetches tensors or runs ops), and it is
-    chief-only when it is a stock ``CheckpointSaverHook`` or ``SummarySaverHook``.
+    chief-only when it is a stock ``CheckpointSaverHook`` or ``SummarySaverHook``, and it
+    needs every step when it has its own ``before_run`` or ``after_run`` (it knows nothing
+    of calls that run several steps).
     """
     if isinstance(hook, Hook):
         return HookCapabilities(
@@ -340,10 +349,15 @@ def capabilities_of(hook: Any) -> HookCapabilities:
             needs_model_state=bool(hook.needs_model_state),
             owns_signals=tuple(hook.owns_signals),
             chief_only=bool(hook.chief_only),
+            needs_every_step=bool(hook.needs_every_step),
         )
+    per_step = ("before_run", "after_run")
     return HookCapabilities(
         requires_session=type(hook).__module__.startswith("tensorflow."),
         chief_only=isinstance(hook, _CHIEF_ONLY_STOCK),
+        needs_every_step=any(
+            getattr(type(hook), name) is not getattr(SessionRunHook, name) for name in per_step
+        ),
     )
 
 

@@ -359,11 +359,14 @@ def __getattr__(name: str) -> Any:
 
 def verdict(stats: InputStats, facts: InputFacts) -> str:
     """The log line of a verdict: the share, its class and the remedy."""
+    spe = ""
+    if facts.steps_per_execution is not None:
+        spe = f" (steps_per_execution={facts.steps_per_execution})"
     return (
         f"Epoch {stats.epoch}: {stats.wait_share:.0%} of step time waiting for input "
         f"({stats.bound}; the profiler's classes: over 20% input-bound, 5-20% moderately, "
         f"under 5% not), {stats.examples_per_sec:,.0f} examples/s over {stats.steps} "
-        f"steps. {remedy(stats, facts)}"
+        f"steps{spe}. {remedy(stats, facts)}"
     )
 
 

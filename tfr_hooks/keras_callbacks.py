@@ -210,6 +210,18 @@ class KerasCallbacks(Hook):
         self._writing = ChiefOnlyWriting(TaskInfo())
         self._active: list[Any] = list(self.callbacks)
         self._input_scalars = InputScalarWriter()
+        #: The callbacks with batch methods of their own, as ``Name.method``: Keras' own
+        #: callbacks take one call per execution (as ``fit`` with ``steps_per_execution``
+        #: makes it), a batch method from your code is taken to count every batch.
+        self.per_batch = tuple(
+            f"{type(c).__name__}.{m}" for c in self.callbacks if (m := _own_batch_method(c))
+        )
+        self.needs_every_step = bool(self.per_batch)
+
+    def __repr__(self) -> str:
+        names = ", ".join(type(c).__name__ for c in self.callbacks)
+        batch = f", per batch: {', '.join(self.per_batch)}" if self.per_batch else ""
+        return f"KerasCallbacks([{names}]{batch})"
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -461,6 +473,36 @@ class KerasCallbacks(Hook):
                 )
                 loop.initial_step = done
             set_backup_last_batch(callback, max(done - 1, 0))
+
+
+#: The batch-level methods of a Keras callback.
+_BATCH_METHODS = (
+    "on_batch_begin",
+    "on_batch_end",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+)
+
+
+def _own_batch_method(callback: Any) -> str | None:
+    """The first batch method of ``callback`` that comes from outside Keras, or ``None``.
+
+    A method set on the instance (``LambdaCallback(on_train_batch_end=...)``) or defined
+    by a class of another package than ``keras``/``tf_keras`` (the user's subclass)
+    counts; Keras' own definitions (its no-op base methods, ``ProgbarLogger``'s,
+    ``TensorBoard``'s, ``ModelCheckpoint``'s) work per execution, as in ``fit``.
+    """
+    for name in _BATCH_METHODS:
+        if name in vars(callback):
+            return name
+        for cls in type(callback).__mro__:
+            if name in vars(cls):
+                if cls.__module__.partition(".")[0] not in ("keras", "tf_keras"):
+                    return name
+                break
+    return None
 
 
 def _refuse_graph_incompatible(callbacks: Sequence[Any], keras: Any) -> None:

@@ -20,12 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.checks import (
-    check_bool,
-    check_optional_positive_int,
-    check_positive_int,
-    expected,
-)
+from tfr_hooks.checks import check_bool, check_optional_positive_int, expected
 from tfr_hooks.engine import Passes, check_run_args, run_loop
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, facts_of_read
@@ -37,6 +32,7 @@ from tfr_hooks.tf2.compiled import CompiledSteps
 from tfr_hooks.tf2.runner import FunctionRunner
 from tfr_hooks.tfrecord.contract import ReadFacts, Source, data_and_facts
 from tfr_hooks.tfrecord.sharding import distributed_steps
+from tfr_hooks.tuning import AUTO, AutoSteps, check_steps_per_execution
 
 __all__ = ["FunctionLoop"]
 
@@ -83,7 +79,12 @@ class FunctionLoop:
             ``run(validation_data=...)``).
         hooks: ``tfr_hooks.Hook`` instances (or session-free ``SessionRunHook`` instances),
             called in this order.
-        steps_per_execution: Steps run by one call of the compiled function.
+        steps_per_execution: Steps run by one call of the compiled function, or
+            ``"auto"``: the loop times its calls and chooses it, so that a call's
+            overhead is at most 3% of its steps' time and a call lasts at most half a
+            second; it stays at 1 while a hook needs every step (see
+            :mod:`tfr_hooks.tuning`). ``loop.steps_per_execution`` shows the value, and
+            the history's ``input/steps_per_execution`` each epoch's.
         steps_per_epoch: Steps per epoch, or ``None`` to let the data decide (an epoch
             then ends at the dataset's last batch and the data restarts for the next).
         strategy: A ``tf.distribute.Strategy``; ``None`` uses the current one (the
@@ -123,7 +124,7 @@ class FunctionLoop:
         step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         validation_step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         hooks: Sequence[Any] | None = None,
-        steps_per_execution: int = 1,
+        steps_per_execution: int | str = 1,
         steps_per_epoch: int | None = None,
         strategy: Any = None,
         handle_signals: bool = True,
@@ -152,7 +153,7 @@ class FunctionLoop:
         for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
             if fn is not None and not callable(fn):
                 raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
-        check_positive_int(steps_per_execution, "steps_per_execution")
+        check_steps_per_execution(steps_per_execution)
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         check_bool(measure_input, "measure_input")
         if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
@@ -174,6 +175,13 @@ class FunctionLoop:
         if is_multi_worker(self.strategy):
             extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
         self.hooks = HookList([*user_hooks, *extra])
+        #: ``steps_per_execution="auto"``: the tuners, kept across runs (else ``None``)
+        self.tuning: AutoSteps | None = None
+        if steps_per_execution == AUTO:
+            held = None
+            if is_multi_worker(self.strategy):  # the workers' calls must stay in step
+                held = "a multi-worker strategy (every worker must run the same calls)"
+            self.tuning = AutoSteps(self.hooks.hooks, held=held)
         self.loop = LoopState()
         self.loop.strategy = self.strategy
         # the compiled functions, built once per loop and kept across runs
@@ -263,18 +271,20 @@ class FunctionLoop:
             epochs=epochs,
             initial_epoch=initial_epoch,
             steps_per_epoch=self.steps_per_epoch,
-            steps_per_execution=self.steps_per_execution,
+            steps_per_execution=1 if self.tuning else int(self.steps_per_execution),
             known_steps=known if known else None,
             validation_freq=validation_freq,
             validation_steps=validation_steps,
             input_facts=self._input_facts,
             passes=self._passes,
             epoch_examples=self.facts.served_examples(),
+            tuning=self.tuning,
         )
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input, for the verdict's remedy (as SessionLoop)."""
-        return facts_of_read(self.facts, steps_per_execution=self.steps_per_execution)
+        value = self.loop.steps_per_execution if self.tuning else int(self.steps_per_execution)
+        return facts_of_read(self.facts, steps_per_execution=value)
 
 
 def _data_of(data: object, name: str) -> tuple[Any, ReadFacts]:

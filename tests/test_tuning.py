@@ -1,0 +1,265 @@
+"""``steps_per_execution="auto"`` (tfr_hooks.tuning): the rule, and FunctionLoop tuned by it."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfr_hooks
+from helpers import keras_regressor
+from tfr_hooks import FunctionLoop, KerasCallbacks
+from tfr_hooks.tuning import CALL_SECS, HISTORY_KEY, AutoSteps, StepsTuner, choose, fit
+
+# -- the rule, on durations of a model call t(k) = o + k * s ------------------------------
+
+
+def settle(
+    tuner: StepsTuner, overhead: float, step: float, calls: int, noise: float = 0.0
+) -> list[int]:
+    """Feed ``tuner`` ``calls`` calls of the model, with relative noise; the values used."""
+    rng = random.Random(0)
+    values = []
+    for _ in range(calls):
+        k = tuner.value
+        values.append(k)
+        secs = (overhead + k * step) * (1 + rng.uniform(-noise, noise))
+        tuner.observe(k, k, secs)
+    return values
+
+
+def test_the_rule_meets_the_overhead_share_within_the_call_bound() -> None:
+    assert choose(0.0025, 0.0038) == 32  # the digits MLP: 2.5 ms a call, 3.8 ms a step
+    assert choose(0.001, 0.00001) == 1024  # a free step: up to the maximum
+    assert choose(0.001, 0.05) == 1  # a 50 ms step: the overhead is already small
+    assert choose(0.05, 0.01) == 32  # a slow hook: 64 would make a call too long
+    assert choose(0.01, 2.0) == 1
+    for overhead, step in [(0.0025, 0.0038), (0.0003, 0.0001), (0.002, 0.02)]:
+        k = choose(overhead, step)
+        assert overhead <= 0.03 * k * step or overhead + 2 * k * step > CALL_SECS
+        assert k == 1 or overhead > 0.03 * (k // 2) * step  # the smallest such value
+
+
+def test_fit_recovers_overhead_and_step_time() -> None:
+    o, s = fit({k: 0.002 + k * 0.001 for k in (1, 2, 8)}) or (0, 0)
+    assert o == pytest.approx(0.002) and s == pytest.approx(0.001)
+    assert fit({4: 1.0}) is None
+
+
+@pytest.mark.parametrize(("overhead", "step"), [(0.0025, 0.0038), (0.0005, 0.00002), (0.05, 0.01)])
+def test_it_settles_at_the_rule_and_stays_there_under_noise(overhead: float, step: float) -> None:
+    tuner = StepsTuner()
+    values = settle(tuner, overhead, step, 2000, noise=0.3)
+    target = choose(overhead, step)
+    first = values.index(target)
+    assert tuner.settled and tuner.value == target
+    assert set(values[first:]) == {target}  # no oscillation once there
+    # within the first second of training, a few hundred steps of a normal step
+    assert sum(overhead + k * step for k in values[:first]) < 2.0
+    assert sum(values[:first]) < 500 or step < 0.0001
+    assert max(values) <= max(target, 2)  # no overshoot past the bound
+
+
+def test_an_expensive_step_stays_at_one() -> None:
+    tuner = StepsTuner()
+    values = settle(tuner, 0.0005, 0.3, 50)
+    assert tuner.value == 1 and max(values) == 1  # 2 steps would take 0.6 s
+
+
+def test_it_follows_a_step_whose_cost_changes() -> None:
+    tuner = StepsTuner()
+    settle(tuner, 0.002, 0.0005, 300)
+    assert tuner.value == choose(0.002, 0.0005) == 256
+    settle(tuner, 0.002, 0.02, 30)  # 40x slower: 256 steps would take 5 s
+    assert tuner.value == choose(0.002, 0.02) == 4
+    settle(tuner, 0.002, 0.0005, 30)  # and back
+    assert tuner.value == 256
+
+
+def test_a_single_call_far_too_long_brings_the_value_down_at_once() -> None:
+    tuner = StepsTuner()
+    settle(tuner, 0.002, 0.0005, 300)
+    tuner.observe(256, 256, 256 * 0.02)  # one call of 5 s
+    assert tuner.value * 0.02 <= CALL_SECS
+
+
+def test_calls_cut_short_and_the_first_call_of_a_run_do_not_move_it() -> None:
+    tuner = StepsTuner()
+    tuner.observe(1, 1, 30.0)  # the first call traces
+    assert tuner.value == 1 and not tuner._times
+    settle(tuner, 0.002, 0.0005, 300)
+    assert tuner.value == 256
+    for _ in range(10):  # each epoch's last call is cut short
+        tuner.observe(256, 256, 0.002 + 256 * 0.0005)
+        tuner.observe(3, 3, 0.002 + 3 * 0.0005)
+    assert tuner.value == 256
+    tuner.restart()
+    tuner.observe(256, 256, 30.0)  # a new run's first call
+    assert tuner.value == 256
+
+
+def test_a_hook_that_needs_every_step_holds_it(caplog: pytest.LogCaptureFixture) -> None:
+    class EveryStep(tfr_hooks.Hook):
+        needs_every_step = True
+
+    auto = AutoSteps([tfr_hooks.Hook(), EveryStep()])
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tuning"):
+        auto.start_run()
+        auto.start_run()
+    assert not auto.tuned
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("steps_per_execution='auto' stays at 1: hooks[1]=<")
+    assert "EveryStep object" in message and message.endswith("needs every step.")
+    for _ in range(20):
+        assert auto.observe(auto.train, 1, 1, 0.001) == 1
+
+
+def test_only_callbacks_with_their_own_batch_methods_need_every_step(tmp_path: Any) -> None:
+    class Counter(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            pass
+
+    class Quiet(keras.callbacks.EarlyStopping):
+        pass
+
+    model = keras_regressor()
+    stock = [
+        keras.callbacks.EarlyStopping(),
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "m.weights.h5"), save_weights_only=True),
+        keras.callbacks.TensorBoard(str(tmp_path / "tb")),
+        keras.callbacks.TerminateOnNaN(),
+        Quiet(),
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda *a: None),
+    ]
+    assert not KerasCallbacks(stock, model, verbose=1).needs_every_step  # + ProgbarLogger
+    lam = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *a: None)
+    for own, name in [(Counter(), "Counter"), (lam, "LambdaCallback")]:
+        hook = KerasCallbacks([*stock, own], model)
+        assert hook.needs_every_step
+        assert hook.per_batch == (f"{name}.on_train_batch_end",)
+        assert f"per batch: {name}.on_train_batch_end" in repr(hook)
+
+
+def test_a_plain_session_run_hook_with_its_own_before_run_needs_every_step() -> None:
+    class Counts(tf.compat.v1.train.SessionRunHook):
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            pass
+
+    capabilities = tfr_hooks.hooks.capabilities_of
+    assert capabilities(Counts()).needs_every_step
+    assert not capabilities(tf.compat.v1.train.SessionRunHook()).needs_every_step
+    assert not capabilities(tfr_hooks.StopOnSignal()).needs_every_step
+
+
+def test_steps_per_execution_is_a_positive_int_or_auto() -> None:
+    data = tf.data.Dataset.range(4).batch(2)
+    step = lambda b: {"x": tf.reduce_sum(b)}  # noqa: E731
+    for bad in ("fast", 0, 2.0, True):
+        with pytest.raises(ValueError, match=r"positive integer or 'auto'.*Received: steps_per"):
+            FunctionLoop(data, step_fn=step, steps_per_execution=bad)
+
+
+# -- FunctionLoop with auto -------------------------------------------------------------
+
+
+def test_an_epoch_shorter_than_the_value_caps_it() -> None:
+    tuner = StepsTuner()
+    for _ in range(40):  # epochs of 20 steps: the loop cuts the calls at their end
+        done = 0
+        while done < 20:
+            limit = min(tuner.value, 20 - done)
+            tuner.observe(limit, limit, 0.001 + limit * 0.00001)
+            done += limit
+    assert tuner.value == 20
+
+
+def test_a_per_batch_keras_callback_keeps_it_at_one_and_is_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Counter(keras.callbacks.Callback):
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.batches: list[int] = []
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.batches.append(batch)
+
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(2)
+    model = keras_regressor()
+    counter = Counter()
+    loop = FunctionLoop(
+        data,
+        model=model,
+        hooks=[KerasCallbacks([counter, keras.callbacks.EarlyStopping()], model)],
+        steps_per_execution="auto",
+    )
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tuning"):
+        history = loop.run(epochs=2)
+        loop.run(epochs=1)
+    assert history[HISTORY_KEY] == [1.0, 1.0]
+    assert counter.batches == list(range(32))  # every batch, the last run's epoch
+    held = [r.getMessage() for r in caplog.records if "stays at 1" in r.getMessage()]
+    assert held == [
+        "steps_per_execution='auto' stays at 1: hooks[0]=KerasCallbacks([Counter, "
+        "EarlyStopping, History], per batch: Counter.on_train_batch_end) needs every step."
+    ]
+
+
+# -- exact resume ---------------------------------------------------------------------------
+
+
+def recording_step(seen: tf.Variable, count: tf.Variable) -> Any:
+    """A step that writes the first element of each batch it trains on to ``seen``."""
+
+    def step(batch: Any) -> dict[str, Any]:
+        seen.scatter_nd_update([[count.read_value()]], [batch[0]])
+        count.assign_add(1)
+        return {"x": tf.cast(batch[0], tf.float32)}
+
+    return step
+
+
+class StopAt(tfr_hooks.Hook):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self.loop.global_step >= self.step:
+            self.loop.request_stop("a test")
+
+
+class ResumeAt(tfr_hooks.Hook):
+    """Sets ``loop.initial_step`` as a checkpoint hook restoring a mid-epoch position does."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def begin(self) -> None:
+        self.loop.initial_step = self.step
+
+
+def trained(hooks: list[Any], epochs: int, initial_epoch: int = 0) -> tuple[list[int], Any]:
+    """The batches (by first element) a fresh loop trains on, and the loop's state."""
+    seen = tf.Variable(tf.fill([4096], tf.constant(-1, tf.int64)))
+    count = tf.Variable(0, dtype=tf.int32)
+    data = tf.data.Dataset.range(600).shuffle(600, seed=7).batch(2)
+    loop = FunctionLoop(
+        data, step_fn=recording_step(seen, count), hooks=hooks, steps_per_execution="auto"
+    )
+    loop.run(epochs=epochs, initial_epoch=initial_epoch)
+    return [int(v) for v in seen.numpy()[: int(count.numpy())]], loop.loop
+
+
+def test_a_run_resumed_mid_epoch_with_auto_trains_the_batches_of_an_uninterrupted_one() -> None:
+    whole, _ = trained([], epochs=2)
+    assert len(whole) == 600
+    before, state = trained([StopAt(420)], epochs=2)
+    assert state.epoch == 1 and 0 < state.epoch_steps < 300  # stopped inside epoch 1
+    assert state.steps_per_execution > 1  # with calls of several steps
+    after, _ = trained([ResumeAt(state.epoch_steps)], epochs=2, initial_epoch=1)
+    assert before + after == whole

@@ -1,0 +1,312 @@
+"""``steps_per_execution="auto"``: how many steps a loop's call runs, chosen from measured calls.
+
+A call of :class:`~tfr_hooks.FunctionLoop`'s compiled function runs up to
+``steps_per_execution`` steps; hooks see each call once. Every call costs a fixed
+*overhead* ``o`` (the hooks' ``before_run``/``after_run``, the engine's Python, the call
+of the ``tf.function`` itself) on top of the steps' time ``k * s``. The engine times
+every call (hooks included) and hands the durations to a :class:`StepsTuner`, which
+fits ``t(k) = o + k * s`` and picks, among the powers of two up to :data:`MAX_STEPS`:
+
+* the smallest ``k`` whose overhead is at most :data:`OVERHEAD_SHARE` (3%) of the
+  steps' time (``o <= 0.03 * k * s``);
+* but never one whose call would last longer than :data:`CALL_SECS` (half a second):
+  hooks, progress bars, stop requests and signals are then answered at least twice a
+  second. A step slower than that runs one at a time.
+
+How it gets there: it starts at 1, and climbs (2x, then at most 4x at a time, never past the
+half-second bound as the calls so far predict it) once :data:`SAMPLES` calls of the
+current value were timed, fitting ``o`` and ``s`` on the medians of every value tried;
+it settles at the first value the fit does not ask to leave (a first epoch of a few
+hundred steps is enough). The first call of a run (tracing) is not measured.
+
+Settled, it keeps watching: when the median of the last :data:`SAMPLES` calls is more
+than twice, or less than half, what the fit predicts (the step's cost changed: another
+phase of the model, a slower input, a loaded machine), it refits ``s`` from them and
+moves to the value the rule gives; a single call longer than twice :data:`CALL_SECS`
+brings it down at once. The factor-2 band keeps it still under ordinary noise.
+Validation calls have a tuner of their own (their steps cost less).
+
+What holds it at 1: a hook that needs every step (:attr:`~tfr_hooks.Hook.needs_every_step`;
+a :class:`~tfr_hooks.KerasCallbacks` holding a callback whose batch methods come from
+your code rather than Keras'; a plain ``SessionRunHook`` with its own
+``before_run``/``after_run``), and a multi-worker strategy (every worker must run the
+same calls, and the durations differ between them). The loop logs once which one.
+
+The chosen value is ``loop.steps_per_execution`` for hooks, and each epoch's value is in
+the history under :data:`HISTORY_KEY`.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from tfr_hooks.checks import check_positive_int, expected
+from tfr_hooks.hooks import capabilities_of
+
+__all__ = [
+    "AUTO",
+    "HISTORY_KEY",
+    "OVERHEAD_SHARE",
+    "CALL_SECS",
+    "MAX_STEPS",
+    "SAMPLES",
+    "AutoSteps",
+    "StepsTuner",
+    "check_steps_per_execution",
+    "choose",
+    "fit",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The value of ``steps_per_execution`` that asks the loop to choose it.
+AUTO = "auto"
+#: The history key of each epoch's ``steps_per_execution`` (the value at its end).
+HISTORY_KEY = "input/steps_per_execution"
+#: The largest share of a call's steps' time its overhead may take.
+OVERHEAD_SHARE = 0.03
+#: The longest call the rule chooses, in seconds (hooks run at least twice a second).
+CALL_SECS = 0.5
+#: The largest value chosen.
+MAX_STEPS = 1024
+#: Calls timed at a value before deciding (their median is taken).
+SAMPLES = 3
+#: How much faster or slower than predicted settled calls must be to move the value.
+_BAND = 2.0
+#: The most the value grows in one move.
+_GROWTH = 4
+
+
+def check_steps_per_execution(value: object, name: str = "steps_per_execution") -> int | str:
+    """Return ``value`` if it is a positive int or ``"auto"``.
+
+    Raises:
+        ValueError: For another value.
+    """
+    if isinstance(value, str):
+        if value != AUTO:
+            raise ValueError(expected(name, "a positive integer or 'auto'", value))
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(expected(name, "a positive integer or 'auto'", value))
+    return check_positive_int(value, name)
+
+
+def _power_of_two_at_most(value: float) -> int:
+    k = 1
+    while k * 2 <= value:
+        k *= 2
+    return k
+
+
+def choose(
+    overhead: float,
+    step_secs: float,
+    *,
+    share: float = OVERHEAD_SHARE,
+    call_secs: float = CALL_SECS,
+    maximum: int = MAX_STEPS,
+) -> int:
+    """The value the rule gives for a per-call ``overhead`` and a step's ``step_secs``.
+
+    The smallest power of two ``k`` with ``overhead <= share * k * step_secs``, at most
+    the largest whose call (``overhead + k * step_secs``) fits in ``call_secs``, within
+    ``[1, maximum]``.
+    """
+    overhead, step_secs = max(overhead, 0.0), max(step_secs, 1e-9)
+    k = 1
+    while k < maximum and overhead > share * k * step_secs:
+        k *= 2
+    cap = _power_of_two_at_most(max(1.0, (call_secs - overhead) / step_secs))
+    return max(1, min(k, cap, maximum))
+
+
+def fit(times: dict[int, float]) -> tuple[float, float] | None:
+    """``(overhead, step_secs)`` of ``t(k) = o + k * s`` fitted to call times by steps.
+
+    A least-squares fit weighted by ``1 / t**2`` (the noise of a timing is relative to
+    it); ``None`` with fewer than two step counts. ``o`` is at least 0 and ``s`` positive.
+    """
+    if len(times) < 2:
+        return None
+    weights = {k: 1.0 / max(t, 1e-12) ** 2 for k, t in times.items()}
+    total = sum(weights.values())
+    mean_k = sum(w * k for k, w in weights.items()) / total
+    mean_t = sum(w * times[k] for k, w in weights.items()) / total
+    var = sum(w * (k - mean_k) ** 2 for k, w in weights.items())
+    cov = sum(w * (k - mean_k) * (times[k] - mean_t) for k, w in weights.items())
+    slope = cov / var if var > 0 else 0.0
+    if slope <= 0:  # the steps cost nothing measurable next to the call
+        slope = min(t / k for k, t in times.items()) * 1e-3
+    return max(0.0, mean_t - slope * mean_k), slope
+
+
+class StepsTuner:
+    """Chooses a loop's ``steps_per_execution`` from the durations of its calls.
+
+    Pure: it sees only ``(steps, limit, seconds)`` of each call (see the module's rule).
+
+    Args:
+        share: :data:`OVERHEAD_SHARE`.
+        call_secs: :data:`CALL_SECS`.
+        maximum: :data:`MAX_STEPS`.
+        samples: :data:`SAMPLES`.
+    """
+
+    def __init__(
+        self,
+        *,
+        share: float = OVERHEAD_SHARE,
+        call_secs: float = CALL_SECS,
+        maximum: int = MAX_STEPS,
+        samples: int = SAMPLES,
+    ) -> None:
+        self.share, self.call_secs, self.maximum, self.samples = share, call_secs, maximum, samples
+        #: The value the next call runs with.
+        self.value = 1
+        #: Whether the climb is over (the value moves only when the cost changes).
+        self.settled = False
+        #: ``(overhead, step_secs)`` as last fitted, or ``None``.
+        self.model: tuple[float, float] | None = None
+        self._times: dict[int, deque[float]] = {}
+        self._fresh = 0  # calls at ``value`` since it was set or last checked
+        self._skip = True
+        self._clamped: list[int] = []  # the limits of the last calls cut to less than value
+        self._ceiling = maximum  # the most steps a call was let run (a short epoch)
+
+    def restart(self) -> None:
+        """A new run: its first call (which may trace) is not measured."""
+        self._skip = True
+        self._clamped, self._ceiling = [], self.maximum
+
+    def observe(self, steps: int, limit: int, secs: float) -> int:
+        """Take the duration of a call of ``steps`` steps run with ``limit``; return the value.
+
+        Calls cut short (the epoch's or the data's end) are kept for the fit only.
+        """
+        if self._skip or steps <= 0:
+            self._skip = False
+            return self.value
+        self._times.setdefault(steps, deque(maxlen=self.samples)).append(secs)
+        if self.value > 1 and secs > 2 * self.call_secs:  # far too long: down at once
+            overhead = self.model[0] if self.model is not None else 0.0
+            return self._move(choose(overhead, secs / steps, **self._bounds()), "a slow call")
+        if limit < self.value:
+            return self._clamp(limit)
+        self._clamped = []
+        if steps != self.value:
+            return self.value
+        self._fresh += 1
+        if self._fresh < self.samples:
+            return self.value
+        if self.settled:  # the last calls' median, at every call
+            return self._watch()
+        self._fresh = 0
+        return self._climb()
+
+    def _clamp(self, limit: int) -> int:
+        """A call the loop let run fewer steps than the value (the epoch's end).
+
+        When :data:`SAMPLES` calls in a row were cut so, an epoch is shorter than the
+        value: the longest of them becomes the value and the most it may be in this run.
+        """
+        self._clamped.append(limit)
+        if len(self._clamped) < self.samples:
+            return self.value
+        self._ceiling = max(self._clamped)
+        self._clamped = []
+        return self._move(min(self.value, self._ceiling), "")
+
+    def _bounds(self) -> dict[str, Any]:
+        maximum = min(self.maximum, self._ceiling)
+        return {"share": self.share, "call_secs": self.call_secs, "maximum": maximum}
+
+    def _medians(self) -> dict[int, float]:
+        return {k: statistics.median(t) for k, t in self._times.items() if t}
+
+    def _climb(self) -> int:
+        medians = self._medians()
+        now = medians[self.value]
+        self.model = fit(medians)
+        # one value timed so far: try twice as many
+        target = self.value * 2 if self.model is None else choose(*self.model, **self._bounds())
+        if target <= self.value:
+            self.settled = True
+            return self._move(target, "settled")
+        # never past the bound as the calls so far predict it (no overhead assumed)
+        cap = _power_of_two_at_most(max(1.0, self.call_secs * self.value / now))
+        grown = min(target, self.value * _GROWTH, cap, self.maximum, self._ceiling)
+        if grown <= self.value:
+            self.settled = True
+            return self.value
+        return self._move(grown, "")
+
+    def _watch(self) -> int:
+        if self.model is None:
+            return self.value
+        overhead, step_secs = self.model
+        now = statistics.median(self._times[self.value])
+        predicted = overhead + self.value * step_secs
+        if predicted / _BAND <= now <= predicted * _BAND:
+            return self.value
+        step_secs = max(now - overhead, now * 1e-3) / self.value
+        self.model = (overhead, step_secs)
+        return self._move(choose(overhead, step_secs, **self._bounds()), "the cost changed")
+
+    def _move(self, value: int, why: str) -> int:
+        if value != self.value:
+            if why:
+                logger.info("steps_per_execution='auto': %d -> %d (%s)", self.value, value, why)
+            self._times.pop(value, None)  # measured afresh
+            self._fresh = 0
+        self.value = value
+        return value
+
+
+class AutoSteps:
+    """A loop's ``steps_per_execution="auto"``: a tuner for training calls, one for validation.
+
+    Kept by the loop across its runs. When a hook needs every step (or ``held`` says
+    why it must stay at 1), both stay at 1 and the first run logs why, once.
+
+    Args:
+        hooks: The loop's hooks.
+        held: Another reason to stay at 1 (a multi-worker strategy), or ``None``.
+    """
+
+    def __init__(self, hooks: Sequence[Any], *, held: str | None = None) -> None:
+        self.train = StepsTuner()
+        self.validation = StepsTuner()
+        holders = [
+            f"hooks[{i}]={hook!r}"
+            for i, hook in enumerate(hooks)
+            if capabilities_of(hook).needs_every_step
+        ]
+        #: Why the value stays at 1, or ``None`` when it is tuned.
+        self.held_by = held or (f"{', '.join(holders)} needs every step" if holders else None)
+        self._told = False
+
+    @property
+    def tuned(self) -> bool:
+        """Whether the value is chosen from the calls (nothing holds it at 1)."""
+        return self.held_by is None
+
+    def start_run(self) -> None:
+        """A run starts: its first calls are not measured; say once what holds the value."""
+        self.train.restart()
+        self.validation.restart()
+        if self.held_by is not None and not self._told:
+            self._told = True
+            logger.info("steps_per_execution='auto' stays at 1: %s.", self.held_by)
+
+    def value(self, tuner: StepsTuner) -> int:
+        """The value ``tuner``'s calls run with: 1 while something holds it."""
+        return tuner.value if self.tuned else 1
+
+    def observe(self, tuner: StepsTuner, steps: int, limit: int, secs: float) -> int:
+        """:meth:`StepsTuner.observe` unless the value is held; return the value."""
+        return tuner.observe(steps, limit, secs) if self.tuned else 1
