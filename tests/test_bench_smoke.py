@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.mark.slow
+@pytest.mark.main_only
 @pytest.mark.timeout(180)
 def test_harness_runs_rows_and_reports_ratios_of_medians(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -81,6 +82,7 @@ def test_harness_runs_rows_and_reports_ratios_of_medians(
 
 
 @pytest.mark.slow
+@pytest.mark.main_only
 @pytest.mark.timeout(300)
 def test_bench_run_prints_no_cuda_start_up_lines(tmp_path: Path) -> None:
     # what `tox -e bench` runs, on tiny data: a fork server and a worker process per run
@@ -118,6 +120,7 @@ def test_bench_run_prints_no_cuda_start_up_lines(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.main_only
 @pytest.mark.timeout(300)
 def test_real_suite_rows_run_on_tiny_images_and_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -200,6 +203,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
 
 
 @pytest.mark.slow
+@pytest.mark.main_only
 @pytest.mark.timeout(240)
 def test_resume_cost_bench_measures_both_loops_on_every_pipeline(tmp_path: Path) -> None:
     # bench/skip_cost.py, which docs/failures.md's and docs/distributed.md's resume costs link

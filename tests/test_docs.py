@@ -52,6 +52,7 @@ def blocks(document: Path, *languages: str) -> list[tuple[int, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.main_only
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize(
     "document",
@@ -188,6 +189,7 @@ CONSOLE_BLOCKS = [
 
 
 @pytest.mark.slow
+@pytest.mark.main_only
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("document", "line", "block"),

@@ -19,6 +19,7 @@ EPOCHS = 2
 
 
 @pytest.mark.slow
+@pytest.mark.main_only
 def test_multi_worker_example_trains_on_two_loopback_workers(tmp_path: Path) -> None:
     data, logdir = tmp_path / "data", tmp_path / "logs"
     argv = ["examples/multi_worker.py", "--workers", "2", "--epochs", str(EPOCHS),
