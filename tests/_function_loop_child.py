@@ -114,6 +114,17 @@ def _strategy() -> dict[str, Any]:
         result[f"step_fn_{spe}"] = {"history": history, "epochs": counts.epochs}
         result[f"step_fn_{spe}"]["calls"] = counts.calls
 
+    # "auto" under the strategy: 500 cheap steps an epoch, the value chosen from the calls
+    counts = Counts()
+    history = FunctionLoop(
+        tf.data.Dataset.range(8000).batch(16),
+        step_fn=step,
+        hooks=[counts],
+        steps_per_execution="auto",
+        strategy=strategy,
+    ).run(epochs=2)
+    result["step_fn_auto"] = {"history": history, "epochs": counts.epochs, "calls": counts.calls}
+
     def train(strategy: Any) -> dict[str, Any]:
         with strategy.scope():
             model = make_model()

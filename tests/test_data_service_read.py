@@ -20,6 +20,7 @@ import tensorflow as tf
 
 import tfr_hooks
 from tfr_hooks import FunctionLoop, tfrecord
+from tfr_hooks.tuning import HISTORY_KEY
 
 v1 = tf.compat.v1
 
@@ -211,6 +212,26 @@ def test_function_loop_trains_exact_epochs_through_the_service(
     assert counts.ran == [20, 20]
     assert history["id"] == pytest.approx([199.5, 199.5])  # every example once, weighted
     assert len(history["loss"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.data_service
+@pytest.mark.timeout(START + 240)
+def test_function_loop_with_auto_steps_trains_exact_epochs_through_the_service(
+    service: str, plain: list[str]
+) -> None:
+    # 100 steps an epoch (4 divides each file's 100 examples), a cheap step: calls grow
+    source = tfrecord.source(plain, 4, shuffle_buffer=50, service=service)
+
+    def step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return {"id": tf.reduce_mean(tf.cast(batch["id"], tf.float32))}
+
+    counts = EpochCounts()
+    loop = FunctionLoop(source, step_fn=step, hooks=[counts], steps_per_execution="auto")
+    history = loop.run(epochs=3)
+    assert counts.reported == [(100, 400)] * 3
+    assert history["id"] == pytest.approx([199.5] * 3)  # every example once an epoch
+    assert history[HISTORY_KEY][-1] > 1 and sum(counts.ran) < 300
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import pytest
 
 from helpers import metrics
 from tfr_hooks.input_report import WAIT_SHARE
+from tfr_hooks.tuning import HISTORY_KEY
 
 CHILD = Path(__file__).with_name("_function_loop_child.py")
 
@@ -43,6 +44,12 @@ def test_mirrored_strategy_matches_a_single_device_run() -> None:
         assert run["calls"] == calls
         assert run["history"]["index"] == pytest.approx([499.5, 499.5])
         assert run["history"]["replica"] == pytest.approx([0.5, 0.5])  # both replicas ran
+
+    # steps_per_execution="auto" under the strategy: exact epochs, calls of several steps
+    run = result["step_fn_auto"]
+    assert run["epochs"] == [[500, 8000], [500, 8000]]
+    assert run["history"]["index"] == pytest.approx([3999.5, 3999.5])
+    assert run["history"][HISTORY_KEY][-1] > 1 and run["calls"] < 500
 
     # a Keras model created under the strategy trains as it does on one device
     mirrored, default = result["mirrored"], result["default"]

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import random
+import signal
+import threading
+import time
 from typing import Any
 
 import keras
@@ -263,3 +268,118 @@ def test_a_run_resumed_mid_epoch_with_auto_trains_the_batches_of_an_uninterrupte
     assert state.steps_per_execution > 1  # with calls of several steps
     after, _ = trained([ResumeAt(state.epoch_steps)], epochs=2, initial_epoch=1)
     assert before + after == whole
+
+
+# -- real calls, of a step whose cost the test controls --------------------------------------
+
+
+class Cost:
+    """A step that sleeps ``secs`` in the compiled call (a ``tf.py_function``).
+
+    ``secs`` may change between calls: the function is not traced again.
+    """
+
+    def __init__(self, secs: float) -> None:
+        self.secs = secs
+
+    def step(self, batch: Any) -> dict[str, Any]:
+        def sleep() -> np.ndarray:
+            time.sleep(self.secs)
+            return np.float32(0.0)
+
+        slept = tf.py_function(sleep, [], tf.float32)
+        return {"x": tf.reduce_mean(tf.cast(batch, tf.float32)) + slept}
+
+
+class CostFrom(tfr_hooks.Hook):
+    """Sets the step's cost to ``secs`` from epoch ``epoch`` on."""
+
+    def __init__(self, cost: Cost, epoch: int, secs: float) -> None:
+        self.cost, self.epoch, self.secs = cost, epoch, secs
+
+    def epoch_begin(self, epoch: int) -> None:
+        if epoch >= self.epoch:
+            self.cost.secs = self.secs
+
+
+@pytest.mark.slow
+def test_real_calls_grow_on_a_cheap_step_and_stay_at_one_on_an_expensive_one() -> None:
+    cheap = FunctionLoop(
+        tf.data.Dataset.range(4000).batch(2), step_fn=Cost(0.0).step, steps_per_execution="auto"
+    )
+    history = cheap.run(epochs=2)
+    assert history["x"] == pytest.approx([1999.5, 1999.5])  # every batch, once an epoch
+    assert history[HISTORY_KEY][-1] >= 64
+    costly = FunctionLoop(
+        tf.data.Dataset.range(16).batch(2), step_fn=Cost(0.3).step, steps_per_execution="auto"
+    )
+    assert costly.run(epochs=1)[HISTORY_KEY] == [1.0]  # two steps would take 0.6 s
+
+
+@pytest.mark.slow
+def test_real_calls_follow_a_step_that_becomes_ten_times_dearer() -> None:
+    cost = Cost(0.001)
+    loop = FunctionLoop(
+        tf.data.Dataset.range(400).batch(2),  # 200 steps an epoch
+        step_fn=cost.step,
+        hooks=[CostFrom(cost, 3, 0.01)],
+        steps_per_execution="auto",
+    )
+    values = loop.run(epochs=5)[HISTORY_KEY]
+    assert values[2] >= 16  # 1 ms a step: many steps a call
+    assert values[4] <= 8 < values[2]  # 10 ms a step: fewer, as the rule asks (8)
+
+
+class Latency(tfr_hooks.Hook):
+    """A hook that takes 50 ms a call; once the value stayed at 16 or more for 6 calls,
+    ``stop`` is called from another thread at a moment unrelated to the calls, and its time
+    kept."""
+
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop
+        self.asked: float | None = None
+        self.calls: list[tuple[float, int]] = []
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        time.sleep(0.05)
+        self.calls.append((time.monotonic(), self.loop.steps_per_execution))
+        last = {value for _, value in self.calls[-6:]}
+        if self.asked is None and len(self.calls) > 6 and len(last) == 1 and max(last) >= 16:
+            self.asked = float("inf")
+            threading.Timer(0.13, self._ask).start()
+
+    def _ask(self) -> None:
+        self.asked = time.monotonic()
+        self.stop(self.loop)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("default_signal_handlers")
+@pytest.mark.parametrize(
+    "stop",
+    [
+        pytest.param(lambda loop: loop.request_stop("a test"), id="request_stop"),
+        pytest.param(lambda loop: os.kill(os.getpid(), signal.SIGTERM), id="SIGTERM"),
+    ],
+)
+def test_stop_requests_and_sigterm_are_answered_within_the_call_bound(stop: Any) -> None:
+    # a 50 ms hook on 10 ms steps: the 3% share alone would ask for 256 steps a call
+    # (2.6 s); the half-second bound holds it at 32, and the stop waits for one call
+    assert choose(0.05, 0.01) == 32 and choose(0.05, 0.01, call_secs=1e9) == 256
+    latency = Latency(stop)
+    loop = FunctionLoop(
+        tf.data.Dataset.range(20000).batch(2),  # an epoch of 100 s
+        step_fn=Cost(0.01).step,
+        hooks=[latency],
+        steps_per_execution="auto",
+    )
+    started = time.monotonic()
+    loop.run(epochs=1)
+    ended = time.monotonic()
+    assert latency.asked is not None and latency.asked != float("inf"), "never stopped"
+    assert ended - started < 30
+    assert ended - latency.asked < 2 * CALL_SECS + 0.5  # a call, its hook, the teardown
+    times = [t for t, _ in latency.calls]
+    gaps = [b - a for a, b in itertools.pairwise(times[4:])]  # past the first run's tracing
+    assert max(gaps) < 2 * CALL_SECS
+    assert max(value for _, value in latency.calls) in (16, 32)
