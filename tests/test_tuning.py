@@ -303,13 +303,19 @@ class CostFrom(tfr_hooks.Hook):
 
 
 @pytest.mark.slow
-def test_real_calls_grow_on_a_cheap_step_and_stay_at_one_on_an_expensive_one() -> None:
+def test_real_calls_grow_on_a_cheap_step_and_stay_at_one_on_an_expensive_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     cheap = FunctionLoop(
         tf.data.Dataset.range(4000).batch(2), step_fn=Cost(0.0).step, steps_per_execution="auto"
     )
-    history = cheap.run(epochs=2)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        history = cheap.run(epochs=2)
     assert history["x"] == pytest.approx([1999.5, 1999.5])  # every batch, once an epoch
     assert history[HISTORY_KEY][-1] >= 64
+    # the input report names the value chosen by the end of its epoch
+    reports = [r.getMessage() for r in caplog.records if "waiting for input" in r.getMessage()]
+    assert reports and f"(steps_per_execution={int(history[HISTORY_KEY][0])})" in reports[0]
     costly = FunctionLoop(
         tf.data.Dataset.range(16).batch(2), step_fn=Cost(0.3).step, steps_per_execution="auto"
     )
