@@ -19,7 +19,15 @@ import tensorflow as tf
 import tfr_hooks
 from helpers import keras_regressor
 from tfr_hooks import FunctionLoop, KerasCallbacks
-from tfr_hooks.tuning import CALL_SECS, HISTORY_KEY, AutoSteps, StepsTuner, choose, fit
+from tfr_hooks.tuning import (
+    CALL_SECS,
+    HISTORY_KEY,
+    OVERHEAD_SHARE,
+    AutoSteps,
+    StepsTuner,
+    choose,
+    fit,
+)
 
 # -- the rule, on durations of a model call t(k) = o + k * s ------------------------------
 
@@ -39,15 +47,16 @@ def settle(
 
 
 def test_the_rule_meets_the_overhead_share_within_the_call_bound() -> None:
-    assert choose(0.0025, 0.0038) == 32  # the digits MLP: 2.5 ms a call, 3.8 ms a step
+    assert choose(0.0025, 0.0038) == 128  # the digits MLP: 2.5 ms a call, 3.8 ms a step
     assert choose(0.001, 0.00001) == 1024  # a free step: up to the maximum
-    assert choose(0.001, 0.05) == 1  # a 50 ms step: the overhead is already small
+    assert choose(0.0005, 0.05) == 1  # a 50 ms step: the overhead is already small
+    assert choose(0.001, 0.05) == 2
     assert choose(0.05, 0.01) == 32  # a slow hook: 64 would make a call too long
     assert choose(0.01, 2.0) == 1
     for overhead, step in [(0.0025, 0.0038), (0.0003, 0.0001), (0.002, 0.02)]:
         k = choose(overhead, step)
-        assert overhead <= 0.03 * k * step or overhead + 2 * k * step > CALL_SECS
-        assert k == 1 or overhead > 0.03 * (k // 2) * step  # the smallest such value
+        assert overhead <= OVERHEAD_SHARE * k * step or overhead + 2 * k * step > CALL_SECS
+        assert k == 1 or overhead > OVERHEAD_SHARE * (k // 2) * step  # the smallest such
 
 
 def test_fit_recovers_overhead_and_step_time() -> None:
@@ -56,7 +65,7 @@ def test_fit_recovers_overhead_and_step_time() -> None:
     assert fit({4: 1.0}) is None
 
 
-@pytest.mark.parametrize(("overhead", "step"), [(0.0025, 0.0038), (0.0005, 0.00002), (0.05, 0.01)])
+@pytest.mark.parametrize(("overhead", "step"), [(0.0025, 0.002), (0.0005, 0.00002), (0.05, 0.01)])
 def test_it_settles_at_the_rule_and_stays_there_under_noise(overhead: float, step: float) -> None:
     tuner = StepsTuner()
     values = settle(tuner, overhead, step, 2000, noise=0.3)
@@ -79,17 +88,17 @@ def test_an_expensive_step_stays_at_one() -> None:
 def test_it_follows_a_step_whose_cost_changes() -> None:
     tuner = StepsTuner()
     settle(tuner, 0.002, 0.0005, 300)
-    assert tuner.value == choose(0.002, 0.0005) == 256
-    settle(tuner, 0.002, 0.02, 30)  # 40x slower: 256 steps would take 5 s
-    assert tuner.value == choose(0.002, 0.02) == 4
+    assert tuner.value == choose(0.002, 0.0005) == 512
+    settle(tuner, 0.002, 0.02, 30)  # 40x slower: 512 steps would take 10 s
+    assert tuner.value == choose(0.002, 0.02) == 16
     settle(tuner, 0.002, 0.0005, 30)  # and back
-    assert tuner.value == 256
+    assert tuner.value == 512
 
 
 def test_a_single_call_far_too_long_brings_the_value_down_at_once() -> None:
     tuner = StepsTuner()
     settle(tuner, 0.002, 0.0005, 300)
-    tuner.observe(256, 256, 256 * 0.02)  # one call of 5 s
+    tuner.observe(512, 512, 512 * 0.02)  # one call of 10 s
     assert tuner.value * 0.02 <= CALL_SECS
 
 
@@ -98,14 +107,14 @@ def test_calls_cut_short_and_the_first_call_of_a_run_do_not_move_it() -> None:
     tuner.observe(1, 1, 30.0)  # the first call traces
     assert tuner.value == 1 and not tuner._times
     settle(tuner, 0.002, 0.0005, 300)
-    assert tuner.value == 256
+    assert tuner.value == 512
     for _ in range(10):  # each epoch's last call is cut short
-        tuner.observe(256, 256, 0.002 + 256 * 0.0005)
+        tuner.observe(512, 512, 0.002 + 512 * 0.0005)
         tuner.observe(3, 3, 0.002 + 3 * 0.0005)
-    assert tuner.value == 256
+    assert tuner.value == 512
     tuner.restart()
-    tuner.observe(256, 256, 30.0)  # a new run's first call
-    assert tuner.value == 256
+    tuner.observe(512, 512, 30.0)  # a new run's first call
+    assert tuner.value == 512
 
 
 def test_a_hook_that_needs_every_step_holds_it(caplog: pytest.LogCaptureFixture) -> None:
@@ -332,8 +341,8 @@ def test_real_calls_follow_a_step_that_becomes_ten_times_dearer() -> None:
         steps_per_execution="auto",
     )
     values = loop.run(epochs=5)[HISTORY_KEY]
-    assert values[2] >= 16  # 1 ms a step: many steps a call
-    assert values[4] <= 8 < values[2]  # 10 ms a step: fewer, as the rule asks (8)
+    assert values[2] >= 32  # 1 ms a step: many steps a call
+    assert values[4] <= 16 < values[2]  # 10 ms a step: fewer, as the rule asks (16)
 
 
 class Latency(tfr_hooks.Hook):
@@ -369,9 +378,9 @@ class Latency(tfr_hooks.Hook):
     ],
 )
 def test_stop_requests_and_sigterm_are_answered_within_the_call_bound(stop: Any) -> None:
-    # a 50 ms hook on 10 ms steps: the 3% share alone would ask for 256 steps a call
-    # (2.6 s); the half-second bound holds it at 32, and the stop waits for one call
-    assert choose(0.05, 0.01) == 32 and choose(0.05, 0.01, call_secs=1e9) == 256
+    # a 50 ms hook on 10 ms steps: the 1% share alone would ask for 512 steps a call
+    # (5 s); the half-second bound holds it at 32, and the stop waits for one call
+    assert choose(0.05, 0.01) == 32 and choose(0.05, 0.01, call_secs=1e9) == 512
     latency = Latency(stop)
     loop = FunctionLoop(
         tf.data.Dataset.range(20000).batch(2),  # an epoch of 100 s

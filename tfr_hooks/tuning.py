@@ -7,8 +7,8 @@ of the ``tf.function`` itself) on top of the steps' time ``k * s``. The engine t
 every call (hooks included) and hands the durations to a :class:`StepsTuner`, which
 fits ``t(k) = o + k * s`` and picks, among the powers of two up to :data:`MAX_STEPS`:
 
-* the smallest ``k`` whose overhead is at most :data:`OVERHEAD_SHARE` (3%) of the
-  steps' time (``o <= 0.03 * k * s``);
+* the smallest ``k`` whose overhead is at most :data:`OVERHEAD_SHARE` (1%) of the
+  steps' time (``o <= 0.01 * k * s``);
 * but never one whose call would last longer than :data:`CALL_SECS` (half a second):
   hooks, progress bars, stop requests and signals are then answered at least twice a
   second. A step slower than that runs one at a time.
@@ -68,7 +68,7 @@ AUTO = "auto"
 #: The history key of each epoch's ``steps_per_execution`` (the value at its end).
 HISTORY_KEY = "input/steps_per_execution"
 #: The largest share of a call's steps' time its overhead may take.
-OVERHEAD_SHARE = 0.03
+OVERHEAD_SHARE = 0.01
 #: The longest call the rule chooses, in seconds (hooks run at least twice a second).
 CALL_SECS = 0.5
 #: The largest value chosen.

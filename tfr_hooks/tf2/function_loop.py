@@ -81,7 +81,7 @@ class FunctionLoop:
             called in this order.
         steps_per_execution: Steps run by one call of the compiled function, or
             ``"auto"``: the loop times its calls and chooses it, so that a call's
-            overhead is at most 3% of its steps' time and a call lasts at most half a
+            overhead is at most 1% of its steps' time and a call lasts at most half a
             second; it stays at 1 while a hook needs every step (see
             :mod:`tfr_hooks.tuning`). ``loop.steps_per_execution`` shows the value, and
             the history's ``input/steps_per_execution`` each epoch's.
