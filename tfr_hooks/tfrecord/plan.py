@@ -17,6 +17,7 @@ from typing import Any, Union
 
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks.tfrecord.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.errors import MissingFeatureError
 from tfr_hooks.tfrecord.files import (
     Files,
@@ -50,6 +51,7 @@ class Plan:
     names: tuple[str, ...] | None  # as_tuple
     counts: list[int | None] = field(default_factory=list)  # examples per file, if known
     per_record: int = 1  # examples per record (packed shards)
+    damage: DamageMap | None = None  # max_corrupt_records > 0: what the scan found
 
     @property
     def examples(self) -> int | None:
@@ -98,14 +100,22 @@ def make_plan(
     *,
     select: bool,
     decode: Mapping[str, Any] | None = None,
+    max_corrupt_records: int = 0,
 ) -> Plan:
-    """Resolve files, compression and schema, and check them before any graph is built."""
+    """Resolve files, compression and schema, and check them before any graph is built.
+
+    With ``max_corrupt_records`` above 0, every file is scanned for damaged records first
+    (:mod:`tfr_hooks.tfrecord.damage`): the schema is then inferred from the files
+    without damage (all, if every file has some), the checks below read each file's
+    first whole record, and the counts are the whole records found.
+    """
     names = _check_as_tuple(as_tuple)
     _check_decode(decode)
     paths = resolve_files(files)
     codec = _resolve_compression(paths, compression)
+    damage = scan_damage(paths, codec, max_corrupt_records) if max_corrupt_records else None
     if schema is None:
-        chosen = infer_schema(paths, compression=codec)
+        chosen = infer_schema(damage.clean(paths) or paths if damage else paths, compression=codec)
     elif isinstance(schema, Schema):
         chosen = schema
     elif isinstance(schema, (str, os.PathLike)):
@@ -133,17 +143,27 @@ def make_plan(
         sidecar = find_sidecar(path, sidecars)
         per_record = 1
         if sidecar is not None:
-            check_written_size(path, sidecar)
+            if damage is None:
+                check_written_size(path, sidecar)
             if schema is not None or decode:
                 chosen = chosen.with_stored_encodings(sidecar.schema)
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
             per_record = sidecar.examples_per_record
             counts.append(sidecar.examples_of(os.path.basename(path)))
         else:  # TensorFlow would stop silently at a record header cut short
-            check_framing(path, codec)
+            if damage is None:  # the scan found it
+                check_framing(path, codec)
             counts.append(None)
         packing[path] = per_record
-        record = first_record(path, codec)
+        if damage is None:
+            record = first_record(path, codec)
+        else:  # the whole records (a packed file's last block may be partial: unknown)
+            scanned = damage.of(path)
+            if per_record == 1 or scanned.damaged:
+                counts[-1] = scanned.records if per_record == 1 else None
+            if scanned.first is None:
+                continue
+            record = scanned.first
         if per_record > 1:
             check_block(chosen, _as_example(record), per_record, file=path, record=0)
         else:  # the bytes: a record that is no proto is an error saying what it holds
@@ -157,7 +177,7 @@ def make_plan(
             "Expected all files to store the same number of examples per record (see "
             f"schema.json). Received files with different packings: {found}"
         )
-    return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())))
+    return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())), damage)
 
 
 #: records of a file read, at most, to find a feature list of the schema its first lacks
