@@ -47,7 +47,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks import tf_private
+import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 
 __all__ = [
