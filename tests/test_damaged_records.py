@@ -175,6 +175,15 @@ def test_a_damaged_gzip_member_skips_the_rest_of_its_file_as_one_record(
     assert sorted(ids_of(data)) == [*range(100, 100 + found.records), *range(3000, 3010)]
 
 
+def test_a_truncated_gzip_file_keeps_the_records_before_the_cut(tmp_path: Path) -> None:
+    path = write(tmp_path / "b.tfrecord.gz", range(2000), "GZIP", width=64)
+    truncate(path, len(path.read_bytes()) // 4)
+    found = scan_file(str(path), "GZIP")
+    assert len(found.corrupt) == 1 and 0 < found.records < 2000
+    data = tfrecord.dataset(str(path), 100, max_corrupt_records=1)
+    assert ids_of(data) == list(range(found.records))
+
+
 def test_one_damaged_record_more_than_allowed_stops_the_build_naming_it(
     clean: list[Path],
 ) -> None:
@@ -297,6 +306,33 @@ def test_session_loop_trains_every_epoch_on_the_whole_records(
     else:
         assert history["id"] == pytest.approx([np.mean(sorted(kept))] * 2)
     assert history[CORRUPT_RECORDS] == [1, 1]
+
+
+@pytest.mark.timeout(120)
+def test_a_queue_over_damaged_files_only_ends_every_epoch(clean: list[Path]) -> None:
+    files, kept = three(clean, "length_header")
+    flip_data(clean[0], 0)  # its first record: the compression cannot be detected
+    kept -= {0}
+    damaged = [files[1], files[0]]  # no file left for the queue's own readers
+    with pytest.raises(tfrecord.NotTFRecordError):
+        tfrecord.source(damaged, BATCH, max_corrupt_records=2)
+
+    def make() -> Any:
+        return tfrecord.read_batches(
+            damaged,
+            BATCH,
+            pipeline="queue",
+            num_epochs=2,
+            max_corrupt_records=2,
+            compression="",
+        )
+
+    history, examples = session_loop(make)
+    expected = sorted(kept & set(range(24)))
+    # one stream of 2 passes, its epochs ended at the first batch past each pass's size
+    assert sum(examples) == 2 * len(expected) and len(examples) == 2
+    assert np.average(history["id"], weights=examples) == pytest.approx(np.mean(expected))
+    assert history[CORRUPT_RECORDS] == [2, 2]
 
 
 @pytest.mark.timeout(120)

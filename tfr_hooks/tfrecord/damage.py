@@ -212,6 +212,20 @@ class DamageMap:
         """The files of ``paths`` without damage."""
         return [p for p in paths if not self.of(p).damaged]
 
+    def inference(self, paths: Sequence[str], max_records: int) -> tuple[list[str], int]:
+        """The files, and records of each, to infer a schema from without meeting damage.
+
+        The files without damage; when every file has some, the one whose first damaged
+        record comes latest, up to that record; failing that (every file damaged at its
+        first record), all of them, which then raises the damage's error.
+        """
+        clean = self.clean(paths)
+        if clean:
+            return clean, max_records
+        best = max(paths, key=lambda p: self.of(p).corrupt[0].index)
+        first = self.of(best).corrupt[0].index  # the inference reads one record past
+        return ([best], min(first - 1, max_records)) if first > 1 else (list(paths), max_records)
+
 
 def _is_proto(record: bytes) -> bool:
     try:

@@ -114,8 +114,11 @@ def make_plan(
     paths = resolve_files(files)
     codec = _resolve_compression(paths, compression)
     damage = scan_damage(paths, codec, max_corrupt_records) if max_corrupt_records else None
-    if schema is None:
-        chosen = infer_schema(damage.clean(paths) or paths if damage else paths, compression=codec)
+    if schema is None and damage is not None:  # from records that are whole
+        among, max_records = damage.inference(paths, 1000)
+        chosen = infer_schema(among, compression=codec, max_records=max_records)
+    elif schema is None:
+        chosen = infer_schema(paths, compression=codec)
     elif isinstance(schema, Schema):
         chosen = schema
     elif isinstance(schema, (str, os.PathLike)):
