@@ -158,9 +158,9 @@ class FileDamage:
     compression: str
     records: int
     corrupt: tuple[CorruptRecord, ...] = ()
-    first: bytes | None = None
-    offsets: Any = None
-    lengths: Any = None
+    first: bytes | None = field(default=None, repr=False)
+    offsets: Any = field(default=None, compare=False, repr=False)  # numpy arrays
+    lengths: Any = field(default=None, compare=False, repr=False)
     take: int = -1
     skip: tuple[int, ...] = ()
 
