@@ -32,6 +32,7 @@ __all__ = [
     "resolve_files",
     "check_compression",
     "detect_compression",
+    "guess_compression",
     "iter_records",
     "first_record",
     "check_framing",
@@ -253,6 +254,19 @@ def detect_compression(path: PathLike) -> str:
         file=name,
         record=0,
     )
+
+
+def guess_compression(path: PathLike) -> str:
+    """:func:`detect_compression`, or, when the first record is damaged, a guess.
+
+    The guess comes from the first bytes (GZIP's magic, a zlib header, else none), for
+    readers that skip damaged records (``max_corrupt_records``): their scan then finds
+    what the file holds.
+    """
+    try:
+        return detect_compression(path)
+    except NotTFRecordError:
+        return _candidates(os.fspath(path))[0]
 
 
 def _raw_records(path: str, compression: str) -> Iterator[bytes]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -25,6 +25,7 @@ from tfr_hooks.tfrecord.files import (
     check_framing,
     detect_compression,
     first_record,
+    guess_compression,
     iter_records,
     resolve_files,
 )
@@ -77,11 +78,13 @@ def _check_as_tuple(as_tuple: object) -> tuple[str, ...] | None:
     return tuple(as_tuple)
 
 
-def _resolve_compression(paths: list[str], compression: str | None) -> str:
+def _resolve_compression(
+    paths: list[str], compression: str | None, detect: Callable[[str], str] = detect_compression
+) -> str:
     codec = check_compression(compression)
     if codec is not None:
         return codec
-    found = {path: detect_compression(path) for path in paths}
+    found = {path: detect(path) for path in paths}
     kinds = sorted(set(found.values()))
     if len(kinds) > 1:
         examples = {k or "none": next(p for p, c in found.items() if c == k) for k in kinds}
@@ -112,7 +115,9 @@ def make_plan(
     names = _check_as_tuple(as_tuple)
     _check_decode(decode)
     paths = resolve_files(files)
-    codec = _resolve_compression(paths, compression)
+    # a damaged first record is no reason to fail before the scan, which skips it
+    detect = guess_compression if max_corrupt_records else detect_compression
+    codec = _resolve_compression(paths, compression, detect)
     damage = scan_damage(paths, codec, max_corrupt_records) if max_corrupt_records else None
     if schema is None and damage is not None:  # from records that are whole
         among, max_records = damage.inference(paths, 1000)
