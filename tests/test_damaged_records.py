@@ -10,6 +10,7 @@ stops the build with the named error; 0 keeps today's behaviour; nothing hangs.
 from __future__ import annotations
 
 import logging
+import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -223,6 +224,28 @@ def test_the_same_damage_gives_the_same_shuffled_order_again(clean: list[Path]) 
 
     first = order()
     assert first == order() and sorted(first) == sorted(kept)
+
+
+@pytest.mark.timeout(240)
+def test_a_run_stopped_mid_epoch_resumes_exactly_on_damaged_files(tmp_path: Path) -> None:
+    from _graph_resume_child import EXAMPLES, StopAt, run, write_data
+
+    data = write_data(str(tmp_path / "data"))
+    shutil.copytree(data["plain"], tmp_path / "damaged")
+    shard = sorted((tmp_path / "damaged").glob("*.tfrecord"))[0]
+    lost = 3  # tfrecord.write's first shard holds ids 0..21 in order
+    flip_data(shard, lost)
+    data["damaged"] = str(tmp_path / "damaged")
+    reference = run(data, "damaged", None)
+    first = run(data, "damaged", str(tmp_path / "ckpt"), StopAt(epoch=1, step=2))
+    second = run(data, "damaged", str(tmp_path / "ckpt"))
+    assert second["initial"] == (1, 2)
+    # the whole records again at resume: the batches of the uninterrupted run, in order
+    assert first["steps"] + second["steps"] == reference["steps"]
+    for epoch in range(3):
+        ids = [i for e, _, batch in reference["steps"] if e == epoch for i in batch]
+        assert sorted(ids) == [i for i in range(EXAMPLES) if i != lost]
+    assert second["history"][CORRUPT_RECORDS] == [1, 1]
 
 
 # -- the pipelines and the loops --------------------------------------------------------
