@@ -368,6 +368,23 @@ def test_convert_leaves_the_damaged_records_out_of_packed_shards(
     assert ids_of(data.dataset) == sorted(kept)
 
 
+@pytest.mark.timeout(120)
+def test_a_damaged_block_of_packed_shards_is_skipped_under_function_loop(
+    tmp_path: Path,
+) -> None:
+    columns = {"id": np.arange(40), "x": np.ones((40, 2), np.float32)}
+    tfrecord.write(columns, tmp_path / "packed", shards=2, examples_per_record=4)
+    shard = sorted((tmp_path / "packed").glob("*.tfrecord"))[1]  # ids 20..39, 5 blocks
+    flip_data(shard, 2)  # the block of ids 28..31
+    data = tfrecord.source(str(tmp_path / "packed"), BATCH, max_corrupt_records=1)
+    assert data.facts.kind is tfrecord.PipelineKind.PACKED
+    kept = [i for i in range(40) if not 28 <= i < 32]
+    history, examples = function_loop(data)
+    assert examples == [len(kept)] * 2
+    assert history["id"] == pytest.approx([np.mean(kept)] * 2)
+    assert history[CORRUPT_RECORDS] == [1, 1]
+
+
 def test_the_cli_converts_with_max_corrupt_records(clean: list[Path], tmp_path: Path) -> None:
     from tfr_hooks.cli import main
 
@@ -395,5 +412,13 @@ def test_a_served_pipeline_reads_the_whole_records(shared_service: str, clean: l
     data = tfrecord.source(files, BATCH, service=shared_service, max_corrupt_records=1)
     history, examples = function_loop(data)
     assert examples == [len(kept)] * 2
+    assert history["id"] == pytest.approx([np.mean(sorted(kept))] * 2)
+    assert history[CORRUPT_RECORDS] == [1, 1]
+
+    def served() -> Any:
+        return tfrecord.read_batches(files, BATCH, service=shared_service, max_corrupt_records=1)
+
+    history, examples = session_loop(served)  # graph mode: the same whole records
+    assert examples == [len(kept)] * 2  # an epoch: each initialization of the iterator
     assert history["id"] == pytest.approx([np.mean(sorted(kept))] * 2)
     assert history[CORRUPT_RECORDS] == [1, 1]

@@ -108,8 +108,8 @@ def make_plan(
     """Resolve files, compression and schema, and check them before any graph is built.
 
     With ``max_corrupt_records`` above 0, every file is scanned for damaged records first
-    (:mod:`tfr_hooks.tfrecord.damage`): the schema is then inferred from the files
-    without damage (all, if every file has some), the checks below read each file's
+    (:mod:`tfr_hooks.tfrecord.damage`): the schema is then inferred from whole records
+    (:meth:`~tfr_hooks.tfrecord.damage.DamageMap.inference`), the checks below read each file's
     first whole record, and the counts are the whole records found.
     """
     names = _check_as_tuple(as_tuple)
