@@ -228,6 +228,8 @@ def dataset(
         NoFilesError: If no file matches, or a file is missing.
         EmptyFileError: If a file holds no records.
         NotTFRecordError: If a file is not a TFRecord file.
+        CorruptRecordError: With ``max_corrupt_records`` above 0, for the damaged record
+            one past it (its file and index named).
         SchemaMismatchError: If the first record of a file, or the stored schema, does not
             match ``schema``.
         ValueError: If ``shard`` is unknown, or ``"file"`` with fewer files than workers;
