@@ -289,14 +289,17 @@ def session_loop(make: Callable[[], Any]) -> tuple[dict[str, list[Any]], list[in
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("in_memory", [False, True, "auto"])
+@pytest.mark.parametrize(
+    ("in_memory", "mapped"), [(False, False), (True, False), ("auto", False), ("auto", True)]
+)
 def test_function_loop_trains_every_epoch_on_the_whole_records(
-    clean: list[Path], in_memory: bool | str
+    clean: list[Path], in_memory: bool | str, mapped: bool
 ) -> None:
     files, kept = three(clean, "data_crc")
     flip_header(clean[1], 9)  # two damaged records, N = 3
     kept -= {33}
-    data = tfrecord.source(files, BATCH, in_memory=in_memory, max_corrupt_records=3)
+    map_fn = (lambda example: {"id": example["id"], "x": example["x"] * 2}) if mapped else None
+    data = tfrecord.source(files, BATCH, in_memory=in_memory, map_fn=map_fn, max_corrupt_records=3)
     assert [(c.file, c.index) for c in data.facts.corrupt_records] == [
         (files[1], 4),
         (files[2], 9),
