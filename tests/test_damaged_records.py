@@ -176,11 +176,15 @@ def test_a_damaged_gzip_member_skips_the_rest_of_its_file_as_one_record(
     assert sorted(ids_of(data)) == [*range(100, 100 + found.records), *range(3000, 3010)]
 
 
-def test_a_truncated_gzip_file_keeps_the_records_before_the_cut(tmp_path: Path) -> None:
-    path = write(tmp_path / "b.tfrecord.gz", range(2000), "GZIP", width=64)
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+def test_a_truncated_compressed_file_keeps_the_records_before_the_cut(
+    tmp_path: Path, compression: str
+) -> None:
+    path = write(tmp_path / "b.tfrecord.z", range(2000), compression, width=64)
     truncate(path, len(path.read_bytes()) // 4)
-    found = scan_file(str(path), "GZIP")
+    found = scan_file(str(path), compression)
     assert len(found.corrupt) == 1 and 0 < found.records < 2000
+    assert f"the {compression} stream" in found.corrupt[0].reason
     data = tfrecord.dataset(str(path), 100, max_corrupt_records=1)
     assert ids_of(data) == list(range(found.records))
 
