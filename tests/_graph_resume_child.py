@@ -125,13 +125,17 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         batches = tfrecord.read_batches(
             data["plain"], BATCH, shuffle_buffer=16, seed=SEED, service=os.environ["SERVICE"]
         )
+    elif pipeline == "damaged":  # data["damaged"]: shards with damaged records, skipped
+        batches = tfrecord.read_batches(
+            data["damaged"], BATCH, shuffle_buffer=16, seed=SEED, max_corrupt_records=1
+        )
     elif pipeline == "queue":
         batches = tfrecord.read_batches(
             data["plain"], BATCH, pipeline="queue", num_epochs=EPOCHS, num_parallel_reads=1
         )
     else:
         raise ValueError(
-            f"Expected one of {PIPELINES}, 'served' or 'queue'. Received: {pipeline!r}"
+            f"Expected one of {PIPELINES}, 'served', 'damaged' or 'queue'. Received: {pipeline!r}"
         )
     model = LinearModel(batches.tensors["x"], batches.tensors["y"])
     return batches, model, batches.tensors["id"]

@@ -306,3 +306,22 @@ def test_single_device_map_maps_with_a_single_device_function(graph_mode: bool) 
             iterator = tf.compat.v1.data.make_one_shot_iterator(data).get_next()
             with tf.compat.v1.Session() as session:
                 assert [int(session.run(iterator)) for _ in range(5)] == [0, 2, 4, 6, 8]
+
+
+def test_random_record_reader_reads_by_offset_and_fails_on_a_bad_checksum(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in (b"abc", b"defg"):
+            writer.write(record)
+    reader = tf_private.random_record_reader(str(path))
+    assert reader.read(0) == (b"abc", 19)  # 12 header + 3 data + 4 CRC
+    assert reader.read(19) == (b"defg", 39)
+    with pytest.raises(IndexError):
+        reader.read(39)
+    data = bytearray(path.read_bytes())
+    data[19 + 12] ^= 1  # the second record's data
+    path.write_bytes(bytes(data))
+    with pytest.raises(tf.errors.DataLossError):
+        tf_private.random_record_reader(str(path)).read(19)

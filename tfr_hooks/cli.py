@@ -93,6 +93,15 @@ def _add_convert(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "memory; default 1)",
     )
     convert.add_argument(
+        "--max-corrupt-records",
+        type=int,
+        default=0,
+        metavar="N",
+        help="skip at most N damaged input records (bad checksum, truncated tail, broken "
+        "GZIP stream, not an Example), each logged with its file and index; default 0: "
+        "the first one is an error (TFRecord input only)",
+    )
+    convert.add_argument(
         "--overwrite", action="store_true", help="replace a dataset already in OUTDIR"
     )
     convert.add_argument(
@@ -203,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_data_service_flags(parser, args)
     if args.command == "convert" and args.shards < 1:
         parser.error(f"--shards must be a positive integer, not {args.shards}")
+    if args.command == "convert" and args.max_corrupt_records < 0:
+        parser.error(f"--max-corrupt-records must be 0 or more, got {args.max_corrupt_records}")
     if args.command == "convert" and args.examples_per_record < 1:
         parser.error(
             f"--examples-per-record must be a positive integer, not {args.examples_per_record}"
@@ -327,6 +338,7 @@ def _write(args: argparse.Namespace, data: Any, progress: Any) -> Any:
     if isinstance(data, list):
         function: Callable[..., Any] = tfrecord.convert
         extra["decode"] = args.decode or None
+        extra["max_corrupt_records"] = args.max_corrupt_records
     else:
         function = tfrecord.write
     try:

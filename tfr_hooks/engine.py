@@ -44,7 +44,7 @@ from tfr_hooks.checks import (
     check_positive_int,
 )
 from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_all
-from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
+from tfr_hooks.input_report import CORRUPT_RECORDS, EpochClock, InputFacts, InputReport
 from tfr_hooks.runners import Runner, StepResult
 from tfr_hooks.stalls import StallPolicy
 from tfr_hooks.tuning import HISTORY_KEY, AutoSteps
@@ -212,6 +212,7 @@ def run_loop(
     passes: Passes | None = None,
     epoch_examples: int | None = None,
     tuning: AutoSteps | None = None,
+    corrupt_records: int | None = None,
 ) -> dict[str, list[Any]]:
     """Run epochs of steps with hooks; return the history of epoch logs.
 
@@ -246,6 +247,9 @@ def run_loop(
         tuning: ``steps_per_execution="auto"`` (:mod:`tfr_hooks.tuning`): it chooses
             each call's ``steps_per_execution`` from the timed calls, and each epoch's
             value joins the history under :data:`~tfr_hooks.tuning.HISTORY_KEY`.
+        corrupt_records: The damaged records the reader skips (``max_corrupt_records``
+            above 0), added to each epoch's history under
+            :data:`~tfr_hooks.input_report.CORRUPT_RECORDS`; ``None`` adds nothing.
 
     Returns:
         A dict from each log name to its list of per-epoch values, like Keras'
@@ -296,6 +300,8 @@ def run_loop(
                     history.setdefault(key, []).append(value)
             if tuning is not None:
                 history.setdefault(HISTORY_KEY, []).append(float(loop.steps_per_execution))
+            if corrupt_records is not None:
+                history.setdefault(CORRUPT_RECORDS, []).append(corrupt_records)
             if not more or loop.stop_requested:
                 break
     except BaseException as exc:  # re-raised by end_run, after cleanup

@@ -56,6 +56,7 @@ __all__ = [
     "WAIT_SHARE",
     "EXAMPLES_PER_SEC",
     "HISTORY_KEYS",
+    "CORRUPT_RECORDS",
     "INPUT_BOUND",
     "MODERATELY_INPUT_BOUND",
     "NOT_INPUT_BOUND",
@@ -79,6 +80,9 @@ WAIT_SHARE = "input/wait_share"
 EXAMPLES_PER_SEC = "input/examples_per_sec"
 #: The keys a run's history gets for each measured epoch.
 HISTORY_KEYS = (WAIT_SHARE, EXAMPLES_PER_SEC)
+#: History key: the damaged records the reader skips (``max_corrupt_records`` above 0),
+#: the same for every epoch of a run (the reader found them when it was built).
+CORRUPT_RECORDS = "input/corrupt_records"
 
 #: The profiler's classes, by the share of step time waiting for input.
 INPUT_BOUND = "input-bound"
@@ -169,6 +173,8 @@ class InputFacts:
             without it (``SessionLoop`` runs one step per ``session.run``).
         kind: The :class:`~tfr_hooks.tfrecord.PipelineKind` read; ``None`` to derive it
             from ``in_memory`` and ``examples_per_record`` (see :attr:`pipeline_kind`).
+        corrupt_records: The damaged records the reader skips (``max_corrupt_records``
+            above 0), or ``None`` when it did not look.
     """
 
     in_memory: bool | None = None
@@ -178,6 +184,7 @@ class InputFacts:
     examples_per_record: int | None = None
     steps_per_execution: int | None = None
     kind: PipelineKind | None = None
+    corrupt_records: int | None = None
 
     @property
     def pipeline_kind(self) -> PipelineKind | None:
@@ -214,7 +221,10 @@ def facts_of_read(facts: ReadFacts, *, steps_per_execution: int | None = None) -
         examples_per_record=facts.examples_per_record,
         kind=facts.kind,
     )
-    return dataclasses.replace(found, steps_per_execution=steps_per_execution)
+    corrupt = None if facts.corrupt_records is None else len(facts.corrupt_records)
+    return dataclasses.replace(
+        found, steps_per_execution=steps_per_execution, corrupt_records=corrupt
+    )
 
 
 def facts_of_files(
@@ -366,7 +376,18 @@ def verdict(stats: InputStats, facts: InputFacts) -> str:
         f"Epoch {stats.epoch}: {stats.wait_share:.0%} of step time waiting for input "
         f"({stats.bound}; the profiler's classes: over 20% input-bound, 5-20% moderately, "
         f"under 5% not), {stats.examples_per_sec:,.0f} examples/s over {stats.steps} "
-        f"steps{spe}. {remedy(stats, facts)}"
+        f"steps{spe}. {remedy(stats, facts)}{_corrupt_note(facts)}"
+    )
+
+
+def _corrupt_note(facts: InputFacts) -> str:
+    """The verdict's words on the damaged records skipped, when the reader looked."""
+    if facts.corrupt_records is None:
+        return ""
+    return f" Damaged records skipped (max_corrupt_records): {facts.corrupt_records}" + (
+        " (each logged with its file and index when the reader was built)."
+        if facts.corrupt_records
+        else "."
     )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "is_cancelled",
     "is_default_strategy",
     "op_determinism_enabled",
+    "random_record_reader",
     "saver_hook_checkpoint_dir",
     "service_addresses",
     "single_device_map",
@@ -59,6 +60,7 @@ PRIVATE_APIS: dict[str, tuple[str, ...]] = {
     "tensorflow.python.data.ops.dataset_ops": ("UnaryDataset",),
     "tensorflow.python.data.ops.structured_function": ("StructuredFunctionWrapper",),
     "tensorflow.python.ops.gen_dataset_ops": ("map_dataset",),
+    "tensorflow.python.lib.io.tf_record": ("tf_record_random_reader",),
 }
 
 
@@ -104,6 +106,25 @@ def is_cancelled(manager: Any) -> bool:
     """Whether ``manager`` was cancelled (the next call then needs a new one)."""
     # TF 2.21: the CancellationManager.is_cancelled property. 2.17 not checked.
     return bool(manager.is_cancelled)
+
+
+# -- reading a TFRecord file from a byte offset -------------------------------------------
+
+
+def random_record_reader(path: str) -> Any:
+    """A reader of the record that starts at a given byte offset of an uncompressed file.
+
+    Its ``read(offset)`` returns ``(record, next_offset)``, checking both CRCs in C++;
+    it raises ``tf.errors.DataLossError`` on a checksum mismatch or a record cut short,
+    and ``IndexError`` at the end of the file. TensorFlow's public readers
+    (``TFRecordDataset``, ``tf_record_iterator``) cannot start after a damaged record;
+    the damage scan (:mod:`tfr_hooks.tfrecord.damage`) reads on from the next good one.
+    """
+    # TF 2.21: tensorflow.python.lib.io.tf_record.tf_record_random_reader(path).read(offset).
+    # 2.17 not checked.
+    from tensorflow.python.lib.io.tf_record import tf_record_random_reader
+
+    return tf_record_random_reader(path)
 
 
 # -- what TensorFlow has no public getter for -------------------------------------------

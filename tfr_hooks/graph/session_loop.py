@@ -355,6 +355,7 @@ class SessionLoop:
                 # the data's random ops go on in a session given again
                 passes=self._passes,
                 epoch_examples=None if self._data is None else _served_examples(self._data),
+                corrupt_records=None if self._data is None else _corrupt_count(self._data),
             )
 
     def _input_facts(self) -> InputFacts:
@@ -579,3 +580,9 @@ def _graph_service(graph: Any) -> str | None:
                 if value is not None and isinstance(value.item(), bytes):
                     return check_service_address(value.item().decode())
     return None
+
+
+def _corrupt_count(data: Batches) -> int | None:
+    """The damaged records ``data``'s reader skips, or ``None`` when it did not look."""
+    corrupt = data.facts.corrupt_records
+    return None if corrupt is None else len(corrupt)

@@ -279,6 +279,9 @@ class FunctionLoop:
             passes=self._passes,
             epoch_examples=self.facts.served_examples(),
             tuning=self.tuning,
+            corrupt_records=None
+            if self.facts.corrupt_records is None
+            else len(self.facts.corrupt_records),
         )
 
     def _input_facts(self) -> InputFacts:

@@ -13,6 +13,7 @@ Examples:
 
 from tfr_hooks.tfrecord.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.convert import convert
+from tfr_hooks.tfrecord.damage import CorruptRecord
 from tfr_hooks.tfrecord.diagnose import explain_error
 from tfr_hooks.tfrecord.errors import (
     CorruptRecordError,
@@ -65,6 +66,7 @@ __all__ = [
     "Source",
     "ReadFacts",
     "PipelineKind",
+    "CorruptRecord",
     # errors
     "explain_error",
     "TFRecordError",

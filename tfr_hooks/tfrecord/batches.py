@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.tfrecord.contract import ReadFacts
+from tfr_hooks.tfrecord.damage import CorruptRecord
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions, queue_capacity, read_options
 from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind, serve
@@ -61,6 +62,8 @@ class Batches:
             ``kind`` is then what the workers build (streamed or packed).
         batch_examples: The ``batch_size`` the reader was given (an int).
         drop_remainder: Whether each pass drops its final, smaller batch.
+        corrupt_records: The damaged records skipped (``max_corrupt_records`` above 0),
+            or ``None`` when the reader did not look for them (0, the default).
     """
 
     tensors: Any
@@ -76,6 +79,7 @@ class Batches:
     service: str | None = None
     batch_examples: int | None = None
     drop_remainder: bool = False
+    corrupt_records: tuple[CorruptRecord, ...] | None = None
 
     @property
     def pipeline(self) -> str:
@@ -109,6 +113,7 @@ class Batches:
             ),
             examples_per_record=self.examples_per_record,
             service=self.service,
+            corrupt_records=self.corrupt_records,
         )
 
 
@@ -137,6 +142,7 @@ def read_batches(
     bucket_boundaries: Sequence[int] | None = None,
     bucket_by: str | None = None,
     service: str | None = None,
+    max_corrupt_records: int = 0,
 ) -> Batches:
     """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
 
@@ -229,6 +235,9 @@ def read_batches(
             iterator is a new epoch, each example once. The ``element_spec`` the
             service needs in graph mode is the local pipeline's. Only with
             ``pipeline="dataset"`` and ``in_memory=False``.
+        max_corrupt_records: As for :func:`dataset`: the damaged records skipped (each
+            logged, counted in ``Batches.corrupt_records``); past it, the named error.
+            Every pipeline (queue included) reads only the whole records.
 
     Returns:
         A :class:`Batches`.
@@ -269,11 +278,18 @@ def read_batches(
         bucket_by=bucket_by,
         prefetch=1,
         service=service,
+        max_corrupt_records=max_corrupt_records,
     )
     queue = pipeline == "queue"
     capacity = _pipeline_capacity(queue, options, capacity)
     plan = make_plan(
-        files, schema, compression, as_tuple, select=not options.renamed, decode=decode
+        files,
+        schema,
+        compression,
+        as_tuple,
+        select=not options.renamed,
+        decode=decode,
+        max_corrupt_records=options.max_corrupt_records,
     )
     if queue:
         check_queue_plan(plan)
@@ -296,6 +312,7 @@ def read_batches(
         options.service,
         batch_size,
         drop_remainder,
+        None if plan.damage is None else plan.damage.corrupt,
     )
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tfr_hooks.tf_private as tf_private
+from tfr_hooks.tfrecord.damage import CorruptRecord
 from tfr_hooks.tfrecord.options import PipelineKind
 
 __all__ = ["ReadFacts", "Source", "facts_of_dataset", "data_and_facts"]
@@ -61,6 +62,10 @@ class ReadFacts:
         examples_per_record: Examples stored in a record (more than 1: packed shards).
         service: The tf.data service dispatcher whose workers run the pipeline
             (``"grpc://HOST:PORT"``), or ``None`` when it runs in this process.
+        corrupt_records: The damaged records the reader skips
+            (:class:`~tfr_hooks.tfrecord.CorruptRecord`), found when it was built with
+            ``max_corrupt_records`` above 0; ``None`` when it did not look (0, the
+            default: a damaged record raises).
     """
 
     kind: PipelineKind | None = None
@@ -75,6 +80,7 @@ class ReadFacts:
     steps_workers: int = 1
     examples_per_record: int = 1
     service: str | None = None
+    corrupt_records: tuple[CorruptRecord, ...] | None = None
 
     def steps_on(self, num_workers: int) -> int | None:
         """The steps of one epoch on ``num_workers`` workers, when known before it runs."""

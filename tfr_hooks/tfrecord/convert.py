@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks.checks import check_positive_int, expected
+from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
+from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap, scan_damage
 from tfr_hooks.tfrecord.diagnose import explain_error
 from tfr_hooks.tfrecord.files import (
     Files,
@@ -55,6 +56,7 @@ def convert(
     progress: Callable[[int], object] | None = None,
     examples_per_record: int = 1,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
+    max_corrupt_records: int = 0,
 ) -> WriteResult:
     """Rewrite TFRecord files of ``tf.train.Example`` records, from any producer, as shards.
 
@@ -98,6 +100,10 @@ def convert(
             so that reading the result never decodes an image again (several times the
             disk space of the JPEGs; packed, the fastest pipeline for data larger than
             memory).
+        max_corrupt_records: The damaged input records to skip, as for
+            :func:`~tfr_hooks.tfrecord.dataset` (``--max-corrupt-records``): each is
+            logged with its file and index, and left out of the output; past it, the
+            named error. 0 (the default): the first damaged record raises.
 
     Returns:
         A :class:`~tfr_hooks.tfrecord.WriteResult` with the shard paths and the schema.
@@ -120,6 +126,7 @@ def convert(
     check_positive_int(shards, "shards")
     check_positive_int(chunk_size, "chunk_size")
     check_positive_int(examples_per_record, "examples_per_record")
+    check_non_negative_int(max_corrupt_records, "max_corrupt_records")
     codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
     if not isinstance(prefix, str) or not prefix or os.sep in prefix:
         raise ValueError(expected("prefix", "a plain file name prefix", prefix))
@@ -140,7 +147,13 @@ def convert(
     if map_fn is not None and not callable(map_fn):
         raise TypeError(expected("map_fn", "callable or None", map_fn))
     sources = [_Source(path) for path in paths]
-    read_schema = _read_schema(paths, schema, decode, sources)
+    inferred_from = paths
+    if max_corrupt_records:  # the whole records only; inferred from undamaged files
+        damage = scan_damage(paths, [s.compression for s in sources], max_corrupt_records)
+        for source in sources:
+            source.damage = damage
+        inferred_from = damage.clean(paths) or paths
+    read_schema = _read_schema(inferred_from, schema, decode, sources)
     for source in sources:
         source.check(read_schema)
     if map_fn is None:
@@ -178,6 +191,7 @@ class _Source:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.damage: DamageMap | None = None  # max_corrupt_records: what the scan found
         self.sidecar = find_sidecar(path)
         if self.sidecar is not None:
             self.compression = self.sidecar.compression
@@ -188,10 +202,16 @@ class _Source:
 
     def check(self, schema: Schema) -> None:
         """Raise a clear error if the file's first record does not match ``schema``."""
-        if self.sidecar is None:  # TensorFlow would stop silently at a record cut short
-            check_framing(self.path, self.compression)
+        if self.damage is not None:
+            first = self.damage.of(self.path).first
+            if first is None:  # no whole record
+                return
+        else:
+            if self.sidecar is None:  # TensorFlow would stop silently at a record cut short
+                check_framing(self.path, self.compression)
+            first = first_record(self.path, self.compression)
         example = example_pb2.Example()
-        example.ParseFromString(first_record(self.path, self.compression))
+        example.ParseFromString(first)
         if self.per_record > 1:
             check_block(schema, example, self.per_record, file=self.path, record=0)
         else:
@@ -199,12 +219,20 @@ class _Source:
 
     def count(self) -> int:
         """The examples in the file (from ``schema.json``, or by counting the records)."""
-        if self.sidecar is not None:
+        if self.damage is not None and self.per_record == 1:
+            return self.damage.of(self.path).records
+        if self.sidecar is not None and self.damage is None:
             known = self.sidecar.examples_of(os.path.basename(self.path))
             if known is not None:
                 return known
-        records = tf.data.TFRecordDataset(self.path, compression_type=self.compression)
+        records = self.records()
         return int(records.reduce(np.int64(0), lambda n, _: n + 1))
+
+    def records(self) -> tf.data.Dataset:
+        """The file's records (the whole ones only, under ``max_corrupt_records``)."""
+        if self.damage is not None and self.damage.of(self.path).damaged:
+            return DamagedReads(self.damage).all_records([self.path])
+        return tf.data.TFRecordDataset(self.path, compression_type=self.compression)
 
 
 def _check_not_input(paths: Sequence[str], out_dir: str) -> None:
@@ -284,7 +312,7 @@ def _to_numpy(feature: Feature, value: Any) -> np.ndarray:
 
 def _parsed(source: _Source, schema: Schema, chunk_size: int) -> tf.data.Dataset:
     """The batches of ``source``'s examples, ``chunk_size`` records at a time."""
-    records = tf.data.TFRecordDataset(source.path, compression_type=source.compression)
+    records = source.records()
     if source.per_record > 1:
         per_record = source.per_record
         return records.batch(max(1, chunk_size // per_record)).map(

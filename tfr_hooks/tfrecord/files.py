@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
 from tfr_hooks.tfrecord.errors import (
     CorruptRecordError,
     EmptyFileError,
@@ -31,6 +32,7 @@ __all__ = [
     "resolve_files",
     "check_compression",
     "detect_compression",
+    "guess_compression",
     "iter_records",
     "first_record",
     "check_framing",
@@ -254,6 +256,19 @@ def detect_compression(path: PathLike) -> str:
     )
 
 
+def guess_compression(path: PathLike) -> str:
+    """:func:`detect_compression`, or, when the first record is damaged, a guess.
+
+    The guess comes from the first bytes (GZIP's magic, a zlib header, else none), for
+    readers that skip damaged records (``max_corrupt_records``): their scan then finds
+    what the file holds.
+    """
+    try:
+        return detect_compression(path)
+    except NotTFRecordError:
+        return _candidates(os.fspath(path))[0]
+
+
 def _raw_records(path: str, compression: str) -> Iterator[bytes]:
     options = tf.io.TFRecordOptions(compression_type=compression)
     yield from tf.compat.v1.io.tf_record_iterator(path, options=options)
@@ -408,6 +423,7 @@ def record_stream(
     deterministic: bool,
     shuffle_files: bool,
     seed: int | None,
+    damage: DamageMap | None = None,
 ) -> tf.data.Dataset:
     """The serialized records of ``files``, ``reads`` files interleaved one record at a time.
 
@@ -418,10 +434,15 @@ def record_stream(
         deterministic: Whether parallel reads keep a fixed order.
         shuffle_files: Whether to shuffle the order of the files (each pass anew).
         seed: Seed of that shuffle.
+        damage: What a scan for damaged records found (``max_corrupt_records``): when
+            some of ``files`` are damaged, only their whole records are read (see
+            :class:`~tfr_hooks.tfrecord.damage.DamagedReads`).
 
     Returns:
         A dataset of scalar ``tf.string`` records.
     """
+    if damage is not None and damage.damages(files):
+        return _damaged_stream(files, damage, reads, deterministic, shuffle_files, seed)
     paths = tf.data.Dataset.from_tensor_slices(list(files))
     if shuffle_files:
         paths = paths.shuffle(len(files), seed=seed)
@@ -434,3 +455,22 @@ def record_stream(
         block_length=1,
         **parallel,
     )
+
+
+def _damaged_stream(
+    files: Sequence[str],
+    damage: DamageMap,
+    reads: int,
+    deterministic: bool,
+    shuffle_files: bool,
+    seed: int | None,
+) -> tf.data.Dataset:
+    """:func:`record_stream` over files some of which hold damaged records."""
+    damaged = DamagedReads(damage)
+    paths = damaged.paths(files)
+    if shuffle_files:
+        paths = paths.shuffle(len(files), seed=seed)
+    parallel: dict[str, Any] = {}
+    if reads > 1:
+        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
+    return paths.interleave(damaged.records, cycle_length=reads, block_length=1, **parallel)

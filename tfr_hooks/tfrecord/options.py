@@ -71,7 +71,9 @@ class ReadOptions:
     ``read_batches`` builds with its own fixed values), except ``shaping``: ``pad_to``,
     ``padding_values``, ``bucket_boundaries`` and ``bucket_by``, checked together.
     ``service`` is the tf.data service dispatcher's address as ``"grpc://HOST:PORT"``
-    (normalized), or ``None`` to read in this process.
+    (normalized), or ``None`` to read in this process. ``max_corrupt_records`` is the
+    damaged records a build may skip (0: the first raises; see
+    :mod:`tfr_hooks.tfrecord.damage`).
     """
 
     batch_size: int
@@ -89,6 +91,7 @@ class ReadOptions:
     memory_budget: int | None = None
     shaping: Shaping = field(default_factory=Shaping)
     service: str | None = None
+    max_corrupt_records: int = 0
 
     @property
     def renamed(self) -> bool:
@@ -116,6 +119,7 @@ def read_options(
     prefetch: int | None = None,
     autotune: bool = False,
     service: str | None = None,
+    max_corrupt_records: int = 0,
 ) -> ReadOptions:
     """Check the readers' shared arguments into a :class:`ReadOptions`.
 
@@ -125,6 +129,7 @@ def read_options(
             ``in_memory`` other than ``False`` with ``service``.
     """
     check_positive_int(batch_size, "batch_size")
+    check_non_negative_int(max_corrupt_records, "max_corrupt_records")
     check_non_negative_int(shuffle_buffer, "shuffle_buffer")
     if num_parallel_reads is not None:
         check_positive_int(num_parallel_reads, "num_parallel_reads")
@@ -158,6 +163,7 @@ def read_options(
         memory_budget=memory_budget,
         shaping=shaping,
         service=service,
+        max_corrupt_records=max_corrupt_records,
     )
 
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.damage import DamageMap
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
 from tfr_hooks.tfrecord.files import record_stream
 from tfr_hooks.tfrecord.schema import Feature, Schema
@@ -544,6 +545,7 @@ def record_passes(
     buffer: int,
     seed: int | None,
     num_epochs: int | None,
+    damage: DamageMap | None = None,
 ) -> tuple[tf.data.Dataset, Any]:
     """The records of ``files`` for ``num_epochs`` passes, shuffled anew every pass.
 
@@ -563,6 +565,7 @@ def record_passes(
             stored order.
         seed: Seed of the shuffles.
         num_epochs: Passes; ``None`` repeats forever.
+        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
 
     Returns:
         The records, and the seed of the pass (``None`` unshuffled) for the shuffles
@@ -576,6 +579,7 @@ def record_passes(
         deterministic=deterministic,
         shuffle_files=bool(buffer),
         seed=seed_value,
+        damage=damage,
     )
     if buffer:
         records = records.shuffle(buffer, seed=seed_value)
@@ -598,6 +602,7 @@ def packed_dataset(
     num_epochs: int | None,
     prefetch: int | None,
     deterministic: bool = True,
+    damage: DamageMap | None = None,
 ) -> tf.data.Dataset:
     """A dataset of batches (dicts of tensors) from packed shards.
 
@@ -615,6 +620,7 @@ def packed_dataset(
         num_epochs: Passes over the files; ``None`` repeats forever.
         prefetch: Batches to prefetch (0 or ``None`` for none).
         deterministic: Whether parallel reads and parsing keep a fixed order.
+        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
 
     Returns:
         The dataset.
@@ -629,6 +635,7 @@ def packed_dataset(
         buffer=max(2 * window, 16) if shuffle_buffer else 0,
         seed=seed,
         num_epochs=num_epochs,
+        damage=damage,
     )
     windows = blocks.batch(window)
     if shuffle_buffer and tf.executing_eagerly():

@@ -107,6 +107,7 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
             num_epochs=options.num_epochs,
             prefetch=None,
             deterministic=options.deterministic,
+            damage=plan.damage,
         )
     else:
         parsed = _stream_batches(plan, options, reads=reads, calls=calls)
@@ -189,6 +190,7 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
         buffer=options.shuffle_buffer,
         seed=options.seed,
         num_epochs=options.num_epochs,
+        damage=plan.damage,
     )
     batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
     return batches.map(
@@ -282,10 +284,16 @@ def _held(
             as_dict(map_fn, plan.names),
             per_record=plan.per_record,
             count=count,
+            damage=plan.damage,
         )
         return arrays, None
     arrays = load(
-        plan.files, plan.compression, plan.schema, per_record=plan.per_record, counts=plan.counts
+        plan.files,
+        plan.compression,
+        plan.schema,
+        per_record=plan.per_record,
+        counts=plan.counts,
+        damage=plan.damage,
     )
     return arrays, None if map_fn is None else as_dict(map_fn, plan.names)
 
@@ -342,7 +350,12 @@ def _mapped_kind(
 ) -> PipelineKind | None:
     """``_memory_kind`` with a ``map_fn``: its output's size, then the records' if needed."""
     sample = mapped_sample_nbytes(
-        plan.files, plan.compression, plan.schema, map_fn, per_record=plan.per_record
+        plan.files,
+        plan.compression,
+        plan.schema,
+        map_fn,
+        per_record=plan.per_record,
+        damage=plan.damage,
     )
     decoded = None if sample is None else sample[0] * examples // max(1, sample[1])
     why = (
@@ -386,7 +399,13 @@ def _mapped_kind(
 def _records_nbytes(plan: Plan, examples: int, file_bytes: int) -> int:
     """Bytes the parsed records take in memory; sampled when a feature varies in length."""
     return records_nbytes(
-        plan.files, plan.compression, plan.schema, examples, file_bytes, plan.per_record
+        plan.files,
+        plan.compression,
+        plan.schema,
+        examples,
+        file_bytes,
+        plan.per_record,
+        damage=plan.damage,
     )
 
 

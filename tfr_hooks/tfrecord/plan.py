@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
 from tensorflow.core.example import example_pb2
 
+from tfr_hooks.tfrecord.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.errors import MissingFeatureError
 from tfr_hooks.tfrecord.files import (
     Files,
@@ -24,6 +25,7 @@ from tfr_hooks.tfrecord.files import (
     check_framing,
     detect_compression,
     first_record,
+    guess_compression,
     iter_records,
     resolve_files,
 )
@@ -50,6 +52,7 @@ class Plan:
     names: tuple[str, ...] | None  # as_tuple
     counts: list[int | None] = field(default_factory=list)  # examples per file, if known
     per_record: int = 1  # examples per record (packed shards)
+    damage: DamageMap | None = None  # max_corrupt_records > 0: what the scan found
 
     @property
     def examples(self) -> int | None:
@@ -75,11 +78,13 @@ def _check_as_tuple(as_tuple: object) -> tuple[str, ...] | None:
     return tuple(as_tuple)
 
 
-def _resolve_compression(paths: list[str], compression: str | None) -> str:
+def _resolve_compression(
+    paths: list[str], compression: str | None, detect: Callable[[str], str] = detect_compression
+) -> str:
     codec = check_compression(compression)
     if codec is not None:
         return codec
-    found = {path: detect_compression(path) for path in paths}
+    found = {path: detect(path) for path in paths}
     kinds = sorted(set(found.values()))
     if len(kinds) > 1:
         examples = {k or "none": next(p for p, c in found.items() if c == k) for k in kinds}
@@ -98,13 +103,26 @@ def make_plan(
     *,
     select: bool,
     decode: Mapping[str, Any] | None = None,
+    max_corrupt_records: int = 0,
 ) -> Plan:
-    """Resolve files, compression and schema, and check them before any graph is built."""
+    """Resolve files, compression and schema, and check them before any graph is built.
+
+    With ``max_corrupt_records`` above 0, every file is scanned for damaged records first
+    (:mod:`tfr_hooks.tfrecord.damage`): the schema is then inferred from whole records
+    (:meth:`~tfr_hooks.tfrecord.damage.DamageMap.inference`), the checks below read each file's
+    first whole record, and the counts are the whole records found.
+    """
     names = _check_as_tuple(as_tuple)
     _check_decode(decode)
     paths = resolve_files(files)
-    codec = _resolve_compression(paths, compression)
-    if schema is None:
+    # a damaged first record is no reason to fail before the scan, which skips it
+    detect = guess_compression if max_corrupt_records else detect_compression
+    codec = _resolve_compression(paths, compression, detect)
+    damage = scan_damage(paths, codec, max_corrupt_records) if max_corrupt_records else None
+    if schema is None and damage is not None:  # from records that are whole
+        among, max_records = damage.inference(paths, 1000)
+        chosen = infer_schema(among, compression=codec, max_records=max_records)
+    elif schema is None:
         chosen = infer_schema(paths, compression=codec)
     elif isinstance(schema, Schema):
         chosen = schema
@@ -133,17 +151,27 @@ def make_plan(
         sidecar = find_sidecar(path, sidecars)
         per_record = 1
         if sidecar is not None:
-            check_written_size(path, sidecar)
+            if damage is None:
+                check_written_size(path, sidecar)
             if schema is not None or decode:
                 chosen = chosen.with_stored_encodings(sidecar.schema)
                 chosen.check_compatible(sidecar.schema, source=f"the schema stored for {path!r}")
             per_record = sidecar.examples_per_record
             counts.append(sidecar.examples_of(os.path.basename(path)))
         else:  # TensorFlow would stop silently at a record header cut short
-            check_framing(path, codec)
+            if damage is None:  # the scan found it
+                check_framing(path, codec)
             counts.append(None)
         packing[path] = per_record
-        record = first_record(path, codec)
+        if damage is None:
+            record = first_record(path, codec)
+        else:  # the whole records (a packed file's last block may be partial: unknown)
+            scanned = damage.of(path)
+            if per_record == 1 or scanned.damaged:
+                counts[-1] = scanned.records if per_record == 1 else None
+            if scanned.first is None:
+                continue
+            record = scanned.first
         if per_record > 1:
             check_block(chosen, _as_example(record), per_record, file=path, record=0)
         else:  # the bytes: a record that is no proto is an error saying what it holds
@@ -157,7 +185,7 @@ def make_plan(
             "Expected all files to store the same number of examples per record (see "
             f"schema.json). Received files with different packings: {found}"
         )
-    return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())))
+    return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())), damage)
 
 
 #: records of a file read, at most, to find a feature list of the schema its first lacks

@@ -16,6 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
+from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
 from tfr_hooks.tfrecord.options import ReadOptions, queue_readers
 from tfr_hooks.tfrecord.pipeline import structure
 from tfr_hooks.tfrecord.plan import Plan
@@ -72,19 +73,24 @@ def _quiet_deprecations() -> Iterator[None]:
 
 def _queue_pipeline(plan: Plan, options: ReadOptions, capacity: int) -> dict[str, Any]:
     batch_size, shuffle_buffer, seed = options.batch_size, options.shuffle_buffer, options.seed
-    filenames = tf.compat.v1.train.string_input_producer(
-        plan.files,
-        num_epochs=options.num_epochs,
-        shuffle=shuffle_buffer > 0,
-        seed=seed,
-        capacity=max(32, len(plan.files)),
-    )
-    tf_options = tf.io.TFRecordOptions(compression_type=plan.compression)
+    damage = plan.damage
+    files = plan.files if damage is None else damage.clean(plan.files)
     reads = []
-    for _ in range(queue_readers(options)):
-        reader = tf.compat.v1.TFRecordReader(options=tf_options)
-        _, serialized = reader.read_up_to(filenames, num_records=batch_size)
-        reads.append([serialized])
+    if files:
+        filenames = tf.compat.v1.train.string_input_producer(
+            files,
+            num_epochs=options.num_epochs,
+            shuffle=shuffle_buffer > 0,
+            seed=seed,
+            capacity=max(32, len(files)),
+        )
+        tf_options = tf.io.TFRecordOptions(compression_type=plan.compression)
+        for _ in range(queue_readers(options)):
+            reader = tf.compat.v1.TFRecordReader(options=tf_options)
+            _, serialized = reader.read_up_to(filenames, num_records=batch_size)
+            reads.append([serialized])
+    if damage is not None and len(files) < len(plan.files):
+        reads.append([_whole_records(plan, options, damage)])
     if shuffle_buffer > 0:
         batch = tf.compat.v1.train.shuffle_batch_join(
             reads,
@@ -105,3 +111,19 @@ def _queue_pipeline(plan: Plan, options: ReadOptions, capacity: int) -> dict[str
         )
     serialized_batch = batch[0] if isinstance(batch, (list, tuple)) else batch
     return plan.schema.parse_batch(serialized_batch)
+
+
+def _whole_records(plan: Plan, options: ReadOptions, damage: DamageMap) -> Any:
+    """Batches of the whole records of the damaged files, one more reader of the queue.
+
+    A ``TFRecordReader`` cannot skip a damaged record: the damaged files are read by a
+    ``tf.data`` one-shot iterator over their whole records (``num_epochs`` passes),
+    whose batches join the readers' (``OutOfRangeError`` ends its enqueue thread as the
+    end of the file names ends the readers').
+    """
+    damaged = [path for path in plan.files if damage.of(path).damaged]
+    records = DamagedReads(damage).all_records(damaged)
+    if options.shuffle_buffer > 0:
+        records = records.shuffle(max(1, options.shuffle_buffer), seed=options.seed)
+    records = records.repeat(options.num_epochs).batch(options.batch_size)
+    return tf.compat.v1.data.make_one_shot_iterator(records).get_next()

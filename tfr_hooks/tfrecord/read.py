@@ -86,6 +86,7 @@ def dataset(
     bucket_by: str | None = None,
     shard: str = "auto",
     service: str | None = None,
+    max_corrupt_records: int = 0,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -200,6 +201,20 @@ def dataset(
             A dispatcher that does not answer is an error at once; with
             ``in_memory`` other than ``False``, a ``ValueError`` (the in-memory
             pipeline cannot be served). See :mod:`tfr_hooks.data_service`.
+        max_corrupt_records: The damaged records the data may hold, skipped (AWS's
+            TFRecord reader calls it ``max_corrupted_records_to_skip``; the name follows
+            TensorFlow's ``DataLossError: corrupted record``). 0 (the default): the first
+            damaged record raises :class:`~tfr_hooks.tfrecord.CorruptRecordError`
+            naming its file and index, as before. Above 0, every file is scanned here,
+            before the pipeline is built (a read of every byte:
+            :mod:`tfr_hooks.tfrecord.damage`): a record failing a checksum, a truncated
+            tail, a broken GZIP/ZLIB stream (the rest of the file, one record) or a
+            record that is no Example is logged (file and index) and skipped; the
+            ``max_corrupt_records + 1``-th raises that error here. The records skipped
+            are in :func:`source`'s facts and the loops' history
+            (``input/corrupt_records``). The scan finds the same damage again when a
+            run resumes, so the examples of an epoch, and exact resume, stay the same
+            (unless the files change in between).
 
     Returns:
         The dataset of batches. When the number of examples is known (every file is
@@ -213,6 +228,8 @@ def dataset(
         NoFilesError: If no file matches, or a file is missing.
         EmptyFileError: If a file holds no records.
         NotTFRecordError: If a file is not a TFRecord file.
+        CorruptRecordError: With ``max_corrupt_records`` above 0, for the damaged record
+            one past it (its file and index named).
         SchemaMismatchError: If the first record of a file, or the stored schema, does not
             match ``schema``.
         ValueError: If ``shard`` is unknown, or ``"file"`` with fewer files than workers;
@@ -252,6 +269,7 @@ def dataset(
         bucket_by=bucket_by,
         shard=shard,
         service=service,
+        max_corrupt_records=max_corrupt_records,
     ).dataset
 
 
@@ -281,6 +299,7 @@ def source(
     bucket_by: str | None = None,
     shard: str = "auto",
     service: str | None = None,
+    max_corrupt_records: int = 0,
 ) -> Source:
     """The batches :func:`dataset` builds, with what the reader knows of them.
 
@@ -329,11 +348,18 @@ def source(
         prefetch=prefetch,
         autotune=autotune,
         service=service,
+        max_corrupt_records=max_corrupt_records,
     )
     task = current_task()
     sharding.check_shard(shard)
     plan = make_plan(
-        files, schema, compression, as_tuple, select=not options.renamed, decode=decode
+        files,
+        schema,
+        compression,
+        as_tuple,
+        select=not options.renamed,
+        decode=decode,
+        max_corrupt_records=options.max_corrupt_records,
     )
     if options.service is None:
         # the service splits the data itself: a common seed would only repeat the order
@@ -352,6 +378,7 @@ def source(
         examples=examples,
         examples_per_record=plan.per_record,
         service=options.service,
+        corrupt_records=None if plan.damage is None else plan.damage.corrupt,
     )
     if options.service is not None:
         # a trainer of a shared job reads a part of the epoch, of unknown size

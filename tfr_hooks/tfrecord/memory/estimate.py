@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tfr_hooks.tfrecord.damage import DamageMap
 from tfr_hooks.tfrecord.memory.loading import _collect, _mapped, nbytes_of
 from tfr_hooks.tfrecord.schema import Schema
 
@@ -149,6 +150,7 @@ def records_nbytes(
     examples: int,
     file_bytes: int = 0,
     per_record: int = 1,
+    damage: DamageMap | None = None,
 ) -> int:
     """Bytes the parsed (decoded by the schema) examples take in memory.
 
@@ -165,6 +167,7 @@ def records_nbytes(
         lambda example: example,
         per_record=per_record,
         sample=LENGTH_SAMPLE,
+        damage=damage,
     )
     if sample is None:
         return decoded_nbytes(schema, examples, file_bytes)
@@ -188,6 +191,7 @@ def mapped_sample_nbytes(
     *,
     per_record: int = 1,
     sample: int = 16,
+    damage: DamageMap | None = None,
 ) -> tuple[int, int] | None:
     """Bytes of ``map_fn``'s output for the first ``sample`` examples, and their number.
 
@@ -195,7 +199,9 @@ def mapped_sample_nbytes(
     """
     try:
         arrays = _collect(
-            lambda: _mapped(files, compression, schema, map_fn, per_record, take=sample),
+            lambda: _mapped(
+                files, compression, schema, map_fn, per_record, take=sample, damage=damage
+            ),
             None,
             batch=sample,
         )

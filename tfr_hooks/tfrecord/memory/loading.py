@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.packed import unpack
 from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples, is_list
@@ -163,12 +164,23 @@ class _Join:
 class _FileReaders:
     """One graph and session reading (and decoding) whole files, one iterator per worker."""
 
-    def __init__(self, compression: str, schema: Schema, per_record: int, workers: int) -> None:
-        self.schema, self.compression = schema, compression
+    def __init__(
+        self,
+        compression: str,
+        schema: Schema,
+        per_record: int,
+        workers: int,
+        damage: DamageMap | None = None,
+    ) -> None:
+        self.schema, self.compression, self.damage = schema, compression, damage
         graph = tf.Graph()
         with graph.as_default():
             self.path = tf.compat.v1.placeholder(tf.string, [], name="path")
-            records = tf.data.TFRecordDataset(self.path, compression_type=compression)
+            self.position = tf.compat.v1.placeholder_with_default(np.int64(0), [])
+            if damage is None:
+                records = tf.data.TFRecordDataset(self.path, compression_type=compression)
+            else:  # only the whole records (max_corrupt_records)
+                records = DamagedReads(damage).records(self.path, self.position)
             chunks = records.batch(max(1, LOAD_CHUNK // per_record))
             if per_record == 1:
                 parsed = chunks.map(schema.parse_batch)
@@ -183,7 +195,10 @@ class _FileReaders:
 
     def chunks(self, worker: int, name: str) -> Iterator[dict[str, Any]]:
         """The decoded chunks of file ``name`` (ragged features as values and splits)."""
-        self.session.run(self.iterators[worker].initializer, {self.path: name})
+        feed: dict[Any, Any] = {self.path: name}
+        if self.damage is not None:
+            feed[self.position] = self.damage.index(name)
+        self.session.run(self.iterators[worker].initializer, feed)
         while True:
             try:
                 values = self.session.run(self.nexts[worker])
@@ -209,6 +224,7 @@ def load(
     per_record: int = 1,
     counts: Sequence[int | None] | None = None,
     progress: bool = True,
+    damage: DamageMap | None = None,
 ) -> dict[str, Held]:
     """Read and decode every example of ``files`` into one numpy array per feature.
 
@@ -227,6 +243,7 @@ def load(
         per_record: Examples per record (packed shards).
         counts: Each file's examples, where known.
         progress: Show a progress bar on stderr when loading takes more than 2 s.
+        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
 
     Returns:
         Feature name to array of shape ``[examples, *feature.shape]`` (a
@@ -247,7 +264,7 @@ def load(
     offsets = list(itertools.accumulate(sizes, initial=0))
     if known:
         join.allocate(offsets[-1], dense)
-    readers = _FileReaders(compression, schema, per_record, workers)
+    readers = _FileReaders(compression, schema, per_record, workers, damage)
     bar = _Progress(offsets[-1] if known else None, progress)
 
     def read(worker: int, index: int) -> None:
@@ -346,9 +363,13 @@ def _mapped(
     map_fn: Callable[[dict[str, Any]], Any],
     per_record: int,
     take: int | None = None,
+    damage: DamageMap | None = None,
 ) -> tf.data.Dataset:
     """The examples of ``files``, in order, each through ``map_fn`` (in parallel)."""
-    records = tf.data.TFRecordDataset(list(files), compression_type=compression)
+    if damage is not None and damage.damages(files):  # only the whole records
+        records = DamagedReads(damage).all_records(files)
+    else:
+        records = tf.data.TFRecordDataset(list(files), compression_type=compression)
     if take is not None:
         records = records.take(max(1, -(-take // per_record)))
     chunks = records.batch(max(1, LOAD_CHUNK // per_record))
@@ -482,6 +503,7 @@ def load_mapped(
     *,
     per_record: int = 1,
     count: int | None = None,
+    damage: DamageMap | None = None,
 ) -> dict[str, Held]:
     """Read every example of ``files`` once, through ``map_fn``, into numpy arrays.
 
@@ -493,4 +515,6 @@ def load_mapped(
     Raises:
         ValueError: If an output is not a dense tensor of one shape for all examples.
     """
-    return _collect(lambda: _mapped(files, compression, schema, map_fn, per_record), count)
+    return _collect(
+        lambda: _mapped(files, compression, schema, map_fn, per_record, damage=damage), count
+    )
