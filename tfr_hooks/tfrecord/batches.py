@@ -137,6 +137,7 @@ def read_batches(
     bucket_boundaries: Sequence[int] | None = None,
     bucket_by: str | None = None,
     service: str | None = None,
+    split: str | None = None,
 ) -> Batches:
     """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
 
@@ -229,6 +230,7 @@ def read_batches(
             iterator is a new epoch, each example once. The ``element_spec`` the
             service needs in graph mode is the local pipeline's. Only with
             ``pipeline="dataset"`` and ``in_memory=False``.
+        split: As for :func:`dataset`: the split of a TensorFlow Datasets directory.
 
     Returns:
         A :class:`Batches`.
@@ -273,7 +275,13 @@ def read_batches(
     queue = pipeline == "queue"
     capacity = _pipeline_capacity(queue, options, capacity)
     plan = make_plan(
-        files, schema, compression, as_tuple, select=not options.renamed, decode=decode
+        files,
+        schema,
+        compression,
+        as_tuple,
+        select=not options.renamed,
+        decode=decode,
+        split=split,
     )
     if queue:
         check_queue_plan(plan)

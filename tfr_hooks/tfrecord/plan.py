@@ -32,6 +32,7 @@ from tfr_hooks.tfrecord.packed import check_block
 from tfr_hooks.tfrecord.records import as_record_content
 from tfr_hooks.tfrecord.schema import Schema
 from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, load_schema
+from tfr_hooks.tfrecord.tfds_dir import TfdsDir, find_tfds_dir, tfds_plan_parts
 
 __all__ = ["Plan", "SchemaLike", "make_plan"]
 
@@ -98,8 +99,16 @@ def make_plan(
     *,
     select: bool,
     decode: Mapping[str, Any] | None = None,
+    split: str | None = None,
 ) -> Plan:
-    """Resolve files, compression and schema, and check them before any graph is built."""
+    """Resolve files, compression and schema, and check them before any graph is built.
+
+    A TensorFlow Datasets directory (:mod:`~tfr_hooks.tfrecord.tfds_dir`) brings its
+    split's files, counts and schema; ``split`` goes only with one.
+    """
+    tfds = find_tfds_dir(files, split)
+    if tfds is not None:
+        return _tfds_plan(tfds, split, schema, compression, as_tuple, select, decode)
     names = _check_as_tuple(as_tuple)
     _check_decode(decode)
     paths = resolve_files(files)
@@ -158,6 +167,32 @@ def make_plan(
             f"schema.json). Received files with different packings: {found}"
         )
     return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())))
+
+
+def _tfds_plan(
+    tfds: TfdsDir,
+    split: str | None,
+    schema: SchemaLike,
+    compression: str | None,
+    as_tuple: object,
+    select: bool,
+    decode: Mapping[str, Any] | None,
+) -> Plan:
+    """The plan of a split of a TFDS directory: its shards, exact counts and schema."""
+    chosen, codec, tfds_schema, as_tuple = tfds_plan_parts(
+        tfds, split, schema, compression, as_tuple, decode
+    )
+    names = _check_as_tuple(as_tuple)
+    read = tfds_schema
+    if names is not None and select:
+        missing = [name for name in names if name not in read]
+        if missing:
+            raise ValueError(
+                f"Expected the names in `as_tuple` to be features of the schema "
+                f"{read.names}. Received: as_tuple={names!r}"
+            )
+        read = tfds_schema.select(names)
+    return Plan(list(chosen.files), codec, read, names, list(chosen.counts))
 
 
 #: records of a file read, at most, to find a feature list of the schema its first lacks

@@ -86,6 +86,7 @@ def dataset(
     bucket_by: str | None = None,
     shard: str = "auto",
     service: str | None = None,
+    split: str | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -200,6 +201,11 @@ def dataset(
             A dispatcher that does not answer is an error at once; with
             ``in_memory`` other than ``False``, a ``ValueError`` (the in-memory
             pipeline cannot be served). See :mod:`tfr_hooks.data_service`.
+        split: For a TensorFlow Datasets directory (``<data_dir>/<name>/<version>``,
+            see :mod:`~tfr_hooks.tfrecord.tfds_dir`), the split to read; ``None`` for
+            ``"train"``. Its features are decoded as its ``features.json`` declares,
+            ``as_tuple=True`` names its supervised keys, and the cardinality is exact
+            (from ``dataset_info.json``). An error with other files.
 
     Returns:
         The dataset of batches. When the number of examples is known (every file is
@@ -252,6 +258,7 @@ def dataset(
         bucket_by=bucket_by,
         shard=shard,
         service=service,
+        split=split,
     ).dataset
 
 
@@ -281,6 +288,7 @@ def source(
     bucket_by: str | None = None,
     shard: str = "auto",
     service: str | None = None,
+    split: str | None = None,
 ) -> Source:
     """The batches :func:`dataset` builds, with what the reader knows of them.
 
@@ -333,7 +341,13 @@ def source(
     task = current_task()
     sharding.check_shard(shard)
     plan = make_plan(
-        files, schema, compression, as_tuple, select=not options.renamed, decode=decode
+        files,
+        schema,
+        compression,
+        as_tuple,
+        select=not options.renamed,
+        decode=decode,
+        split=split,
     )
     if options.service is None:
         # the service splits the data itself: a common seed would only repeat the order
