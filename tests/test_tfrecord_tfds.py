@@ -339,3 +339,52 @@ def test_session_loop_counts_the_examples_of_a_tfds_split(tfds_dirs):
 def test_a_tfds_directory_is_read_through_the_tf_data_service(tfds_dirs, shared_service):
     data = tfrecord.dataset(tfds_dirs["detection"], BATCH, service=shared_service)
     _assert_read_as_written(_examples(data), "detection", tfds_dirs["detection"])
+
+
+# --- the command line and convert ----------------------------------------------------------
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    from tfr_hooks import cli
+
+    assert cli.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_inspect_shows_the_splits_counts_features_and_label_names(tfds_dirs, capsys):
+    out = _cli(["inspect", tfds_dirs["detection"]], capsys)
+    assert "split train: 5 examples in 1 shard(s)" in out
+    assert "split test: 3 examples in 1 shard(s)" in out
+    assert "objects/bbox   float32 [batch, None, 4]" in out
+    assert "labels (2): cat, dog" in out
+    listed = json.loads(_cli(["inspect", "--json", tfds_dirs["digits_png"]], capsys))
+    assert listed["splits"] == {
+        "train": {"examples": 5, "shards": 1},
+        "test": {"examples": 3, "shards": 1},
+    }
+    assert listed["supervised_keys"] == ["image", "label"]
+    label = next(f for f in listed["features"] if f["name"] == "label")
+    assert label["labels"] == ["zero", "one", "two"]
+
+
+def test_measure_times_a_tfds_split(tfds_dirs, capsys):
+    argv = ["measure", tfds_dirs["digits_png"], "--split", "test", "--batch-size", "2"]
+    result = json.loads(_cli([*argv, "--batches", "2", "--json"], capsys))
+    assert result["num_examples"] == 3
+    assert [os.path.basename(f) for f in result["files"]] == [
+        "digits_png-test.tfrecord-00000-of-00001"
+    ]
+    rates = {r["pipeline"]: r for r in result["rates"]}
+    assert rates["streamed"]["examples_per_sec"] > 0
+    assert rates["in_memory"]["examples_per_sec"] > 0
+
+
+@pytest.mark.parametrize("per_record", [1, 2])
+def test_convert_writes_a_tfds_split_decoded(tfds_dirs, tmp_path, capsys, per_record):
+    out = tmp_path / "converted"
+    argv = ["convert", tfds_dirs["detection"], str(out), "--split", "train", "--no-progress"]
+    _cli([*argv, "--examples-per-record", str(per_record)], capsys)
+    source = tfrecord.source(out, BATCH)
+    assert source.facts.examples == 5 and source.facts.examples_per_record == per_record
+    read = _examples(source.dataset)
+    _assert_read_as_written(read, "detection", tfds_dirs["detection"])

@@ -399,6 +399,46 @@ class TfdsDir:
             f"{list(self.splits)}. Received: split={split!r}"
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The directory as a JSON-ready dict: splits, counts, features and label names."""
+        features = []
+        for feature in self.schema:
+            item = feature.to_dict()
+            if feature.name in self.schema.labels:
+                item["labels"] = list(self.schema.labels[feature.name])
+            features.append(item)
+        return {
+            "path": self.path,
+            "tfds": {"name": self.name, "version": self.version},
+            "splits": {
+                s.name: {"examples": s.examples, "shards": len(s.files)}
+                for s in self.splits.values()
+            },
+            "supervised_keys": list(self.supervised_keys or []),
+            "features": features,
+        }
+
+    def describe(self) -> str:
+        """What ``tfr-hooks inspect DIR`` prints: the splits, their counts, the features."""
+        lines = [self.path, f"  TensorFlow Datasets: {self.name} {self.version}"]
+        for split in self.splits.values():
+            lines.append(
+                f"  split {split.name}: {split.examples} examples in {len(split.files)} shard(s)"
+            )
+        if self.supervised_keys:
+            lines.append(f"  supervised keys (as_tuple=True): {', '.join(self.supervised_keys)}")
+        lines.append("  features (as read, batch first):")
+        width = max(len(f.name) for f in self.schema)
+        for feature in self.schema:
+            dims = ["batch", *(["None"] if feature.sequence else []), *map(str, feature.shape)]
+            text = f"{feature.dtype} [{', '.join(dims)}]"
+            labels = self.schema.labels.get(feature.name)
+            if labels:
+                shown = ", ".join(labels[:10]) + (", ..." if len(labels) > 10 else "")
+                text += f"  labels ({len(labels)}): {shown}"
+            lines.append(f"    {feature.name.ljust(width)}  {text}")
+        return "\n".join(lines)
+
     def plan_parts(self, split: str | None, as_tuple: object) -> tuple[TfdsSplit, object]:
         """The split to read and ``as_tuple`` with ``True`` as the supervised keys."""
         chosen = self.split(split)
@@ -516,13 +556,16 @@ def _supervised_keys(info: Any) -> tuple[str, ...] | None:
 
 
 def find_tfds_dir(files: Any, split: object) -> TfdsDir | None:
-    """The TFDS directory ``files`` names, or ``None``; ``split`` only goes with one.
+    """The TFDS directory ``files`` names (alone or as a list of one), or ``None``.
+
+    ``split`` goes only with a TFDS directory.
 
     Raises:
         ValueError: If ``split`` is given for files that are no TFDS directory, or as
             :func:`open_tfds_dir`.
     """
-    found = open_tfds_dir(files)
+    one = files[0] if isinstance(files, (list, tuple)) and len(files) == 1 else files
+    found = open_tfds_dir(one)
     if found is None and split is not None:
         raise ValueError(
             "Expected `split` only with a TensorFlow Datasets directory (one holding "
