@@ -388,3 +388,12 @@ def test_convert_writes_a_tfds_split_decoded(tfds_dirs, tmp_path, capsys, per_re
     assert source.facts.examples == 5 and source.facts.examples_per_record == per_record
     read = _examples(source.dataset)
     _assert_read_as_written(read, "detection", tfds_dirs["detection"])
+
+
+def test_the_labels_files_are_no_records_to_inspect(tfds_dirs):
+    infos = tfrecord.inspect(tfds_dirs["digits_png"])
+    assert sorted(os.path.basename(i.path) for i in infos) == [
+        "digits_png-test.tfrecord-00000-of-00001",
+        "digits_png-train.tfrecord-00000-of-00001",
+    ]
+    assert sum(info.num_records for info in infos) == 8
