@@ -4,30 +4,28 @@ A directory that ``tfds`` prepared (``<data_dir>/<name>/<version>/``) holds the 
 each split, ``dataset_info.json`` (the splits, their shards' example counts, the file
 name template, the supervised keys) and ``features.json`` (each feature's kind, dtype,
 shape and encoding), plus a ``<feature>.labels.txt`` beside each named ``ClassLabel``.
-:func:`open_tfds_dir` recognizes one (or a dataset directory holding one version), and
-:meth:`TfdsDir.plan` returns the :class:`~tfr_hooks.tfrecord.plan.Plan` the readers build
-from: the split's shards, their exact example counts (so the dataset's cardinality is
-known before the first pass) and a :class:`TfdsSchema`.
+:func:`open_tfds_dir` recognizes one (or a dataset directory holding one version);
+:func:`~tfr_hooks.tfrecord.plan.make_plan` asks :func:`find_tfds_dir` first, and builds the
+readers' plan from :func:`tfds_plan_parts`: the split's shards, their exact example counts
+(so the dataset's cardinality is known before the first pass) and a :class:`TfdsSchema`.
+Nothing else in planning, listing or inspecting files knows about TFDS.
 
 TFDS writes ``tf.train.Example``s whose nested keys are flattened with ``/``; the readers
 return the same flat keys (``objects/bbox``, ``steps/observation/image``). Each feature
 is read as:
 
-=====================  ==============================================================
-TFDS feature           read as
-=====================  ==============================================================
-``Image``              decoded (PNG, JPEG...) to its dtype and shape; an image of
-                       unknown height, width or channels stays encoded bytes (a
-                       warning says so)
-``ClassLabel``         int64; the names of its ``labels.txt`` in ``TfdsSchema.labels``
-``Tensor``             its dtype and shape (also when stored as bytes or zlib)
-``BBoxFeature``        float32 ``[4]``
-``Text``               string
-``Sequence``,          ragged along the sequence, with the element's shape:
-``Dataset``            ``objects/bbox`` ``[batch, (boxes), 4]``
-sequence of sequences  ragged in two levels ``[batch, (sequences), (values)]``
-anything else          a ``ValueError`` naming the feature and its kind
-=====================  ==============================================================
+| TFDS feature | read as |
+|---|---|
+| ``Image`` | decoded (PNG, JPEG...) to its dtype and shape; of unknown size: bytes |
+| ``ClassLabel`` | int64; the names of its ``labels.txt`` in ``TfdsSchema.labels`` |
+| ``Tensor`` | its dtype and shape (also when stored as bytes or zlib) |
+| ``BBoxFeature`` | float32 ``[4]`` |
+| ``Text`` | string |
+| ``Sequence``, ``Dataset`` | ragged, the element's shape: ``[batch, (boxes), 4]`` |
+| a sequence of sequences | ragged in two levels ``[batch, (sequences), (values)]`` |
+
+An image of unknown height, width or channels stays encoded bytes, with a warning.
+| anything else | a ``ValueError`` naming the feature and its kind |
 
 A ``Sequence`` is read as a feature list (``Feature(..., sequence=True)``): the package's
 ragged and in-memory support holds it as its frames and their offsets.
@@ -49,7 +47,15 @@ from tfr_hooks.tfrecord.errors import NoFilesError
 from tfr_hooks.tfrecord.files import check_framing, detect_compression, first_record
 from tfr_hooks.tfrecord.schema import Feature, Schema
 
-__all__ = ["TfdsDir", "TfdsSchema", "TfdsSplit", "open_tfds_dir", "is_tfds_dir"]
+__all__ = [
+    "TfdsDir",
+    "TfdsSchema",
+    "TfdsSplit",
+    "find_tfds_dir",
+    "is_tfds_dir",
+    "open_tfds_dir",
+    "tfds_plan_parts",
+]
 
 logger = logging.getLogger(__name__)
 
