@@ -9,6 +9,7 @@ must equal those written, and those TFDS's own reader
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -117,9 +118,11 @@ def _written(name: str, split: str) -> list[dict[str, Any]]:
     return [_flat_written(builder.example(builder, i + offset)) for i in range(n)]
 
 
-def _tfds_read(directory: str, split: str) -> list[dict[str, Any]]:
+@functools.cache
+def _tfds_canonical(directory: str, split: str) -> tuple[str, ...]:
+    """What TFDS's own reader reads, example by example (read once per split)."""
     data = tfds.builder_from_directory(directory).as_dataset(split=split)
-    return [_flat_tfds(element) for element in data]
+    return tuple(_canonical(_flat_tfds(element) for element in data))
 
 
 LAYOUTS = ["digits_png", "photos_jpeg", "detection", "tokens", "episodes", "nested"]
@@ -128,7 +131,7 @@ LOSSY = {"photos_jpeg": "photo"}  # JPEG: compared with TFDS's decode, and by sh
 
 def _assert_read_as_written(read: list[dict[str, Any]], name: str, directory: str) -> None:
     split = "train"
-    assert _canonical(read) == _canonical(_tfds_read(directory, split))
+    assert tuple(_canonical(read)) == _tfds_canonical(directory, split)
     written = _written(name, split)
     lossy = LOSSY.get(name)
     if lossy is not None:
