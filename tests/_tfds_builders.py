@@ -22,6 +22,7 @@ __all__ = [
     "Tokens",
     "Episodes",
     "Nested",
+    "Extras",
     "prepare",
     "image",
 ]
@@ -192,6 +193,29 @@ class Nested(_Builder):
         return {"paragraphs": [list(range(k + 1)) for k in range(i % 3)]}
 
 
+class Extras(_Builder):
+    """An image of unknown size (kept encoded) and tensors TFDS stores as (zlib) bytes."""
+
+    splits: ClassVar[dict[str, int]] = {"train": 3}
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        features = tfds.features.FeaturesDict(
+            {
+                "snapshot": tfds.features.Image(shape=(None, None, 3)),
+                "heatmap": tfds.features.Tensor(shape=(2, 2), dtype=np.float32, encoding="zlib"),
+                "mask": tfds.features.Tensor(shape=(3,), dtype=np.uint8, encoding="bytes"),
+            }
+        )
+        return tfds.core.DatasetInfo(builder=self, features=features)
+
+    def example(self, i: int) -> dict[str, Any]:
+        return {
+            "snapshot": image(i, (2 + i, 3, 3)),
+            "heatmap": np.full((2, 2), i / 4, np.float32),
+            "mask": np.array([i, 1, 2], np.uint8),
+        }
+
+
 BUILDERS: dict[str, type[_Builder]] = {
     "digits_png": DigitsPng,
     "photos_jpeg": PhotosJpeg,
@@ -199,6 +223,7 @@ BUILDERS: dict[str, type[_Builder]] = {
     "tokens": Tokens,
     "episodes": Episodes,
     "nested": Nested,
+    "extras": Extras,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import shutil
 from collections.abc import Iterable
@@ -177,6 +178,19 @@ def test_features_get_the_shapes_and_dtypes_of_features_json(tfds_dirs):
     assert photos["photo"].shape.as_list() == [None, 8, 8, 3]
     assert photos["weights"].shape.as_list() == [None, 2, 3]
     assert photos["caption"].dtype == tf.string
+
+
+def test_an_image_of_unknown_size_stays_encoded_and_byte_tensors_decode(tfds_dirs, caplog):
+    with caplog.at_level(logging.WARNING, logger="tfr_hooks.tfrecord.tfds_dir"):
+        (batch,) = tfrecord.dataset(tfds_dirs["extras"], 3).take(1)
+    assert "'snapshot'" in caplog.text and "encoded bytes" in caplog.text
+    by_mask = {int(m[0]): i for i, m in enumerate(batch["mask"].numpy())}
+    assert batch["mask"].dtype == tf.uint8 and sorted(by_mask) == [0, 1, 2]
+    for index, row in by_mask.items():
+        snapshot = tf.io.decode_png(batch["snapshot"][row]).numpy()
+        np.testing.assert_array_equal(snapshot, builders.image(index, (2 + index, 3, 3)))
+        np.testing.assert_array_equal(batch["heatmap"][row], np.full((2, 2), index / 4))
+    assert batch["heatmap"].dtype == tf.float32
 
 
 def test_class_label_names_are_kept_on_the_schema(tfds_dirs):
