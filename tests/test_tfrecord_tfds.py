@@ -317,6 +317,45 @@ def test_function_loop_trains_on_a_tfds_image_directory(tfds_dirs, in_memory):
     assert float(tf.reduce_sum(tf.abs(weights))) > 0
 
 
+def _touch(batch: dict[str, Any]) -> Any:
+    """A number that depends on every numeric feature of the batch (strings aside)."""
+    total = tf.constant(0.0)
+    for value in batch.values():
+        if value.dtype != tf.string:
+            flat = value.flat_values if isinstance(value, tf.RaggedTensor) else value
+            total += tf.reduce_sum(tf.cast(flat, tf.float32))
+    return total
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_function_loop_runs_each_layout_in_memory_with_exact_epochs(tfds_dirs, name):
+    source = tfrecord.source(tfds_dirs[name], 2, in_memory=True, shuffle_buffer=1)
+    counter = _EpochExamples()
+
+    def step(batch: Any) -> dict[str, Any]:
+        return {"total": _touch(batch)}
+
+    FunctionLoop(source, step_fn=step, hooks=[counter], handle_signals=False).run(epochs=2)
+    n = builders.BUILDERS[name].splits["train"]
+    assert counter.examples == [n, n]
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_session_loop_runs_each_layout_streamed_with_exact_epochs(tfds_dirs, name):
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(tfds_dirs[name], 2, shuffle_buffer=4)
+        total = v1.get_variable("total", [], initializer=v1.zeros_initializer())
+        train = total.assign_add(_touch(batches.tensors))
+        counter = _EpochExamples()
+        loop = tfr_hooks.SessionLoop(
+            train, hooks=[counter], data=batches, run_timeout_secs=60, handle_signals=False
+        )
+        loop.run(epochs=2)
+    n = builders.BUILDERS[name].splits["train"]
+    assert counter.examples == [n, n]
+
+
 def _graph_read(directory: str, **kwargs: Any) -> list[dict[str, Any]]:
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(directory, BATCH, **kwargs)
