@@ -108,6 +108,7 @@ _BUCKETED = "in_memory=True, bucket_boundaries (the hand-written buckets), pad_t
 _PINNED = "trainer pinned to 1 core, tfrecord.dataset(map_fn=decode) read"
 _SERVED = "through a tf.data service whose 1 worker is pinned to the other core"
 _SMALL = "small data set (3,072 examples, each pass a new iterator, in a Dataset.reduce),"
+_TFDS = "the images as a TFDS dir, tfds.builder_from_directory(dir)"
 REAL_ROWS: list[tuple[str, str]] = [
     ("img_fit_hand", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data (guide)"),
     ("img_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset(map_fn=decode)"),
@@ -122,6 +123,12 @@ REAL_ROWS: list[tuple[str, str]] = [
     ("img_input_stream", "input alone: tfrecord.dataset(map_fn=decode)"),
     ("img_input_memory", f"input alone, in memory: {_MEMORY}"),
     ("img_input_packed", f"input alone, packed: {_PACKED}"),
+    ("img_input_tfds", f"input alone: {_TFDS} .as_dataset(split, as_supervised=True)"),
+    ("img_input_tfds_cached", f"input alone: {_TFDS} .as_dataset(...) + .cache(), later passes"),
+    ("img_input_tfds_stream", "input alone: tfrecord.dataset(TFDS dir, split='train')"),
+    ("img_input_tfds_memory", "input alone: tfrecord.dataset(TFDS dir, split=, in_memory=True)"),
+    ("img_loop_tfds_cached", f"FunctionLoop, spe=32 + 3 callbacks, {_TFDS} + .cache()"),
+    ("img_loop_tfds_memory", "FunctionLoop, spe=32 + 3 callbacks, TFDS dir, in_memory=True"),
     (
         "img_input_small_cached",
         f"input alone, {_SMALL} 40x40x3 uint8 images: hand-written .unbatch().cache().shuffle(n)",

@@ -194,6 +194,10 @@ def pipeline(spec: w.Spec, kind: str, source: str, service: str | None = None) -
     """
     if service is not None:
         return package_pipeline(spec, kind, source, service)
+    if source.startswith("tfds_"):  # the image set as a TensorFlow Datasets directory
+        import bench_tfds
+
+        return bench_tfds.pipeline(spec, source, _files(spec, kind), SHUFFLE)
     if source in ("hand", "padded"):
         return hand_pipeline(spec, kind, "padded")
     if source == "bucketed":
@@ -589,6 +593,12 @@ FUNCTIONS: dict[str, Any] = {
     "img_input_stream": _row("img", "input", "stream"),
     "img_input_memory": _row("img", "input", "memory"),
     "img_input_packed": _row("img", "input", "packed"),
+    "img_input_tfds": _row("img", "input", "tfds_hand"),
+    "img_input_tfds_cached": _row("img", "input", "tfds_cached"),
+    "img_input_tfds_stream": _row("img", "input", "tfds_stream"),
+    "img_input_tfds_memory": _row("img", "input", "tfds_memory"),
+    "img_loop_tfds_cached": _row("img", "loop", "tfds_cached"),
+    "img_loop_tfds_memory": _row("img", "loop", "tfds_memory"),
     "img_input_small_cached": _row("small", "small", "cached"),
     "img_input_small_memory": _row("small", "small", "memory"),
     "img_input_small_digits_cached": _row("small_digits", "small", "cached"),

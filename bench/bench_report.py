@@ -434,6 +434,13 @@ def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
         1.0,
     )
     if k == "img":
+        add(
+            t,
+            "TFDS directory in memory, input alone >= builder_from_directory + .cache()",
+            "img_input_tfds_memory",
+            "img_input_tfds_cached",
+            1.0,
+        )
         for small in ("small", "small_digits"):
             add(
                 t,

@@ -33,6 +33,8 @@ from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 v1 = tf.compat.v1
 #: Documents whose first block configures TensorFlow's runtime (threads, a strategy).
 CONFIGURES_TENSORFLOW = {"distributed.md"}
+#: documents that read ``tensorflow_datasets/digits_png`` and ``episodes`` (1.0.0)
+TFDS_DOCUMENTS = {"own_tfrecords.md"}
 SYBIL = Sybil(parsers=[SkipParser(), PythonCodeBlockParser()])
 
 
@@ -233,6 +235,11 @@ def main(document: str, workdir: str) -> int:
     os.makedirs(workdir, exist_ok=True)
     os.chdir(workdir)
     write_data(jpegs=Path(document).name not in CONFIGURES_TENSORFLOW)
+    if Path(document).name in TFDS_DOCUMENTS:  # directories TFDS itself prepares
+        from _tfds_builders import prepare
+
+        for name in ("digits_png", "episodes"):
+            prepare(name, "tensorflow_datasets")
     parsed = SYBIL.parse(Path(document))
     parsed.namespace.update(scaffold(document))
     ran: list[int] = []

@@ -128,7 +128,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     # --suite real on tiny data sets written with a plain tf.io.TFRecordWriter: one row of
     # each kind, in this process, the package's in-memory, packed and bucketed ones too
     monkeypatch.syspath_prepend(str(BENCH))
-    for name in ("bench_configs", "bench_real", "bench_real_data", "bench_report"):
+    for name in ("bench_configs", "bench_real", "bench_real_data", "bench_report", "bench_tfds"):
         sys.modules.pop(name, None)
     import bench_real_data
     import bench_report
@@ -174,6 +174,8 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
         "img_input_small_memory",
         "img_input_small_digits_cached",
         "img_input_small_digits_memory",
+        "img_input_tfds_cached",  # the images as a TFDS directory: TFDS's reader, cached
+        "img_input_tfds_memory",  # and the package's, in memory
     ]
     results = {(c, c[:3]): [run(c)] for c in configs}
     for (config, _), (result,) in results.items():
@@ -199,6 +201,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     assert ("img", "img_input_memory / img_input_hand_cached") in names
     assert ("txt", "txt_input_memory_bucketed / txt_input_bucketed") in names
     assert ("img", "img_input_small_memory / img_input_small_cached") in names
+    assert ("img", "img_input_tfds_memory / img_input_tfds_cached") in names
     assert all(t.model in ("img", "txt") for t in targets)  # not the digits targets
 
 

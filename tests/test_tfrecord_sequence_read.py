@@ -336,18 +336,26 @@ def test_records_that_are_no_protos_are_an_error_naming_the_file(tmp_path, conte
     assert info.value.file == path
 
 
-def test_feature_lists_of_frames_of_varying_length_are_refused_in_memory(tmp_path):
-    sequence = tf.train.SequenceExample()
-    tokens = sequence.feature_lists.feature_list["tokens"]
-    for length in (1, 3):
-        tokens.feature.add().int64_list.value.extend(range(length))
-    path = write_records(tmp_path / "tokens.tfrecord", [sequence.SerializeToString()] * 4)
+def test_feature_lists_of_frames_of_varying_length_are_held_in_memory_in_two_levels(tmp_path):
+    records = []
+    for i in range(4):
+        sequence = tf.train.SequenceExample()
+        tokens = sequence.feature_lists.feature_list["tokens"]
+        for length in (1, 3 + i)[: 1 + i % 2]:
+            tokens.feature.add().int64_list.value.extend(range(length))
+        records.append(sequence.SerializeToString())
+    path = write_records(tmp_path / "tokens.tfrecord", records)
     schema = Schema([Feature("tokens", "int64", (None,), sequence=True)])
-    assert (
-        _flat(next(iter(tfrecord.dataset(path, 4, schema=schema)))["tokens"])[1].tolist() == [2] * 4
-    )
-    with pytest.raises(ValueError, match=r"the frames of \['tokens'\] vary in length"):
-        tfrecord.dataset(path, 4, schema=schema, in_memory=True)
+    (streamed,) = tfrecord.dataset(path, 4, schema=schema)
+    (held,) = tfrecord.dataset(path, 4, schema=schema, in_memory=True)
+    assert streamed["tokens"].to_list() == [
+        [[0]],
+        [[0], [0, 1, 2, 3]],
+        [[0]],
+        [[0], [0, 1, 2, 3, 4, 5]],
+    ]
+    assert held["tokens"].ragged_rank == 2
+    assert held["tokens"].to_list() == streamed["tokens"].to_list()
 
 
 # --- the loops train on feature lists ------------------------------------------------------

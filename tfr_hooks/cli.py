@@ -104,10 +104,20 @@ def _add_convert(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     convert.add_argument(
         "--overwrite", action="store_true", help="replace a dataset already in OUTDIR"
     )
+    _add_split(convert)
     convert.add_argument(
         "--no-progress",
         action="store_true",
         help="hide the progress bar (shown only when stderr is a terminal)",
+    )
+
+
+def _add_split(parser: argparse.ArgumentParser) -> None:
+    """The ``--split`` flag: the split of a TensorFlow Datasets directory."""
+    parser.add_argument(
+        "--split",
+        default=None,
+        help="the split of a TensorFlow Datasets directory (default: train)",
     )
 
 
@@ -134,6 +144,7 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="default: detected per file",
     )
+    _add_split(inspect)
 
 
 def _add_measure(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -180,6 +191,7 @@ def _add_measure(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="also time the streamed pipeline through this running tf.data service",
     )
     measure.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_split(measure)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -339,6 +351,7 @@ def _write(args: argparse.Namespace, data: Any, progress: Any) -> Any:
         function: Callable[..., Any] = tfrecord.convert
         extra["decode"] = args.decode or None
         extra["max_corrupt_records"] = args.max_corrupt_records
+        extra["split"] = args.split
     else:
         function = tfrecord.write
     try:
@@ -393,7 +406,12 @@ def _is_terminal(stream: TextIO) -> bool:
 
 def _inspect(args: argparse.Namespace) -> int:
     from tfr_hooks import tfrecord
+    from tfr_hooks.tfrecord.tfds_dir import find_tfds_dir
 
+    found = find_tfds_dir(args.files[0] if len(args.files) == 1 else args.files, args.split)
+    if found is not None:  # a TensorFlow Datasets directory: its splits and features
+        print(json.dumps(found.to_dict(), indent=2) if args.json else found.describe())
+        return 0
     paths = tfrecord.resolve_files(args.files)
     # per file: its FileInfo, or the error that kept it from being read
     results: list[tuple[str, Any, tfrecord.TFRecordError | None]] = []
@@ -586,6 +604,7 @@ def _measure(args: argparse.Namespace) -> int:
             memory_budget=args.memory_budget,
             map_fn=getattr(args, "map_fn_loaded", None),
             service=args.service,
+            split=args.split,
         )
     except ConnectionError as error:
         print(f"tfr-hooks measure: error: --service: {error}", file=sys.stderr)

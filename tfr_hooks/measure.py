@@ -38,6 +38,7 @@ from typing import Any
 from tfr_hooks.checks import check_positive_int, expected
 from tfr_hooks.tfrecord.decide import DataFacts, Decision, decide, size_text
 from tfr_hooks.tfrecord.options import PipelineKind
+from tfr_hooks.tfrecord.tfds_dir import find_tfds_dir
 
 __all__ = [
     "PACKED_EXAMPLES_PER_RECORD",
@@ -179,6 +180,7 @@ def measure(
     memory_budget: int | None = None,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     service: str | None = None,
+    split: str | None = None,
 ) -> Measurement:
     """Time each pipeline the files allow, and recommend one.
 
@@ -196,6 +198,8 @@ def measure(
             decode; the decoded size is its output's, estimated from the first examples.
         service: A running tf.data service, ``"grpc://HOST:PORT"``: the streamed pipeline
             is also timed through it (``distributed_epoch``). Checked first.
+        split: For a TensorFlow Datasets directory, the split to time (``None``:
+            ``"train"``); its shards are inspected, and the pipelines read it decoded.
 
     Returns:
         The :class:`Measurement`.
@@ -224,12 +228,14 @@ def measure(
         from tfr_hooks.data_service import check_dispatcher
 
         service = check_dispatcher(service)  # a wrong address: an error before any timing
-    result, infos, schema = _describe(files, batch_size, memory_budget, map_fn)
+    tfds = find_tfds_dir(files, split)
+    shards = list(tfds.split(split).files) if tfds is not None else files
+    result, infos, schema = _describe(shards, batch_size, memory_budget, map_fn)
     result.service = service or ""
     budget = result.memory_budget
 
     def streamed() -> Any:
-        return tfrecord.dataset(files, batch_size, num_epochs=None, map_fn=map_fn)
+        return tfrecord.dataset(files, batch_size, num_epochs=None, map_fn=map_fn, split=split)
 
     result.rates.append(_time(ROW_NAMES[PipelineKind.STREAMED], max_batches, streamed))
     per_record = result.examples_per_record
@@ -245,6 +251,7 @@ def measure(
                 in_memory=True,
                 memory_budget=budget,
                 map_fn=map_fn,
+                split=split,
             ),
         )
     else:

@@ -143,6 +143,7 @@ def read_batches(
     bucket_by: str | None = None,
     service: str | None = None,
     max_corrupt_records: int = 0,
+    split: str | None = None,
 ) -> Batches:
     """Graph-mode batch tensors from TFRecord files, through ``tf.data`` or queues.
 
@@ -238,6 +239,7 @@ def read_batches(
         max_corrupt_records: As for :func:`dataset`: the damaged records skipped (each
             logged, counted in ``Batches.corrupt_records``); past it, the named error.
             Every pipeline (queue included) reads only the whole records.
+        split: As for :func:`dataset`: the split of a TensorFlow Datasets directory.
 
     Returns:
         A :class:`Batches`.
@@ -290,6 +292,7 @@ def read_batches(
         select=not options.renamed,
         decode=decode,
         max_corrupt_records=options.max_corrupt_records,
+        split=split,
     )
     if queue:
         check_queue_plan(plan)

@@ -35,6 +35,7 @@ from tfr_hooks.tfrecord.packed import check_block, check_packable, unpack
 from tfr_hooks.tfrecord.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import find_sidecar, load_schema
+from tfr_hooks.tfrecord.tfds_dir import find_tfds_dir, tfds_plan_parts
 from tfr_hooks.tfrecord.write import WriteResult, _clear, write_shards
 
 __all__ = ["convert"]
@@ -57,6 +58,7 @@ def convert(
     examples_per_record: int = 1,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     max_corrupt_records: int = 0,
+    split: str | None = None,
 ) -> WriteResult:
     """Rewrite TFRecord files of ``tf.train.Example`` records, from any producer, as shards.
 
@@ -104,6 +106,10 @@ def convert(
             :func:`~tfr_hooks.tfrecord.dataset` (``--max-corrupt-records``): each is
             logged with its file and index, and left out of the output; past it, the
             named error. 0 (the default): the first damaged record raises.
+        split: For a TensorFlow Datasets directory, the split to convert (``None``:
+            ``"train"``); its features are stored decoded, as
+            :func:`~tfr_hooks.tfrecord.dataset` reads them (images as pixels,
+            sequences as feature lists). An error with other files.
 
     Returns:
         A :class:`~tfr_hooks.tfrecord.WriteResult` with the shard paths and the schema.
@@ -141,7 +147,12 @@ def convert(
                 decode,
             )
         )
-    paths = resolve_files(files)
+    tfds = find_tfds_dir(files, split)
+    if tfds is not None:  # its split's shards, read with the schema of its features.json
+        chosen, _, schema, _ = tfds_plan_parts(tfds, split, schema, None, None, decode)
+        paths, decode = list(chosen.files), None
+    else:
+        paths = resolve_files(files)
     out_dir = os.fspath(directory)
     _check_not_input(paths, out_dir)
     if map_fn is not None and not callable(map_fn):

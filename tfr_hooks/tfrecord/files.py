@@ -101,15 +101,22 @@ def _is_glob(path: str) -> bool:
 
 
 def _directory_files(directory: str) -> list[str]:
-    """The record files of a directory: its sidecar's shard list, else every data file."""
+    """The record files of a directory: its sidecar's shard list, else every data file.
+
+    The ``<feature>.labels.txt`` files of a TensorFlow Datasets directory are no data.
+    """
     listed = listed_shards(directory)
     if listed:
         return listed
+    listing = tf.io.gfile.listdir(directory)
+    # a TensorFlow Datasets directory keeps a ClassLabel's names beside its shards
+    tfds = "dataset_info.json" in listing
     names = sorted(
         name
-        for name in tf.io.gfile.listdir(directory)
+        for name in listing
         if not name.startswith((".", "_"))
         and not name.endswith(".json")
+        and not (tfds and name.endswith(".labels.txt"))
         and not tf.io.gfile.isdir(os.path.join(directory, name))
     )
     return [os.path.join(directory, name) for name in names]

@@ -424,9 +424,11 @@ def as_dict(map_fn: Callable[..., Any], names: tuple[str, ...] | None) -> Callab
 def _spec_of(held: Any) -> Any:
     """A stand-in spec of one held feature: ragged for a :class:`RaggedArray`."""
     if isinstance(held, RaggedArray):
+        inner = [None] * len(held.inner_splits)
         return tf.RaggedTensorSpec(
-            [None, None, *held.values.shape[1:]],
+            [None, None, *inner, *held.values.shape[1:]],
             tf.as_dtype(held.values.dtype) if held.values.dtype.kind not in "OSU" else tf.string,
+            ragged_rank=1 + len(inner),
         )
     return tf.TensorSpec(held.shape)
 

@@ -34,6 +34,7 @@ from tfr_hooks.tfrecord.packed import check_block
 from tfr_hooks.tfrecord.records import as_record_content
 from tfr_hooks.tfrecord.schema import Schema
 from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, load_schema
+from tfr_hooks.tfrecord.tfds_dir import TfdsDir, find_tfds_dir, tfds_plan_parts
 
 __all__ = ["Plan", "SchemaLike", "make_plan"]
 
@@ -104,6 +105,7 @@ def make_plan(
     select: bool,
     decode: Mapping[str, Any] | None = None,
     max_corrupt_records: int = 0,
+    split: str | None = None,
 ) -> Plan:
     """Resolve files, compression and schema, and check them before any graph is built.
 
@@ -111,7 +113,14 @@ def make_plan(
     (:mod:`tfr_hooks.tfrecord.damage`): the schema is then inferred from whole records
     (:meth:`~tfr_hooks.tfrecord.damage.DamageMap.inference`), the checks below read each file's
     first whole record, and the counts are the whole records found.
+
+    A TensorFlow Datasets directory (:mod:`~tfr_hooks.tfrecord.tfds_dir`) brings its
+    split's files, counts and schema; ``split`` goes only with one.
     """
+    tfds = find_tfds_dir(files, split)
+    if tfds is not None:
+        parts = (schema, compression, as_tuple, select, decode)
+        return _tfds_plan(tfds, split, *parts, max_corrupt_records=max_corrupt_records)
     names = _check_as_tuple(as_tuple)
     _check_decode(decode)
     paths = resolve_files(files)
@@ -186,6 +195,44 @@ def make_plan(
             f"schema.json). Received files with different packings: {found}"
         )
     return Plan(paths, codec, chosen, names, counts, next(iter(packing.values())), damage)
+
+
+def _tfds_plan(
+    tfds: TfdsDir,
+    split: str | None,
+    schema: SchemaLike,
+    compression: str | None,
+    as_tuple: object,
+    select: bool,
+    decode: Mapping[str, Any] | None,
+    *,
+    max_corrupt_records: int = 0,
+) -> Plan:
+    """The plan of a split of a TFDS directory: its shards, exact counts and schema.
+
+    With ``max_corrupt_records`` above 0 its shards are scanned as other files are, and
+    the counts are the whole records found.
+    """
+    chosen, codec, tfds_schema, as_tuple = tfds_plan_parts(
+        tfds, split, schema, compression, as_tuple, decode
+    )
+    names = _check_as_tuple(as_tuple)
+    read = tfds_schema
+    if names is not None and select:
+        missing = [name for name in names if name not in read]
+        if missing:
+            raise ValueError(
+                f"Expected the names in `as_tuple` to be features of the schema "
+                f"{read.names}. Received: as_tuple={names!r}"
+            )
+        read = tfds_schema.select(names)
+    paths = list(chosen.files)
+    counts: list[int | None] = list(chosen.counts)
+    damage = None
+    if max_corrupt_records:
+        damage = scan_damage(paths, codec, max_corrupt_records)
+        counts = [damage.of(path).records for path in paths]
+    return Plan(paths, codec, read, names, counts, damage=damage)
 
 
 #: records of a file read, at most, to find a feature list of the schema its first lacks

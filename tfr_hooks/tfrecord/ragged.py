@@ -55,16 +55,22 @@ class RaggedArray:
     """A feature of varying length in memory, as values and row offsets.
 
     Example ``i`` is ``values[row_splits[i]:row_splits[i + 1]]``. A feature list of a
-    SequenceExample is held the same way, one row per frame.
+    SequenceExample is held the same way, one row per frame. A value ragged in more
+    levels (a feature list whose frames vary in length, a TensorFlow Datasets sequence of
+    sequences) keeps the offsets of each inner level in ``inner_splits``, as
+    ``tf.RaggedTensor.from_nested_row_splits`` takes them.
 
     Attributes:
         values: All the examples' values, one after the other: 1-D, or
             ``[total frames, *frame shape]`` for a feature list.
         row_splits: ``int64`` offsets, one more than there are examples, from 0.
+        inner_splits: The ``int64`` offsets of each inner ragged level, outermost first
+            (none for one level).
     """
 
     values: np.ndarray
     row_splits: np.ndarray
+    inner_splits: tuple[np.ndarray, ...] = ()
 
     def __len__(self) -> int:
         return len(self.row_splits) - 1
@@ -75,6 +81,7 @@ class RaggedArray:
         size = self.values.nbytes
         if self.values.dtype.kind == "O":
             size += sum(len(v) for v in self.values.ravel().tolist())
+        size += sum(splits.nbytes for splits in self.inner_splits)
         return int(size + self.row_splits.nbytes)
 
     @property
@@ -83,15 +90,28 @@ class RaggedArray:
         return np.diff(self.row_splits)
 
     @classmethod
-    def join(cls, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> RaggedArray:
-        """One array from ``(values, row_splits)`` parts, in order."""
+    def join(cls, parts: Sequence[tuple[np.ndarray, ...]]) -> RaggedArray:
+        """One array from ``(values, row_splits, *inner_splits)`` parts, in order."""
         if not parts:
             return cls(np.zeros([0]), np.zeros([1], np.int64))
         values = np.concatenate([p[0] for p in parts])
-        lengths = np.concatenate([np.diff(p[1]) for p in parts])
-        splits = np.zeros([len(lengths) + 1], np.int64)
-        np.cumsum(lengths, out=splits[1:])
-        return cls(values, splits)
+        levels = []
+        for level in range(1, len(parts[0])):
+            lengths = np.concatenate([np.diff(p[level]) for p in parts])
+            splits = np.zeros([len(lengths) + 1], np.int64)
+            np.cumsum(lengths, out=splits[1:])
+            levels.append(splits)
+        return cls(values, levels[0], tuple(levels[1:]))
+
+    @classmethod
+    def parts_of(cls, value: Any) -> tuple[np.ndarray, ...]:
+        """``(flat values, row_splits, *inner_splits)`` of a fetched ragged value."""
+        splits = [np.asarray(value.row_splits)]
+        inner = value.values
+        while isinstance(inner, (tf.RaggedTensor, tf.compat.v1.ragged.RaggedTensorValue)):
+            splits.append(np.asarray(inner.row_splits))
+            inner = inner.values
+        return (np.asarray(inner), *splits)
 
 
 @dataclass(frozen=True)

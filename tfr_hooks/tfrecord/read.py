@@ -87,6 +87,7 @@ def dataset(
     shard: str = "auto",
     service: str | None = None,
     max_corrupt_records: int = 0,
+    split: str | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of parsed batches from TFRecord files.
 
@@ -215,6 +216,11 @@ def dataset(
             (``input/corrupt_records``). The scan finds the same damage again when a
             run resumes, so the examples of an epoch, and exact resume, stay the same
             (unless the files change in between).
+        split: For a TensorFlow Datasets directory (``<data_dir>/<name>/<version>``,
+            see :mod:`~tfr_hooks.tfrecord.tfds_dir`), the split to read; ``None`` for
+            ``"train"``. Its features are decoded as its ``features.json`` declares,
+            ``as_tuple=True`` names its supervised keys, and the cardinality is exact
+            (from ``dataset_info.json``). An error with other files.
 
     Returns:
         The dataset of batches. When the number of examples is known (every file is
@@ -270,6 +276,7 @@ def dataset(
         shard=shard,
         service=service,
         max_corrupt_records=max_corrupt_records,
+        split=split,
     ).dataset
 
 
@@ -300,6 +307,7 @@ def source(
     shard: str = "auto",
     service: str | None = None,
     max_corrupt_records: int = 0,
+    split: str | None = None,
 ) -> Source:
     """The batches :func:`dataset` builds, with what the reader knows of them.
 
@@ -360,6 +368,7 @@ def source(
         select=not options.renamed,
         decode=decode,
         max_corrupt_records=options.max_corrupt_records,
+        split=split,
     )
     if options.service is None:
         # the service splits the data itself: a common seed would only repeat the order

@@ -113,7 +113,7 @@ class _Join:
         self.ragged = list(ragged)
         self.out: dict[str, np.ndarray] | None = None
         self.parts: list[list[dict[str, np.ndarray]]] = [[] for _ in range(slots)]
-        self.lists: dict[str, list[list[tuple[np.ndarray, np.ndarray]]]] = {
+        self.lists: dict[str, list[list[tuple[np.ndarray, ...]]]] = {
             name: [[] for _ in range(slots)] for name in self.ragged
         }
 
@@ -209,7 +209,7 @@ class _FileReaders:
             for feature in self.schema:
                 if feature.varying or feature.sequence:
                     value = values[feature.name]
-                    values[feature.name] = (value.values, value.row_splits)
+                    values[feature.name] = RaggedArray.parts_of(value)
             yield values
 
     def close(self) -> None:
@@ -257,7 +257,6 @@ def load(
     known = counts is not None and all(c is not None for c in counts)
     sizes = [int(c or 0) for c in counts] if counts is not None and known else []
     workers = max(1, min(len(files), os.cpu_count() or 1, 8))
-    _check_frames(schema)
     ragged = [f.name for f in schema if f.varying or f.sequence]  # feature lists: frames
     dense = {f.name: (f.shape, _numpy_dtype(f.dtype)) for f in schema if f.name not in ragged}
     join = _Join(ragged, slots=len(files))
@@ -286,17 +285,6 @@ def load(
         readers.close()
     held = join.join(dense)
     return {f.name: held[f.name] for f in schema}
-
-
-def _check_frames(schema: Schema) -> None:
-    """Refuse feature lists whose frames vary in length: they are not held in memory."""
-    varying = [f.name for f in schema.sequence_features if f.varying]
-    if varying:
-        raise ValueError(
-            "Expected feature lists of frames of one fixed shape to hold them in memory; "
-            f"the frames of {varying} vary in length. Stream them with in_memory=False, "
-            f"or pad each frame to one length in map_fn. Received: feature lists {varying}"
-        )
 
 
 def _in_parallel(read: Callable[[int, int], None], count: int, workers: int) -> None:

@@ -149,7 +149,11 @@ class _Gather:
         self.names = list(arrays)
         # TensorFlow copies an unaligned buffer at every hand-over (0.1 ms a MB): copy once
         self.held: list[Held] = [
-            RaggedArray(_aligned(value.values), _aligned(value.row_splits))
+            RaggedArray(
+                _aligned(value.values),
+                _aligned(value.row_splits),
+                tuple(_aligned(splits) for splits in value.inner_splits),
+            )
             if isinstance(value, RaggedArray)
             else _aligned(value)
             for value in (arrays[name] for name in self.names)
@@ -157,7 +161,7 @@ class _Gather:
         self.flat: list[np.ndarray] = []
         for value in self.held:
             if isinstance(value, RaggedArray):
-                self.flat.extend([value.values, value.row_splits])
+                self.flat.extend([value.values, value.row_splits, *value.inner_splits])
             else:
                 self.flat.append(value)
         self.bucketed = buckets is not None
@@ -251,9 +255,12 @@ class _Gather:
         position = 0
         for value in self.held:
             if isinstance(value, RaggedArray):
-                values, splits = data[position], data[position + 1]
-                out.append(tf.RaggedTensor.from_row_splits(values, splits, validate=False))
-                position += 2
+                levels = 1 + len(value.inner_splits)
+                splits = list(data[position + 1 : position + 1 + levels])
+                out.append(
+                    tf.RaggedTensor.from_nested_row_splits(data[position], splits, validate=False)
+                )
+                position += 1 + levels
             else:
                 out.append(data[position])
                 position += 1

@@ -1,0 +1,622 @@
+"""TensorFlow Datasets (TFDS) prepared directories as a source, read as TFDS meant them.
+
+A directory that ``tfds`` prepared (``<data_dir>/<name>/<version>/``) holds the shards of
+each split, ``dataset_info.json`` (the splits, their shards' example counts, the file
+name template, the supervised keys) and ``features.json`` (each feature's kind, dtype,
+shape and encoding), plus a ``<feature>.labels.txt`` beside each named ``ClassLabel``.
+:func:`open_tfds_dir` recognizes one (or a dataset directory holding one version);
+:func:`~tfr_hooks.tfrecord.plan.make_plan` asks :func:`find_tfds_dir` first, and builds the
+readers' plan from :func:`tfds_plan_parts`: the split's shards, their exact example counts
+(so the dataset's cardinality is known before the first pass) and a :class:`TfdsSchema`.
+Nothing else in planning, listing or inspecting files knows about TFDS.
+
+TFDS writes ``tf.train.Example``s whose nested keys are flattened with ``/``; the readers
+return the same flat keys (``objects/bbox``, ``steps/observation/image``). Each feature
+is read as:
+
+| TFDS feature | read as |
+|---|---|
+| ``Image`` | decoded (PNG, JPEG...) to its dtype and shape; of unknown size: bytes |
+| ``ClassLabel`` | int64; the names of its ``labels.txt`` in ``TfdsSchema.labels`` |
+| ``Tensor`` | its dtype and shape (also when stored as bytes or zlib) |
+| ``BBoxFeature`` | float32 ``[4]`` |
+| ``Text`` | string |
+| ``Sequence``, ``Dataset`` | ragged, the element's shape: ``[batch, (boxes), 4]`` |
+| a sequence of sequences | ragged in two levels ``[batch, (sequences), (values)]`` |
+
+An image of unknown height, width or channels stays encoded bytes, with a warning.
+| anything else | a ``ValueError`` naming the feature and its kind |
+
+A ``Sequence`` is read as a feature list (``Feature(..., sequence=True)``): the package's
+ragged and in-memory support holds it as its frames and their offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.errors import NoFilesError
+from tfr_hooks.tfrecord.files import check_framing, detect_compression, first_record
+from tfr_hooks.tfrecord.schema import Feature, Schema
+
+__all__ = [
+    "TfdsDir",
+    "TfdsSchema",
+    "TfdsSplit",
+    "find_tfds_dir",
+    "is_tfds_dir",
+    "open_tfds_dir",
+    "tfds_plan_parts",
+]
+
+logger = logging.getLogger(__name__)
+
+INFO_FILENAME = "dataset_info.json"
+FEATURES_FILENAME = "features.json"
+_DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+_IMAGE_DTYPES = ("uint8", "uint16")
+
+
+def is_tfds_dir(path: str) -> bool:
+    """Whether ``path`` is a directory TFDS prepared (it holds both JSON files)."""
+    return all(
+        tf.io.gfile.exists(os.path.join(path, n)) for n in (INFO_FILENAME, FEATURES_FILENAME)
+    )
+
+
+def _version_dir(path: str) -> str | None:
+    """The TFDS version directory ``path`` stands for, or ``None`` if it is none."""
+    if is_tfds_dir(path):
+        return path
+    versions = sorted(
+        name.rstrip("/")
+        for name in tf.io.gfile.listdir(path)
+        if re.fullmatch(r"\d+\.\d+\.\d+/?", name) and is_tfds_dir(os.path.join(path, name))
+    )
+    if not versions:
+        return None
+    if len(versions) > 1:
+        raise ValueError(
+            f"Expected a TFDS version directory, or a dataset directory holding one version; "
+            f"{path!r} holds the versions {versions}. Pass one of them, e.g. "
+            f"{os.path.join(path, versions[-1])!r}. Received: files={path!r}"
+        )
+    return os.path.join(path, versions[0])
+
+
+# --- the features -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Part:
+    """How one returned feature is built from the stored (parsed) ones.
+
+    ``how`` is ``"plain"`` (stored as read), ``"image"`` (encoded bytes decoded),
+    ``"tensor_bytes"`` (a tensor's raw bytes, ``zlib`` when compressed), ``"frames"`` (a
+    sequence: a concatenated list cut into elements of ``feature.shape``) or
+    ``"nested"`` (a sequence of sequences: flat values and row lengths).
+    """
+
+    feature: Feature
+    how: str
+    stored: tuple[str, ...]
+    zlib: bool = False
+    image_format: str = ""  # an image's encodingFormat ("png", "jpeg"), "" when not given
+
+
+class _Mapper:
+    """Walks ``features.json`` into the returned features and the stored ones."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.parts: list[_Part] = []
+        self.labels: dict[str, tuple[str, ...]] = {}
+
+    def walk(self, node: Mapping[str, Any], key: str, depth: int) -> None:
+        kind = str(node.get("pythonClassName", "")).rsplit(".", 1)[-1]
+        if kind in ("FeaturesDict", "") and "featuresDict" in node:
+            for name, child in node["featuresDict"]["features"].items():
+                self.walk(child, f"{key}/{name}" if key else name, depth)
+        elif kind in ("Sequence", "Dataset") and "sequence" in node:
+            self.walk(node["sequence"]["feature"], key, depth + 1)
+        elif kind in ("Image", "LabeledImage") and "image" in node:
+            self.image(node["image"], key, depth)
+        elif kind == "ClassLabel":
+            self.leaf(key, "int64", (), depth)
+            self.read_labels(key)
+        elif kind == "Tensor" or (kind == "Scalar" and "tensor" in node):
+            self.tensor(node["tensor"], key, depth)
+        elif kind == "BBoxFeature":
+            self.leaf(key, "float32", (4,), depth)
+        elif kind == "Text":
+            self.leaf(key, "string", (), depth)
+        else:
+            raise ValueError(
+                f"Expected the features of a TFDS directory to be Image, ClassLabel, Tensor, "
+                f"BBoxFeature, Text, Sequence, Dataset or FeaturesDict; feature {key!r} of "
+                f"{os.path.join(self.directory, FEATURES_FILENAME)!r} is a "
+                f"{kind or 'feature of unknown kind'}, which the package cannot decode. "
+                f"Received: {key}={node.get('pythonClassName')!r}"
+            )
+
+    def read_labels(self, key: str) -> None:
+        path = os.path.join(self.directory, key.replace("/", "-") + ".labels.txt")
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as handle:
+                self.labels[key] = tuple(line.rstrip("\n") for line in handle if line.strip())
+
+    def leaf(self, key: str, dtype: str, shape: tuple[int, ...], depth: int) -> None:
+        """A feature stored as a list of values: ``dtype`` of ``shape`` per element."""
+        if depth == 0:
+            feature = Feature(key, dtype, shape, _list_encoding(dtype))
+            self.parts.append(_Part(feature, "plain", (key,)))
+        elif depth == 1:
+            self.parts.append(_Part(Feature(key, dtype, shape, sequence=True), "frames", (key,)))
+        elif depth == 2 and shape == ():
+            values, lengths = f"{key}/ragged_flat_values", f"{key}/ragged_row_lengths_0"
+            view = Feature(key, dtype, (None,), sequence=True)
+            self.parts.append(_Part(view, "nested", (values, lengths)))
+        else:
+            raise ValueError(
+                f"Expected the features of a TFDS directory to nest sequences at most twice, "
+                f"and only scalars in two levels; feature {key!r} is {depth} sequences deep "
+                f"of shape {shape}. Received: {key}=sequence depth {depth}"
+            )
+
+    def image(self, info: Mapping[str, Any], key: str, depth: int) -> None:
+        shape = _shape(info.get("shape", {}))
+        dtype = str(info.get("dtype", "uint8"))
+        fixed = len(shape) == 3 and None not in shape
+        if not fixed or dtype not in _IMAGE_DTYPES or depth > 1:
+            logger.warning(
+                "TFDS image %r (dtype %s, shape %s) is read as its encoded bytes: only "
+                "images of a fixed shape (height, width, channels) and dtype %s outside "
+                "nested sequences are decoded. Decode it in map_fn (tf.io.decode_image).",
+                key,
+                dtype,
+                shape,
+                " or ".join(_IMAGE_DTYPES),
+            )
+            self.leaf(key, "string", (), depth)
+            return
+        sized = tuple(int(d) for d in shape if d is not None)
+        view = Feature(key, dtype, sized, sequence=depth == 1)
+        image_format = str(info.get("encodingFormat") or "").lower()
+        self.parts.append(_Part(view, "image", (key,), image_format=image_format))
+
+    def tensor(self, info: Mapping[str, Any], key: str, depth: int) -> None:
+        shape = _shape(info.get("shape", {}))
+        dtype = str(info.get("dtype", "float32"))
+        encoding = str(info.get("encoding", "none")).lower()
+        if dtype in ("string", "object", "str"):
+            dtype = "string"
+        if encoding == "none":
+            if shape == (None,) and depth == 0:
+                self.leaf(key, dtype, (), 1)  # one varying list: the same as a sequence
+                return
+            if None in shape:
+                raise ValueError(
+                    f"Expected TFDS tensor {key!r} to have a fixed shape, or one varying "
+                    f"dimension alone. Received: {key}=shape {shape}"
+                )
+            self.leaf(key, dtype, tuple(int(d) for d in shape if d is not None), depth)
+            return
+        if depth or None in shape or encoding not in ("bytes", "zlib"):
+            raise ValueError(
+                f"Expected TFDS tensor {key!r} stored as {encoding!r} to have a fixed shape "
+                f"and be outside sequences. Received: {key}=shape {shape}, depth {depth}"
+            )
+        view = Feature(key, dtype, tuple(int(d) for d in shape if d is not None))
+        self.parts.append(_Part(view, "tensor_bytes", (key,), zlib=encoding == "zlib"))
+
+
+def _shape(info: Mapping[str, Any]) -> tuple[int | None, ...]:
+    return tuple(None if int(d) < 0 else int(d) for d in info.get("dimensions", []))
+
+
+class TfdsSchema(Schema):
+    """The schema of a TFDS directory: the features returned, and how they are stored.
+
+    Its features are what the readers return (images decoded, sequences ragged); it
+    parses the records TFDS wrote, whose keys and lists differ (:meth:`parse_batch`).
+
+    Attributes:
+        labels: The names of each ``ClassLabel`` that has a ``labels.txt``.
+        stored: The :class:`Schema` of the features in the records, as TFDS wrote them.
+    """
+
+    labels: dict[str, tuple[str, ...]]
+    stored: Schema
+    parts: tuple[_Part, ...]
+
+    def __init__(self, parts: Sequence[_Part], labels: Mapping[str, tuple[str, ...]]) -> None:
+        super().__init__(part.feature for part in parts)
+        object.__setattr__(self, "parts", tuple(parts))
+        object.__setattr__(self, "labels", {k: v for k, v in labels.items() if k in self})
+        object.__setattr__(self, "stored", Schema(_stored_of(parts)))
+
+    def select(self, names: Any) -> TfdsSchema:
+        """The schema restricted to ``names``, in that order."""
+        by_name = {part.feature.name: part for part in self.parts}
+        return TfdsSchema([by_name[self[name].name] for name in names], self.labels)
+
+    def replace(self, **changes: Any) -> Schema:
+        """Refused: a TFDS directory's features are declared by its ``features.json``."""
+        raise ValueError(
+            "Expected no `decode` for a TFDS directory: its features.json declares how "
+            "each feature is decoded; decode further in map_fn. "
+            f"Received: decode={changes!r}"
+        )
+
+    def parse_batch(self, serialized: Any) -> dict[str, Any]:
+        """Parse a batch of the records TFDS wrote, and build the features returned."""
+        parsed = self.stored.parse_batch(serialized)
+        return {part.feature.name: _build(part, parsed) for part in self.parts}
+
+    def parse_spec(self) -> dict[str, Any]:
+        """The ``tf.io.parse_example`` spec of the stored features."""
+        return self.stored.parse_spec()
+
+    def check_example(self, example: Any, **kwargs: Any) -> None:
+        """Check one record against the stored features (see :meth:`Schema.check_example`)."""
+        self.stored.check_example(example, **kwargs)
+
+    def unread(self, example: Any, *, absent: bool = True) -> list[str]:
+        """What a record holds that is not read (see :meth:`Schema.unread`)."""
+        return self.stored.unread(example, absent=absent)
+
+
+def _stored_of(parts: Sequence[_Part]) -> list[Feature]:
+    """The features TFDS stored for ``parts``, under their flat keys."""
+    return [_stored_feature(part, key) for part in parts for key in part.stored]
+
+
+def _list_encoding(dtype: str) -> str:
+    """The list TFDS stores values of ``dtype`` in: ``bytes``, ``int64`` or ``float``."""
+    if dtype in ("string", "bytes"):
+        return "bytes"
+    return "float" if tf.as_dtype(dtype).is_floating else "int64"
+
+
+def _stored_feature(part: _Part, key: str) -> Feature:
+    feature = part.feature
+    if part.how in ("image", "tensor_bytes"):
+        return Feature(key, "bytes", (None,) if feature.sequence else (), "bytes")
+    if part.how == "nested" and key.endswith("/ragged_row_lengths_0"):
+        return Feature(key, "int64", (None,), "int64")
+    encoding = _list_encoding(feature.dtype)
+    if part.how == "plain":
+        return Feature(key, feature.dtype, feature.shape, encoding)
+    return Feature(key, feature.dtype, (None,), encoding)
+
+
+def _build(part: _Part, parsed: Mapping[str, Any]) -> Any:
+    """The returned feature of ``part`` from the parsed stored features."""
+    feature = part.feature
+    value = parsed[part.stored[0]]
+    if part.how == "plain":
+        return value
+    if part.how == "tensor_bytes":
+        if part.zlib:
+            value = tf.map_fn(
+                lambda v: tf.io.decode_compressed(v, "ZLIB"),
+                value,
+                fn_output_signature=tf.TensorSpec([], tf.string),
+            )
+        return feature.frame.decode(value)  # raw little-endian bytes, as tfds writes them
+    if part.how == "image":
+        if feature.sequence:
+            frames = _decode_images(part, value.flat_values)
+            return tf.RaggedTensor.from_row_splits(frames, value.row_splits, validate=False)
+        return _decode_images(part, value)
+    if part.how == "frames":
+        size = max(1, feature.size or 1)
+        flat = tf.reshape(value.flat_values, tf.constant([-1, *feature.shape], tf.int64))
+        lengths = value.row_lengths() // size
+        return tf.RaggedTensor.from_row_lengths(flat, lengths, validate=False)
+    lengths = parsed[part.stored[1]]  # nested: [batch, (sequences)] of their lengths
+    return tf.RaggedTensor.from_nested_row_lengths(
+        value.flat_values, [lengths.row_lengths(), lengths.flat_values], validate=False
+    )
+
+
+def _decode_images(part: _Part, encoded: Any) -> Any:
+    """``[n, *shape]`` images of the part's dtype from ``n`` encoded images.
+
+    A declared JPEG or PNG is decoded by its own op (faster than ``decode_image``, which
+    tells the format from the bytes, as an image of no declared format needs).
+    """
+    shape, dtype = part.feature.shape, tf.as_dtype(part.feature.dtype)
+    channels = shape[-1]
+
+    def decode(data: Any) -> Any:
+        if dtype == tf.uint16 or part.image_format == "png":
+            image = tf.io.decode_png(data, channels=channels, dtype=dtype)
+        elif part.image_format == "jpeg":
+            image = tf.io.decode_jpeg(data, channels=channels)
+        else:
+            image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        return tf.ensure_shape(image, shape)
+
+    images = tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec(shape, dtype))
+    images.set_shape(encoded.shape.concatenate(shape))
+    return images
+
+
+# --- the directory ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TfdsSplit:
+    """One split of a TFDS directory: its shards and the examples in each."""
+
+    name: str
+    files: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    @property
+    def examples(self) -> int:
+        """The examples of the split."""
+        return sum(self.counts)
+
+
+@dataclass(frozen=True)
+class TfdsDir:
+    """A TFDS prepared directory: its splits, features and supervised keys.
+
+    Made by :func:`open_tfds_dir`.
+
+    Attributes:
+        path: The version directory.
+        name: The data set's name.
+        version: Its version.
+        splits: The splits, in ``dataset_info.json``'s order.
+        schema: The :class:`TfdsSchema` of all the features.
+        supervised_keys: The (input, target) feature names of ``supervisedKeys``, if any.
+    """
+
+    path: str
+    name: str
+    version: str
+    splits: dict[str, TfdsSplit]
+    schema: TfdsSchema
+    supervised_keys: tuple[str, ...] | None = None
+    file_format: str = field(default="tfrecord")
+
+    def split(self, split: str | None) -> TfdsSplit:
+        """The split named ``split``; ``None`` for ``"train"`` when there is one."""
+        if split is None:
+            if "train" in self.splits:
+                return self.splits["train"]
+            raise ValueError(
+                f"Expected `split` for TFDS directory {self.path!r}, which has no 'train' "
+                f"split; its splits are {list(self.splits)}. Received: split=None"
+            )
+        if not isinstance(split, str):
+            raise TypeError(f"Expected `split` to be a split name. Received: split={split!r}")
+        if split in self.splits:
+            return self.splits[split]
+        if re.search(r"[\[\]+|]", split):
+            raise ValueError(
+                f"Expected `split` to name one split of {list(self.splits)}: TFDS split "
+                f"slicing and merging ('train[:10%]', 'train+test') is not supported; "
+                f"take examples with dataset.take(). Received: split={split!r}"
+            )
+        raise ValueError(
+            f"Expected `split` to be one of the splits of TFDS directory {self.path!r}: "
+            f"{list(self.splits)}. Received: split={split!r}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The directory as a JSON-ready dict: splits, counts, features and label names."""
+        features = []
+        for feature in self.schema:
+            item = feature.to_dict()
+            if feature.name in self.schema.labels:
+                item["labels"] = list(self.schema.labels[feature.name])
+            features.append(item)
+        return {
+            "path": self.path,
+            "tfds": {"name": self.name, "version": self.version},
+            "splits": {
+                s.name: {"examples": s.examples, "shards": len(s.files)}
+                for s in self.splits.values()
+            },
+            "supervised_keys": list(self.supervised_keys or []),
+            "features": features,
+        }
+
+    def describe(self) -> str:
+        """What ``tfr-hooks inspect DIR`` prints: the splits, their counts, the features."""
+        lines = [self.path, f"  TensorFlow Datasets: {self.name} {self.version}"]
+        for split in self.splits.values():
+            lines.append(
+                f"  split {split.name}: {split.examples} examples in {len(split.files)} shard(s)"
+            )
+        if self.supervised_keys:
+            lines.append(f"  supervised keys (as_tuple=True): {', '.join(self.supervised_keys)}")
+        lines.append("  features (as read, batch first):")
+        width = max(len(f.name) for f in self.schema)
+        for feature in self.schema:
+            dims = ["batch", *(["None"] if feature.sequence else []), *map(str, feature.shape)]
+            text = f"{feature.dtype} [{', '.join(dims)}]"
+            labels = self.schema.labels.get(feature.name)
+            if labels:
+                shown = ", ".join(labels[:10]) + (", ..." if len(labels) > 10 else "")
+                text += f"  labels ({len(labels)}): {shown}"
+            lines.append(f"    {feature.name.ljust(width)}  {text}")
+        return "\n".join(lines)
+
+    def plan_parts(self, split: str | None, as_tuple: object) -> tuple[TfdsSplit, object]:
+        """The split to read and ``as_tuple`` with ``True`` as the supervised keys."""
+        chosen = self.split(split)
+        if as_tuple is True:
+            if self.supervised_keys is None:
+                raise ValueError(
+                    f"Expected `as_tuple=True` only for a TFDS directory with supervised "
+                    f"keys; {self.path!r} has none. Name the features instead, e.g. "
+                    f"as_tuple={tuple(self.schema.names[:2])!r}. Received: as_tuple=True"
+                )
+            as_tuple = self.supervised_keys
+        return chosen, as_tuple
+
+    def check_files(self, split: TfdsSplit) -> str:
+        """Check the split's shards exist and start with a record; their compression."""
+        codecs = set()
+        for path in split.files:
+            if not tf.io.gfile.exists(path):
+                raise NoFilesError(
+                    f"TFDS shard {path!r} of split {split.name!r} is missing: "
+                    f"{os.path.join(self.path, INFO_FILENAME)!r} lists "
+                    f"{len(split.files)} shards for it.",
+                    file=path,
+                )
+            codec = detect_compression(path)
+            codecs.add(codec)
+            check_framing(path, codec)
+            self.schema.check_example(first_record(path, codec), file=path, record=0, warn=False)
+        if len(codecs) > 1:
+            raise ValueError(f"Expected one compression for the shards of split {split.name!r}.")
+        return codecs.pop() if codecs else ""
+
+
+def open_tfds_dir(path: Any) -> TfdsDir | None:
+    """The TFDS directory ``path`` names, or ``None`` if it is not one.
+
+    Args:
+        path: A version directory ``<data_dir>/<name>/<version>/``, or a dataset
+            directory ``<data_dir>/<name>/`` holding exactly one version.
+
+    Returns:
+        The :class:`TfdsDir`, or ``None`` for anything else (files, globs, lists,
+        other directories).
+
+    Raises:
+        ValueError: If ``path`` holds several versions, its ``fileFormat`` is not
+            ``tfrecord``, or a feature's kind cannot be read.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    path = os.fspath(path)
+    if not tf.io.gfile.isdir(path):
+        return None
+    directory = _version_dir(path)
+    if directory is None:
+        return None
+    with tf.io.gfile.GFile(os.path.join(directory, INFO_FILENAME)) as handle:
+        info = json.load(handle)
+    with tf.io.gfile.GFile(os.path.join(directory, FEATURES_FILENAME)) as handle:
+        features = json.load(handle)
+    file_format = str(info.get("fileFormat") or "tfrecord").lower()
+    if file_format != "tfrecord":
+        raise ValueError(
+            f"Expected TFDS directory {directory!r} to hold TFRecord shards; its "
+            f"dataset_info.json says fileFormat {file_format!r}, which the package cannot "
+            f"read. Prepare it with file_format='tfrecord'. Received: fileFormat={file_format!r}"
+        )
+    mapper = _Mapper(directory)
+    mapper.walk(features, "", 0)
+    name = str(info.get("name", os.path.basename(os.path.dirname(directory))))
+    splits = {
+        str(s["name"]): _split(directory, name, file_format, s) for s in info.get("splits", [])
+    }
+    return TfdsDir(
+        path=directory,
+        name=name,
+        version=str(info.get("version", os.path.basename(directory))),
+        splits=splits,
+        schema=TfdsSchema(mapper.parts, mapper.labels),
+        supervised_keys=_supervised_keys(info.get("supervisedKeys")),
+        file_format=file_format,
+    )
+
+
+def _split(directory: str, name: str, file_format: str, info: Mapping[str, Any]) -> TfdsSplit:
+    counts = tuple(int(n) for n in info.get("shardLengths", []))
+    template = str(info.get("filepathTemplate") or _DEFAULT_TEMPLATE)
+    total = len(counts)
+    files = tuple(
+        os.path.join(
+            directory,
+            template.replace("{DATASET}", name)
+            .replace("{SPLIT}", str(info["name"]))
+            .replace("{FILEFORMAT}", file_format)
+            .replace("{SHARD_X_OF_Y}", f"{i:05d}-of-{total:05d}")
+            .replace("{SHARD_INDEX}", f"{i:05d}")
+            .replace("{NUM_SHARDS}", f"{total:05d}"),
+        )
+        for i in range(total)
+    )
+    return TfdsSplit(str(info["name"]), files, counts)
+
+
+def _supervised_keys(info: Any) -> tuple[str, ...] | None:
+    """``supervisedKeys`` of ``dataset_info.json``: a tuple of feature keys, or the old form."""
+    if not info:
+        return None
+    if "tuple" in info:
+        items = info["tuple"].get("items", [])
+        keys = tuple(item.get("featureKey") for item in items)
+        return keys if keys and all(isinstance(k, str) for k in keys) else None
+    if "input" in info and "output" in info:
+        return (str(info["input"]), str(info["output"]))
+    return None
+
+
+def find_tfds_dir(files: Any, split: object) -> TfdsDir | None:
+    """The TFDS directory ``files`` names (alone or as a list of one), or ``None``.
+
+    ``split`` goes only with a TFDS directory.
+
+    Raises:
+        ValueError: If ``split`` is given for files that are no TFDS directory, or as
+            :func:`open_tfds_dir`.
+    """
+    one = files[0] if isinstance(files, (list, tuple)) and len(files) == 1 else files
+    found = open_tfds_dir(one)
+    if found is None and split is not None:
+        raise ValueError(
+            "Expected `split` only with a TensorFlow Datasets directory (one holding "
+            f"dataset_info.json and features.json). Received: split={split!r}, "
+            f"files={files!r}"
+        )
+    return found
+
+
+def tfds_plan_parts(
+    found: TfdsDir,
+    split: str | None,
+    schema: object,
+    compression: str | None,
+    as_tuple: object,
+    decode: object,
+) -> tuple[TfdsSplit, str, TfdsSchema, object]:
+    """The split, its compression, its schema and ``as_tuple`` for a reader's plan.
+
+    ``as_tuple=True`` names the supervised keys. A TFDS directory brings its schema:
+    ``schema`` and ``decode`` are refused.
+    """
+    if schema is not None:
+        raise ValueError(
+            f"Expected no `schema` for TFDS directory {found.path!r}: its features.json "
+            "declares the features (pass its shard files to read them with a schema of "
+            f"your own). Received: schema={schema!r}"
+        )
+    if decode:
+        found.schema.replace(**dict(decode))  # type: ignore[call-overload]
+    chosen, as_tuple = found.plan_parts(split, as_tuple)
+    codec = found.check_files(chosen)
+    if compression is not None and compression.upper().replace("NONE", "") != codec:
+        raise ValueError(
+            f"Expected `compression` to match the shards of TFDS directory {found.path!r} "
+            f"({codec or 'none'}), or None. Received: compression={compression!r}"
+        )
+    return chosen, codec, found.schema, as_tuple
