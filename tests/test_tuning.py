@@ -398,3 +398,17 @@ def test_stop_requests_and_sigterm_are_answered_within_the_call_bound(stop: Any)
     gaps = [b - a for a, b in itertools.pairwise(times[4:])]  # past the first run's tracing
     assert max(gaps) < 2 * CALL_SECS
     assert max(value for _, value in latency.calls) in (16, 32)
+
+
+@pytest.mark.slow
+def test_validation_calls_get_a_value_of_their_own_and_see_every_batch() -> None:
+    x = np.random.default_rng(1).normal(size=(2048, 4)).astype(np.float32)
+    train = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(4)  # 512 steps
+    val = tf.data.Dataset.from_tensor_slices((x[:802], x[:802, :1] * 2)).batch(4)  # 201
+    model = keras_regressor()
+    loop = FunctionLoop(train, model=model, steps_per_execution="auto")
+    history = loop.run(epochs=2, validation_data=val)
+    assert loop.tuning is not None and loop.tuning.validation.value > 1
+    # every validation batch once, the last (2 examples) included: as Keras evaluates it
+    expected = model.evaluate(val, verbose=0, return_dict=True)["loss"]
+    assert history["val_loss"][-1] == pytest.approx(expected, rel=1e-5)
