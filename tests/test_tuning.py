@@ -17,8 +17,9 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
+from conftest import write_records
 from helpers import keras_regressor
-from tfr_hooks import FunctionLoop, KerasCallbacks
+from tfr_hooks import FunctionLoop, KerasCallbacks, tfrecord
 from tfr_hooks.tuning import (
     CALL_SECS,
     HISTORY_KEY,
@@ -412,3 +413,22 @@ def test_validation_calls_get_a_value_of_their_own_and_see_every_batch() -> None
     # every validation batch once, the last (2 examples) included: as Keras evaluates it
     expected = model.evaluate(val, verbose=0, return_dict=True)["loss"]
     assert history["val_loss"][-1] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["streamed", "in_memory", "packed"])
+def test_auto_trains_each_example_once_an_epoch_on_every_pipeline(tmp_path: Any, kind: str) -> None:
+    plain = write_records(tmp_path / "plain.tfrecord", 1001)  # 500 batches of 2, and 1
+    files: Any = str(plain)
+    if kind == "packed":
+        files = tfrecord.convert([plain], tmp_path / "packed", examples_per_record=8).files
+    source = tfrecord.source(files, 2, shuffle_buffer=64, seed=0, in_memory=kind == "in_memory")
+
+    def step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return {"index": tf.reduce_mean(tf.cast(batch["index"], tf.float64))}
+
+    loop = FunctionLoop(source, step_fn=step, steps_per_execution="auto")
+    history = loop.run(epochs=3)
+    assert history["index"] == pytest.approx([500.0] * 3)  # every example once, weighted
+    assert loop.loop.epoch_examples == 1001 and loop.loop.epoch_steps == 501
+    assert history[HISTORY_KEY][-1] > 1
