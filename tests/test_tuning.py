@@ -96,6 +96,14 @@ def test_it_follows_a_step_whose_cost_changes() -> None:
     assert tuner.value == 512
 
 
+def test_slow_first_calls_do_not_hold_it_at_one_for_the_run() -> None:
+    tuner = StepsTuner()
+    settle(tuner, 0.002, 0.4, 6)  # a loaded machine at the start: 0.4 s a step
+    assert tuner.value == 1 and tuner.settled
+    settle(tuner, 0.002, 0.0005, 300)  # then the step's own cost
+    assert tuner.value == choose(0.002, 0.0005)
+
+
 def test_a_single_call_far_too_long_brings_the_value_down_at_once() -> None:
     tuner = StepsTuner()
     settle(tuner, 0.002, 0.0005, 300)

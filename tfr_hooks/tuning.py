@@ -23,7 +23,9 @@ Settled, it keeps watching: when the median of the last :data:`SAMPLES` calls is
 than twice, or less than half, what the fit predicts (the step's cost changed: another
 phase of the model, a slower input, a loaded machine), it refits ``s`` from them and
 moves to the value the rule gives; a single call longer than twice :data:`CALL_SECS`
-brings it down at once. The factor-2 band keeps it still under ordinary noise.
+brings it down at once. The factor-2 band keeps it still under ordinary noise. A value
+held at 1 because the first calls were too slow to try 2 (a loaded machine at the start)
+climbs again once the calls leave room for more steps.
 Validation calls have a tuner of their own (their steps cost less).
 
 What holds it at 1: a hook that needs every step (:attr:`~tfr_hooks.Hook.needs_every_step`;
@@ -247,6 +249,12 @@ class StepsTuner:
 
     def _watch(self) -> int:
         if self.model is None:
+            # settled on the first calls alone, too slow then to try twice the steps (a
+            # loaded machine at the start, a slow first read): climb again once they are not
+            now = statistics.median(self._times[self.value])
+            if _power_of_two_at_most(self.call_secs * self.value / now) > self.value:
+                self.settled = False
+                return self._climb()
             return self.value
         overhead, step_secs = self.model
         now = statistics.median(self._times[self.value])
