@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,22 @@ def test_no_out_of_range_error_is_raised_or_logged(records_1000: Path) -> None:
     # the check can fail: in the same child and log settings, a tf.function that runs
     # into the data's end (iterator.get_next() until OutOfRangeError) logs it
     assert "OUT_OF_RANGE: End of sequence" in control
+
+
+def test_loops_run_one_after_another_log_no_retracing_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # each loop traces its own functions once (a new loop, a new dataset): TensorFlow's
+    # warning about "calls ... triggered tf.function retracing" must not add up the
+    # traces of loops run one after another in a process (a notebook, folds, a search)
+    def step(batch: Any) -> dict[str, Any]:
+        return {"mean": tf.reduce_mean(tf.cast(batch, tf.float32))}
+
+    with caplog.at_level(logging.WARNING):
+        for _ in range(6):
+            data = tf.data.Dataset.range(4).batch(2)
+            FunctionLoop(data, step_fn=step, handle_signals=False).run(1)
+    assert [r.getMessage()[:70] for r in caplog.records if "retracing" in r.getMessage()] == []
 
 
 def test_steps_per_epoch_caps_executions_and_data_runs_on(records_1000: Path) -> None:

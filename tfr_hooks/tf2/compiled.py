@@ -13,6 +13,7 @@ weighted by the batch size). Under a ``tf.distribute`` strategy each step runs i
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -144,15 +145,15 @@ class Executor:
         # jit_compile setting (XLA when the model supports it)
         jit = bool(getattr(model, "jit_compile", False)) if keras_step else False
         one_step_fn = tf.function(
-            _one_step(fn, strategy, keras_step),
+            _own(_one_step(fn, strategy, keras_step)),
             autograph=not keras_step,
             reduce_retracing=True,
             jit_compile=jit,
         )
         execute = _execute(one_step_fn, strategy, model, measures_wait, bounded)
-        self.execute = tf.function(execute, autograph=False, reduce_retracing=True)
-        self.first = tf.function(_first, autograph=False)
-        self.skip = tf.function(_skip(strategy), autograph=False)
+        self.execute = tf.function(_own(execute), autograph=False, reduce_retracing=True)
+        self.first = tf.function(_own(_first), autograph=False)
+        self.skip = tf.function(_own(_skip(strategy)), autograph=False)
 
 
 def _one_step(fn: Callable[[Any], Any], strategy: Any, keras_step: bool) -> Callable[[Any], Any]:
@@ -258,6 +259,20 @@ def _execute(
         return steps, examples, logs, pending, pending.has_value(), wait
 
     return execute
+
+
+def _own(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a callable of this loop's own, for ``tf.function``.
+
+    TensorFlow's warning that "N out of the last M calls to ... triggered tf.function
+    retracing" counts the traces of every ``tf.function`` of one Python function's code
+    together (TensorFlow 2.21 keys it by ``__code__``, closures included). Each loop
+    traces its functions anew (a new loop, a new dataset) and calls ``first`` once an
+    epoch: the 5th short loop of a process would warn of a retracing that is none. A
+    ``functools.partial`` has no ``__code__``: TensorFlow counts each by itself, so a
+    real retracing within a loop still warns.
+    """
+    return functools.partial(fn)
 
 
 def _first(iterator: Any) -> Any:
