@@ -231,7 +231,7 @@ def test_function_loop_with_auto_steps_trains_exact_epochs_through_the_service(
     history = loop.run(epochs=3)
     assert counts.reported == [(100, 400)] * 3
     assert history["id"] == pytest.approx([199.5] * 3)  # every example once an epoch
-    assert history[HISTORY_KEY][-1] > 1 and sum(counts.ran) < 300
+    assert max(history[HISTORY_KEY]) > 1 and sum(counts.ran) < 300  # calls of several steps
 
 
 @pytest.mark.slow

@@ -49,7 +49,7 @@ def test_mirrored_strategy_matches_a_single_device_run() -> None:
     run = result["step_fn_auto"]
     assert run["epochs"] == [[500, 8000], [500, 8000]]
     assert run["history"]["index"] == pytest.approx([3999.5, 3999.5])
-    assert run["history"][HISTORY_KEY][-1] > 1 and run["calls"] < 500
+    assert max(run["history"][HISTORY_KEY]) > 1 and run["calls"] < 1000  # calls of several steps
 
     # a Keras model created under the strategy trains as it does on one device
     mirrored, default = result["mirrored"], result["default"]

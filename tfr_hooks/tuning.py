@@ -23,7 +23,8 @@ Settled, it keeps watching: when the median of the last :data:`SAMPLES` calls is
 than twice, or less than half, what the fit predicts (the step's cost changed: another
 phase of the model, a slower input, a loaded machine), it refits ``s`` from them and
 moves to the value the rule gives; a single call longer than twice :data:`CALL_SECS`
-brings it down at once. The factor-2 band keeps it still under ordinary noise. A value
+brings it down at once (and, a pause rather than a new cost, back up once the calls
+are fast again). The factor-2 band keeps it still under ordinary noise. A value
 held at 1 because the first calls were too slow to try 2 (a loaded machine at the start)
 climbs again once the calls leave room for more steps.
 Validation calls have a tuner of their own (their steps cost less).
@@ -196,6 +197,9 @@ class StepsTuner:
         self._times.setdefault(steps, deque(maxlen=self.samples)).append(secs)
         if self.value > 1 and secs > 2 * self.call_secs:  # far too long: down at once
             overhead = self.model[0] if self.model is not None else 0.0
+            # the cost as this call saw it: the watch compares the next calls with it, so
+            # the value comes back up when the slowness passes
+            self.model = (overhead, secs / steps)
             return self._move(choose(overhead, secs / steps, **self._bounds()), "a slow call")
         if limit < self.value:
             return self._clamp(limit)
