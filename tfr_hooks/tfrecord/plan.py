@@ -144,14 +144,8 @@ def make_plan(
         )
     if decode:
         chosen = chosen.replace(**decode)
-    if names is not None and select:  # with a map_fn, as_tuple names its outputs
-        missing = [name for name in names if name not in chosen]
-        if missing:
-            raise ValueError(
-                f"Expected the names in `as_tuple` to be features of the schema "
-                f"{chosen.names}. Received: as_tuple={names!r}"
-            )
-        chosen = chosen.select(names)
+    if select:  # with a map_fn, as_tuple names its outputs
+        chosen = _selected(chosen, names)
     sidecars: dict[str, Sidecar | None] = {}
     lists = _FeatureLists(chosen)
     counts: list[int | None] = []
@@ -217,15 +211,7 @@ def _tfds_plan(
         tfds, split, schema, compression, as_tuple, decode
     )
     names = _check_as_tuple(as_tuple)
-    read = tfds_schema
-    if names is not None and select:
-        missing = [name for name in names if name not in read]
-        if missing:
-            raise ValueError(
-                f"Expected the names in `as_tuple` to be features of the schema "
-                f"{read.names}. Received: as_tuple={names!r}"
-            )
-        read = tfds_schema.select(names)
+    read = _selected(tfds_schema, names) if select else tfds_schema
     paths = list(chosen.files)
     counts: list[int | None] = list(chosen.counts)
     damage = None
@@ -233,6 +219,19 @@ def _tfds_plan(
         damage = scan_damage(paths, codec, max_corrupt_records)
         counts = [damage.of(path).records for path in paths]
     return Plan(paths, codec, read, names, counts, damage=damage)
+
+
+def _selected(schema: Schema, names: tuple[str, ...] | None) -> Schema:
+    """``schema``'s features that ``as_tuple`` names (all of them without names)."""
+    if names is None:
+        return schema
+    missing = [name for name in names if name not in schema]
+    if missing:
+        raise ValueError(
+            f"Expected the names in `as_tuple` to be features of the schema "
+            f"{schema.names}. Received: as_tuple={names!r}"
+        )
+    return schema.select(names)
 
 
 #: records of a file read, at most, to find a feature list of the schema its first lacks
