@@ -7,6 +7,7 @@ examples need no network. Each record holds ``image`` (64 floats in [0, 1]) and 
 
 from __future__ import annotations
 
+import argparse
 import logging
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "SPLITS",
     "NUM_CLASSES",
     "add_directory_flags",
+    "add_steps_per_execution_flag",
     "write_digits",
     "write_digit_shards",
     "queue_batch",
@@ -52,6 +54,29 @@ def add_directory_flags(parser: Any, logdir: str, what: str = "checkpoints and l
         type=Path,
         default=Path(logdir),
         help=f"where the {what} are written (default: %(default)s)",
+    )
+
+
+def add_steps_per_execution_flag(parser: Any, default: int | str = "auto") -> None:
+    """Give an example's ``parser`` ``--steps-per-execution``: an integer, or ``auto``."""
+
+    def steps(text: str) -> int | str:
+        if text == "auto":
+            return text
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}")
+        return value
+
+    parser.add_argument(
+        "--steps-per-execution",
+        type=steps,
+        default=default,
+        help="training steps per tf.function call, or 'auto' to let the loop choose from "
+        "its timed calls (default: %(default)s)",
     )
 
 

@@ -47,7 +47,13 @@ from tfr_hooks.quiet import import_tensorflow
 import_tensorflow()  # before anything imports TensorFlow: drops its start-up notices
 
 import keras
-from _digits import NUM_CLASSES, SPLITS, add_directory_flags, write_digit_shards
+from _digits import (
+    NUM_CLASSES,
+    SPLITS,
+    add_directory_flags,
+    add_steps_per_execution_flag,
+    write_digit_shards,
+)
 
 import tfr_hooks
 from tfr_hooks import tfrecord
@@ -65,12 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--epochs", type=int, default=10, help="epochs to train (default: %(default)s)"
     )
-    parser.add_argument(
-        "--steps-per-execution",
-        type=int,
-        default=4,
-        help="training steps per tf.function call (default: %(default)s)",
-    )
+    add_steps_per_execution_flag(parser)
     parser.add_argument(
         "--workers",
         type=int,

@@ -4,8 +4,10 @@ The TF2 version of the graph-mode examples, on the same data (scikit-learn's dig
 TFRecord files): ``tfr_hooks.tfrecord.dataset`` reads and parses the records in a
 ``tf.data`` pipeline, and ``tfr_hooks.FunctionLoop`` runs the compiled model's own
 ``train_step`` in a ``tf.function`` that pulls ``--steps-per-execution`` batches per call
-inside the graph. ``tfr_hooks.KerasCallbacks`` drives Keras' own ``ModelCheckpoint``,
-``EarlyStopping`` and ``TensorBoard`` callbacks, exactly as ``model.fit`` would.
+inside the graph (``auto``, the default, lets the loop choose how many from its timed
+calls; Keras' own callbacks do not hold it at 1). ``tfr_hooks.KerasCallbacks`` drives
+Keras' own ``ModelCheckpoint``, ``EarlyStopping`` and ``TensorBoard`` callbacks, exactly
+as ``model.fit`` would.
 
 Writes:
     LOGDIR/checkpoints/best.weights.h5   weights of the epoch with the lowest val_loss
@@ -34,7 +36,13 @@ import_tensorflow()  # before anything imports TensorFlow: drops its start-up no
 
 import keras
 import tensorflow as tf
-from _digits import NUM_CLASSES, SPLITS, add_directory_flags, write_digits
+from _digits import (
+    NUM_CLASSES,
+    SPLITS,
+    add_directory_flags,
+    add_steps_per_execution_flag,
+    write_digits,
+)
 
 import tfr_hooks
 
@@ -72,12 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser.add_argument(
         "--epochs", type=int, default=30, help="epochs to train (default: %(default)s)"
     )
-    parser.add_argument(
-        "--steps-per-execution",
-        type=int,
-        default=4,
-        help="training steps per tf.function call (default: %(default)s)",
-    )
+    add_steps_per_execution_flag(parser)
     parser.add_argument(
         "--patience",
         type=int,

@@ -69,3 +69,17 @@ def test_tensorboard_logger_without_write_graph(graph: tf.Graph, tmp_path: Path)
     assert acc.Tags()["graph"] is False and "epoch_loss" in acc.Tags()["scalars"]
     with pytest.raises(TypeError, match=r"Received: write_graph='yes'"):
         tfr_hooks.TensorBoardLogger(tmp_path, write_graph="yes")  # type: ignore[arg-type]
+
+
+def test_batch_scalars_count_every_step_of_a_call_of_several(tmp_path: Path) -> None:
+    # 10 steps an epoch in calls of 2: the count passes 3, 6 and 9 within the calls that
+    # end at steps 4, 6 and 10; each writes once, at its last step (global, from 1)
+    logger = tfr_hooks.TensorBoardLogger(tmp_path, update_freq=3)
+    loop = tfr_hooks.FunctionLoop(
+        tf.data.Dataset.range(20).batch(2),
+        step_fn=lambda b: {"x": tf.reduce_mean(tf.cast(b, tf.float32))},
+        hooks=[logger],
+        steps_per_execution=2,
+    )
+    loop.run(epochs=2)
+    assert [s for s, _ in scalars(tmp_path / "train", "batch_x")] == [4, 6, 10, 12, 16, 18]

@@ -181,6 +181,86 @@ def test_a_plain_session_run_hook_with_its_own_before_run_needs_every_step() -> 
     assert not capabilities(tfr_hooks.StopOnSignal()).needs_every_step
 
 
+class CountsSteps(tfr_hooks.Hook):
+    """Counts its ``after_run`` calls as steps, without declaring anything (a user's hook)."""
+
+    def begin(self) -> None:
+        self.steps = 0
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.steps += 1
+
+
+class CountsCallSteps(tfr_hooks.Hook):
+    """Counts ``loop.call_steps`` per call, and says it takes calls of many steps."""
+
+    needs_every_step = False
+
+    def begin(self) -> None:
+        self.calls: list[int] = []
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.calls.append(self.loop.call_steps)
+
+
+class EpochsOnly(tfr_hooks.Hook):
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        pass
+
+
+def test_a_hook_with_its_own_before_run_or_after_run_needs_every_step_unless_it_says_not(
+    tmp_path: Any,
+) -> None:
+    class Before(tfr_hooks.Hook):
+        def before_run(self, run_context: Any) -> None:
+            return None
+
+    class Declared(tfr_hooks.Hook):
+        needs_every_step = True
+
+    capabilities = tfr_hooks.hooks.capabilities_of
+    assert capabilities(CountsSteps()).needs_every_step
+    assert capabilities(Before()).needs_every_step
+    assert capabilities(Declared()).needs_every_step
+    assert not capabilities(CountsCallSteps()).needs_every_step
+    assert not capabilities(EpochsOnly()).needs_every_step
+    assert not capabilities(tfr_hooks.Hook()).needs_every_step
+    # the package's own hooks with a before_run/after_run work per call
+    assert not capabilities(tfr_hooks.TensorBoardLogger(tmp_path)).needs_every_step
+    saves = tfr_hooks.PreemptionCheckpoint(tmp_path, objects={"v": tf.Variable(1.0)})
+    assert not capabilities(saves).needs_every_step
+
+
+def test_auto_is_the_default_and_a_hook_that_counts_calls_as_steps_holds_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = tf.data.Dataset.range(600).batch(2)  # 300 cheap steps an epoch
+    step = lambda b: {"x": tf.reduce_mean(tf.cast(b, tf.float32))}  # noqa: E731
+    tuned = FunctionLoop(data, step_fn=step, hooks=[EpochsOnly()])
+    assert tuned.steps_per_execution == "auto" and tuned.tuning is not None
+    assert max(tuned.run(epochs=2)[HISTORY_KEY]) > 1
+    counts = CountsSteps()
+    held = FunctionLoop(data, step_fn=step, hooks=[counts])
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tuning"):
+        history = held.run(epochs=2)
+    assert history[HISTORY_KEY] == [1.0, 1.0]
+    assert counts.steps == 600  # one after_run a step, as before "auto" was the default
+    (message,) = [r.getMessage() for r in caplog.records if "stays at 1" in r.getMessage()]
+    assert "CountsSteps object" in message and message.endswith("needs every step.")
+
+
+def test_call_steps_tells_a_hook_how_many_steps_each_call_ran() -> None:
+    counts = CountsCallSteps()
+    loop = FunctionLoop(
+        tf.data.Dataset.range(20).batch(2),  # 10 steps an epoch
+        step_fn=lambda b: {"x": tf.reduce_mean(tf.cast(b, tf.float32))},
+        hooks=[counts],
+        steps_per_execution=4,
+    )
+    loop.run(epochs=1)
+    assert counts.calls == [4, 4, 2]
+
+
 def test_steps_per_execution_is_a_positive_int_or_auto() -> None:
     data = tf.data.Dataset.range(4).batch(2)
     step = lambda b: {"x": tf.reduce_sum(b)}  # noqa: E731
@@ -361,6 +441,8 @@ class Latency(tfr_hooks.Hook):
     """A hook that takes 50 ms a call; once the value stayed at 16 or more for 6 calls,
     ``stop`` is called from another thread at a moment unrelated to the calls, and its time
     kept."""
+
+    needs_every_step = False  # it times calls, whatever their steps
 
     def __init__(self, stop: Any) -> None:
         self.stop = stop

@@ -188,6 +188,7 @@ def run_hooked_step(
     run_context = SessionRunContext(original_args=original_args, session=session)
     result = run(hooks.before_run(run_context))
     if result.steps:
+        loop.call_steps = result.steps
         if result.logs is not None:
             loop.batch_logs = python_logs(result.logs)
         hooks.after_run(run_context, result.hook_results, result.options, result.run_metadata)

@@ -90,6 +90,9 @@ class LoopState:
         steps_per_epoch: Steps per epoch: the one configured, or, when the data decides,
             the number learned when the first epoch ran out of data (``None`` before).
         steps_per_execution: Steps run by one call of the step (1 in graph mode).
+        call_steps: Steps the call that just ran made, set before its ``after_run``:
+            ``steps_per_execution``, or fewer when the epoch or the data ended first (1 in
+            graph mode). A hook that counts steps in ``after_run`` adds it.
         batch_logs: The logs of the last step: running means of the fetched values over
             the current epoch, as Python floats.
         session: The ``tf.compat.v1.Session`` of a graph-mode loop, else ``None``.
@@ -148,6 +151,7 @@ class LoopState:
         self.epoch_examples = 0
         self.steps_per_epoch = steps_per_epoch
         self.steps_per_execution = steps_per_execution
+        self.call_steps = 0
         self.batch_logs: dict[str, Any] = {}
         self.session: Any = None
         self.stop_requested = False
@@ -225,10 +229,14 @@ class Hook(SessionRunHook):  # type: ignore[misc,valid-type]
     #: (``SessionLoop(master=..., is_chief=False)``) drops it from its hooks.
     chief_only: bool = False
     #: Whether the hook needs its ``before_run``/``after_run`` around every single step
-    #: (it counts calls as steps): a loop told ``steps_per_execution="auto"`` then keeps
-    #: running one step a call (see :mod:`tfr_hooks.tuning`). A fixed
-    #: ``steps_per_execution`` is the user's choice and is left as it is.
-    needs_every_step: bool = False
+    #: (it counts calls as steps): a :class:`~tfr_hooks.FunctionLoop` with
+    #: ``steps_per_execution="auto"`` (the default) then keeps running one step a call
+    #: (see :mod:`tfr_hooks.tuning`). ``None`` (the default) means: it does when its class
+    #: has a ``before_run`` or ``after_run`` of its own, which may count calls as steps.
+    #: Set ``False`` on a hook whose ``before_run``/``after_run`` work per call (reading
+    #: ``self.loop.call_steps``), ``True`` to hold one step a call whatever it overrides.
+    #: A fixed ``steps_per_execution`` is the user's choice and is left as it is.
+    needs_every_step: bool | None = None
 
     #: The state of the loop that runs the hook, as :meth:`set_loop` gave it; ``None``
     #: until a loop attaches the hook (a hook called directly, or never run). Read it as
@@ -341,23 +349,30 @@ def capabilities_of(hook: Any) -> HookCapabilities:
     session when it comes from TensorFlow (it fetches tensors or runs ops), and it is
     chief-only when it is a stock ``CheckpointSaverHook`` or ``SummarySaverHook``, and it
     needs every step when it has its own ``before_run`` or ``after_run`` (it knows nothing
-    of calls that run several steps).
+    of calls that run several steps). So does a :class:`Hook` that leaves
+    ``needs_every_step`` at ``None`` and has its own ``before_run`` or ``after_run``.
     """
     if isinstance(hook, Hook):
+        every_step = hook.needs_every_step
         return HookCapabilities(
             requires_session=bool(hook.requires_session),
             needs_model_state=bool(hook.needs_model_state),
             owns_signals=tuple(hook.owns_signals),
             chief_only=bool(hook.chief_only),
-            needs_every_step=bool(hook.needs_every_step),
+            needs_every_step=_has_step_methods(hook) if every_step is None else bool(every_step),
         )
-    per_step = ("before_run", "after_run")
     return HookCapabilities(
         requires_session=type(hook).__module__.startswith("tensorflow."),
         chief_only=isinstance(hook, _CHIEF_ONLY_STOCK),
-        needs_every_step=any(
-            getattr(type(hook), name) is not getattr(SessionRunHook, name) for name in per_step
-        ),
+        needs_every_step=_has_step_methods(hook),
+    )
+
+
+def _has_step_methods(hook: Any) -> bool:
+    """Whether ``hook``'s class has a ``before_run`` or ``after_run`` of its own."""
+    return any(
+        getattr(type(hook), name) is not getattr(SessionRunHook, name)
+        for name in ("before_run", "after_run")
     )
 
 

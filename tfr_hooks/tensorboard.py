@@ -107,6 +107,7 @@ class TensorBoardLogger(Hook):
         update_freq: ``"epoch"`` (epoch scalars only), ``"batch"`` (also ``batch_<name>``
             after every batch) or an integer N (after every N batches). Batch scalars
             are the running epoch means the loop logs, stepped by the global batch count.
+            A call of several steps writes once, at its last step.
         model: A Keras model whose ``optimizer`` learning rate is written as
             ``epoch_learning_rate`` when the epoch logs carry no ``lr``/``learning_rate``.
         write_graph: Whether to write the graph of a graph-mode loop's session to
@@ -123,6 +124,8 @@ class TensorBoardLogger(Hook):
 
     #: Only the chief writes the run's events (a non-chief ``SessionLoop`` drops it).
     chief_only = True
+    #: Its ``after_run`` counts ``loop.call_steps``, so calls of many steps are fine.
+    needs_every_step = False
 
     def __init__(
         self,
@@ -176,11 +179,20 @@ class TensorBoardLogger(Hook):
         self._writer("train").flush()
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        """Write ``batch_<name>`` scalars every ``update_freq`` batches."""
-        self._batches += 1
-        if self.update_freq != "epoch" and self._batches % int(self.update_freq) == 0:
-            values = {f"batch_{k}": v for k, v in self.loop.batch_logs.items()}
-            self._write("train", self.loop.global_step + 1, values)
+        """Write ``batch_<name>`` scalars when a multiple of ``update_freq`` batches ran.
+
+        A call of several steps (``steps_per_execution``) counts all of them and writes at
+        most once, at its last step, when it passed a multiple of ``update_freq``.
+        """
+        loop = self.loop
+        ran = max(1, loop.call_steps)
+        before, self._batches = self._batches, self._batches + ran
+        if self.update_freq == "epoch":
+            return
+        freq = int(self.update_freq)
+        if self._batches // freq > before // freq:
+            values = {f"batch_{k}": v for k, v in loop.batch_logs.items()}
+            self._write("train", loop.global_step + ran, values)
 
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
         """Write ``epoch_<name>`` and ``input/...`` scalars to ``train/`` and ``validation/``."""

@@ -29,8 +29,10 @@ held at 1 because the first calls were too slow to try 2 (a loaded machine at th
 climbs again once the calls leave room for more steps.
 Validation calls have a tuner of their own (their steps cost less).
 
-What holds it at 1: a hook that needs every step (:attr:`~tfr_hooks.Hook.needs_every_step`;
-a :class:`~tfr_hooks.KerasCallbacks` holding a callback whose batch methods come from
+``"auto"`` is :class:`~tfr_hooks.FunctionLoop`'s default. What holds it at 1: a hook
+that needs every step (:attr:`~tfr_hooks.Hook.needs_every_step`: declared ``True``, or
+left at ``None`` by a hook with its own ``before_run``/``after_run``; a
+:class:`~tfr_hooks.KerasCallbacks` holding a callback whose batch methods come from
 your code rather than Keras'; a plain ``SessionRunHook`` with its own
 ``before_run``/``after_run``), and a multi-worker strategy (every worker must run the
 same calls, and the durations differ between them). The loop logs once which one.

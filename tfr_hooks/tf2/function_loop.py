@@ -80,11 +80,15 @@ class FunctionLoop:
         hooks: ``tfr_hooks.Hook`` instances (or session-free ``SessionRunHook`` instances),
             called in this order.
         steps_per_execution: Steps run by one call of the compiled function, or
-            ``"auto"``: the loop times its calls and chooses it, so that a call's
-            overhead is at most 1% of its steps' time and a call lasts at most half a
-            second; it stays at 1 while a hook needs every step (see
-            :mod:`tfr_hooks.tuning`). ``loop.steps_per_execution`` shows the value, and
-            the history's ``input/steps_per_execution`` each epoch's.
+            ``"auto"`` (the default): the loop times its calls and chooses it, so that a
+            call's overhead is at most 1% of its steps' time and a call lasts at most
+            half a second; it stays at 1 while a hook needs every step (a hook with its
+            own ``before_run``/``after_run`` that does not declare
+            ``needs_every_step = False``, a Keras callback with batch methods of your
+            own) and under a multi-worker strategy (see :mod:`tfr_hooks.tuning`).
+            ``loop.steps_per_execution`` shows the value, and the history's
+            ``input/steps_per_execution`` each epoch's. An integer fixes it, as
+            ``model.fit``'s does.
         steps_per_epoch: Steps per epoch, or ``None`` to let the data decide (an epoch
             then ends at the dataset's last batch and the data restarts for the next).
         strategy: A ``tf.distribute.Strategy``; ``None`` uses the current one (the
@@ -124,7 +128,7 @@ class FunctionLoop:
         step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         validation_step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         hooks: Sequence[Any] | None = None,
-        steps_per_execution: int | str = 1,
+        steps_per_execution: int | str = "auto",
         steps_per_epoch: int | None = None,
         strategy: Any = None,
         handle_signals: bool = True,

@@ -117,6 +117,8 @@ class PreemptionCheckpoint(Hook):
     owns_signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)
     #: ``FunctionLoop`` creates the model's variables before ``after_create_session``.
     needs_model_state = True
+    #: Its ``before_run`` saves at whatever step the call boundary is.
+    needs_every_step = False
 
     def __init__(
         self,
