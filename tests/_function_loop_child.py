@@ -84,6 +84,8 @@ def _strategy() -> dict[str, Any]:
     from tfr_hooks import FunctionLoop, Hook
 
     class Counts(Hook):
+        needs_every_step = False  # counts calls: "auto" is to make fewer than steps
+
         def begin(self) -> None:
             self.epochs: list[tuple[int, int]] = []
             self.calls = 0

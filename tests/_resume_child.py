@@ -70,6 +70,7 @@ def main(data: str, out: str, pipeline: str) -> dict[str, Any]:
 
     from helpers import keras_classifier
     from tfr_hooks import FunctionLoop, Hook, KerasCallbacks, PreemptionCheckpoint, tfrecord
+    from tfr_hooks.input_report import HISTORY_KEYS as MEASURED
 
     # first: it sets the global seed, which the dataset's seeded shuffle also uses
     if strategy is not None:
@@ -144,7 +145,7 @@ def main(data: str, out: str, pipeline: str) -> dict[str, Any]:
         "weights": [w.tolist() for w in model.get_weights()],
         "iterations": int(model.optimizer.iterations.numpy()),
         "counts": counts,
-        "wait_measured": any(k.startswith("input/") for k in history),
+        "wait_measured": any(k in MEASURED for k in history),
     }
 
 

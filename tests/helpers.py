@@ -199,8 +199,9 @@ class Recorder:
 
 
 def metrics(history: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    """A run's history without the loop's own input measurements (``input/...`` keys)."""
-    return {k: v for k, v in history.items() if k not in tfr_hooks.input_report.HISTORY_KEYS}
+    """A run's history without the loop's own ``input/...`` keys (its input measurements,
+    ``steps_per_execution="auto"``'s values): the keys ``model.fit``'s history has."""
+    return {k: v for k, v in history.items() if not k.startswith("input/")}
 
 
 def scalars(path: Path, tag: str) -> list[tuple[int, float]]:

@@ -50,6 +50,7 @@ from tfr_hooks.input_report import (
     remedy,
     verdict,
 )
+from tfr_hooks.tuning import HISTORY_KEY as STEPS_KEY
 
 v1 = tf.compat.v1
 
@@ -529,7 +530,7 @@ def test_function_loop_without_measure_input_reports_nothing(
     loop = FunctionLoop(ds, model=model, hooks=hooks, measure_input=False)
     with caplog.at_level(logging.INFO, logger="tfr_hooks"):
         history = loop.run(epochs=2)
-    assert set(history) == {"loss", "accuracy"} and loop.loop.input_stats is None
+    assert set(history) == {"loss", "accuracy", STEPS_KEY} and loop.loop.input_stats is None
     assert not [r for r in caplog.records if r.name == "tfr_hooks.input_report"]  # no verdict
     assert "input" not in tensorboard_runs(tmp_path / "tb")
     assert not set(HISTORY_KEYS) & tensorboard_runs(tmp_path / "ours")["train"]

@@ -330,6 +330,8 @@ def recording_step(seen: tf.Variable, count: tf.Variable) -> Any:
 
 
 class StopAt(tfr_hooks.Hook):
+    needs_every_step = False  # stops at the first call boundary past its step
+
     def __init__(self, step: int) -> None:
         self.step = step
 
