@@ -97,6 +97,11 @@ def test_the_remedy_fits_the_run() -> None:
     assert "steps_per_execution" in remedy(short, InputFacts(steps_per_execution=1))
     assert "steps_per_execution" not in remedy(short, InputFacts(steps_per_execution=8))
     assert "steps_per_execution" not in remedy(short, InputFacts())  # SessionLoop has none
+    # "auto" held at 1 by a hook: the remedy says which, and what frees it
+    held = InputFacts(steps_per_execution=1, steps_held_by="hooks[0]=<Counts> needs every step")
+    assert "stays at 1 because hooks[0]=<Counts> needs every step" in remedy(short, held)
+    assert "needs_every_step = False" in remedy(short, held)
+    assert "raise steps_per_execution" not in remedy(short, held)
 
 
 def test_the_remedy_names_the_data_service_when_the_data_does_not_fit() -> None:

@@ -245,6 +245,9 @@ def test_auto_is_the_default_and_a_hook_that_counts_calls_as_steps_holds_it(
         history = held.run(epochs=2)
     assert history[HISTORY_KEY] == [1.0, 1.0]
     assert counts.steps == 600  # one after_run a step, as before "auto" was the default
+    # the input report's remedy is told which hook holds it
+    assert "CountsSteps object" in str(held._input_facts().steps_held_by)
+    assert tuned._input_facts().steps_held_by is None
     (message,) = [r.getMessage() for r in caplog.records if "stays at 1" in r.getMessage()]
     assert "CountsSteps object" in message and message.endswith("needs every step.")
 

@@ -175,6 +175,8 @@ class InputFacts:
             from ``in_memory`` and ``examples_per_record`` (see :attr:`pipeline_kind`).
         corrupt_records: The damaged records the reader skips (``max_corrupt_records``
             above 0), or ``None`` when it did not look.
+        steps_held_by: Why ``steps_per_execution="auto"`` stays at 1 (a hook that needs
+            every step), or ``None`` when nothing holds it.
     """
 
     in_memory: bool | None = None
@@ -185,6 +187,7 @@ class InputFacts:
     steps_per_execution: int | None = None
     kind: PipelineKind | None = None
     corrupt_records: int | None = None
+    steps_held_by: str | None = None
 
     @property
     def pipeline_kind(self) -> PipelineKind | None:
@@ -199,7 +202,9 @@ class InputFacts:
         return PipelineKind.PACKED if packed else PipelineKind.STREAMED
 
 
-def facts_of_read(facts: ReadFacts, *, steps_per_execution: int | None = None) -> InputFacts:
+def facts_of_read(
+    facts: ReadFacts, *, steps_per_execution: int | None = None, steps_held_by: str | None = None
+) -> InputFacts:
     """The :class:`InputFacts` of what a reader knows (its input contract).
 
     Both loops call it on their data's :class:`~tfr_hooks.tfrecord.contract.ReadFacts`
@@ -211,9 +216,10 @@ def facts_of_read(facts: ReadFacts, *, steps_per_execution: int | None = None) -
         facts: What the reader knows.
         steps_per_execution: The loop's ``steps_per_execution``; ``None`` for a loop
             without it.
+        steps_held_by: Why ``steps_per_execution="auto"`` stays at 1, if it does.
     """
     if facts.kind is None or facts.schema is None:
-        return InputFacts(steps_per_execution=steps_per_execution)
+        return InputFacts(steps_per_execution=steps_per_execution, steps_held_by=steps_held_by)
     found = facts_of_files(
         facts.files,
         schema=facts.schema,
@@ -223,7 +229,10 @@ def facts_of_read(facts: ReadFacts, *, steps_per_execution: int | None = None) -
     )
     corrupt = None if facts.corrupt_records is None else len(facts.corrupt_records)
     return dataclasses.replace(
-        found, steps_per_execution=steps_per_execution, corrupt_records=corrupt
+        found,
+        steps_per_execution=steps_per_execution,
+        corrupt_records=corrupt,
+        steps_held_by=steps_held_by,
     )
 
 
@@ -302,7 +311,14 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
     """
     short = stats.secs_per_step < SHORT_STEP_SECS
     spe_hint = ""
-    if facts.steps_per_execution == 1 and short:
+    if facts.steps_per_execution == 1 and short and facts.steps_held_by:
+        spe_hint = (
+            f"; steps are short ({stats.secs_per_step * 1000:.2f} ms) and "
+            f"steps_per_execution='auto' stays at 1 because {facts.steps_held_by}: declare "
+            "needs_every_step = False on a hook that works per call (reading "
+            "loop.call_steps), or set steps_per_execution to an integer"
+        )
+    elif facts.steps_per_execution == 1 and short:
         spe_hint = (
             f"; steps are short ({stats.secs_per_step * 1000:.2f} ms), so raise "
             "steps_per_execution (e.g. to 32) to pay the per-call overhead less often"

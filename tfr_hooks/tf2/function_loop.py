@@ -290,8 +290,13 @@ class FunctionLoop:
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input, for the verdict's remedy (as SessionLoop)."""
-        value = self.loop.steps_per_execution if self.tuning else int(self.steps_per_execution)
-        return facts_of_read(self.facts, steps_per_execution=value)
+        if self.tuning is None:
+            return facts_of_read(self.facts, steps_per_execution=int(self.steps_per_execution))
+        return facts_of_read(
+            self.facts,
+            steps_per_execution=self.loop.steps_per_execution,
+            steps_held_by=self.tuning.held_by,
+        )
 
 
 def _data_of(data: object, name: str) -> tuple[Any, ReadFacts]:
