@@ -209,7 +209,7 @@ def test_function_loop_trains_exact_epochs_through_the_service(
         return {"loss": loss, "id": tf.reduce_mean(tf.cast(batch["id"], tf.float32))}
 
     counts = EpochCounts()
-    history = FunctionLoop(data, step_fn=step, hooks=[counts]).run(epochs=2)
+    history = FunctionLoop(data, step_fn=step, hooks=[counts], steps_per_execution=1).run(epochs=2)
     assert counts.reported == [(20, 400), (20, 400)]
     assert counts.ran == [20, 20]
     assert history["id"] == pytest.approx([199.5, 199.5])  # every example once, weighted
