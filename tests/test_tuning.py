@@ -104,6 +104,55 @@ def test_slow_first_calls_do_not_hold_it_at_one_for_the_run() -> None:
     assert tuner.value == choose(0.002, 0.0005)
 
 
+def paused_at_two(tuner: StepsTuner, pauses: int, calls: int = 2000) -> list[int]:
+    """Calls of 1 ms overhead and 10 us steps; the first ``pauses`` calls of 2 take 3 ms."""
+    values = []
+    for _ in range(calls):
+        k = tuner.value
+        values.append(k)
+        paused = k == 2 and pauses > 0
+        pauses -= paused
+        tuner.observe(k, k, 0.003 if paused else 0.001 + k * 0.00001)
+    return values
+
+
+def test_a_pause_while_timing_two_steps_a_call_does_not_hold_it_at_one() -> None:
+    # 2 steps a call timed at 3 ms against 1 ms for 1: more a step, which the model of
+    # t(k) = o + k * s cannot give (the fit reads no overhead, and would settle at 1)
+    tuner = StepsTuner()
+    values = paused_at_two(tuner, pauses=3)
+    assert values[-1] == choose(0.001, 0.00001) == 1024
+    assert tuner.settled
+
+
+def test_calls_that_keep_costing_more_a_step_settle_on_the_cheapest_a_step() -> None:
+    # 2 steps a call always cost more a step than 1 (as a loaded machine makes longer
+    # calls): timed again twice, then the value whose calls cost least a step, and still
+    tuner = StepsTuner()
+    values = paused_at_two(tuner, pauses=10**6)
+    assert values[:13] == [1] * 4 + [2] * 9  # the first call (tracing) is not timed
+    assert values[13:] == [1] * (len(values) - 13) and tuner.settled
+
+
+def test_a_loaded_machine_settles_on_the_value_whose_calls_cost_least_a_step() -> None:
+    # calls measured under load (ms): a step costs more the longer the call, so the fit
+    # of t(k) = o + k * s finds no overhead; the fastest value timed wins, not 1
+    def loaded(k: int) -> float:  # 1 ms a call, 0.3 ms a step, and more for long calls
+        return (1.0 + 0.3 * k + 0.004 * k * k) / 1000
+
+    tuner = StepsTuner()
+    values = []
+    for _ in range(400):
+        values.append(tuner.value)
+        tuner.observe(tuner.value, tuner.value, loaded(tuner.value))
+    cheapest = min(set(values), key=lambda k: loaded(k) / k)
+    assert tuner.settled and values[-200:] == [cheapest] * 200
+    assert cheapest == 8  # of the values timed (1, 2, 8, 32); 16 was not timed
+    for _ in range(400):  # the load is gone: calls of 8 are fast, and it climbs again
+        tuner.observe(tuner.value, tuner.value, (1.0 + 0.003 * tuner.value) / 1000)
+    assert tuner.settled and tuner.value == choose(0.001, 0.000003) == 1024
+
+
 def test_a_single_call_far_too_long_brings_the_value_down_at_once() -> None:
     tuner = StepsTuner()
     settle(tuner, 0.002, 0.0005, 300)

@@ -27,6 +27,14 @@ brings it down at once (and, a pause rather than a new cost, back up once the ca
 are fast again). The factor-2 band keeps it still under ordinary noise. A value
 held at 1 because the first calls were too slow to try 2 (a loaded machine at the start)
 climbs again once the calls leave room for more steps.
+
+When the calls do not fit the model (a value's calls cost more a step than a smaller
+value's, by more than a quarter): they are timed again, at most twice a run (a pause
+while they were timed); after that, or when the fit finds no overhead at all, the value
+settles on the one timed whose calls cost least a step. On a loaded machine a longer
+call is preempted more, so its steps do cost more, and the fit alone would climb too far
+or fall to 1. That value stays until its calls become twice as slow or fast, when the
+climb starts again from it.
 Validation calls have a tuner of their own (their steps cost less).
 
 ``"auto"`` is :class:`~tfr_hooks.FunctionLoop`'s default. What holds it at 1: a hook
@@ -84,6 +92,11 @@ SAMPLES = 3
 _BAND = 2.0
 #: The most the value grows in one move.
 _GROWTH = 4
+#: How much more a step may cost in a call of more steps before those calls are timed
+#: again (the model says it costs less: such calls saw a pause, not the step's cost).
+_SLACK = 1.25
+#: How many times a run times calls again for that reason, at the most.
+_RETRIES = 2
 
 
 def check_steps_per_execution(value: object, name: str = "steps_per_execution") -> int | str:
@@ -182,11 +195,15 @@ class StepsTuner:
         self._skip = True
         self._clamped: list[int] = []  # the limits of the last calls cut to less than value
         self._ceiling = maximum  # the most steps a call was let run (a short epoch)
+        self._retries = 0  # calls timed again this run, having seen a pause
+        self._on_cheapest = False  # settled by _settle_on_cheapest, not by the fit
+        self._cheapest: float | None = None  # its calls' median once settled there
 
     def restart(self) -> None:
         """A new run: its first call (which may trace) is not measured."""
         self._skip = True
         self._clamped, self._ceiling = [], self.maximum
+        self._retries = 0
 
     def observe(self, steps: int, limit: int, secs: float) -> int:
         """Take the duration of a call of ``steps`` steps run with ``limit``; return the value.
@@ -239,7 +256,18 @@ class StepsTuner:
     def _climb(self) -> int:
         medians = self._medians()
         now = medians[self.value]
+        lower = [k for k in medians if k < self.value]
+        if lower and now / self.value > _SLACK * medians[max(lower)] / max(lower):
+            # more steps a call cost more a step, which t(k) = o + k * s cannot give: a
+            # pause while they were timed (time them again), or a loaded machine
+            if self._retries < _RETRIES:
+                self._retries += 1
+                del self._times[self.value]
+                return self.value
+            return self._settle_on_cheapest(medians)
         self.model = fit(medians)
+        if self.model is not None and self.model[0] <= 0.0:  # no overhead: not that model
+            return self._settle_on_cheapest(medians)
         # one value timed so far: try twice as many
         target = self.value * 2 if self.model is None else choose(*self.model, **self._bounds())
         if target <= self.value:
@@ -253,7 +281,34 @@ class StepsTuner:
             return self.value
         return self._move(grown, "")
 
+    def _settle_on_cheapest(self, medians: dict[int, float]) -> int:
+        """Settle on the value timed whose calls cost least a step (the model does not fit).
+
+        On a loaded machine a longer call costs more a step (it is preempted more), so the
+        fit of ``t(k) = o + k * s`` would climb too far, or find no overhead and fall to 1.
+        The value then stays until its calls become twice as slow or fast
+        (:meth:`_watch`), when the climb starts again from it.
+        """
+        best = min(medians, key=lambda k: medians[k] / k)
+        self.model = None
+        self.settled = True
+        self._cheapest = None if best != self.value else medians[best]
+        self._on_cheapest = True
+        return self._move(best, "settled on the calls that cost least a step")
+
     def _watch(self) -> int:
+        if self._on_cheapest:
+            now = statistics.median(self._times[self.value])
+            if self._cheapest is None:  # its first calls since the move
+                self._cheapest = now
+            elif not self._cheapest / _BAND <= now <= self._cheapest * _BAND:
+                logger.info("steps_per_execution='auto': the cost changed; timing afresh")
+                self._times = {self.value: self._times[self.value]}
+                self._on_cheapest, self._cheapest = False, None
+                self.settled = False
+                self._fresh = 0
+                return self._climb()
+            return self.value
         if self.model is None:
             # settled on the first calls alone, too slow then to try twice the steps (a
             # loaded machine at the start, a slow first read): climb again once they are not
