@@ -311,17 +311,14 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
     """
     short = stats.secs_per_step < SHORT_STEP_SECS
     spe_hint = ""
-    if facts.steps_per_execution == 1 and short and facts.steps_held_by:
-        spe_hint = (
-            f"; steps are short ({stats.secs_per_step * 1000:.2f} ms) and "
-            f"steps_per_execution='auto' stays at 1 because {facts.steps_held_by}: declare "
-            "needs_every_step = False on a hook that works per call (reading "
+    if facts.steps_per_execution == 1 and short:
+        spe_hint = f"; steps are short ({stats.secs_per_step * 1000:.2f} ms)" + (
+            f" and steps_per_execution='auto' stays at 1 because {facts.steps_held_by}: "
+            "declare needs_every_step = False on a hook that works per call (reading "
             "loop.call_steps), or set steps_per_execution to an integer"
-        )
-    elif facts.steps_per_execution == 1 and short:
-        spe_hint = (
-            f"; steps are short ({stats.secs_per_step * 1000:.2f} ms), so raise "
-            "steps_per_execution (e.g. to 32) to pay the per-call overhead less often"
+            if facts.steps_held_by
+            else ", so raise steps_per_execution (e.g. to 32) to pay the per-call overhead "
+            "less often"
         )
     if stats.bound == NOT_INPUT_BOUND:
         return "The model is the bottleneck: input changes will not help" + spe_hint + "."

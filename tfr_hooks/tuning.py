@@ -256,8 +256,8 @@ class StepsTuner:
     def _climb(self) -> int:
         medians = self._medians()
         now = medians[self.value]
-        lower = [k for k in medians if k < self.value]
-        if lower and now / self.value > _SLACK * medians[max(lower)] / max(lower):
+        below = max((k for k in medians if k < self.value), default=None)
+        if below is not None and now / self.value > _SLACK * medians[below] / below:
             # more steps a call cost more a step, which t(k) = o + k * s cannot give: a
             # pause while they were timed (time them again), or a loaded machine
             if self._retries < _RETRIES:

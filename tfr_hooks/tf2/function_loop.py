@@ -290,13 +290,9 @@ class FunctionLoop:
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input, for the verdict's remedy (as SessionLoop)."""
-        if self.tuning is None:
-            return facts_of_read(self.facts, steps_per_execution=int(self.steps_per_execution))
-        return facts_of_read(
-            self.facts,
-            steps_per_execution=self.loop.steps_per_execution,
-            steps_held_by=self.tuning.held_by,
-        )
+        value = self.loop.steps_per_execution if self.tuning else int(self.steps_per_execution)
+        held = None if self.tuning is None else self.tuning.held_by
+        return facts_of_read(self.facts, steps_per_execution=value, steps_held_by=held)
 
 
 def _data_of(data: object, name: str) -> tuple[Any, ReadFacts]:
