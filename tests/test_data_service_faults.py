@@ -8,6 +8,7 @@ forever, and the loop's service watch (``service_timeout``, small here) ends it.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -94,6 +95,37 @@ def watch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("ServiceWatch")]
 
 
+#: steps before the kill: late enough that the lost worker mostly holds a share of the
+#: first pass, which then stalls; on a loaded machine it may not have started it yet
+KILL_AT = 40
+#: the passes of a lost-worker run: the first or the second stalls, and one follows it
+LOST_EPOCHS = 3
+
+
+def check_lost_worker_run(
+    records: list[logging.LogRecord], address: str, examples: list[int], size: int
+) -> None:
+    """One pass stalled and was warned of with its lost examples; every other read all.
+
+    The lost worker stalls the first pass when it held a share of it; when it was killed
+    before it took any (a loaded machine), the first pass reads all from the worker left
+    and the second stalls instead: TensorFlow 2.21's dispatcher gives its new job a task
+    on the lost worker, whose end never comes. Either way the passes after the stall end
+    at the epoch's size, with no second wait.
+    """
+    stalls = [r.getMessage() for r in records if re.search(r"epoch \d+ ends here", r.getMessage())]
+    assert len(stalls) == 1, stalls
+    found = re.search(r"epoch (\d+) ends here", stalls[0])
+    assert found is not None
+    stalled = int(found.group(1))
+    assert stalled in (0, 1), stalls
+    assert f"tf.data service at {address}: no batch for 10 s" in stalls[0]
+    read = examples[stalled]
+    assert f"{size - read} of its {size} examples were lost ({read} read)" in stalls[0]
+    assert len(examples) == LOST_EPOCHS
+    assert [n for i, n in enumerate(examples) if i != stalled] == [size] * (LOST_EPOCHS - 1)
+
+
 def test_no_attribute_is_set_on_a_tf_data_object(tmp_path: Any) -> None:
     tfrecord.write({"x": np.arange(10, dtype=np.int64)}, tmp_path)
     for data in (
@@ -161,7 +193,7 @@ def test_function_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
 ) -> None:
     size = 4_000
     with LocalService(workers=2, timeout=START, worker_timeout_ms=1000) as service:
-        hook = KillAt(5, lambda: service.kill_worker(0))
+        hook = KillAt(KILL_AT, lambda: service.kill_worker(0))
         counts = EpochCounts()
         loop = FunctionLoop(
             served(service.address, size, 10),
@@ -170,20 +202,12 @@ def test_function_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
             service_timeout=BOUND,
         )
         with caplog.at_level(logging.WARNING):
-            history = loop.run(epochs=2)
-        assert len(history["mean"]) == 2
+            history = loop.run(epochs=LOST_EPOCHS)
+        assert len(history["mean"]) == LOST_EPOCHS
         assert hook.ended
         assert not watch_threads()
-    stalls = [r.getMessage() for r in caplog.records if "epoch 0 ends here" in r.getMessage()]
-    assert len(stalls) == 1, caplog.text
-    assert f"tf.data service at {service.address}: no batch for 10 s" in stalls[0]
-    first, second = counts.examples
-    assert f"{size - first} of its {size} examples were lost ({first} read)" in stalls[0]
-    # the next epoch, on the worker left, reads each example and ends at the epoch's
-    # size: its end is not waited for (the dispatcher gives the new job a task on the
-    # lost worker too, whose end never comes)
-    assert second == size
-    logging.getLogger(__name__).warning("FunctionLoop lost-worker epochs: %s", stalls)
+    check_lost_worker_run(caplog.records, service.address, counts.examples, size)
+    logging.getLogger(__name__).warning("FunctionLoop lost-worker epochs: %s", counts.examples)
 
 
 @pytest.mark.slow
@@ -223,7 +247,7 @@ def test_session_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
     size = 4_000
     tfrecord.write({"id": np.arange(size, dtype=np.int64)}, tmp_path, shards=8)
     with LocalService(workers=2, timeout=START, worker_timeout_ms=1000) as service:
-        hook = KillAt(5, lambda: service.kill_worker(0))
+        hook = KillAt(KILL_AT, lambda: service.kill_worker(0))
         counts = EpochCounts()
         with tf.Graph().as_default():
             batches = tfrecord.read_batches(str(tmp_path), 10, service=service.address)
@@ -232,15 +256,8 @@ def test_session_loop_goes_on_with_the_other_worker_and_warns_of_the_lost(
                 mean, {"mean": mean}, hooks=[hook, counts], data=batches, service_timeout=BOUND
             )
             with caplog.at_level(logging.WARNING):
-                history = loop.run(epochs=2)
-        assert len(history["mean"]) == 2
+                history = loop.run(epochs=LOST_EPOCHS)
+        assert len(history["mean"]) == LOST_EPOCHS
         assert hook.ended
-    stalls = [r.getMessage() for r in caplog.records if "epoch 0 ends here" in r.getMessage()]
-    assert len(stalls) == 1, caplog.text
-    assert f"tf.data service at {service.address}: no batch for 10 s" in stalls[0]
-    first, second = counts.examples
-    assert f"{size - first} of its {size} examples were lost ({first} read)" in stalls[0]
-    # the next epoch, on the worker left, reads each example, and its end is not waited
-    # for (the dispatcher gives the new job a task on the lost worker too)
-    assert second == size
-    logging.getLogger(__name__).warning("SessionLoop lost-worker epochs: %s", stalls)
+    check_lost_worker_run(caplog.records, service.address, counts.examples, size)
+    logging.getLogger(__name__).warning("SessionLoop lost-worker epochs: %s", counts.examples)
