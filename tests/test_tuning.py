@@ -162,6 +162,17 @@ def test_a_single_call_far_too_long_brings_the_value_down_at_once() -> None:
     assert tuner.value == 512
 
 
+def test_a_step_made_dearer_while_it_climbs_is_followed_from_its_own_calls() -> None:
+    # seen in CI: the step became 20x dearer while the value still climbed; the calls
+    # timed before (1 ms a step) then brought back a value whose calls broke the bound
+    tuner = StepsTuner()
+    settle(tuner, 0.001, 0.0011, 13)
+    assert tuner.value == 128 and not tuner.settled
+    values = settle(tuner, 0.001, 0.02, 100)  # the first call of 128 takes 2.6 s
+    assert all(0.001 + k * 0.02 <= CALL_SECS for k in values[1:])
+    assert tuner.settled and values[-50:] == [choose(0.001, 0.02)] * 50
+
+
 def test_calls_cut_short_and_the_first_call_of_a_run_do_not_move_it() -> None:
     tuner = StepsTuner()
     tuner.observe(1, 1, 30.0)  # the first call traces

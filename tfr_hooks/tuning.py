@@ -23,8 +23,9 @@ Settled, it keeps watching: when the median of the last :data:`SAMPLES` calls is
 than twice, or less than half, what the fit predicts (the step's cost changed: another
 phase of the model, a slower input, a loaded machine), it refits ``s`` from them and
 moves to the value the rule gives; a single call longer than twice :data:`CALL_SECS`
-brings it down at once (and, a pause rather than a new cost, back up once the calls
-are fast again). The factor-2 band keeps it still under ordinary noise. A value
+brings it down at once and starts the climb afresh from there, with none of the calls
+timed before (they saw another cost): the climb settles again at the new cost, or goes
+back up when it was a pause. The factor-2 band keeps it still under ordinary noise. A value
 held at 1 because the first calls were too slow to try 2 (a loaded machine at the start)
 climbs again once the calls leave room for more steps.
 
@@ -213,13 +214,9 @@ class StepsTuner:
         if self._skip or steps <= 0:
             self._skip = False
             return self.value
-        self._times.setdefault(steps, deque(maxlen=self.samples)).append(secs)
         if self.value > 1 and secs > 2 * self.call_secs:  # far too long: down at once
-            overhead = self.model[0] if self.model is not None else 0.0
-            # the cost as this call saw it: the watch compares the next calls with it, so
-            # the value comes back up when the slowness passes
-            self.model = (overhead, secs / steps)
-            return self._move(choose(overhead, secs / steps, **self._bounds()), "a slow call")
+            return self._start_over(steps, secs)
+        self._times.setdefault(steps, deque(maxlen=self.samples)).append(secs)
         if limit < self.value:
             return self._clamp(limit)
         self._clamped = []
@@ -232,6 +229,30 @@ class StepsTuner:
             return self._watch()
         self._fresh = 0
         return self._climb()
+
+    def _start_over(self, steps: int, secs: float) -> int:
+        """A call far longer than the bound: down at once, then climb afresh from there.
+
+        The step's cost changed (or the machine paused): every call timed so far saw
+        another cost, so none is kept, and the climb starts again from the value this
+        call's cost a step gives (with the overhead fitted so far, if any). Its calls
+        then say whether the cost stays (the climb settles at or below it) or it was a
+        pause (the climb goes back up).
+        """
+        overhead = self.model[0] if self.model is not None else 0.0
+        step_secs = secs / steps
+        value = choose(overhead, step_secs, **self._bounds())
+        if self.model is None:  # no overhead known: the most steps the bound allows
+            value = _power_of_two_at_most(max(1.0, self.call_secs / step_secs))
+            value = min(value, self.maximum, self._ceiling)
+        self._times = {}
+        self.model = None
+        self.settled = self._on_cheapest = False
+        self._cheapest = None
+        self._clamped = []
+        moved = self._move(value, "a slow call")
+        self._fresh = 0
+        return moved
 
     def _clamp(self, limit: int) -> int:
         """A call the loop let run fewer steps than the value (the epoch's end).
