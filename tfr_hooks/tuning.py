@@ -23,9 +23,10 @@ Settled, it keeps watching: when the median of the last :data:`SAMPLES` calls is
 than twice, or less than half, what the fit predicts (the step's cost changed: another
 phase of the model, a slower input, a loaded machine), it refits ``s`` from them and
 moves to the value the rule gives; a single call longer than twice :data:`CALL_SECS`
-brings it down at once and starts the climb afresh from there, with none of the calls
-timed before (they saw another cost): the climb settles again at the new cost, or goes
-back up when it was a pause. The factor-2 band keeps it still under ordinary noise. A value
+brings it down at once, with none of the calls timed before kept (they saw another
+cost); the watch then keeps it there if the cost stays, or brings it back up when it
+was a pause (with no overhead fitted yet, the climb starts afresh from the most steps
+the bound allows). The factor-2 band keeps it still under ordinary noise. A value
 held at 1 because the first calls were too slow to try 2 (a loaded machine at the start)
 climbs again once the calls leave room for more steps.
 
@@ -231,25 +232,28 @@ class StepsTuner:
         return self._climb()
 
     def _start_over(self, steps: int, secs: float) -> int:
-        """A call far longer than the bound: down at once, then climb afresh from there.
+        """A call far longer than the bound: down at once, from the cost this call saw.
 
-        The step's cost changed (or the machine paused): every call timed so far saw
-        another cost, so none is kept, and the climb starts again from the value this
-        call's cost a step gives (with the overhead fitted so far, if any). Its calls
-        then say whether the cost stays (the climb settles at or below it) or it was a
-        pause (the climb goes back up).
+        The step's cost changed, or the machine paused: every call timed so far saw
+        another cost, so none is kept (a climb that used them would bring back a value
+        whose calls break the bound). With an overhead fitted, the value is the rule's
+        for this call's cost a step, and the watch compares the next calls with it: the
+        value stays if the cost stays, and goes back up at once if it was a pause.
+        With none fitted yet, the climb starts afresh from the most steps the bound
+        allows at that cost.
         """
-        overhead = self.model[0] if self.model is not None else 0.0
         step_secs = secs / steps
-        value = choose(overhead, step_secs, **self._bounds())
-        if self.model is None:  # no overhead known: the most steps the bound allows
+        self._times = {}
+        self._on_cheapest, self._cheapest = False, None
+        self._clamped = []
+        if self.model is not None:
+            self.model = (self.model[0], step_secs)
+            self.settled = True
+            value = choose(*self.model, **self._bounds())
+        else:
+            self.settled = False
             value = _power_of_two_at_most(max(1.0, self.call_secs / step_secs))
             value = min(value, self.maximum, self._ceiling)
-        self._times = {}
-        self.model = None
-        self.settled = self._on_cheapest = False
-        self._cheapest = None
-        self._clamped = []
         moved = self._move(value, "a slow call")
         self._fresh = 0
         return moved
