@@ -252,11 +252,14 @@ class StepsTuner:
             value = choose(*self.model, **self._bounds())
         else:
             self.settled = False
-            value = _power_of_two_at_most(max(1.0, self.call_secs / step_secs))
-            value = min(value, self.maximum, self._ceiling)
+            value = min(self._most_steps(step_secs), self.maximum, self._ceiling)
         moved = self._move(value, "a slow call")
         self._fresh = 0
         return moved
+
+    def _most_steps(self, step_secs: float) -> int:
+        """The most steps (a power of two) a call may run within the bound, no overhead."""
+        return _power_of_two_at_most(max(1.0, self.call_secs / step_secs))
 
     def _clamp(self, limit: int) -> int:
         """A call the loop let run fewer steps than the value (the epoch's end).
@@ -299,7 +302,7 @@ class StepsTuner:
             self.settled = True
             return self._move(target, "settled")
         # never past the bound as the calls so far predict it (no overhead assumed)
-        cap = _power_of_two_at_most(max(1.0, self.call_secs * self.value / now))
+        cap = self._most_steps(now / self.value)
         grown = min(target, self.value * _GROWTH, cap, self.maximum, self._ceiling)
         if grown <= self.value:
             self.settled = True
@@ -338,7 +341,7 @@ class StepsTuner:
             # settled on the first calls alone, too slow then to try twice the steps (a
             # loaded machine at the start, a slow first read): climb again once they are not
             now = statistics.median(self._times[self.value])
-            if _power_of_two_at_most(self.call_secs * self.value / now) > self.value:
+            if self._most_steps(now / self.value) > self.value:
                 self.settled = False
                 return self._climb()
             return self.value
