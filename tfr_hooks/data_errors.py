@@ -44,7 +44,8 @@ class DataErrorHook(Hook):
     @classmethod
     def for_batches(cls, batches: Any) -> DataErrorHook:
         """The hook for the files of a :class:`~tfr_hooks.tfrecord.Batches`."""
-        return cls(batches.files, batches.schema, batches.compression)
+        facts = batches.facts
+        return cls(list(facts.files), facts.schema, facts.compression)
 
     def translate_error(self, error: BaseException) -> BaseException | None:
         """Return a clear :class:`~tfr_hooks.tfrecord.TFRecordError` for a data error."""

@@ -249,7 +249,7 @@ def measure(
                 batch_size,
                 num_epochs=None,
                 in_memory=True,
-                memory_budget=budget,
+                read_config=tfrecord.ReadConfig(memory_budget=budget),
                 map_fn=map_fn,
                 split=split,
             ),

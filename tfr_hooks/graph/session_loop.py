@@ -396,26 +396,26 @@ class SessionLoop:
             service_timeout=self.service_timeout,
             epochs_restart=self.steps_per_epoch is None,
             cluster=self._cluster,
-            pass_examples=None if self._stream is None else self._stream.num_examples,
+            pass_examples=None if self._stream is None else self._stream.facts.examples,
             input_wait=self._input_wait,
             skip_tensor=self._skip_tensor if self.steps_per_epoch is None else None,
         )
 
 
 def _is_queue(data: Batches | None) -> bool:
-    return data is not None and data.kind is PipelineKind.QUEUE
+    return data is not None and data.facts.kind is PipelineKind.QUEUE
 
 
 def _check_stream(data: Batches) -> None:
     """Refuse a queue pipeline that could never end an epoch."""
-    if data.num_epochs is None and data.num_examples is None:
+    if data.facts.num_epochs is None and data.facts.examples is None:
         raise ValueError(
             "Expected `data` from read_batches(pipeline='queue') to end its epochs: with "
             "num_epochs=None the queue never runs out, and its files have no schema.json "
             "to count the examples of a pass. Pass steps_per_epoch=... to SessionLoop, "
             "or num_epochs=... to read_batches (or write the files with tfrecord.write, "
             "whose schema.json counts them). Received: pipeline='queue', num_epochs=None, "
-            f"num_examples=None, steps_per_epoch=None, files={data.files[:3]!r}"
+            f"num_examples=None, steps_per_epoch=None, files={data.facts.files[:3]!r}"
         )
 
 
@@ -426,27 +426,27 @@ def _refuse_endless(data: Batches) -> None:
         "num_epochs=None it repeats without end, so no epoch would ever close. Pass "
         "steps_per_epoch=... to SessionLoop, or num_epochs=... to read_batches (one "
         "initialization reads num_epochs passes, and each epoch starts a new one). "
-        f"Received: pipeline={data.pipeline!r}, num_epochs=None, steps_per_epoch=None"
+        f"Received: pipeline='dataset', num_epochs=None, steps_per_epoch=None"
     )
 
 
 def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None:
     """Refuse ``run`` epochs (checked ints) that a queue stream cannot give, one pass each."""
     wanted = epochs - initial_epoch
-    if data.num_examples is None and wanted > 1:
+    if data.facts.examples is None and wanted > 1:
         raise ValueError(
             f"Expected `epochs` to be at most initial_epoch + 1 = {initial_epoch + 1} for "
             "data from read_batches(pipeline='queue') whose files have no schema.json: "
-            f"the loop cannot tell where one of its num_epochs={data.num_epochs} passes "
+            f"the loop cannot tell where one of its num_epochs={data.facts.num_epochs} passes "
             "ends, so the whole stream is one epoch. Pass steps_per_epoch=... to "
             "SessionLoop (examples per pass // batch size), or write the files with "
             f"tfrecord.write (its schema.json counts the examples). Received: epochs={epochs}"
         )
-    if data.num_epochs is not None and wanted > data.num_epochs:
+    if data.facts.num_epochs is not None and wanted > data.facts.num_epochs:
         raise ValueError(
             f"Expected `epochs` to be at most initial_epoch + num_epochs = "
-            f"{initial_epoch + data.num_epochs}: data from read_batches(pipeline='queue', "
-            f"num_epochs={data.num_epochs}) gives {data.num_epochs} passes, one per epoch, "
+            f"{initial_epoch + data.facts.num_epochs}: data from read_batches(pipeline='queue', "
+            f"num_epochs={data.facts.num_epochs}) gives {data.facts.num_epochs} passes, one per epoch, "
             f"and a queue cannot be restarted. Pass num_epochs={wanted} (or None, endless) "
             f"to read_batches, or run fewer epochs. Received: epochs={epochs}, "
             f"initial_epoch={initial_epoch}"
@@ -487,7 +487,7 @@ def _stream_of(data: Batches | None, steps_per_epoch: int | None) -> Batches | N
     stream = data if _is_queue(data) and steps_per_epoch is None else None
     if stream is not None:
         _check_stream(stream)
-    elif data is not None and data.num_epochs is None and steps_per_epoch is None:
+    elif data is not None and data.facts.num_epochs is None and steps_per_epoch is None:
         _refuse_endless(data)
     return stream
 
@@ -562,7 +562,7 @@ def _as_tensor_or_none(value: Any) -> Any:
 
 def _served_examples(data: Batches) -> int | None:
     """The examples of an epoch (one initialization) of ``data`` through a service."""
-    return data.facts.served_examples() if data.num_epochs == 1 else None
+    return data.facts.served_examples()
 
 
 def _graph_service(graph: Any) -> str | None:
@@ -584,5 +584,4 @@ def _graph_service(graph: Any) -> str | None:
 
 def _corrupt_count(data: Batches) -> int | None:
     """The damaged records ``data``'s reader skips, or ``None`` when it did not look."""
-    corrupt = data.facts.corrupt_records
-    return None if corrupt is None else len(corrupt)
+    return data.facts.corrupt_count

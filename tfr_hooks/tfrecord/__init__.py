@@ -33,7 +33,7 @@ from tfr_hooks.tfrecord.inspection import (
     infer_schema,
     inspect,
 )
-from tfr_hooks.tfrecord.options import PipelineKind
+from tfr_hooks.tfrecord.options import PipelineKind, ReadArgs, ReadConfig
 from tfr_hooks.tfrecord.read import Batches, dataset, read_batches, source
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, load_schema
@@ -62,6 +62,8 @@ __all__ = [
     "dataset",
     "source",
     "read_batches",
+    "ReadArgs",
+    "ReadConfig",
     "Batches",
     "Source",
     "ReadFacts",

@@ -31,18 +31,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.damage import CorruptRecord
-from tfr_hooks.tfrecord.options import PipelineKind
+from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
 
-__all__ = ["ReadFacts", "Source", "facts_of_dataset", "data_and_facts"]
+if TYPE_CHECKING:
+    from tfr_hooks.tfrecord.plan import Plan
+
+__all__ = ["ReadFacts", "Source", "epoch_steps", "facts_of_dataset", "data_and_facts"]
 
 
 @dataclass(frozen=True)
 class ReadFacts:
     """What a reader knows about the input it built; ``None`` where it does not know.
+
+    The readers build it with :meth:`of_read` only; the rules the loops apply to it (the
+    steps of an epoch on some workers, the examples of a served epoch, the damaged
+    records counted) are its methods, written here once.
 
     Attributes:
         kind: The :class:`~tfr_hooks.tfrecord.PipelineKind` built, or ``None`` for a
@@ -82,6 +89,43 @@ class ReadFacts:
     service: str | None = None
     corrupt_records: tuple[CorruptRecord, ...] | None = None
 
+    @classmethod
+    def of_read(
+        cls,
+        plan: Plan,
+        options: ReadOptions,
+        kind: PipelineKind,
+        examples: int | None,
+        steps: int | None,
+    ) -> ReadFacts:
+        """The facts of a read: what ``plan`` resolved, ``options`` asked and the build gave.
+
+        The one constructor the readers use (:func:`~tfr_hooks.tfrecord.source`,
+        :func:`~tfr_hooks.tfrecord.dataset` and :func:`~tfr_hooks.tfrecord.read_batches`).
+
+        Args:
+            plan: The files, schema and compression read, and the damage skipped.
+            options: The reader's checked options.
+            kind: The pipeline built.
+            examples: The examples of one pass, when known.
+            steps: The steps of one epoch (one iterator, one initialization), when
+                known before it runs; ``None`` also when read through a service.
+        """
+        return cls(
+            kind=kind,
+            files=tuple(plan.files),
+            schema=plan.schema,
+            compression=plan.compression,
+            batch_size=options.batch_size,
+            drop_remainder=options.drop_remainder,
+            num_epochs=options.num_epochs,
+            examples=examples,
+            steps=None if options.service is not None else steps,
+            examples_per_record=plan.per_record,
+            service=options.service,
+            corrupt_records=None if plan.damage is None else plan.damage.corrupt,
+        )
+
     def steps_on(self, num_workers: int) -> int | None:
         """The steps of one epoch on ``num_workers`` workers, when known before it runs."""
         return self.steps if num_workers == self.steps_workers else None
@@ -89,12 +133,18 @@ class ReadFacts:
     def served_examples(self) -> int | None:
         """The examples of one epoch read through :attr:`service`, when known.
 
-        ``None`` when the data is not served, or is read by several trainers sharing a
-        job (each gets a part of unknown size), or endless.
+        One epoch is one iterator (in graph mode, one initialization of it): ``num_epochs``
+        passes. ``None`` when the data is not served, or is read by several trainers
+        sharing a job (each gets a part of unknown size), or endless.
         """
         if self.service is None or self.num_epochs is None or self.examples is None:
             return None
         return self.examples * self.num_epochs
+
+    @property
+    def corrupt_count(self) -> int | None:
+        """The damaged records skipped, or ``None`` when the reader did not look."""
+        return None if self.corrupt_records is None else len(self.corrupt_records)
 
 
 @dataclass(frozen=True)
@@ -134,6 +184,19 @@ class Source:
 
     def __iter__(self) -> Any:
         return iter(self.dataset)
+
+
+def epoch_steps(examples: int | None, options: ReadOptions) -> int | None:
+    """The batches of one epoch (``num_epochs`` passes over ``examples``), when known.
+
+    ``None`` when the examples or the passes are unknown, or when the batches depend on
+    the order the examples come in (streamed bucketing).
+    """
+    num_epochs, batch_size = options.num_epochs, options.batch_size
+    if examples is None or num_epochs is None:
+        return None
+    total = examples * num_epochs
+    return total // batch_size if options.drop_remainder else -(-total // batch_size)
 
 
 def facts_of_dataset(dataset: Any) -> ReadFacts:

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.service.address import check_dispatcher
+from tfr_hooks.tfrecord.contract import epoch_steps
 from tfr_hooks.tfrecord.decide import DataFacts, decide
 from tfr_hooks.tfrecord.memory import (
     PARALLEL_CALLS,
@@ -36,7 +37,8 @@ from tfr_hooks.tfrecord.memory import (
 )
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.packed import packed_dataset, record_passes
-from tfr_hooks.tfrecord.plan import Plan
+from tfr_hooks.tfrecord.files import Files
+from tfr_hooks.tfrecord.plan import Plan, make_plan
 from tfr_hooks.tfrecord.ragged import (
     RaggedArray,
     Shaping,
@@ -47,9 +49,27 @@ from tfr_hooks.tfrecord.ragged import (
     pad_batch,
 )
 
-__all__ = ["choose_kind", "build_pipeline", "serve", "finish", "structure"]
+__all__ = ["plan_of", "choose_kind", "build_pipeline", "serve", "finish", "structure"]
 
 logger = logging.getLogger(__name__)
+
+
+def plan_of(files: Files, options: ReadOptions) -> Plan:
+    """What a reader reads for ``options``: the files, their compression and the schema.
+
+    See :func:`~tfr_hooks.tfrecord.plan.make_plan`.
+    """
+    config = options.config
+    return make_plan(
+        files,
+        options.schema,
+        config.compression,
+        options.as_tuple,
+        select=not options.renamed,
+        decode=config.decode,
+        max_corrupt_records=options.max_corrupt_records,
+        split=options.split,
+    )
 
 
 def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> PipelineKind:
@@ -81,16 +101,17 @@ def build_pipeline(
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
     if kind.in_memory:
         data, examples = _memory_data(plan, options, kind)  # as_tuple applied there
-        return finish(data, None, prefetch=None, autotune=options.autotune), examples
+        return finish(data, None, prefetch=None, autotune=options.config.autotune), examples
     return _build_dataset(plan, options), plan.examples
 
 
 def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     """The streamed pipeline: from shards of one example a record, or packed shards."""
-    batch_size, shaping, autotune = options.batch_size, options.shaping, options.autotune
-    reads = options.num_parallel_reads or min(len(plan.files), 4)
+    batch_size, shaping, config = options.batch_size, options.shaping, options.config
+    autotune = config.autotune
+    reads = config.num_parallel_reads or min(len(plan.files), 4)
     calls = tf.data.AUTOTUNE if autotune else PARALLEL_CALLS
-    prefetch = options.prefetch
+    prefetch = config.prefetch
     if prefetch == tf.data.AUTOTUNE and not autotune:
         prefetch = 2
     if plan.per_record > 1:  # packed shards
@@ -106,7 +127,7 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
             drop_remainder=options.drop_remainder,
             num_epochs=options.num_epochs,
             prefetch=None,
-            deterministic=options.deterministic,
+            deterministic=config.deterministic,
             damage=plan.damage,
         )
     else:
@@ -118,7 +139,7 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
             examples = examples.map(
                 as_dict(options.map_fn, plan.names),
                 num_parallel_calls=calls,
-                deterministic=options.deterministic,
+                deterministic=config.deterministic,
             )
         if bucketed:
             parsed = group_by_length(examples, batch_size, options.drop_remainder, shaping)
@@ -186,7 +207,7 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
         plan.files,
         plan.compression,
         reads=reads,
-        deterministic=options.deterministic,
+        deterministic=options.config.deterministic,
         buffer=options.shuffle_buffer,
         seed=options.seed,
         num_epochs=options.num_epochs,
@@ -194,17 +215,15 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
     )
     batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
     return batches.map(
-        plan.schema.parse_batch, num_parallel_calls=calls, deterministic=options.deterministic
+        plan.schema.parse_batch, num_parallel_calls=calls, deterministic=options.config.deterministic
     )
 
 
 def _with_cardinality(data: tf.data.Dataset, plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     """Tell the dataset its length when ``schema.json`` gives every file's examples."""
-    examples, num_epochs, batch_size = plan.examples, options.num_epochs, options.batch_size
-    if examples is None or num_epochs is None:
+    batches = epoch_steps(plan.examples, options)
+    if batches is None:
         return data
-    total = examples * num_epochs
-    batches = total // batch_size if options.drop_remainder else -(-total // batch_size)
     return data.apply(tf.data.experimental.assert_cardinality(batches))
 
 
@@ -229,7 +248,7 @@ def _memory_data(
     """The in-memory pipeline of batches (dicts), and the examples of one pass."""
     arrays, decode_each_batch = _held(plan, options, kind)
     shaping, batch_map_fn = options.shaping, options.batch_map_fn
-    prefetch = bool(options.prefetch)
+    prefetch = bool(options.config.prefetch)
     buckets = None
     if shaping.bucket_boundaries is not None:
         if decode_each_batch is not None:
@@ -326,7 +345,8 @@ def _memory_kind(plan: Plan, options: ReadOptions) -> PipelineKind | None:
     if examples is None:
         examples = count_examples(plan.files, plan.compression, plan.per_record)
     file_bytes = sum(tf.io.gfile.stat(path).length for path in plan.files)
-    budget = default_memory_budget() if options.memory_budget is None else options.memory_budget
+    budget = options.config.memory_budget
+    budget = default_memory_budget() if budget is None else budget
     if options.map_fn is None:
         size = _records_nbytes(plan, examples, file_bytes)
         facts = DataFacts(size, memory_budget=budget, examples_per_record=plan.per_record)
