@@ -103,7 +103,7 @@ def test_graph_mode_dataset_pipeline_one_epoch_per_initialization(shards):
         x, y = batches.tensors
         assert x.shape.as_list() == [None, 4, 4]
         assert len(batches.initializers) == 1
-        assert batches.files == tfrecord.resolve_files(shards)
+        assert list(batches.facts.files) == tfrecord.resolve_files(shards)
         with new_session() as session:
             for _ in range(2):  # two epochs, each started by running the initializer
                 results = run_graph_batches(session, (x, y), batches.initializers)
@@ -117,7 +117,7 @@ def _streamed_graph_orders(files: list[str], epochs: int) -> list[list[int]]:
     """The ids of each of ``epochs`` passes of a seeded streamed graph pipeline, in a new graph."""
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(files, 16, shuffle_buffer=32, seed=3)
-        assert not batches.in_memory
+        assert not batches.facts.kind.in_memory
         with new_session() as session:
             return [
                 np.concatenate(
@@ -149,7 +149,7 @@ def test_graph_mode_queue_pipeline_reads_num_epochs(shards):
             pipeline="queue",
             num_epochs=3,
             shuffle_buffer=4 * BATCH,
-            num_parallel_reads=2,
+            read_config=tfrecord.ReadConfig(num_parallel_reads=2),
             seed=3,
         )
         assert batches.initializers == []
@@ -193,10 +193,9 @@ def test_graph_mode_batch_size_tensor(shards):
     ("batch_size", "kwargs", "sizes"),
     [
         (128, {"drop_remainder": True}, [128] * 7),
-        (100, {"in_memory": True}, [100] * 10),
         (128, {"in_memory": True, "drop_remainder": True}, [128] * 7),
     ],
-    ids=["streamed-drop_remainder", "in_memory-divisible", "in_memory-drop_remainder"],
+    ids=["streamed-drop_remainder", "in_memory-drop_remainder"],
 )
 def test_graph_mode_static_batch_size_tensor_takes_a_batch(shards, batch_size, kwargs, sizes):
     # a static batch dimension made tf.shape(x)[0] a constant that read nothing (issue 36)
@@ -255,19 +254,33 @@ def test_read_batches_needs_a_graph(shards):
         tfrecord.read_batches(shards, 8)
 
 
+def _config(**fields):
+    """The fields of a ReadConfig, made inside the test (a bad field raises there)."""
+    return fields
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
         ({"pipeline": "threads"}, ValueError, r"Received: pipeline='threads'"),
-        ({"num_parallel_reads": 0}, ValueError, r"Received: num_parallel_reads=0"),
+        ({"read_config": _config(num_parallel_reads=0)}, ValueError, r"num_parallel_reads=0"),
         ({"shuffle_buffer": -1}, ValueError, r"Received: shuffle_buffer=-1"),
         ({"num_epochs": 0}, ValueError, r"Received: num_epochs=0"),
         (
-            {"pipeline": "queue", "capacity": 10, "shuffle_buffer": 20},
+            {"pipeline": "queue", "read_config": _config(capacity=10), "shuffle_buffer": 20},
             ValueError,
             r"Expected `capacity` to exceed `shuffle_buffer` .* capacity=10, shuffle_buffer=20",
         ),
-        ({"capacity": 10}, ValueError, r"Expected `capacity` to be None with pipeline='dataset'"),
+        (
+            {"read_config": _config(capacity=10)},
+            ValueError,
+            r"Expected `read_config.capacity` to be None with pipeline='dataset'",
+        ),
+        (
+            {"read_config": _config(shard="off")},
+            ValueError,
+            r"`read_config.shard` to be 'auto' with read_batches\(\)",
+        ),
         ({"pipeline": "memory"}, ValueError, r"Expected `pipeline` to be 'dataset' or 'queue'"),
         ({"in_memory": "yes"}, ValueError, r"Received: in_memory='yes'"),
         (
@@ -286,6 +299,8 @@ def test_read_batches_needs_a_graph(shards):
 )
 def test_read_batches_rejects_bad_arguments(shards, kwargs, error, match):
     with tf.Graph().as_default(), pytest.raises(error, match=match):
+        if "read_config" in kwargs:
+            kwargs = {**kwargs, "read_config": tfrecord.ReadConfig(**kwargs["read_config"])}
         tfrecord.read_batches(shards, 8, **kwargs)
 
 
@@ -307,7 +322,113 @@ def test_autotuning_is_off_by_default_and_can_be_turned_on(shards):
     # for the tuning thread (TensorFlow 2.21), so the reader turns it off unless asked
     default = tfrecord.dataset(shards, 100)
     assert default.options().autotune.enabled is False
-    assert tfrecord.dataset(shards, 100, autotune=True).options().autotune.enabled is not False
-    assert sum(len(b["label"]) for b in default) == sum(
-        len(b["label"]) for b in tfrecord.dataset(shards, 100, autotune=True)
-    )
+    tuned = tfrecord.dataset(shards, 100, read_config=tfrecord.ReadConfig(autotune=True))
+    assert tuned.options().autotune.enabled is not False
+    assert sum(len(b["label"]) for b in default) == sum(len(b["label"]) for b in tuned)
+
+
+@pytest.mark.parametrize(
+    ("reader", "kwargs", "match"),
+    [
+        (
+            "dataset",
+            {"prefetch": 2},
+            r"dataset\(\) takes prefetch in its read_config: pass "
+            r"read_config=ReadConfig\(prefetch=2\).*Received: prefetch=2",
+        ),
+        (
+            "source",
+            {"num_parallel_reads": 4, "memory_budget": 10},
+            r"pass read_config=ReadConfig\(num_parallel_reads=4, memory_budget=10\)",
+        ),
+        ("read_batches", {"capacity": 64}, r"read_config=ReadConfig\(capacity=64\)"),
+        ("dataset", {"decode": {}}, r"read_config=ReadConfig\(decode=\{\}\)"),
+        (
+            "dataset",
+            {"shuffle": True},
+            r"Expected the keywords of dataset\(\) to be among files, batch_size, schema, "
+            r"split, .*read_config .*Received: shuffle=True",
+        ),
+        ("read_batches", {"threads": 2}, r"among files, batch_size, pipeline, schema.*threads=2"),
+    ],
+)
+def test_a_moved_or_unknown_keyword_names_the_right_spelling(shards, reader, kwargs, match):
+    with tf.Graph().as_default(), pytest.raises(TypeError, match=match):
+        getattr(tfrecord, reader)(shards, 8, **kwargs)
+
+
+def test_read_config_checks_its_fields_when_made():
+    with pytest.raises(ValueError, match=r"Received: prefetch=-3"):
+        tfrecord.ReadConfig(prefetch=-3)
+    with pytest.raises(ValueError, match=r"Received: shard='rows'"):
+        tfrecord.ReadConfig(shard="rows")
+    with pytest.raises(TypeError, match=r"Received: deterministic='yes'"):
+        tfrecord.ReadConfig(deterministic="yes")
+    with pytest.raises(TypeError, match=r"Received: read_config=\{'prefetch': 2\}"):
+        tfrecord.dataset("unused", 8, read_config={"prefetch": 2})
+    with pytest.raises(TypeError):  # keywords only: a new field never shifts a position
+        tfrecord.ReadConfig(4)  # type: ignore[misc]
+
+
+def _op_types(files, **kwargs):
+    serialized = tfrecord.dataset(files, BATCH, **kwargs)._as_serialized_graph()  # noqa: SLF001
+    return {node.op for node in tf.compat.v1.GraphDef.FromString(serialized.numpy()).node}
+
+
+def test_read_config_knobs_reach_the_pipeline(shards):
+    assert "PrefetchDataset" in _op_types(shards)
+    assert "PrefetchDataset" not in _op_types(shards, read_config=tfrecord.ReadConfig(prefetch=0))
+    config = tfrecord.ReadConfig(num_parallel_reads=1, compression="gzip")
+    ds = tfrecord.dataset(shards, BATCH, read_config=config)
+    assert sorted(int(x) for b in ds for x in b["label"].numpy()) == list(range(N))
+    with pytest.raises(tfrecord.NotTFRecordError, match=r"not a TFRecord file \(uncompressed\)"):
+        tfrecord.dataset(shards, BATCH, read_config=tfrecord.ReadConfig(compression=""))
+
+
+def _packed(directory, tmp_path):
+    tfrecord.convert(directory, tmp_path / "packed", examples_per_record=8)
+    return tmp_path / "packed"
+
+
+#: the pipeline kinds, as (reader keywords, how the files are written)
+KINDS = {
+    "streamed": ({}, False),
+    "packed": ({}, True),
+    "memory_decoded": ({"in_memory": True}, False),
+    "memory_encoded": (
+        {
+            "in_memory": "auto",
+            "map_fn": lambda e: {"image": tf.tile(e["image"], [64, 1]), "label": e["label"]},
+            "read_config": tfrecord.ReadConfig(memory_budget=200_000),
+        },
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_batch_dimension_is_static_only_with_drop_remainder(shards, tmp_path, kind):
+    # issue 44: an in-memory read whose count the batch divides had a static batch
+    # dimension without drop_remainder, so tf.shape(x)[0] folded to a constant and a
+    # graph-mode counter built on it counted one batch too many per epoch
+    kwargs, packed = KINDS[kind]
+    files = _packed(shards, tmp_path) if packed else shards
+    for drop, static in ((False, None), (True, 100)):
+        source = tfrecord.source(files, 100, drop_remainder=drop, **kwargs)
+        assert source.facts.kind.value == kind
+        for name, spec in source.element_spec.items():
+            assert spec.shape[0] == static, (name, drop)
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(files, 100, **kwargs)
+        assert batches.facts.kind.value == kind
+        assert batches.tensors["label"].shape[0] is None
+        counted = tf.compat.v1.get_variable("counted", [], tf.int32, tf.zeros_initializer())
+        count = tf.compat.v1.assign_add(counted, tf.shape(batches.tensors["label"])[0])
+        with new_session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(2):  # two epochs: each initialization reads one pass
+                session.run(batches.initializers)
+                with pytest.raises(tf.errors.OutOfRangeError):
+                    for _ in range(20):
+                        session.run(count)
+            assert session.run(counted) == 2 * N

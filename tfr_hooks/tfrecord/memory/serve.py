@@ -220,6 +220,8 @@ class _Gather:
         def gather_all(salt: Any) -> dict[str, Any]:
             _, *data = self.columns(held)
             order = self.permutation(salt)[:kept]
+            if not self.drop_remainder:  # the batches' size unknown, whatever the count
+                order = unknown_rows(order)
             gathered = {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
             return gathered if self.select is None else self.select(gathered)
 
@@ -288,11 +290,18 @@ class _Gather:
             bounds = tf.data.Dataset.from_tensor_slices(
                 (tf.gather(starts, batch_order), tf.gather(sizes, batch_order))
             )
+            if self.drop_remainder:  # every batch full: its size known, as tf.data's
+                return bounds.map(
+                    lambda start, size: tf.ensure_shape(
+                        by_bucket[start : start + size], [self.batch_size]
+                    )
+                )
             return bounds.map(lambda start, size: by_bucket[start : start + size])
         full, chunk = self.full, self.chunk
-        slices = tf.data.Dataset.from_tensor_slices(
-            tf.reshape(order[: full * chunk], [full, chunk])
-        )
+        chunks = tf.reshape(order[: full * chunk], [full, chunk])
+        if not self.drop_remainder:  # the batches' size unknown, whatever the count
+            chunks = unknown_rows(chunks, dims=2)
+        slices = tf.data.Dataset.from_tensor_slices(chunks)
         if self.count % chunk:
             slices = slices.concatenate(tf.data.Dataset.from_tensors(order[full * chunk :]))
         return slices
@@ -303,7 +312,10 @@ class _Gather:
         batch_fn = self.batch_fn if self.fused else None
 
         def gather(index: Any) -> dict[str, Any]:
-            batch = {name: tf.gather(t, index) for name, t in zip(self.names, data, strict=True)}
+            batch = {
+                name: known_rows(tf.gather(t, index), index.shape[0])
+                for name, t in zip(self.names, data, strict=True)
+            }
             return batch_fn(batch) if batch_fn is not None else batch
 
         gathered = self.slices_of(salt, bucket).map(
@@ -330,13 +342,31 @@ class _Gather:
                         map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
                     ),
                     self.batch_size,
-                    drop_remainder=False,
+                    drop_remainder=self.drop_remainder,  # only full batches are planned then
                 )
             )
         examples = gathered.unbatch().map(
             map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
         return batch_examples(examples, self.batch_size, self.drop_remainder)
+
+
+def unknown_rows(index: Any, dims: int = 1) -> Any:
+    """``index`` with its first dimension unknown when the graph is built.
+
+    A batch's size is then unknown too, whatever the number of examples: as in tf.data,
+    only ``drop_remainder=True`` makes it static. Were it known because the batch size
+    divides the count, ``tf.shape(x)[0]`` of a batch would fold to a constant, and a
+    graph-mode counter built on it would count the batch that ends the data.
+    """
+    return tf.compat.v1.placeholder_with_default(index, [None] * dims)
+
+
+def known_rows(value: Any, rows: int | None) -> Any:
+    """``value`` gathered by an index of ``rows`` rows: a ragged one's rows told too."""
+    if rows is not None and isinstance(value, tf.RaggedTensor):
+        value.row_splits.set_shape([rows + 1])
+    return value
 
 
 def _batch_plan(
