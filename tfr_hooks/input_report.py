@@ -67,7 +67,7 @@ __all__ = [
     "classify",
     "remedy",
     "verdict",
-    "facts_of_files",
+    "measure_files",
     "facts_of_read",
     "op_determinism_enabled",
 ]
@@ -160,46 +160,36 @@ class InputStats:
 class InputFacts:
     """What a loop knows about its input, to choose the remedy of a verdict.
 
-    ``None`` means unknown (a ``tf.data.Dataset`` given to ``FunctionLoop`` says nothing
-    about its files).
+    The reader's facts plus what was measured of its files; ``None`` means unknown (a
+    ``tf.data.Dataset`` given to ``FunctionLoop`` says nothing about its files).
 
     Attributes:
-        in_memory: Whether the decoded data is already held in memory.
-        decoded_nbytes: Bytes the decoded data would take in memory.
-        memory_budget: Bytes it may take (half the available memory by default).
-        record_nbytes: Mean bytes of a stored record.
-        examples_per_record: Examples stored per record (more than 1: packed shards).
+        read: What the reader knows (:class:`~tfr_hooks.tfrecord.ReadFacts`: the
+            pipeline kind, the examples a record, the damaged records skipped), or
+            ``None``.
+        measured: What was measured of the files
+            (:class:`~tfr_hooks.tfrecord.decide.DataFacts`: the bytes the decoded data
+            would take, the memory budget, the mean bytes of a record), or ``None``.
         steps_per_execution: The loop's ``steps_per_execution``; ``None`` for a loop
             without it (``SessionLoop`` runs one step per ``session.run``).
-        kind: The :class:`~tfr_hooks.tfrecord.PipelineKind` read; ``None`` to derive it
-            from ``in_memory`` and ``examples_per_record`` (see :attr:`pipeline_kind`).
-        corrupt_records: The damaged records the reader skips (``max_corrupt_records``
-            above 0), or ``None`` when it did not look.
         steps_held_by: Why ``steps_per_execution="auto"`` stays at 1 (a hook that needs
             every step), or ``None`` when nothing holds it.
     """
 
-    in_memory: bool | None = None
-    decoded_nbytes: int | None = None
-    memory_budget: int | None = None
-    record_nbytes: float | None = None
-    examples_per_record: int | None = None
+    read: ReadFacts | None = None
+    measured: DataFacts | None = None
     steps_per_execution: int | None = None
-    kind: PipelineKind | None = None
-    corrupt_records: int | None = None
     steps_held_by: str | None = None
 
     @property
-    def pipeline_kind(self) -> PipelineKind | None:
-        """The kind of pipeline read: ``kind``, else derived (``None``: unknown)."""
-        if self.kind is not None or self.in_memory is None:
-            return self.kind
-        from tfr_hooks.tfrecord.options import PipelineKind
+    def kind(self) -> PipelineKind | None:
+        """The :class:`~tfr_hooks.tfrecord.PipelineKind` read, or ``None``."""
+        return None if self.read is None else self.read.kind
 
-        if self.in_memory:
-            return PipelineKind.MEMORY_DECODED
-        packed = (self.examples_per_record or 1) > 1
-        return PipelineKind.PACKED if packed else PipelineKind.STREAMED
+    @property
+    def corrupt_records(self) -> int | None:
+        """The damaged records the reader skips, or ``None`` when it did not look."""
+        return None if self.read is None else self.read.corrupt_count
 
 
 def facts_of_read(
@@ -209,8 +199,8 @@ def facts_of_read(
 
     Both loops call it on their data's :class:`~tfr_hooks.tfrecord.contract.ReadFacts`
     (``Batches.facts``, a ``Source``'s facts), so that the same files give the same facts
-    in graph mode and in TF2. A plain dataset's facts name no files: only
-    ``steps_per_execution`` is known then.
+    in graph mode and in TF2. A plain dataset's facts name no files: nothing is measured
+    then.
 
     Args:
         facts: What the reader knows.
@@ -218,44 +208,25 @@ def facts_of_read(
             without it.
         steps_held_by: Why ``steps_per_execution="auto"`` stays at 1, if it does.
     """
-    if facts.kind is None or facts.schema is None:
-        return InputFacts(steps_per_execution=steps_per_execution, steps_held_by=steps_held_by)
-    found = facts_of_files(
-        facts.files,
-        schema=facts.schema,
-        num_examples=facts.examples,
-        examples_per_record=facts.examples_per_record,
-        kind=facts.kind,
-    )
-    corrupt = None if facts.corrupt_records is None else len(facts.corrupt_records)
-    return dataclasses.replace(
-        found,
-        steps_per_execution=steps_per_execution,
-        corrupt_records=corrupt,
-        steps_held_by=steps_held_by,
-    )
+    measured = None
+    if facts.kind is not None and facts.schema is not None:
+        measured = measure_files(facts)
+    return InputFacts(facts, measured, steps_per_execution, steps_held_by)
 
 
-def facts_of_files(
-    files: Sequence[str],
-    *,
-    schema: Any,
-    num_examples: int | None,
-    examples_per_record: int,
-    kind: PipelineKind,
-) -> InputFacts:
-    """The :class:`InputFacts` of TFRecord files read by the package's readers.
+def measure_files(facts: ReadFacts) -> DataFacts:
+    """What the files of a read measure: decoded bytes, memory budget, bytes a record.
 
     Args:
-        files: The files read.
-        schema: Their :class:`~tfr_hooks.tfrecord.Schema` (the features parsed).
-        num_examples: Examples in one pass over the files, if known.
-        examples_per_record: Examples stored per record.
-        kind: The kind of pipeline that reads them.
+        facts: What the reader knows: its files, their schema (the features parsed), the
+            examples of one pass (if known) and the examples stored a record.
     """
     from tfr_hooks.tfrecord import memory
+    from tfr_hooks.tfrecord.decide import DataFacts
     from tfr_hooks.tfrecord.errors import TFRecordError
 
+    files, schema, num_examples = facts.files, facts.schema, facts.examples
+    examples_per_record = facts.examples_per_record
     file_bytes = 0
     for path in files:
         try:
@@ -274,13 +245,11 @@ def facts_of_files(
         decoded = memory.decoded_nbytes(schema, num_examples, max(file_bytes, 0), lengths)
         records = max(1, num_examples // max(1, examples_per_record))
         record = file_bytes / records if file_bytes >= 0 else None
-    return InputFacts(
-        in_memory=kind.in_memory,
+    return DataFacts(
         decoded_nbytes=decoded,
         memory_budget=memory.default_memory_budget(),
         record_nbytes=record,
         examples_per_record=examples_per_record,
-        kind=kind,
     )
 
 
@@ -322,7 +291,7 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
         )
     if stats.bound == NOT_INPUT_BOUND:
         return "The model is the bottleneck: input changes will not help" + spe_hint + "."
-    kind = facts.pipeline_kind
+    kind = facts.kind
     if kind is None:
         return (
             "If the decoded data fits in memory, read the files with in_memory='auto' "
@@ -358,17 +327,14 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
 
 
 def _data_facts(facts: InputFacts) -> DataFacts:
-    """The :class:`~tfr_hooks.tfrecord.decide.DataFacts` a loop's ``facts`` state."""
+    """What was measured of the input, as :func:`~tfr_hooks.tfrecord.decide.decide` takes it."""
     from tfr_hooks.tfrecord.decide import DataFacts
 
-    kind = facts.pipeline_kind
-    per_record = facts.examples_per_record or 1
-    return DataFacts(
-        decoded_nbytes=facts.decoded_nbytes,
-        memory_budget=facts.memory_budget,
-        record_nbytes=facts.record_nbytes,
-        examples_per_record=max(per_record, 2) if kind is not None and kind.packed else per_record,
-    )
+    measured = facts.measured or DataFacts()
+    kind = facts.kind
+    if kind is not None and kind.packed and measured.examples_per_record < 2:
+        measured = dataclasses.replace(measured, examples_per_record=2)
+    return measured
 
 
 def __getattr__(name: str) -> Any:
