@@ -362,7 +362,10 @@ def read_batches(spec: Spec, pipeline: str, *, reinit: bool = False) -> Any:
         num_epochs = 1
     # shuffled in a buffer of 4 batches, 2 files read at once (the figures in
     # bench/results were measured so)
-    extra: dict[str, Any] = {"shuffle_buffer": 4 * spec.batch_size, "num_parallel_reads": 2}
+    extra: dict[str, Any] = {
+        "shuffle_buffer": 4 * spec.batch_size,
+        "read_config": tfrecord.ReadConfig(num_parallel_reads=2),
+    }
     if pipeline == "memory":
         _before_loading(spec)
         extra["in_memory"] = True

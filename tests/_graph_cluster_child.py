@@ -96,7 +96,7 @@ def train(index: int, cluster: dict[str, Any], out: str, restart: bool) -> dict[
                 pipeline="queue",
                 num_epochs=NUM_EPOCHS,
                 shuffle_buffer=4 * BATCH,
-                num_parallel_reads=1,
+                read_config=tfrecord.ReadConfig(num_parallel_reads=1),
                 as_tuple=("x", "y"),
                 seed=index,
             )

@@ -131,7 +131,11 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         )
     elif pipeline == "queue":
         batches = tfrecord.read_batches(
-            data["plain"], BATCH, pipeline="queue", num_epochs=EPOCHS, num_parallel_reads=1
+            data["plain"],
+            BATCH,
+            pipeline="queue",
+            num_epochs=EPOCHS,
+            read_config=tfrecord.ReadConfig(num_parallel_reads=1),
         )
     else:
         raise ValueError(

@@ -190,8 +190,9 @@ def _normal_runs(directory: Path) -> dict[str, Any]:
             )
             validation = None
             if not queue:
-                val = tfrecord.read_batches(data, 50, in_memory=True,
-                                            as_tuple=("x", "y"), name="validation")  # fmt: skip
+                named = tfrecord.ReadConfig(name="validation")
+                val = tfrecord.read_batches(data, 50, in_memory=True, as_tuple=("x", "y"),
+                                            read_config=named)  # fmt: skip
                 validation = training.validation(*val.tensors, initializers=val.initializers)
             logdir = directory / pipeline
             callbacks = [tf_keras.callbacks.EarlyStopping(monitor="loss", patience=5)]

@@ -96,7 +96,10 @@ def keras_mode(data: str, out: str, extra: list[str]) -> dict[str, Any]:
 
     shard = extra[0] if extra else "auto"
     train = tfrecord.dataset(
-        os.path.join(data, "train"), GLOBAL_BATCH, as_tuple=("x", "y"), shard=shard
+        os.path.join(data, "train"),
+        GLOBAL_BATCH,
+        as_tuple=("x", "y"),
+        read_config=tfrecord.ReadConfig(shard=shard),
     )
     val = tfrecord.dataset(os.path.join(data, "val"), GLOBAL_BATCH, as_tuple=("x", "y"))
     scope = strategy.scope() if strategy is not None else _nothing()
@@ -171,7 +174,9 @@ def step_mode(data: str, extra: list[str]) -> dict[str, Any]:
     from tfr_hooks import FunctionLoop, tfrecord
 
     shard = extra[0] if extra else "auto"
-    train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shard=shard)
+    train = tfrecord.dataset(
+        os.path.join(data, "train"), GLOBAL_BATCH, read_config=tfrecord.ReadConfig(shard=shard)
+    )
 
     def step_fn(batch: dict[str, Any]) -> dict[str, Any]:
         index = tf.cast(batch["index"], tf.float64)

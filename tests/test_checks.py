@@ -185,7 +185,9 @@ CASES = {
         r"Expected `pipeline` to be 'dataset' or 'queue'. Received: pipeline='queues'",
     ),
     "capacity below batch": (
-        lambda p: tfrecord.read_batches(p["data"], 8, pipeline="queue", capacity=4),
+        lambda p: tfrecord.read_batches(
+            p["data"], 8, pipeline="queue", read_config=tfrecord.ReadConfig(capacity=4)
+        ),
         ValueError,
         r"Expected `capacity` to exceed `shuffle_buffer` and be at least `batch_size`",
     ),

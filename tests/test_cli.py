@@ -402,7 +402,11 @@ def test_convert_tfrecord_files_of_another_tool_end_to_end(tmp_path, capsys):
     assert "Wrote 30 examples to 2 shard(s)" in printed
     assert "Packed: 4 examples per record" in printed
     assert "image_raw  uint8  (4, 4, 1)" in printed
-    batches = list(tfrecord.dataset(str(out), batch_size=30, num_parallel_reads=1))
+    batches = list(
+        tfrecord.dataset(
+            str(out), batch_size=30, read_config=tfrecord.ReadConfig(num_parallel_reads=1)
+        )
+    )
     np.testing.assert_array_equal(batches[0]["image_raw"].numpy(), images)
     np.testing.assert_array_equal(batches[0]["label"].numpy(), np.arange(30) % 10)
 

@@ -12,6 +12,7 @@ import os
 import struct
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,9 +91,11 @@ def test_bad_record_stops_the_run_naming_the_file(graph, tmp_path, defect, pipel
     bad = _bad_shard(tmp_path / "b_bad.tfrecord", defect)
     logdir = tmp_path / "ckpt"
     before = threading.active_count()
-    options = dict(pipeline=pipeline, num_parallel_reads=1, as_tuple=("x", "y"))
+    options: dict[str, Any] = dict(pipeline=pipeline, as_tuple=("x", "y"))
+    options.update(read_config=tfrecord.ReadConfig(num_parallel_reads=1))
     if pipeline == "queue":  # a small endless queue: the reader is a few batches ahead
-        options.update(capacity=20, num_epochs=None)
+        config = tfrecord.ReadConfig(num_parallel_reads=1, capacity=20)
+        options.update(read_config=config, num_epochs=None)
     schema = tfrecord.infer_schema(str(good))  # as stored; inferring would scan the bad file
     batches = tfrecord.read_batches([good, bad], 10, schema=schema, **options)
     x, y = batches.tensors
@@ -225,7 +228,9 @@ def test_fuzz_reader_raises_only_documented_errors(tmp_path, content):
     path.write_bytes(content)
     schema = tfrecord.infer_schema(str(_write_valid(tmp_path)))
     try:
-        ds = tfrecord.dataset(str(path), batch_size=4, schema=schema, compression="")
+        ds = tfrecord.dataset(
+            str(path), batch_size=4, schema=schema, read_config=tfrecord.ReadConfig(compression="")
+        )
         for _ in ds:
             pass
     except tfrecord.TFRecordError as error:

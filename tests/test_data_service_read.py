@@ -165,8 +165,8 @@ def test_graph_mode_reads_each_example_once_per_initialization(
             batches = tfrecord.read_batches(
                 files, 16, shuffle_buffer=shuffle_buffer, seed=3, service=service
             )
-            assert batches.service == service
-            assert batches.kind is (
+            assert batches.facts.service == service
+            assert batches.facts.kind is (
                 tfrecord.PipelineKind.STREAMED if files is plain else tfrecord.PipelineKind.PACKED
             )
             assert graph_epochs(batches, 2) == [IDS, IDS]

@@ -102,17 +102,26 @@ def test_datasets_shard_by_file_with_enough_files_else_by_data(tmp_path, as_task
     as_task(_config(1))
     assert _policy(tfrecord.dataset(two, 4)) == Policy.FILE
     assert _policy(tfrecord.dataset(one, 4)) == Policy.DATA
-    assert _policy(tfrecord.dataset(two, 4, shard="data")) == Policy.DATA
-    assert _policy(tfrecord.dataset(one, 4, shard="off")) == Policy.OFF
+    assert (
+        _policy(tfrecord.dataset(two, 4, read_config=tfrecord.ReadConfig(shard="data")))
+        == Policy.DATA
+    )
+    assert (
+        _policy(tfrecord.dataset(one, 4, read_config=tfrecord.ReadConfig(shard="off")))
+        == Policy.OFF
+    )
     with pytest.raises(
         ValueError, match=r"at least as many files as workers.*2 workers.*1 file.*shard='file'"
     ):
-        tfrecord.dataset(one, 4, shard="file")
+        tfrecord.dataset(one, 4, read_config=tfrecord.ReadConfig(shard="file"))
     with pytest.raises(ValueError, match=r"Expected `shard` to be one of.*Received: shard='rows'"):
-        tfrecord.dataset(two, 4, shard="rows")
+        tfrecord.dataset(two, 4, read_config=tfrecord.ReadConfig(shard="rows"))
     as_task(None)  # no cluster known: TensorFlow's own AUTO policy, or what is asked
     assert _policy(tfrecord.dataset(one, 4)) == Policy.AUTO
-    assert _policy(tfrecord.dataset(one, 4, shard="file")) == Policy.FILE
+    assert (
+        _policy(tfrecord.dataset(one, 4, read_config=tfrecord.ReadConfig(shard="file")))
+        == Policy.FILE
+    )
 
 
 def test_workers_shuffle_alike_without_a_seed(tmp_path, as_task) -> None:

@@ -82,11 +82,19 @@ def _stats(share: float, *, secs_per_step: float = 0.01, epoch: int = 0) -> Inpu
     )
 
 
+def _streamed(decoded: int, record: float) -> InputFacts:
+    """The facts of a streamed read whose files measured so (memory budget 1 GB)."""
+    from tfr_hooks.tfrecord import PipelineKind, ReadFacts
+    from tfr_hooks.tfrecord.decide import DataFacts
+
+    measured = DataFacts(decoded_nbytes=decoded, memory_budget=10**9, record_nbytes=record)
+    return InputFacts(ReadFacts(kind=PipelineKind.STREAMED), measured)
+
+
 def test_the_remedy_fits_the_run() -> None:
-    streamed = {"in_memory": False, "memory_budget": 10**9, "examples_per_record": 1}
-    fits = InputFacts(decoded_nbytes=10**6, record_nbytes=5000.0, **streamed)  # type: ignore[arg-type]
-    small = InputFacts(decoded_nbytes=10**12, record_nbytes=100.0, **streamed)  # type: ignore[arg-type]
-    large = InputFacts(decoded_nbytes=10**12, record_nbytes=10**5, **streamed)  # type: ignore[arg-type]
+    fits = _streamed(10**6, 5000.0)
+    small = _streamed(10**12, 100.0)
+    large = _streamed(10**12, 10**5)
     bound = _stats(0.6)
     assert "in_memory=True" in remedy(bound, fits)
     assert "packed shards" in remedy(bound, small)
@@ -105,10 +113,9 @@ def test_the_remedy_fits_the_run() -> None:
 
 
 def test_the_remedy_names_the_data_service_when_the_data_does_not_fit() -> None:
-    streamed = {"in_memory": False, "memory_budget": 10**9, "examples_per_record": 1}
-    small = InputFacts(decoded_nbytes=10**12, record_nbytes=100.0, **streamed)  # type: ignore[arg-type]
-    large = InputFacts(decoded_nbytes=10**12, record_nbytes=10**5, **streamed)  # type: ignore[arg-type]
-    fits = InputFacts(decoded_nbytes=10**6, record_nbytes=10**5, **streamed)  # type: ignore[arg-type]
+    small = _streamed(10**12, 100.0)
+    large = _streamed(10**12, 10**5)
+    fits = _streamed(10**6, 10**5)
     bound = _stats(0.6)
     for facts in (small, large):
         text = remedy(bound, facts)

@@ -160,7 +160,7 @@ def _queue_loop(files: Path, num_epochs: int | None, **loop_kwargs: Any) -> Any:
         pipeline="queue",
         num_epochs=num_epochs,
         shuffle_buffer=4 * QBATCH,
-        num_parallel_reads=2,
+        read_config=tfrecord.ReadConfig(num_parallel_reads=2),
         seed=1,
     )
     x = batches.tensors["x"]

@@ -97,7 +97,8 @@ def _reader_args(kind: str, n: int, plain: Path, packed: Path, drop: bool) -> di
     if kind == "decoded":  # map_fn once, at load: dense numbers, each pass gathered whole
         args.update(in_memory=True, map_fn=_decode)
     elif kind == "encoded":
-        args.update(in_memory="auto", map_fn=_decode, memory_budget=BUDGET)
+        config = tfrecord.ReadConfig(memory_budget=BUDGET)
+        args.update(in_memory="auto", map_fn=_decode, read_config=config)
     return args
 
 
@@ -208,7 +209,7 @@ def _session_loop_case(kind: str, files: Any, drop: bool, service: str | None) -
             return
         batches = tfrecord.read_batches(**args, service=service)
         if kind == "encoded":
-            assert batches.kind is PipelineKind.MEMORY_ENCODED
+            assert batches.facts.kind is PipelineKind.MEMORY_ENCODED
         # a train op and fetches that read no batch (issue 36): only the loop's batch
         # size takes one each step, and finds the end of each epoch's data
         step = v1.train.get_or_create_global_step()

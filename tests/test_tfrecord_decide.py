@@ -12,6 +12,7 @@ from tfr_hooks import tfrecord
 from tfr_hooks.input_report import InputFacts, InputStats, remedy
 from tfr_hooks.measure import Measurement, PipelineRate, recommend
 from tfr_hooks.tfrecord import PipelineKind
+from tfr_hooks.tfrecord.contract import ReadFacts
 from tfr_hooks.tfrecord.decide import SMALL_RECORD_BYTES, DataFacts, decide
 
 MB = 10**6
@@ -64,13 +65,7 @@ def test_the_remedy_and_the_recommendation_follow_the_decision(
     facts = DataFacts(decoded_nbytes=decoded, memory_budget=budget, record_nbytes=record)
     assert decide(facts).kind is kind
     # the remedy of a run streaming these files advises the decided kind
-    loop = InputFacts(
-        decoded_nbytes=decoded,
-        memory_budget=budget,
-        record_nbytes=record,
-        examples_per_record=1,
-        kind=PipelineKind.STREAMED,
-    )
+    loop = InputFacts(ReadFacts(kind=PipelineKind.STREAMED), facts)
     advice = remedy(BOUND, loop)
     assert ADVICE[kind].lower() in advice.lower(), advice
     for other in set(ADVICE) - {kind}:
@@ -130,13 +125,13 @@ def test_the_readers_auto_choice_is_the_decision(plain: Path, budget: int) -> No
     record = sum(Path(f).stat().st_size for f in files) / 200
     facts = DataFacts(decoded_nbytes=decoded, memory_budget=budget, record_nbytes=record)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(plain, 50, in_memory="auto", memory_budget=budget)
+        batches = tfrecord.read_batches(
+            plain, 50, in_memory="auto", read_config=tfrecord.ReadConfig(memory_budget=budget)
+        )
     decided = decide(facts).kind
     # the reader holds what the decision holds, and otherwise reads the files it has
-    assert batches.kind is (decided if decided.in_memory else PipelineKind.STREAMED)
-    loop = InputFacts(
-        decoded_nbytes=decoded, memory_budget=budget, record_nbytes=record, kind=batches.kind
-    )
+    assert batches.facts.kind is (decided if decided.in_memory else PipelineKind.STREAMED)
+    loop = InputFacts(batches.facts, facts)
     if decided is PipelineKind.MEMORY_DECODED:  # held: no advice to hold it
         assert "in_memory=True" not in remedy(BOUND, loop)
     else:  # streamed small records: the remedy and measure advise packed shards

@@ -183,7 +183,9 @@ def test_files_with_different_compressions(tmp_path):
     b = write_records(tmp_path / "b.rec.gz", raw_image_records(3), "GZIP")
     with pytest.raises(ValueError, match=r"same compression.*'none': '.*a.rec', 'GZIP'"):
         tfrecord.dataset([a, b], 4)
-    assert _iterate(tfrecord.dataset([b], 4, compression="gzip")) == 1
+    assert (
+        _iterate(tfrecord.dataset([b], 4, read_config=tfrecord.ReadConfig(compression="gzip"))) == 1
+    )
 
 
 # --- errors found while reading, explained by rescanning ------------------------------
@@ -306,7 +308,7 @@ def test_hook_translates_graph_mode_queue_errors_without_hanging(tmp_path):
             pipeline="queue",
             num_epochs=1,
             shuffle_buffer=16,
-            num_parallel_reads=2,
+            read_config=tfrecord.ReadConfig(num_parallel_reads=2),
         )
         with new_session() as session, pytest.raises(tf.errors.DataLossError) as info:
             run_graph_batches(session, batches.tensors)

@@ -174,7 +174,14 @@ def test_decode_argument_in_both_readers(tmp_path):
     decode = {"image_raw": ("uint8", (SIDE, SIDE, 1))}
 
     (image, label) = next(
-        iter(tfrecord.dataset(path, 10, decode=decode, as_tuple=("image_raw", "label")))
+        iter(
+            tfrecord.dataset(
+                path,
+                10,
+                read_config=tfrecord.ReadConfig(decode=decode),
+                as_tuple=("image_raw", "label"),
+            )
+        )
     )
     np.testing.assert_array_equal(image.numpy(), images)
 
@@ -185,8 +192,7 @@ def test_decode_argument_in_both_readers(tmp_path):
                 10,
                 **reader(pipeline),
                 num_epochs=1,
-                num_parallel_reads=1,
-                decode=decode,
+                read_config=tfrecord.ReadConfig(num_parallel_reads=1, decode=decode),
                 as_tuple=("image_raw", "label"),
             )
             assert batches.tensors[0].shape.as_list() == [None, SIDE, SIDE, 1]
@@ -208,14 +214,16 @@ def test_replace_and_decode_refuse_bad_changes(tmp_path):
     with pytest.raises(TypeError, match=r"only the fields dtype, shape, encoding and default"):
         schema.replace(label={"dtpye": "int32"})
     with pytest.raises(TypeError, match=r"Received: decode=\['image_raw'\]"):
-        tfrecord.dataset(path, 2, decode=["image_raw"])
+        tfrecord.dataset(path, 2, read_config=tfrecord.ReadConfig(decode=["image_raw"]))
     # a wrong shape is refused at once, naming the feature and the bytes found
     with pytest.raises(
         tfrecord.SchemaMismatchError,
         match=r"Feature 'image_raw' in record 0 .*expected one bytes value of 3136 bytes "
         r"\(uint8 of shape \(56, 56, 1\), raw\); found one bytes value of 784 bytes",
     ):
-        tfrecord.dataset(path, 2, decode={"image_raw": ("uint8", (56, 56, 1))})
+        tfrecord.dataset(
+            path, 2, read_config=tfrecord.ReadConfig(decode={"image_raw": ("uint8", (56, 56, 1))})
+        )
 
 
 # --- item 4: optional features (0 or 1 values), read dense with a default ----------------
@@ -293,10 +301,9 @@ def test_optional_features_read_dense_in_graph_mode(tfx_file, pipeline):
             4,
             **reader(pipeline),
             num_epochs=1,
-            num_parallel_reads=1,
-            decode=DEFAULTS,
+            read_config=tfrecord.ReadConfig(num_parallel_reads=1, decode=DEFAULTS),
         )
-        assert batches.compression == "GZIP"
+        assert batches.facts.compression == "GZIP"
         for name in ("trip_seconds", "company"):
             assert isinstance(batches.tensors[name], tf.Tensor), name
             assert batches.tensors[name].shape.as_list() == [None]
@@ -428,7 +435,11 @@ def test_a_feature_some_records_lack_reads_as_ragged_in_graph_mode(tmp_path, mis
     path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            path, 16, **reader(pipeline), num_epochs=1, num_parallel_reads=1
+            path,
+            16,
+            **reader(pipeline),
+            num_epochs=1,
+            read_config=tfrecord.ReadConfig(num_parallel_reads=1),
         )
         assert isinstance(batches.tensors["t"], tf.RaggedTensor)
         with new_session() as session:
@@ -442,7 +453,7 @@ def test_a_feature_some_records_lack_reads_as_ragged_in_memory_too(tmp_path, mis
     path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(path, 16, in_memory=True)
-        assert batches.in_memory
+        assert batches.facts.kind.in_memory
         with new_session() as session:
             results = run_graph_batches(session, batches.tensors, batches.initializers)
     assert column(results, "t") == expected_t(missing)
@@ -454,7 +465,7 @@ def test_a_feature_some_records_lack_reads_its_default_whichever_record(tmp_path
     path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
     decode = {"t": {"default": -1.0}}
 
-    got = column(tfrecord.dataset(path, 16, decode=decode), "t")
+    got = column(tfrecord.dataset(path, 16, read_config=tfrecord.ReadConfig(decode=decode)), "t")
     assert got == expected_t(missing, -1.0)
     for pipeline in ("dataset", "memory", "queue"):
         with tf.Graph().as_default():
@@ -463,8 +474,7 @@ def test_a_feature_some_records_lack_reads_its_default_whichever_record(tmp_path
                 16,
                 **reader(pipeline),
                 num_epochs=1,
-                num_parallel_reads=1,
-                decode=decode,
+                read_config=tfrecord.ReadConfig(num_parallel_reads=1, decode=decode),
             )
             assert batches.tensors["t"].shape.as_list() == [None], pipeline
             with new_session() as session:
@@ -493,7 +503,12 @@ def test_a_fixed_shape_feature_some_records_lack_says_to_give_a_default(tmp_path
             raise found or caught.value
     assert (found.file, found.record, found.feature) == (path, missing, "t")
     # and the default it suggests reads the file
-    got = column(tfrecord.dataset(path, 16, schema=schema, decode={"t": {"default": 0.0}}), "t")
+    got = column(
+        tfrecord.dataset(
+            path, 16, schema=schema, read_config=tfrecord.ReadConfig(decode={"t": {"default": 0.0}})
+        ),
+        "t",
+    )
     assert got == expected_t(missing, 0.0)
 
 
@@ -535,8 +550,7 @@ def test_docs_float_feature_with_a_default_reads_a_foreign_float_list(tmp_path):
                 4,
                 **reader(pipeline),
                 num_epochs=1,
-                num_parallel_reads=1,
-                decode=decode,
+                read_config=tfrecord.ReadConfig(num_parallel_reads=1, decode=decode),
             )
             assert batches.tensors["xy"].shape.as_list() == [None, 2], pipeline
             with new_session() as session:
@@ -563,7 +577,7 @@ def test_docs_float_feature_with_a_default_reads_what_write_stores(tmp_path):
                 schema=schema,
                 num_epochs=1,
             )
-            assert batches.schema["xy"].encoding == "raw"
+            assert batches.facts.schema["xy"].encoding == "raw"
             with new_session() as session:
                 results = run_graph_batches(session, batches.tensors, batches.initializers)
         assert column(results, "xy") == xy.tolist(), pipeline
@@ -577,9 +591,10 @@ def test_docs_float_feature_with_a_default_reads_what_write_stores(tmp_path):
 # tfrecord.convert: files of other producers rewritten as shards and schema.json
 
 
-def read_all(files, **kwargs) -> dict[str, np.ndarray]:
+def read_all(files, decode=None, **kwargs) -> dict[str, np.ndarray]:
     """Every example of ``files``, in the stored order, as numpy arrays (or lists)."""
-    batches = list(tfrecord.dataset(files, batch_size=64, num_parallel_reads=1, **kwargs))
+    config = tfrecord.ReadConfig(num_parallel_reads=1, decode=decode)
+    batches = list(tfrecord.dataset(files, batch_size=64, read_config=config, **kwargs))
     columns = {}
     for name, first in batches[0].items():
         if isinstance(first, tf.RaggedTensor):

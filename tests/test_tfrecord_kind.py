@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,9 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
-from tfr_hooks.input_report import InputFacts, InputStats, facts_of_files, remedy
-from tfr_hooks.tfrecord import PipelineKind
+from tfr_hooks.input_report import InputFacts, InputStats, facts_of_read, remedy
+from tfr_hooks.tfrecord import PipelineKind, ReadFacts
+from tfr_hooks.tfrecord.decide import DataFacts
 
 WIDE = 10_000  # map_fn's output per example: 40 kB of float32, from 12 bytes stored
 
@@ -30,7 +32,11 @@ def _widen(example: dict[str, Any]) -> dict[str, Any]:
 
 
 # the decoded output (64 * 40 kB) is over the budget, the parsed records (768 B) are not
-ENCODED = {"in_memory": "auto", "memory_budget": 100_000, "map_fn": _widen}
+ENCODED = {
+    "in_memory": "auto",
+    "read_config": tfrecord.ReadConfig(memory_budget=100_000),
+    "map_fn": _widen,
+}
 
 
 @pytest.mark.parametrize(
@@ -55,39 +61,35 @@ def test_batches_carry_the_kind_of_their_pipeline(
 ) -> None:
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(data[files], 16, **arguments)
-        assert batches.kind is kind
-        assert (batches.pipeline, batches.in_memory) == (pipeline, in_memory)
-        assert batches.examples_per_record == per_record
+        assert batches.facts.kind is kind
+        assert (kind.pipeline, kind.in_memory) == (pipeline, in_memory)
+        assert batches.facts.examples_per_record == per_record
         assert bool(batches.initializers) is (kind is not PipelineKind.QUEUE)
         if kind is not PipelineKind.QUEUE:  # the batches are what the kind says
             with tf.compat.v1.Session() as session:
                 session.run(batches.initializers)
                 first = session.run(batches.tensors)
             assert first["x"].shape == ((16, WIDE) if arguments is ENCODED else (16,))
-    facts = facts_of_files(
-        batches.files,
-        schema=batches.schema,
-        num_examples=batches.num_examples,
-        examples_per_record=batches.examples_per_record,
-        kind=batches.kind,
-    )
-    assert (facts.pipeline_kind, facts.in_memory) == (kind, in_memory)
+    facts = facts_of_read(batches.facts)
+    assert facts.kind is kind
+    assert facts.measured is not None
+    assert facts.measured.examples_per_record == per_record
 
 
 def test_the_remedy_reads_the_kind() -> None:
     bound = _stats_input_bound()
-    small = {"decoded_nbytes": 10**12, "memory_budget": 10**9, "record_nbytes": 100.0}
-    assert "packed shards" in remedy(bound, InputFacts(kind=PipelineKind.STREAMED, **small))
-    assert "packed shards" in remedy(bound, InputFacts(kind=PipelineKind.QUEUE, **small))
-    assert "packed shards" not in remedy(bound, InputFacts(kind=PipelineKind.PACKED, **small))
-    fits = {**small, "decoded_nbytes": 10**6}
-    assert "in_memory=True" in remedy(bound, InputFacts(kind=PipelineKind.PACKED, **fits))
-    held = InputFacts(kind=PipelineKind.MEMORY_ENCODED, **fits)
-    assert "in_memory=True" not in remedy(bound, held)
-    # facts built from the older fields name the same kinds
-    assert InputFacts(in_memory=False, examples_per_record=8).pipeline_kind is PipelineKind.PACKED
-    assert InputFacts(in_memory=True).pipeline_kind is PipelineKind.MEMORY_DECODED
-    assert InputFacts().pipeline_kind is None
+    small = DataFacts(decoded_nbytes=10**12, memory_budget=10**9, record_nbytes=100.0)
+    fits = dataclasses.replace(small, decoded_nbytes=10**6)
+
+    def facts(kind: PipelineKind, measured: DataFacts) -> InputFacts:
+        return InputFacts(ReadFacts(kind=kind), measured)
+
+    assert "packed shards" in remedy(bound, facts(PipelineKind.STREAMED, small))
+    assert "packed shards" in remedy(bound, facts(PipelineKind.QUEUE, small))
+    assert "packed shards" not in remedy(bound, facts(PipelineKind.PACKED, small))
+    assert "in_memory=True" in remedy(bound, facts(PipelineKind.PACKED, fits))
+    assert "in_memory=True" not in remedy(bound, facts(PipelineKind.MEMORY_ENCODED, fits))
+    assert InputFacts().kind is None
 
 
 def _stats_input_bound() -> InputStats:

@@ -83,7 +83,7 @@ def test_session_loop_epochs_are_exact_in_memory(source, request):
         )
         loop.run(epochs=3)
     assert counter.counts == [(8, 1000)] * 3
-    assert batches.num_examples == 1000
+    assert batches.facts.examples == 1000
 
 
 def test_batch_sizes_and_drop_remainder(shards):
@@ -266,7 +266,9 @@ def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
 
 def test_same_structure_as_streaming(shards):
     # one file at a time: the stored order, which the memory pipeline keeps
-    streaming = tfrecord.dataset(shards, 128, as_tuple=("index", "x"), num_parallel_reads=1)
+    streaming = tfrecord.dataset(
+        shards, 128, as_tuple=("index", "x"), read_config=tfrecord.ReadConfig(num_parallel_reads=1)
+    )
     memory = tfrecord.dataset(shards, 128, as_tuple=("index", "x"), in_memory=True)
     assert memory.element_spec == streaming.element_spec
     for a, b in zip(streaming, memory, strict=True):
@@ -315,7 +317,9 @@ def test_keras_fit_knows_the_epoch_length(shards, recwarn):
 def test_auto_picks_each_side_of_the_budget(tmp_path, caplog, budget, chosen):
     tfrecord.write(_arrays(200), tmp_path, shards=2)  # 200 * (12 + 8) = 4,000 bytes decoded
     with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
-        ds = tfrecord.dataset(tmp_path, 64, in_memory="auto", memory_budget=budget)
+        ds = tfrecord.dataset(
+            tmp_path, 64, in_memory="auto", read_config=tfrecord.ReadConfig(memory_budget=budget)
+        )
     assert chosen in caplog.text and "memory_budget" in caplog.text
     for path in tfrecord.resolve_files(tmp_path):
         os.remove(path)  # data in memory no longer needs the files; a stream does
@@ -335,6 +339,8 @@ def test_auto_picks_each_side_of_the_budget(tmp_path, caplog, budget, chosen):
 )
 def test_bad_arguments(shards, kwargs: dict[str, Any], match: str):
     with pytest.raises(ValueError, match=match):
+        if "memory_budget" in kwargs:
+            kwargs = {"read_config": tfrecord.ReadConfig(**kwargs)}
         tfrecord.dataset(shards, 8, **kwargs)
 
 
@@ -433,7 +439,7 @@ def test_map_fn_runs_once_in_graph_mode(jpegs):
         batches = tfrecord.read_batches(
             jpegs, 32, in_memory=True, map_fn=counter.decode, shuffle_buffer=1, seed=1
         )
-        assert batches.in_memory and batches.num_examples == 100
+        assert batches.facts.kind.in_memory and batches.facts.examples == 100
         orders = []
         with v1.Session() as session:
             for _ in range(3):
@@ -515,7 +521,7 @@ def test_batch_map_fn_draws_anew_every_epoch(jpegs, tmp_path, pipeline):
             map_fn=Counter().decode,
             batch_map_fn=_noise,
             in_memory=in_memory,
-            memory_budget=budget,
+            read_config=tfrecord.ReadConfig(memory_budget=budget),
             shuffle_buffer=8,
         )
     epochs = [_by_id(ds) for _ in range(2)]
@@ -564,16 +570,24 @@ def test_batch_map_fn_on_the_queue_pipeline(shards):
 def test_auto_with_a_map_fn_chooses_by_the_budget(jpegs, caplog, budget, chosen, why):
     with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
         ds = tfrecord.dataset(
-            jpegs, 32, in_memory="auto", map_fn=Counter().decode, memory_budget=budget
+            jpegs,
+            32,
+            in_memory="auto",
+            map_fn=Counter().decode,
+            read_config=tfrecord.ReadConfig(memory_budget=budget),
         )
     assert chosen in caplog.text and why in caplog.text and "memory_budget" in caplog.text
     assert "100 examples decode to about 0.3 MiB" in caplog.text  # 100 * 16*16*3 floats
     assert sorted(np.concatenate([b["id"].numpy() for b in ds]).tolist()) == list(range(100))
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            jpegs, 32, in_memory="auto", map_fn=Counter().decode, memory_budget=budget
+            jpegs,
+            32,
+            in_memory="auto",
+            map_fn=Counter().decode,
+            read_config=tfrecord.ReadConfig(memory_budget=budget),
         )
-    assert batches.in_memory is not chosen.startswith("streaming")
+    assert batches.facts.kind.in_memory is not chosen.startswith("streaming")
 
 
 def test_map_fn_of_varying_shape_names_the_feature(tmp_path):

@@ -62,12 +62,19 @@ def test_round_trip_every_dtype_and_shape_with_short_blocks(tmp_path, compressio
     assert [s["num_examples"] for s in sidecar["shards"]] == [34, 35, 34]
     assert [s["num_records"] for s in sidecar["shards"]] == [5, 5, 5]  # 4 full + 1 short each
     # streamed, one file at a time in stored order
-    _check_equal(_collect(tfrecord.dataset(tmp_path, 10, num_parallel_reads=1)), arrays)
+    _check_equal(
+        _collect(
+            tfrecord.dataset(tmp_path, 10, read_config=tfrecord.ReadConfig(num_parallel_reads=1))
+        ),
+        arrays,
+    )
     # loaded into memory
     _check_equal(_collect(tfrecord.dataset(tmp_path, 10, in_memory=True)), arrays)
     # graph mode, tf.data pipeline
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(tmp_path, 10, pipeline="dataset", num_parallel_reads=1)
+        batches = tfrecord.read_batches(
+            tmp_path, 10, pipeline="dataset", read_config=tfrecord.ReadConfig(num_parallel_reads=1)
+        )
         with v1.Session() as session:
             session.run(batches.initializers)
             got = []

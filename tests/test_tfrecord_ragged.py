@@ -317,7 +317,14 @@ def test_bucketed_with_drop_remainder_keeps_only_full_batches(texts):
 
 def test_padding_values_and_a_dict_per_feature(texts):
     batch = next(
-        iter(tfrecord.dataset(texts, BATCH, pad_to={"tokens": 200}, padding_values={"tokens": -1}))
+        iter(
+            tfrecord.dataset(
+                texts,
+                BATCH,
+                pad_to={"tokens": 200},
+                read_config=tfrecord.ReadConfig(padding_values={"tokens": -1}),
+            )
+        )
     )
     tokens = batch["tokens"].numpy()
     assert tokens.shape == (BATCH, 200)

@@ -371,7 +371,7 @@ def test_read_config_checks_its_fields_when_made():
 
 
 def _op_types(files, **kwargs):
-    serialized = tfrecord.dataset(files, BATCH, **kwargs)._as_serialized_graph()  # noqa: SLF001
+    serialized = tfrecord.dataset(files, BATCH, **kwargs)._as_serialized_graph()
     return {node.op for node in tf.compat.v1.GraphDef.FromString(serialized.numpy()).node}
 
 

@@ -493,13 +493,13 @@ def test_a_list_one_file_lacks_and_another_holds_is_a_warning_naming_the_file(tm
 
 
 def test_the_input_report_sizes_feature_lists_by_their_frames(written):
-    from tfr_hooks.input_report import facts_of_files
+    from tfr_hooks.input_report import measure_files
+    from tfr_hooks.tfrecord import ReadFacts
     from tfr_hooks.tfrecord.options import PipelineKind
 
     path, values = written
-    facts = facts_of_files(
-        [path], schema=DECLARED, num_examples=N, examples_per_record=1, kind=PipelineKind.STREAMED
-    )
+    read = ReadFacts(kind=PipelineKind.STREAMED, files=(path,), schema=DECLARED, examples=N)
+    facts = measure_files(read)
     sample = values[:256]  # the frames are sampled from the first 256 records
     frames = sum(len(v["rgb"]) for v in sample) / len(sample)
     labels = sum(len(v["labels"]) for v in sample) / len(sample)

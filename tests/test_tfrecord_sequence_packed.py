@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import cli, tfrecord
-from tfr_hooks.input_report import facts_of_files
+from tfr_hooks.input_report import measure_files
 from tfr_hooks.measure import measure
 from tfr_hooks.tfrecord import packed
 from tfr_hooks.tfrecord.errors import SchemaMismatchError
@@ -273,9 +273,14 @@ def test_measure_times_sequence_example_files_and_counts_their_frames(written, p
 def test_input_report_facts_of_sequence_example_files(written, packed_dir):
     schema = load_sidecar(packed_dir / "schema.json").schema
     files = _packed_files(packed_dir)
-    facts = facts_of_files(
-        files, schema=schema, num_examples=N, examples_per_record=16, kind=PipelineKind.PACKED
+    read = tfrecord.ReadFacts(
+        kind=PipelineKind.PACKED,
+        files=tuple(files),
+        schema=schema,
+        examples=N,
+        examples_per_record=16,
     )
+    facts = measure_files(read)
     assert facts.record_nbytes == sum(os.path.getsize(f) for f in files) / (N // 16)
 
 

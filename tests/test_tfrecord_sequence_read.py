@@ -200,7 +200,11 @@ def test_empty_and_missing_feature_lists_read_as_0_frames(sparse, pipeline):
 def test_in_memory_pipelines_hold_what_they_say(files, caplog):
     with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
         encoded = tfrecord.dataset(
-            files[""], BATCH, in_memory="auto", memory_budget=ENCODED_BUDGET, map_fn=dequantize_rgb
+            files[""],
+            BATCH,
+            in_memory="auto",
+            read_config=tfrecord.ReadConfig(memory_budget=ENCODED_BUDGET),
+            map_fn=dequantize_rgb,
         )
         decoded = tfrecord.dataset(files[""], BATCH, in_memory="auto", map_fn=decode_rgb)
         plain = tfrecord.dataset(files[""], BATCH, in_memory="auto")

@@ -394,7 +394,7 @@ def test_session_loop_counts_the_examples_of_a_tfds_split(tfds_dirs):
         )
         loop.run(epochs=2)
     assert counter.examples == [3, 3]
-    assert batches.num_examples == 3
+    assert batches.facts.examples == 3
 
 
 @pytest.mark.data_service

@@ -7,7 +7,9 @@ keep it so.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -16,22 +18,47 @@ import pytest
 import tfr_hooks
 from tfr_hooks import tfrecord
 
-READER_ARGUMENTS = (
+#: the names users' scripts use, each an option of every reader (issue 44)
+READER_OPTIONS = (
+    "schema",
+    "split",
     "shuffle_buffer",
     "seed",
-    "drop_remainder",
-    "num_parallel_reads",
     "num_epochs",
-    "in_memory",
-    "memory_budget",
-    "schema",
-    "as_tuple",
-    "compression",
-    "decode",
+    "drop_remainder",
     "map_fn",
     "batch_map_fn",
+    "as_tuple",
+    "in_memory",
+    "pad_to",
+    "bucket_boundaries",
+    "bucket_by",
     "service",
+    "max_corrupt_records",
 )
+#: the knobs most reads never touch: fields of ReadConfig, no longer reader keywords
+READ_CONFIG_FIELDS = (
+    "num_parallel_reads",
+    "deterministic",
+    "prefetch",
+    "autotune",
+    "memory_budget",
+    "compression",
+    "decode",
+    "padding_values",
+    "shard",
+    "capacity",
+    "name",
+)
+#: each reader's own parameters beyond files, batch_size and the shared options
+READERS = {
+    tfrecord.dataset: (),
+    tfrecord.source: (),
+    tfrecord.read_batches: ("pipeline",),
+}
+#: what a user sees of a reader at most: its parameters plus the shared options (18;
+#: read_batches also has pipeline, 19), so that the positions issue's shuffle fits in 20
+MOST_PARAMETERS = 19
 LOOP_ARGUMENTS = (
     "data",
     "hooks",
@@ -72,19 +99,58 @@ def _same(left: Callable[..., Any], right: Callable[..., Any], names: tuple[str,
         )
 
 
-def test_the_readers_share_names_and_defaults() -> None:
-    _same(tfrecord.dataset, tfrecord.read_batches, READER_ARGUMENTS)
-    assert _parameters(tfrecord.read_batches)["shuffle_buffer"].default == 0
-    assert _parameters(tfrecord.read_batches)["num_epochs"].default == 1
-    assert _parameters(tfrecord.read_batches)["drop_remainder"].default is False
+def test_the_readers_share_one_declaration_of_their_options() -> None:
+    from tfr_hooks.tfrecord.options import ReadArgs, Unpack
+
+    for reader, own in READERS.items():
+        parameters = _parameters(reader)
+        names = list(parameters)
+        assert names[:2] == ["files", "batch_size"], reader.__name__
+        options = parameters[names[-1]]
+        assert options.kind is inspect.Parameter.VAR_KEYWORD, reader.__name__
+        hints = typing.get_type_hints(reader, include_extras=True)
+        assert hints[options.name] == Unpack[ReadArgs], reader.__name__
+        assert tuple(names[2:-1]) == own, f"{reader.__name__} grew its own {names[2:-1]}"
+        seen = len(names) - 1 + len(ReadArgs.__annotations__)
+        assert seen <= MOST_PARAMETERS, f"{reader.__name__}: {seen} parameters"
+    assert set(READER_OPTIONS) < set(ReadArgs.__annotations__)
 
 
-@pytest.mark.parametrize(
-    "gone", ["shuffle", "min_after_dequeue", "allow_smaller_final_batch", "num_threads"]
-)
+def test_each_option_is_documented_once_with_one_default() -> None:
+    from tfr_hooks.tfrecord.options import ReadArgs, ReadConfig, ReadOptions
+
+    for name in ReadArgs.__annotations__:
+        assert f"{name}:" in (ReadArgs.__doc__ or ""), name
+    fields = {f.name: f for f in dataclasses.fields(ReadConfig)}
+    assert tuple(fields) == READ_CONFIG_FIELDS
+    for name in fields:
+        assert f"{name}:" in (ReadConfig.__doc__ or ""), name
+    defaults = ReadOptions(batch_size=1)
+    assert (defaults.shuffle_buffer, defaults.num_epochs, defaults.drop_remainder) == (0, 1, False)
+    assert (defaults.in_memory, defaults.service, defaults.max_corrupt_records) == (False, None, 0)
+    for reader in READERS:  # the docstring points at the one declaration
+        assert "ReadArgs" in (reader.__doc__ or ""), reader.__name__
+
+
+@pytest.mark.parametrize("reader", list(READERS), ids=lambda r: r.__name__)
+def test_a_read_config_knob_given_to_a_reader_names_its_new_spelling(reader, tmp_path) -> None:
+    import tensorflow as tf
+
+    for name in READ_CONFIG_FIELDS:
+        with (
+            tf.Graph().as_default(),
+            pytest.raises(TypeError, match=rf"read_config=ReadConfig\({name}="),
+        ):
+            reader(str(tmp_path), 8, **{name: None})
+
+
+@pytest.mark.parametrize("gone", ["min_after_dequeue", "allow_smaller_final_batch", "num_threads"])
 def test_read_batches_has_no_second_name_for_a_concept(gone: str) -> None:
-    assert gone not in _parameters(tfrecord.read_batches)
-    assert gone not in _parameters(tfrecord.dataset)
+    from tfr_hooks.tfrecord.options import ReadArgs
+
+    for reader in READERS:
+        assert gone not in _parameters(reader)
+    assert gone not in ReadArgs.__annotations__
 
 
 def test_the_loops_share_names_and_defaults() -> None:

@@ -426,7 +426,7 @@ def _refuse_endless(data: Batches) -> None:
         "num_epochs=None it repeats without end, so no epoch would ever close. Pass "
         "steps_per_epoch=... to SessionLoop, or num_epochs=... to read_batches (one "
         "initialization reads num_epochs passes, and each epoch starts a new one). "
-        f"Received: pipeline='dataset', num_epochs=None, steps_per_epoch=None"
+        "Received: pipeline='dataset', num_epochs=None, steps_per_epoch=None"
     )
 
 
@@ -442,11 +442,12 @@ def _check_stream_epochs(data: Batches, epochs: int, initial_epoch: int) -> None
             "SessionLoop (examples per pass // batch size), or write the files with "
             f"tfrecord.write (its schema.json counts the examples). Received: epochs={epochs}"
         )
-    if data.facts.num_epochs is not None and wanted > data.facts.num_epochs:
+    passes = data.facts.num_epochs
+    if passes is not None and wanted > passes:
         raise ValueError(
             f"Expected `epochs` to be at most initial_epoch + num_epochs = "
-            f"{initial_epoch + data.facts.num_epochs}: data from read_batches(pipeline='queue', "
-            f"num_epochs={data.facts.num_epochs}) gives {data.facts.num_epochs} passes, one per epoch, "
+            f"{initial_epoch + passes}: data from read_batches(pipeline='queue', "
+            f"num_epochs={passes}) gives {passes} passes, one per epoch, "
             f"and a queue cannot be restarted. Pass num_epochs={wanted} (or None, endless) "
             f"to read_batches, or run fewer epochs. Received: epochs={epochs}, "
             f"initial_epoch={initial_epoch}"

@@ -173,7 +173,9 @@ def _pipeline_capacity(queue: bool, options: ReadOptions) -> int | None:
         if capacity is not None:
             raise ValueError(
                 expected(
-                    "read_config.capacity", "None with pipeline='dataset' (a queue's capacity)", capacity
+                    "read_config.capacity",
+                    "None with pipeline='dataset' (a queue's capacity)",
+                    capacity,
                 )
             )
         return None

@@ -360,7 +360,7 @@ _ONLY_FOR = {
 
 
 def read_options(reader: str, batch_size: int, options: Mapping[str, Any]) -> ReadOptions:
-    """Check a reader's ``batch_size`` and ``**options`` (:class:`ReadArgs`) into a :class:`ReadOptions`.
+    """Check a reader's ``batch_size`` and options (:class:`ReadArgs`) into a :class:`ReadOptions`.
 
     Args:
         reader: The reader's name (``"dataset"``, ``"source"``, ``"read_batches"``), for
@@ -470,7 +470,7 @@ def check_servable(in_memory: object, service: str) -> None:
 
 
 def queue_capacity(options: ReadOptions) -> int:
-    """Check the options a queue pipeline can build; its capacity (``ReadConfig.capacity``), checked.
+    """Check the options a queue pipeline can build; its capacity (``ReadConfig.capacity``).
 
     Raises:
         ValueError: If the options bucket, map examples or hold the data in memory, or

@@ -23,6 +23,7 @@ import tensorflow as tf
 from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.tfrecord.contract import epoch_steps
 from tfr_hooks.tfrecord.decide import DataFacts, decide
+from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.memory import (
     PARALLEL_CALLS,
     Held,
@@ -37,7 +38,6 @@ from tfr_hooks.tfrecord.memory import (
 )
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.packed import packed_dataset, record_passes
-from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.plan import Plan, make_plan
 from tfr_hooks.tfrecord.ragged import (
     RaggedArray,
@@ -215,7 +215,9 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
     )
     batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
     return batches.map(
-        plan.schema.parse_batch, num_parallel_calls=calls, deterministic=options.config.deterministic
+        plan.schema.parse_batch,
+        num_parallel_calls=calls,
+        deterministic=options.config.deterministic,
     )
 
 
