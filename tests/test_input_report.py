@@ -595,9 +595,11 @@ def test_both_loops_report_the_same_input_facts_for_the_same_files(
         session_facts = session_loop._input_facts()
     function_facts = function_loop._input_facts()
     assert function_facts.kind is session_facts.kind is source.facts.kind
-    assert function_facts.decoded_nbytes == session_facts.decoded_nbytes > 0
-    assert function_facts.record_nbytes == session_facts.record_nbytes > 0
-    assert function_facts.in_memory is session_facts.in_memory is in_memory
+    assert function_facts.measured == session_facts.measured
+    assert function_facts.measured.decoded_nbytes > 0
+    assert function_facts.measured.record_nbytes > 0
+    assert function_facts.read == source.facts
+    assert session_facts.kind.in_memory is in_memory
     assert function_facts.steps_per_execution == 4  # the one fact that is the loop's own
     # a plain dataset says nothing of its files
     plain = FunctionLoop(

@@ -124,7 +124,8 @@ def dataset(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> tf.da
 def source(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> Source:
     """The batches :func:`dataset` builds, with what the reader knows of them.
 
-    It takes what :func:`dataset` takes and raises what it raises; it returns a
+    It takes what :func:`dataset` takes (:class:`~tfr_hooks.tfrecord.ReadArgs`) and
+    raises what it raises; it returns a
     :class:`~tfr_hooks.tfrecord.contract.Source`: the dataset and its
     :class:`~tfr_hooks.tfrecord.contract.ReadFacts` (the pipeline kind, the files and
     schema, the examples of an epoch and the steps it makes, the tf.data service it is
