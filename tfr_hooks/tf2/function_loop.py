@@ -283,9 +283,7 @@ class FunctionLoop:
             passes=self._passes,
             epoch_examples=self.facts.served_examples(),
             tuning=self.tuning,
-            corrupt_records=None
-            if self.facts.corrupt_records is None
-            else len(self.facts.corrupt_records),
+            corrupt_records=self.facts.corrupt_count,
         )
 
     def _input_facts(self) -> InputFacts:

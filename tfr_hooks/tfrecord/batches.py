@@ -208,9 +208,9 @@ def _batch_size_of(tensor: Any) -> Any:
 
     Running it takes the next batch from the input (the iterator's ``get_next``, the
     queue's dequeue), as running any batch tensor does. A batch dimension known when the
-    graph is built (``drop_remainder=True``, or an in-memory pass the batch size divides)
-    makes ``tf.shape(tensor)[0]`` a constant: a loop fetching only it with a train op that
-    reads no batch (a counter) would never reach the end of the data. The control
+    graph is built (``drop_remainder=True``) makes ``tf.shape(tensor)[0]`` a constant: a
+    loop fetching only it with a train op that reads no batch (a counter) would never
+    reach the end of the data. The control
     dependency on the batch's op keeps the read in every run that fetches the size.
     """
     ops = [tensor.flat_values.op if isinstance(tensor, tf.RaggedTensor) else tensor.op]
