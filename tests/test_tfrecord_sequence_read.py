@@ -169,7 +169,10 @@ PIPELINES: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "memory_decoded": lambda path, **kw: _eager(path, in_memory=True, map_fn=decode_rgb, **kw),
     "graph_memory": lambda path, **kw: _graph(path, schema=DECLARED, in_memory=True, **kw),
     "memory_encoded": lambda path, **kw: _eager(
-        path, in_memory="auto", memory_budget=ENCODED_BUDGET, map_fn=dequantize_rgb, **kw
+        path,
+        in_memory="auto",
+        map_fn=dequantize_rgb,
+        **{"read_config": tfrecord.ReadConfig(memory_budget=ENCODED_BUDGET), **kw},
     ),
 }
 HEAVY = {"graph_dataset", "queue", "graph_memory"}
@@ -265,7 +268,8 @@ def test_as_tuple_returns_the_feature_lists(files, caplog):
 @pytest.mark.parametrize("pipeline", ["streamed", "memory_decoded", "queue"])
 def test_pad_to_pads_and_cuts_the_frames(files, pipeline):
     pad_to = {"rgb": 12, "audio": "longest"}
-    first = PIPELINES[pipeline](files[""], pad_to=pad_to, padding_values={"audio": -1.0})[0]
+    padding = tfrecord.ReadConfig(padding_values={"audio": -1.0})
+    first = PIPELINES[pipeline](files[""], pad_to=pad_to, read_config=padding)[0]
     rgb, audio = np.asarray(first["rgb"]), np.asarray(first["audio"])
     frames = [sequence_frames(i) for i in _flat(first["id"])[0].tolist()]
     assert rgb.shape == (BATCH, 12, 8) and audio.shape == (BATCH, max(frames), 4)
