@@ -253,8 +253,8 @@ def facts_of_files(
         examples_per_record: Examples stored per record.
         kind: The kind of pipeline that reads them.
     """
-    from tfr_hooks.tfrecord import memory
     from tfr_hooks.tfrecord.errors import TFRecordError
+    from tfr_hooks.tfrecord.memory import estimate
 
     file_bytes = 0
     for path in files:
@@ -268,16 +268,16 @@ def facts_of_files(
         lengths: dict[str, float] = {}
         if examples_per_record == 1 and file_bytes >= 0:  # frames and varying lengths
             try:
-                lengths = memory.mean_lengths(files, None, schema)
+                lengths = estimate.mean_lengths(files, None, schema)
             except TFRecordError as error:  # the reader reports it; the sizes stay rough
                 logger.debug("Lengths not sampled: %s", error)
-        decoded = memory.decoded_nbytes(schema, num_examples, max(file_bytes, 0), lengths)
+        decoded = estimate.decoded_nbytes(schema, num_examples, max(file_bytes, 0), lengths)
         records = max(1, num_examples // max(1, examples_per_record))
         record = file_bytes / records if file_bytes >= 0 else None
     return InputFacts(
         in_memory=kind.in_memory,
         decoded_nbytes=decoded,
-        memory_budget=memory.default_memory_budget(),
+        memory_budget=estimate.default_memory_budget(),
         record_nbytes=record,
         examples_per_record=examples_per_record,
         kind=kind,
@@ -369,15 +369,6 @@ def _data_facts(facts: InputFacts) -> DataFacts:
         record_nbytes=facts.record_nbytes,
         examples_per_record=max(per_record, 2) if kind is not None and kind.packed else per_record,
     )
-
-
-def __getattr__(name: str) -> Any:
-    """``SMALL_RECORD_BYTES``, which moved to :mod:`tfr_hooks.tfrecord.decide`."""
-    if name == "SMALL_RECORD_BYTES":
-        from tfr_hooks.tfrecord.decide import SMALL_RECORD_BYTES
-
-        return SMALL_RECORD_BYTES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def verdict(stats: InputStats, facts: InputFacts) -> str:

@@ -21,10 +21,11 @@ from tfr_hooks.tfrecord.damage import CorruptRecord
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions, queue_capacity, read_options
 from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind, serve
-from tfr_hooks.tfrecord.plan import Plan, SchemaLike, make_plan
+from tfr_hooks.tfrecord.plan import Plan, make_plan
 from tfr_hooks.tfrecord.queue import check_queue_plan, queue_batches
 from tfr_hooks.tfrecord.ragged import PadTo
 from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.sources.base import SchemaLike
 
 __all__ = ["Batches", "read_batches", "PIPELINES"]
 

@@ -28,15 +28,14 @@ from tfr_hooks.tfrecord.files import (
     check_framing,
     detect_compression,
     first_record,
-    resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.packed import check_block, check_packable, unpack
 from tfr_hooks.tfrecord.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import find_sidecar, load_schema
-from tfr_hooks.tfrecord.tfds_dir import find_tfds_dir, tfds_plan_parts
-from tfr_hooks.tfrecord.write import WriteResult, _clear, write_shards
+from tfr_hooks.tfrecord.sources.base import open_source
+from tfr_hooks.tfrecord.write import WriteResult, clear_dataset, write_shards
 
 __all__ = ["convert"]
 
@@ -147,12 +146,11 @@ def convert(
                 decode,
             )
         )
-    tfds = find_tfds_dir(files, split)
-    if tfds is not None:  # its split's shards, read with the schema of its features.json
-        chosen, _, schema, _ = tfds_plan_parts(tfds, split, schema, None, None, decode)
-        paths, decode = list(chosen.files), None
-    else:
-        paths = resolve_files(files)
+    source = open_source(files, split)
+    paths = list(source.files)
+    if source.declares_schema:  # e.g. a TFDS split, read with the features it declares
+        codec_of_source = source.compression(None, tolerant=False)
+        schema, decode = source.schema(schema, decode, codec_of_source, None), None
     out_dir = os.fspath(directory)
     _check_not_input(paths, out_dir)
     if map_fn is not None and not callable(map_fn):
@@ -179,7 +177,7 @@ def convert(
             f"shard is empty. Received: shards={shards}"
         )
     tf.io.gfile.makedirs(out_dir)
-    _clear(out_dir, prefix, overwrite)
+    clear_dataset(out_dir, prefix, overwrite)
     chunks = _chunks(sources, read_schema, chunk_size, map_fn, stored)
     result = write_shards(
         stored,

@@ -24,7 +24,8 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
-from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, listed_shards
+from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME
+from tfr_hooks.tfrecord.sources.base import list_directory
 
 __all__ = [
     "PathLike",
@@ -101,32 +102,21 @@ def _is_glob(path: str) -> bool:
 
 
 def _directory_files(directory: str) -> list[str]:
-    """The record files of a directory: its sidecar's shard list, else every data file.
+    """The record files of a directory, as the source that owns it lists them.
 
-    The ``<feature>.labels.txt`` files of a TensorFlow Datasets directory are no data.
+    A ``schema.json`` sidecar's shard list, a TensorFlow Datasets directory's shards, or
+    else every file that is not hidden and not JSON
+    (:func:`~tfr_hooks.tfrecord.sources.base.list_directory`).
     """
-    listed = listed_shards(directory)
-    if listed:
-        return listed
-    listing = tf.io.gfile.listdir(directory)
-    # a TensorFlow Datasets directory keeps a ClassLabel's names beside its shards
-    tfds = "dataset_info.json" in listing
-    names = sorted(
-        name
-        for name in listing
-        if not name.startswith((".", "_"))
-        and not name.endswith(".json")
-        and not (tfds and name.endswith(".labels.txt"))
-        and not tf.io.gfile.isdir(os.path.join(directory, name))
-    )
-    return [os.path.join(directory, name) for name in names]
+    return list_directory(directory) or []
 
 
 def resolve_files(files: Files) -> list[str]:
     """Expand paths, directories and glob patterns into a checked list of readable files.
 
-    A directory stands for the shards listed in its ``schema.json`` sidecar, or else for
-    every file in it that is not hidden and not JSON. Globs are sorted and skip
+    A directory stands for the files its source lists: the shards of its ``schema.json``
+    sidecar, a TensorFlow Datasets directory's shards, or else every file in it that is
+    not hidden and not JSON. Globs are sorted and skip
     ``schema.json``. Order is kept otherwise.
 
     Args:

@@ -50,7 +50,7 @@ import tensorflow as tf
 
 from tfr_hooks.tfrecord.damage import DamageMap
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
-from tfr_hooks.tfrecord.files import record_stream
+from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.schema import Feature, Schema
 
 __all__ = [
@@ -60,8 +60,6 @@ __all__ = [
     "unpack",
     "check_block",
     "packed_dataset",
-    "pass_seed",
-    "record_passes",
     "WINDOW_EXAMPLES",
     "LENGTHS",
     "lengths_name",
@@ -522,70 +520,6 @@ def _check_counted_block(
             feature=feature.name,
         )
     return len(counts or [])
-
-
-def pass_seed(seed: int | None) -> Any:
-    """A seed for one pass: the seed itself in eager code, else new at each initialization.
-
-    In graph mode an initializable iterator rebuilds its dataset at each initialization
-    with the same seeds, so every pass would repeat the same order; a stateful random
-    draw (seeded by ``seed``) gives each initialization its own, reproducibly.
-    """
-    if tf.executing_eagerly():
-        return seed
-    return tf.random.uniform([], maxval=tf.int64.max, dtype=tf.int64, seed=seed)
-
-
-def record_passes(
-    files: list[str],
-    compression: str,
-    *,
-    reads: int,
-    deterministic: bool,
-    buffer: int,
-    seed: int | None,
-    num_epochs: int | None,
-    damage: DamageMap | None = None,
-) -> tuple[tf.data.Dataset, Any]:
-    """The records of ``files`` for ``num_epochs`` passes, shuffled anew every pass.
-
-    With ``buffer > 0`` the files are shuffled, then the records in a buffer of
-    ``buffer``, both seeded by :func:`pass_seed`: eagerly, every new iterator reshuffles
-    (``tf.data``'s own reshuffling); in graph mode, every initialization of the iterator
-    draws the next seed of a sequence fixed by ``seed``, so each pass gets its own order,
-    the same in a new graph built the same way. The streamed and packed pipelines read
-    through it.
-
-    Args:
-        files: The shards.
-        compression: Their compression.
-        reads: Files read at once.
-        deterministic: Whether parallel reads keep a fixed order.
-        buffer: Records (blocks, for packed shards) in the shuffle buffer; 0 keeps the
-            stored order.
-        seed: Seed of the shuffles.
-        num_epochs: Passes; ``None`` repeats forever.
-        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
-
-    Returns:
-        The records, and the seed of the pass (``None`` unshuffled) for the shuffles
-        that follow.
-    """
-    seed_value = pass_seed(seed) if buffer else None
-    records = record_stream(
-        files,
-        compression,
-        reads=reads,
-        deterministic=deterministic,
-        shuffle_files=bool(buffer),
-        seed=seed_value,
-        damage=damage,
-    )
-    if buffer:
-        records = records.shuffle(buffer, seed=seed_value)
-    if num_epochs != 1:
-        records = records.repeat(num_epochs)
-    return records, seed_value
 
 
 def packed_dataset(

@@ -54,8 +54,9 @@ from tfr_hooks.tfrecord.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions, read_options
 from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind, serve
-from tfr_hooks.tfrecord.plan import Plan, SchemaLike, make_plan
+from tfr_hooks.tfrecord.plan import Plan, make_plan
 from tfr_hooks.tfrecord.ragged import PadTo
+from tfr_hooks.tfrecord.sources.base import SchemaLike
 
 __all__ = ["Batches", "dataset", "source", "read_batches", "PIPELINES", "PipelineKind"]
 
@@ -201,7 +202,7 @@ def dataset(
             built again joins the job's first epoch: see ``docs/data_service.md``).
             A dispatcher that does not answer is an error at once; with
             ``in_memory`` other than ``False``, a ``ValueError`` (the in-memory
-            pipeline cannot be served). See :mod:`tfr_hooks.data_service`.
+            pipeline cannot be served). See :mod:`tfr_hooks.service`.
         max_corrupt_records: The damaged records the data may hold, skipped (AWS's
             TFRecord reader calls it ``max_corrupted_records_to_skip``; the name follows
             TensorFlow's ``DataLossError: corrupted record``). 0 (the default): the first

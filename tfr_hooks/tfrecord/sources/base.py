@@ -1,0 +1,206 @@
+"""The record-source protocol, and the dispatcher that picks a source once.
+
+What a reader reads comes from a *source*: plain TFRecord files (:mod:`.files`), a
+directory written by ``tfr-hooks convert`` or :func:`~tfr_hooks.tfrecord.write` (shards
+plus a ``schema.json`` sidecar, :mod:`.converted`), or a directory TensorFlow Datasets
+prepared (:mod:`.tfds`). As Keras 3's data adapters (one ``get_data_adapter`` picks the
+adapter from what the user passed), :func:`open_source` looks at ``files`` once and
+returns the one :class:`RecordSource` that reads it; planning
+(:func:`~tfr_hooks.tfrecord.plan.make_plan`), conversion, measuring, inspection, the
+command line and the directory listing of :func:`~tfr_hooks.tfrecord.files.resolve_files`
+ask it, never the file names.
+
+A source gives the files (the shards of the chosen split, for TFDS), their example
+counts when known up front, their compression, the schema (with its decoders: a TFDS
+schema decodes images and sequences in ``parse_batch``), and checks each file's first
+record before any pipeline is built. A new kind of source is one module: a subclass of
+:class:`RecordSource`, and one line in :data:`SOURCE_MODULES`.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Union
+
+from tfr_hooks.tfrecord.damage import DamageMap
+from tfr_hooks.tfrecord.schema import Schema
+
+__all__ = [
+    "SOURCE_MODULES",
+    "Checked",
+    "RecordSource",
+    "SchemaLike",
+    "list_directory",
+    "open_source",
+    "source_kinds",
+]
+
+#: What a reader's ``schema`` may be: a Schema, the path of a schema.json, or ``None``.
+SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
+
+#: The sources, ``"module:class"``, in the order the dispatcher asks them: the first that
+#: recognizes what the user passed reads it (plain files, which take anything, last).
+#: A new kind of source is a module and one line here.
+SOURCE_MODULES = (
+    "tfr_hooks.tfrecord.sources.tfds:TfdsSource",
+    "tfr_hooks.tfrecord.sources.converted:ConvertedSource",
+    "tfr_hooks.tfrecord.sources.files:FileSource",
+)
+
+#: What :meth:`RecordSource.check` found: the schema to read with (a converted
+#: directory's stored encodings applied), the examples of each file (``None`` when
+#: unknown before reading) and the examples per record (packed shards).
+Checked = tuple[Schema, list[int | None], int]
+
+
+class RecordSource(abc.ABC):
+    """One kind of input behind one seam: its files, counts, schema and checks.
+
+    Made by :func:`open_source`, never directly. Subclasses set :attr:`files` and
+    implement :meth:`open`, :meth:`schema` and :meth:`check`.
+
+    Attributes:
+        files: The files to read, in order (for TFDS: the shards of the split).
+        takes_split: Whether ``split`` means something to the source (TFDS only).
+        declares_schema: Whether the source brings its own schema and decoders, so a
+            reader's ``schema`` and ``decode`` are refused.
+    """
+
+    files: list[str]
+    takes_split: ClassVar[bool] = False
+    declares_schema: ClassVar[bool] = False
+
+    @classmethod
+    @abc.abstractmethod
+    def open(
+        cls, files: Any, split: str | None, paths: Callable[[], list[str]]
+    ) -> RecordSource | None:
+        """The source of ``files`` if this kind reads them, else ``None``.
+
+        Args:
+            files: What the user passed (a path, directory, glob, or a list of them).
+            split: The split asked for (checked by the dispatcher for the others).
+            paths: ``files`` resolved by :func:`~tfr_hooks.tfrecord.files.resolve_files`,
+                computed at the first call and kept.
+        """
+
+    @classmethod
+    def list_directory(cls, directory: str) -> list[str] | None:
+        """The data files of ``directory`` if this kind owns it, else ``None``."""
+        del directory
+        return None
+
+    def counts(self) -> list[int | None]:
+        """The examples of each file known before reading (``None``: unknown)."""
+        return [None] * len(self.files)
+
+    def names(self, as_tuple: object) -> object:
+        """``as_tuple`` as the source reads it (TFDS: ``True`` for the supervised keys)."""
+        return as_tuple
+
+    @abc.abstractmethod
+    def compression(self, given: str | None, *, tolerant: bool) -> str:
+        """The files' one compression: ``given`` (checked) or detected.
+
+        Args:
+            given: The reader's ``compression`` (``None`` to detect).
+            tolerant: Whether a damaged first record may only be guessed past
+                (``max_corrupt_records`` above 0: the scan then finds the damage).
+        """
+
+    @abc.abstractmethod
+    def schema(
+        self,
+        given: SchemaLike,
+        decode: Mapping[str, Any] | None,
+        compression: str,
+        damage: DamageMap | None,
+    ) -> Schema:
+        """The schema to parse the records with (before ``as_tuple`` selects from it)."""
+
+    @abc.abstractmethod
+    def check(
+        self, schema: Schema, compression: str, damage: DamageMap | None, *, given: bool
+    ) -> Checked:
+        """Check every file's first (whole) record against ``schema``.
+
+        Args:
+            schema: The schema chosen.
+            compression: The files' compression.
+            damage: What the scan for damaged records found, or ``None``.
+            given: Whether the user gave the schema or ``decode`` (not the stored one).
+
+        Returns:
+            The schema to read with, the examples of each file, the examples per record.
+        """
+
+    def to_dict(self) -> dict[str, Any] | None:
+        """What ``tfr-hooks inspect --json`` prints of the whole source; ``None``: per file."""
+        return None
+
+    def describe(self) -> str | None:
+        """What ``tfr-hooks inspect`` prints of the whole source; ``None``: per file."""
+        return None
+
+
+def source_kinds() -> list[type[RecordSource]]:
+    """The source classes of :data:`SOURCE_MODULES`, in the dispatcher's order.
+
+    Imported here at the first call: each source module imports this one.
+    """
+    return [_source_class(name) for name in SOURCE_MODULES]
+
+
+@functools.cache
+def _source_class(name: str) -> type[RecordSource]:
+    module_name, _, class_name = name.partition(":")
+    found = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(found, type) and issubclass(found, RecordSource)):
+        raise TypeError(f"Expected {name} to be a RecordSource. Received: {found!r}")
+    return found
+
+
+def open_source(files: Any, split: str | None = None) -> RecordSource:
+    """The one source that reads ``files``: picked once, from what the user passed.
+
+    Args:
+        files: A path, directory or glob pattern, or a sequence of them.
+        split: The split to read; only a source that has splits (TFDS) takes one.
+
+    Returns:
+        The :class:`RecordSource`.
+
+    Raises:
+        ValueError: If ``split`` is given for a source without splits, or the source
+            finds something wrong with ``files``.
+        TFRecordError: If no file matches, or a file cannot be read.
+    """
+    from tfr_hooks.tfrecord.files import resolve_files
+
+    paths = functools.cache(lambda: resolve_files(files))
+    for kind in source_kinds():
+        if split is not None and not kind.takes_split:
+            continue
+        source = kind.open(files, split, paths)
+        if source is not None:
+            return source
+    raise ValueError(
+        "Expected `split` only with a TensorFlow Datasets directory (one that "
+        f"tensorflow-datasets prepared). Received: split={split!r}, files={files!r}"
+    )
+
+
+def list_directory(directory: str) -> list[str] | None:
+    """The data files of ``directory`` as the source that owns it lists them.
+
+    ``None`` when no source claims it (then every file that is not hidden and not JSON).
+    """
+    for kind in source_kinds():
+        listed = kind.list_directory(directory)
+        if listed is not None:
+            return listed
+    return None
