@@ -1,8 +1,8 @@
-"""Finding TFRecord files, detecting their compression, and iterating over their records.
+"""Checking TFRecord files, detecting their compression, and iterating over their records.
 
-Paths may be files, directories or glob patterns, local or on any file system
-``tf.io.gfile`` knows. Every failure raises an error of :mod:`tfr_hooks.tfrecord.errors`
-that names the file.
+Paths are local or on any file system ``tf.io.gfile`` knows; directories and globs are
+listed by :func:`~tfr_hooks.tfrecord.sources.base.resolve_files`, which asks the sources.
+Every failure raises an error of :mod:`tfr_hooks.tfrecord.errors` that names the file.
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
-from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME
-from tfr_hooks.tfrecord.sources.base import list_directory
 
 __all__ = [
     "PathLike",
     "Files",
-    "resolve_files",
+    "check_readable",
     "check_compression",
     "detect_compression",
     "guess_compression",
@@ -47,7 +45,6 @@ PathLike: TypeAlias = "str | os.PathLike[str]"
 #: One path, directory or glob pattern, or a sequence of them.
 Files: TypeAlias = "PathLike | Sequence[PathLike]"
 
-_GLOB_CHARS = frozenset("*?[")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -97,85 +94,8 @@ def check_compression(compression: str | None, *, allow_auto: bool = True) -> st
     )
 
 
-def _is_glob(path: str) -> bool:
-    return any(char in _GLOB_CHARS for char in path)
-
-
-def _directory_files(directory: str) -> list[str]:
-    """The record files of a directory, as the source that owns it lists them.
-
-    A ``schema.json`` sidecar's shard list, a TensorFlow Datasets directory's shards, or
-    else every file that is not hidden and not JSON
-    (:func:`~tfr_hooks.tfrecord.sources.base.list_directory`).
-    """
-    return list_directory(directory) or []
-
-
-def resolve_files(files: Files) -> list[str]:
-    """Expand paths, directories and glob patterns into a checked list of readable files.
-
-    A directory stands for the files its source lists: the shards of its ``schema.json``
-    sidecar, a TensorFlow Datasets directory's shards, or else every file in it that is
-    not hidden and not JSON. Globs are sorted and skip
-    ``schema.json``. Order is kept otherwise.
-
-    Args:
-        files: A path, directory or glob pattern, or a sequence of them.
-
-    Returns:
-        The files, each existing and readable, without duplicates.
-
-    Raises:
-        TypeError: If ``files`` is not a path or a sequence of paths.
-        NoFilesError: If a glob or directory matches nothing, or a file does not exist.
-        UnreadableFileError: If a file cannot be opened.
-    """
-    if isinstance(files, (str, os.PathLike)):
-        items: list[object] = [files]
-    elif isinstance(files, Sequence) and not isinstance(files, bytes):
-        items = list(files)
-    else:
-        raise TypeError(
-            "Expected `files` to be a path, a directory, a glob pattern or a list of them. "
-            f"Received: files={files!r}"
-        )
-    if not items:
-        raise NoFilesError(
-            f"Expected `files` to name at least one TFRecord file. Received: files={files!r}"
-        )
-    result: list[str] = []
-    seen: set[str] = set()
-    for i, item in enumerate(items):
-        if not isinstance(item, (str, os.PathLike)):
-            raise TypeError(
-                f"Expected `files[{i}]` to be a path, a directory or a glob "
-                f"pattern. Received: files[{i}]={item!r} of type "
-                f"{type(item).__name__}"
-            )
-        path = os.fspath(item)
-        if tf.io.gfile.isdir(path):
-            found = _directory_files(path)
-            if not found:
-                raise NoFilesError(f"Directory {path!r} contains no TFRecord files.", file=path)
-        elif _is_glob(path):
-            found = sorted(
-                p
-                for p in tf.io.gfile.glob(path)
-                if os.path.basename(p) != SCHEMA_FILENAME and not tf.io.gfile.isdir(p)
-            )
-            if not found:
-                raise NoFilesError(f"No files match the pattern {path!r}.", file=path)
-        else:
-            found = [path]
-        for name in found:
-            if name not in seen:
-                _check_readable(name)
-                seen.add(name)
-                result.append(name)
-    return result
-
-
-def _check_readable(path: str) -> None:
+def check_readable(path: str) -> None:
+    """Raise a clear error if ``path`` does not exist or cannot be opened."""
     try:
         with tf.io.gfile.GFile(path, "rb") as handle:
             handle.read(1)

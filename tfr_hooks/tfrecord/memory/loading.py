@@ -453,6 +453,7 @@ def collect_held(
     ``count`` examples are expected when known (``None``: counted as read); they are read
     ``batch`` at a time.
     """
+
     def run() -> dict[str, Held]:
         data = build()
         names = _check_dense(data.element_spec)

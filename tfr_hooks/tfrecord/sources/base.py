@@ -7,8 +7,8 @@ prepared (:mod:`.tfds`). As Keras 3's data adapters (one ``get_data_adapter`` pi
 adapter from what the user passed), :func:`open_source` looks at ``files`` once and
 returns the one :class:`RecordSource` that reads it; planning
 (:func:`~tfr_hooks.tfrecord.plan.make_plan`), conversion, measuring, inspection, the
-command line and the directory listing of :func:`~tfr_hooks.tfrecord.files.resolve_files`
-ask it, never the file names.
+command line and the directory listing of :func:`resolve_files` ask it, never the file
+names.
 
 A source gives the files (the shards of the chosen split, for TFDS), their example
 counts when known up front, their compression, the schema (with its decoders: a TFDS
@@ -23,11 +23,16 @@ import abc
 import functools
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Union
 
+import tensorflow as tf
+
 from tfr_hooks.tfrecord.damage import DamageMap
+from tfr_hooks.tfrecord.errors import NoFilesError
+from tfr_hooks.tfrecord.files import Files, check_readable
 from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME
 
 __all__ = [
     "SOURCE_MODULES",
@@ -36,8 +41,11 @@ __all__ = [
     "SchemaLike",
     "list_directory",
     "open_source",
+    "resolve_files",
     "source_kinds",
 ]
+
+_GLOB_CHARS = frozenset("*?[")
 
 #: What a reader's ``schema`` may be: a Schema, the path of a schema.json, or ``None``.
 SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
@@ -84,7 +92,7 @@ class RecordSource(abc.ABC):
         Args:
             files: What the user passed (a path, directory, glob, or a list of them).
             split: The split asked for (checked by the dispatcher for the others).
-            paths: ``files`` resolved by :func:`~tfr_hooks.tfrecord.files.resolve_files`,
+            paths: ``files`` resolved by :func:`resolve_files`,
                 computed at the first call and kept.
         """
 
@@ -179,8 +187,6 @@ def open_source(files: Any, split: str | None = None) -> RecordSource:
             finds something wrong with ``files``.
         TFRecordError: If no file matches, or a file cannot be read.
     """
-    from tfr_hooks.tfrecord.files import resolve_files
-
     paths = functools.cache(lambda: resolve_files(files))
     for kind in source_kinds():
         if split is not None and not kind.takes_split:
@@ -204,3 +210,81 @@ def list_directory(directory: str) -> list[str] | None:
         if listed is not None:
             return listed
     return None
+
+
+def _is_glob(path: str) -> bool:
+    return any(char in _GLOB_CHARS for char in path)
+
+
+def _directory_files(directory: str) -> list[str]:
+    """The record files of a directory, as the source that owns it lists them.
+
+    A ``schema.json`` sidecar's shard list, a TensorFlow Datasets directory's shards, or
+    else every file that is not hidden and not JSON
+    (:func:`~tfr_hooks.tfrecord.sources.base.list_directory`).
+    """
+    return list_directory(directory) or []
+
+
+def resolve_files(files: Files) -> list[str]:
+    """Expand paths, directories and glob patterns into a checked list of readable files.
+
+    A directory stands for the files its source lists: the shards of its ``schema.json``
+    sidecar, a TensorFlow Datasets directory's shards, or else every file in it that is
+    not hidden and not JSON. Globs are sorted and skip
+    ``schema.json``. Order is kept otherwise.
+
+    Args:
+        files: A path, directory or glob pattern, or a sequence of them.
+
+    Returns:
+        The files, each existing and readable, without duplicates.
+
+    Raises:
+        TypeError: If ``files`` is not a path or a sequence of paths.
+        NoFilesError: If a glob or directory matches nothing, or a file does not exist.
+        UnreadableFileError: If a file cannot be opened.
+    """
+    if isinstance(files, (str, os.PathLike)):
+        items: list[object] = [files]
+    elif isinstance(files, Sequence) and not isinstance(files, bytes):
+        items = list(files)
+    else:
+        raise TypeError(
+            "Expected `files` to be a path, a directory, a glob pattern or a list of them. "
+            f"Received: files={files!r}"
+        )
+    if not items:
+        raise NoFilesError(
+            f"Expected `files` to name at least one TFRecord file. Received: files={files!r}"
+        )
+    result: list[str] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(
+                f"Expected `files[{i}]` to be a path, a directory or a glob "
+                f"pattern. Received: files[{i}]={item!r} of type "
+                f"{type(item).__name__}"
+            )
+        path = os.fspath(item)
+        if tf.io.gfile.isdir(path):
+            found = _directory_files(path)
+            if not found:
+                raise NoFilesError(f"Directory {path!r} contains no TFRecord files.", file=path)
+        elif _is_glob(path):
+            found = sorted(
+                p
+                for p in tf.io.gfile.glob(path)
+                if os.path.basename(p) != SCHEMA_FILENAME and not tf.io.gfile.isdir(p)
+            )
+            if not found:
+                raise NoFilesError(f"No files match the pattern {path!r}.", file=path)
+        else:
+            found = [path]
+        for name in found:
+            if name not in seen:
+                check_readable(name)
+                seen.add(name)
+                result.append(name)
+    return result
