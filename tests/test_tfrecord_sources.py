@@ -64,7 +64,7 @@ def test_plain_files_are_a_file_source_of_unknown_counts(tmp_path):
     assert source.files == [path]
     assert source.counts() == [None]
     assert source.compression(None, tolerant=False) == ""
-    assert source.schema(None, None, "", None).names == ("label",)
+    assert source.schema(None, None, "", None).names == ["label"]
     assert source.describe() is None and source.to_dict() is None
 
 
@@ -78,7 +78,7 @@ def test_a_written_directory_is_a_converted_source_with_its_counts(tmp_path):
     ]
     assert source.counts() == [6, 6]
     schema = source.schema(None, None, "", None)
-    assert schema.names == ("x",)
+    assert schema.names == ["x"]
     _, counts, per_record = source.check(schema, "", None, given=False)
     assert (counts, per_record) == ([6, 6], 1)
     # a glob into the directory reads its shards as converted too

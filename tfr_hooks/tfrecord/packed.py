@@ -49,6 +49,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.damage import DamageMap
+from tfr_hooks.tfrecord.decode import raw_values
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
 from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.schema import Feature, Schema
@@ -96,10 +97,6 @@ def _counts_name(feature: Feature) -> str | None:
 
 #: Examples parsed together when not shuffling (the window then only sets the parse size).
 WINDOW_EXAMPLES = 4096
-# dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards), as schema.Feature
-_RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
-_RAW_DECODE["uint64"] = ("int64", "uint64")
-_RAW_DECODE["float16"] = ("uint16", "float16")  # decode_raw with fixed_length has no half
 _STORED = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 
 
@@ -227,19 +224,11 @@ def _whole_examples(feature: Feature, lengths: Any, unit: int, per_record: int) 
 
 def _decode_raw(feature: Feature, blocks: Any, per_record: int) -> tuple[Any, Any]:
     """A batch of raw blocks as ``[records * per_record, *shape]`` (short blocks padded)."""
-    decoded, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
     nbytes = feature.raw_nbytes
     lengths = tf.cast(tf.strings.length(blocks), tf.int64)
     counts = _whole_examples(feature, lengths, nbytes, per_record)
-    flat = tf.io.decode_raw(
-        blocks, tf.as_dtype(decoded), little_endian=True, fixed_length=nbytes * per_record
-    )
-    value = tf.reshape(flat, [-1, *feature.shape])
-    if bitcast_to is not None:
-        value = tf.bitcast(value, tf.as_dtype(bitcast_to))
-    if feature.dtype == "bool":
-        value = tf.not_equal(value, 0)
-    return value, counts
+    flat = raw_values(blocks, feature.dtype, fixed_length=nbytes * per_record)
+    return tf.reshape(flat, [-1, *feature.shape]), counts
 
 
 def _decode_list(feature: Feature, ragged: Any, per_record: int) -> tuple[Any, Any]:
@@ -319,15 +308,7 @@ def _decode_frames(feature: Feature, parsed: Any, per_record: int) -> tuple[Any,
 
 def _raw_frames(feature: Feature, joined: Any) -> Any:
     """The frames of one string of their raw bytes, as ``[frames, *shape]``."""
-    decoded, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
-    value = tf.reshape(
-        tf.io.decode_raw(joined, tf.as_dtype(decoded), little_endian=True), [-1, *feature.shape]
-    )
-    if bitcast_to is not None:
-        value = tf.bitcast(value, tf.as_dtype(bitcast_to))
-    if feature.dtype == "bool":
-        value = tf.not_equal(value, 0)
-    return value
+    return tf.reshape(raw_values(joined, feature.dtype), [-1, *feature.shape])
 
 
 def unpack(

@@ -46,6 +46,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.damage import DamageMap
+from tfr_hooks.tfrecord.decode import decode_images, inflate
 from tfr_hooks.tfrecord.errors import NoFilesError
 from tfr_hooks.tfrecord.files import check_framing, detect_compression, first_record
 from tfr_hooks.tfrecord.schema import Feature, Schema
@@ -309,11 +310,7 @@ def _build(part: _Part, parsed: Mapping[str, Any]) -> Any:
         return value
     if part.how == "tensor_bytes":
         if part.zlib:
-            value = tf.map_fn(
-                lambda v: tf.io.decode_compressed(v, "ZLIB"),
-                value,
-                fn_output_signature=tf.TensorSpec([], tf.string),
-            )
+            value = inflate(value)
         return feature.frame.decode(value)  # raw little-endian bytes, as tfds writes them
     if part.how == "image":
         if feature.sequence:
@@ -332,26 +329,9 @@ def _build(part: _Part, parsed: Mapping[str, Any]) -> Any:
 
 
 def _decode_images(part: _Part, encoded: Any) -> Any:
-    """``[n, *shape]`` images of the part's dtype from ``n`` encoded images.
-
-    A declared JPEG or PNG is decoded by its own op (faster than ``decode_image``, which
-    tells the format from the bytes, as an image of no declared format needs).
-    """
-    shape, dtype = part.feature.shape, tf.as_dtype(part.feature.dtype)
-    channels = shape[-1]
-
-    def decode(data: Any) -> Any:
-        if dtype == tf.uint16 or part.image_format == "png":
-            image = tf.io.decode_png(data, channels=channels, dtype=dtype)
-        elif part.image_format == "jpeg":
-            image = tf.io.decode_jpeg(data, channels=channels)
-        else:
-            image = tf.io.decode_image(data, channels=channels, expand_animations=False)
-        return tf.ensure_shape(image, shape)
-
-    images = tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec(shape, dtype))
-    images.set_shape(encoded.shape.concatenate(shape))
-    return images
+    """``[n, *shape]`` images of the part's dtype from ``n`` encoded images."""
+    feature = part.feature
+    return decode_images(encoded, feature.shape, feature.dtype, part.image_format)
 
 
 # --- the directory ------------------------------------------------------------------------
