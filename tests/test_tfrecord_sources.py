@@ -64,7 +64,7 @@ def test_plain_files_are_a_file_source_of_unknown_counts(tmp_path):
     assert source.files == [path]
     assert source.counts() == [None]
     assert source.compression(None, tolerant=False) == ""
-    assert source.schema(None, None, "", None).names == ["label"]
+    assert source.schema(None, None, "").names == ["label"]
     assert source.describe() is None and source.to_dict() is None
 
 
@@ -77,9 +77,9 @@ def test_a_written_directory_is_a_converted_source_with_its_counts(tmp_path):
         "data-00001-of-00002.tfrecord",
     ]
     assert source.counts() == [6, 6]
-    schema = source.schema(None, None, "", None)
+    schema = source.schema(None, None, "")
     assert schema.names == ["x"]
-    _, counts, per_record = source.check(schema, "", None, given=False)
+    _, counts, per_record = source.check(schema, "", given=False)
     assert (counts, per_record) == ([6, 6], 1)
     # a glob into the directory reads its shards as converted too
     assert type(open_source(str(out / "data-*"))) is ConvertedSource
@@ -95,7 +95,7 @@ def test_a_tfds_directory_is_a_tfds_source_of_its_split(tokens_dir):
     assert all("-test.tfrecord-" in f for f in test.files)
     assert test.to_dict()["tfds"]["name"] == "tokens"
     codec = test.compression(None, tolerant=False)
-    assert test.schema(None, None, codec, None).names == train.directory.schema.names
+    assert test.schema(None, None, codec).names == train.directory.schema.names
     # the listing of the directory is its shards: no JSON, no label names
     assert resolve_files(tokens_dir) == sorted(
         [*train.files, *test.files], key=lambda f: Path(f).name

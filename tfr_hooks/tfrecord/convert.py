@@ -150,7 +150,7 @@ def convert(
     paths = list(origin.files)
     if origin.declares_schema:  # e.g. a TFDS split, read with the features it declares
         stored_as = origin.compression(None, tolerant=False)
-        schema, decode = origin.schema(schema, decode, stored_as, None), None
+        schema, decode = origin.schema(schema, decode, stored_as), None
     out_dir = os.fspath(directory)
     _check_not_input(paths, out_dir)
     if map_fn is not None and not callable(map_fn):

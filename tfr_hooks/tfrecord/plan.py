@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfr_hooks.tfrecord.damage import DamageMap, scan_damage
+from tfr_hooks.tfrecord.damage import DamageMap
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.schema import Schema
 from tfr_hooks.tfrecord.sources.base import RecordSource, SchemaLike, open_source
@@ -88,14 +88,14 @@ def make_plan(
     names = _check_as_tuple(source.names(as_tuple))
     _check_decode(decode)
     codec = source.compression(compression, tolerant=bool(max_corrupt_records))
-    damage = None
     if max_corrupt_records:
-        damage = scan_damage(source.files, codec, max_corrupt_records)
-    chosen = source.schema(schema, decode, codec, damage)
+        source.scan(codec, max_corrupt_records)
+    chosen = source.schema(schema, decode, codec)
     if select:  # with a map_fn, as_tuple names its outputs
         chosen = _selected(chosen, names)
     given = schema is not None or bool(decode)
-    chosen, counts, per_record = source.check(chosen, codec, damage, given=given)
+    chosen, counts, per_record = source.check(chosen, codec, given=given)
+    damage = source.damage
     return Plan(list(source.files), codec, chosen, names, counts, per_record, damage, source)
 
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Union
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamageMap
+from tfr_hooks.tfrecord.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.errors import NoFilesError
 from tfr_hooks.tfrecord.files import Files, check_readable
 from tfr_hooks.tfrecord.schema import Schema
@@ -73,12 +73,15 @@ class RecordSource(abc.ABC):
 
     Attributes:
         files: The files to read, in order (for TFDS: the shards of the split).
+        damage: What :meth:`scan` found (``max_corrupt_records`` above 0), else ``None``:
+            the schema, the checks and the counts then read the whole records only.
         takes_split: Whether ``split`` means something to the source (TFDS only).
         declares_schema: Whether the source brings its own schema and decoders, so a
             reader's ``schema`` and ``decode`` are refused.
     """
 
     files: list[str]
+    damage: DamageMap | None = None
     takes_split: ClassVar[bool] = False
     declares_schema: ClassVar[bool] = False
 
@@ -120,26 +123,27 @@ class RecordSource(abc.ABC):
                 (``max_corrupt_records`` above 0: the scan then finds the damage).
         """
 
+    def scan(self, compression: str, max_corrupt_records: int) -> DamageMap:
+        """Scan the files for damaged records (:func:`~tfr_hooks.tfrecord.damage.scan_damage`).
+
+        What it finds is kept as :attr:`damage`, which the schema and the checks use.
+        """
+        self.damage = scan_damage(self.files, compression, max_corrupt_records)
+        return self.damage
+
     @abc.abstractmethod
     def schema(
-        self,
-        given: SchemaLike,
-        decode: Mapping[str, Any] | None,
-        compression: str,
-        damage: DamageMap | None,
+        self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
     ) -> Schema:
         """The schema to parse the records with (before ``as_tuple`` selects from it)."""
 
     @abc.abstractmethod
-    def check(
-        self, schema: Schema, compression: str, damage: DamageMap | None, *, given: bool
-    ) -> Checked:
+    def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
         """Check every file's first (whole) record against ``schema``.
 
         Args:
             schema: The schema chosen.
             compression: The files' compression.
-            damage: What the scan for damaged records found, or ``None``.
             given: Whether the user gave the schema or ``decode`` (not the stored one).
 
         Returns:

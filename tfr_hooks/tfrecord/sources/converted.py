@@ -14,7 +14,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tfr_hooks.tfrecord.damage import DamageMap
 from tfr_hooks.tfrecord.schema import Schema
 from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, listed_shards
 from tfr_hooks.tfrecord.sources.base import RecordSource
@@ -67,15 +66,14 @@ class ConvertedSource(FileSource):
         path: str,
         schema: Schema,
         compression: str,
-        damage: DamageMap | None,
         *,
         given: bool,
     ) -> tuple[Schema, int | None, int]:
         """The sidecar's examples and packing; a given schema takes its stored encodings."""
         sidecar = self.sidecar(path)
         if sidecar is None:
-            return super().file_facts(path, schema, compression, damage, given=given)
-        if damage is None:
+            return super().file_facts(path, schema, compression, given=given)
+        if self.damage is None:
             check_written_size(path, sidecar)
         if given:
             schema = schema.with_stored_encodings(sidecar.schema)

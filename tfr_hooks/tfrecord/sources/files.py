@@ -17,7 +17,6 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks.tfrecord.damage import DamageMap
 from tfr_hooks.tfrecord.errors import MissingFeatureError
 from tfr_hooks.tfrecord.files import (
     check_compression,
@@ -77,13 +76,10 @@ class FileSource(RecordSource):
         )
 
     def schema(
-        self,
-        given: SchemaLike,
-        decode: Mapping[str, Any] | None,
-        compression: str,
-        damage: DamageMap | None,
+        self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
     ) -> Schema:
         """``given``, loaded from its path, or inferred (from whole records when damaged)."""
+        damage = self.damage
         if given is None and damage is not None:  # from records that are whole
             among, max_records = damage.inference(self.files, INFER_RECORDS)
             chosen = infer_schema(among, compression=compression, max_records=max_records)
@@ -105,7 +101,6 @@ class FileSource(RecordSource):
         path: str,
         schema: Schema,
         compression: str,
-        damage: DamageMap | None,
         *,
         given: bool,
     ) -> tuple[Schema, int | None, int]:
@@ -115,21 +110,18 @@ class FileSource(RecordSource):
         header cut short, so its framing is checked (the scan for damage finds it too).
         """
         del given
-        if damage is None:
+        if self.damage is None:
             check_framing(path, compression)
         return schema, None, 1
 
-    def check(
-        self, schema: Schema, compression: str, damage: DamageMap | None, *, given: bool
-    ) -> Checked:
+    def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
         """Check every file's first whole record (and find the feature lists declared)."""
+        damage = self.damage
         lists = FeatureLists(schema)
         counts: list[int | None] = []
         packing: dict[str, int] = {}
         for path in self.files:
-            schema, count, per_record = self.file_facts(
-                path, schema, compression, damage, given=given
-            )
+            schema, count, per_record = self.file_facts(path, schema, compression, given=given)
             counts.append(count)
             packing[path] = per_record
             if damage is None:

@@ -45,7 +45,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamageMap
 from tfr_hooks.tfrecord.decode import decode_images, inflate
 from tfr_hooks.tfrecord.errors import NoFilesError
 from tfr_hooks.tfrecord.files import check_framing, detect_compression, first_record
@@ -642,14 +641,10 @@ class TfdsSource(RecordSource):
         return codec
 
     def schema(
-        self,
-        given: SchemaLike,
-        decode: Mapping[str, Any] | None,
-        compression: str,
-        damage: DamageMap | None,
+        self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
     ) -> Schema:
         """The :class:`TfdsSchema` of ``features.json``; ``schema`` and ``decode`` refused."""
-        del compression, damage
+        del compression
         if given is not None:
             raise ValueError(
                 f"Expected no `schema` for TFDS directory {self.directory.path!r}: its "
@@ -660,13 +655,11 @@ class TfdsSource(RecordSource):
             self.directory.schema.replace(**dict(decode))
         return self.directory.schema
 
-    def check(
-        self, schema: Schema, compression: str, damage: DamageMap | None, *, given: bool
-    ) -> Checked:
+    def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
         """The shards were checked with the compression; the counts, or the whole records."""
         del compression, given
-        if damage is not None:
-            return schema, [damage.of(path).records for path in self.files], 1
+        if self.damage is not None:
+            return schema, [self.damage.of(path).records for path in self.files], 1
         return schema, self.counts(), 1
 
     def to_dict(self) -> dict[str, Any] | None:
