@@ -11,11 +11,10 @@ import logging
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
 from tfr_hooks.tfrecord.errors import (
     CorruptRecordError,
     EmptyFileError,
@@ -36,7 +35,6 @@ __all__ = [
     "first_record",
     "check_framing",
     "FRAMING_CHECK_MAX_BYTES",
-    "record_stream",
 ]
 
 logger = logging.getLogger(__name__)
@@ -330,64 +328,3 @@ def first_record(path: PathLike, compression: str | None = None) -> bytes:
         f"TFRecord file {os.fspath(path)!r} holds no records; expected at least one.",
         file=os.fspath(path),
     )
-
-
-def record_stream(
-    files: Sequence[str],
-    compression: str,
-    *,
-    reads: int,
-    deterministic: bool,
-    shuffle_files: bool,
-    seed: int | None,
-    damage: DamageMap | None = None,
-) -> tf.data.Dataset:
-    """The serialized records of ``files``, ``reads`` files interleaved one record at a time.
-
-    Args:
-        files: The shards.
-        compression: Their compression (``""``, ``"GZIP"``, ``"ZLIB"``).
-        reads: Files read at once (in parallel when more than 1).
-        deterministic: Whether parallel reads keep a fixed order.
-        shuffle_files: Whether to shuffle the order of the files (each pass anew).
-        seed: Seed of that shuffle.
-        damage: What a scan for damaged records found (``max_corrupt_records``): when
-            some of ``files`` are damaged, only their whole records are read (see
-            :class:`~tfr_hooks.tfrecord.damage.DamagedReads`).
-
-    Returns:
-        A dataset of scalar ``tf.string`` records.
-    """
-    if damage is not None and damage.damages(files):
-        return _damaged_stream(files, damage, reads, deterministic, shuffle_files, seed)
-    paths = tf.data.Dataset.from_tensor_slices(list(files))
-    if shuffle_files:
-        paths = paths.shuffle(len(files), seed=seed)
-    parallel: dict[str, Any] = {}
-    if reads > 1:
-        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    return paths.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
-        cycle_length=reads,
-        block_length=1,
-        **parallel,
-    )
-
-
-def _damaged_stream(
-    files: Sequence[str],
-    damage: DamageMap,
-    reads: int,
-    deterministic: bool,
-    shuffle_files: bool,
-    seed: int | None,
-) -> tf.data.Dataset:
-    """:func:`record_stream` over files some of which hold damaged records."""
-    damaged = DamagedReads(damage)
-    paths = damaged.paths(files)
-    if shuffle_files:
-        paths = paths.shuffle(len(files), seed=seed)
-    parallel: dict[str, Any] = {}
-    if reads > 1:
-        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    return paths.interleave(damaged.records, cycle_length=reads, block_length=1, **parallel)
