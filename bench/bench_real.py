@@ -541,7 +541,7 @@ def pinned_trainer(served: bool) -> Iterator[str | None]:
         os.sched_setaffinity(0, {trainer})
         yield None
         return
-    from tfr_hooks.data_service import LocalService
+    from tfr_hooks.service.local import LocalService
 
     os.sched_setaffinity(0, {helper})
     with LocalService(workers=1, timeout=SERVER_START) as service:

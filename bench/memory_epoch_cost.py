@@ -40,7 +40,7 @@ data is now eager tensors made once and its pipeline turns the default rewrites 
 both costs gone. The last one: Grappler's meta optimizer optimizing the gather function
 (a multi-device function) at each new iterator, about 5 ms (``--no-meta-optimizer``
 shows it; ``--graph`` the same in graph mode); the gather is now a single-device function
-(``memory.single_device_map``), and a pass over 3,072 examples takes 1.3x-1.7x less time
+(``serve.single_device_map``), and a pass over 3,072 examples takes 1.3x-1.7x less time
 than ``.cache()`` (``--files``: both built on TFRecords, as users build them).
 
 Usage::
@@ -64,9 +64,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
-from tfr_hooks.tfrecord import memory
 from tfr_hooks.tfrecord.memory import serve
-from tfr_hooks.tfrecord.memory.loading import _empty
+from tfr_hooks.tfrecord.memory.loading import aligned_empty
 
 __all__ = ["arrays_of", "cached_pipeline", "file_pipeline", "memory_pipeline", "main"]
 
@@ -78,8 +77,8 @@ def arrays_of(examples: int, kind: str, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     shape = (40, 40, 3) if kind == "img" else (784,)
     out = {
-        "x": _empty((examples, *shape), np.uint8),
-        "label": _empty((examples,), np.int64),
+        "x": aligned_empty((examples, *shape), np.uint8),
+        "label": aligned_empty((examples,), np.int64),
     }
     out["x"][:] = rng.integers(0, 256, out["x"].shape, dtype=np.uint8)  # aligned, as load's
     out["label"][:] = rng.integers(0, 10, examples)
@@ -133,7 +132,7 @@ def memory_pipeline(arrays: dict[str, np.ndarray], variant: str = "memory") -> t
     if variant == "sequential":
         serve.PARALLEL_CALLS = None  # type: ignore[assignment]
     try:
-        return memory.memory_dataset(
+        return serve.memory_dataset(
             arrays,
             BATCH,
             shuffle=variant != "ordered",

@@ -1,7 +1,7 @@
 """A Keras 3 model trained on batches that tf.data service workers read, parse and batch.
 
 One dispatcher and ``--workers`` workers (default 2) start as local processes on
-``127.0.0.1`` (``tfr_hooks.data_service.LocalService``, each running ``tfr-hooks
+``127.0.0.1`` (``tfr_hooks.service.local.LocalService``, each running ``tfr-hooks
 data-service dispatcher|worker``). ``tfrecord.dataset(..., service=ADDRESS)`` hands the
 whole pipeline (reading the shards, shuffling, parsing, batching) to the workers, and
 ``tfr_hooks.FunctionLoop`` trains on the batches they stream back, with validation and
@@ -57,7 +57,8 @@ from _digits import (
 
 import tfr_hooks
 from tfr_hooks import tfrecord
-from tfr_hooks.data_service import LocalService, check_dispatcher
+from tfr_hooks.service.address import check_dispatcher
+from tfr_hooks.service.local import LocalService
 
 TRAIN_SHARDS = 4
 BATCH = 50  # divides each training shard's 300 examples: every batch is full

@@ -130,7 +130,7 @@ def shared_service() -> Iterator[str]:
     Started once per test process, on first use, for the tests that only read through a
     service; a test that kills servers starts its own :class:`LocalService`.
     """
-    from tfr_hooks.data_service import LocalService
+    from tfr_hooks.service.local import LocalService
 
     with LocalService(workers=2, timeout=240) as local:
         yield local.address

@@ -25,17 +25,16 @@ import tensorflow as tf
 from tensorflow.python.eager.cancellation import CancellationManager
 
 from tfr_hooks import cli
-from tfr_hooks.data_service import (
-    LocalService,
+from tfr_hooks.service.address import (
     check_dispatcher,
     check_service_address,
     live_workers,
     registered_workers,
-    run_worker,
 )
-from tfr_hooks.service.servers import _free_port
+from tfr_hooks.service.local import LocalService
+from tfr_hooks.service.servers import free_port, run_worker
 
-SRC = Path(cli.__file__).resolve().parents[1]
+SRC = Path(cli.__file__).resolve().parents[2]
 #: seconds a server may take to start on a loaded 2-core machine (it imports TensorFlow)
 START = 120
 
@@ -183,7 +182,7 @@ def test_a_worker_started_before_its_dispatcher_waits_for_it_then_serves(
     cli_server: Callable[..., tuple[subprocess.Popen[bytes], Path]],
 ) -> None:
     """Start order is free in a cluster: the worker waits, logging it, and then serves."""
-    port = _free_port()
+    port = free_port()
     address = f"grpc://127.0.0.1:{port}"
     worker, worker_log = cli_server("worker", "--dispatcher", f"127.0.0.1:{port}")
     _wait_for_line(worker_log, worker, f"waiting for a dispatcher at {address}")

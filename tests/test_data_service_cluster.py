@@ -1,6 +1,6 @@
 """Two MultiWorkerMirroredStrategy trainers (real processes) share one tf.data service job.
 
-A :class:`~tfr_hooks.data_service.LocalService` (a dispatcher and 2 workers, real
+A :class:`~tfr_hooks.service.local.LocalService` (a dispatcher and 2 workers, real
 processes on loopback) serves the batches of ``tfrecord.dataset(files, batch,
 service=address)``; two trainer processes (``tests/_multi_worker_child.py service``,
 through ``tests/_cluster.py``, with ``TF_CONFIG`` naming ``127.0.0.1`` ports) train on
@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from _cluster import run_cluster
-from tfr_hooks.data_service import LocalService
+from tfr_hooks.service.local import LocalService
 
 CHILD = "tests/_multi_worker_child.py"
 #: unequal files, 1,041 examples: an odd number, so the two trainers' shares of an epoch

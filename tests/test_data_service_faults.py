@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import FunctionLoop, Hook, SessionLoop, tfrecord
-from tfr_hooks.data_service import LocalService
+from tfr_hooks.service.local import LocalService
 from tfr_hooks.tfrecord import ReadFacts, Source
 
 #: seconds a server may take to start on a loaded 2-core machine (it imports TensorFlow)

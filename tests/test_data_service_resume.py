@@ -1,6 +1,6 @@
 """A run reading through a tf.data service, interrupted mid-epoch and resumed, in real processes.
 
-One :class:`~tfr_hooks.data_service.LocalService` (a dispatcher and 2 workers on
+One :class:`~tfr_hooks.service.local.LocalService` (a dispatcher and 2 workers on
 loopback) is started by the module and stays up across every run: an uninterrupted
 reference, then the same run interrupted and resumed in new processes. The trainer is
 ``tests/_resume_child.py`` (``FunctionLoop``, a Keras 3 model,
@@ -48,8 +48,8 @@ from helpers import keras_regressor
 from test_checkpoint_mid_epoch import Child, _lines
 from test_function_loop_resume import Crash
 from tfr_hooks import FunctionLoop, tfrecord
-from tfr_hooks.data_service import LocalService
 from tfr_hooks.graph.checkpoint import resume_position_of
+from tfr_hooks.service.local import LocalService
 
 #: seconds the servers may take to start on a loaded 2-core machine (they import TF)
 START = 180

@@ -125,6 +125,54 @@ def test_no_module_reaches_another_through_the_package_namespace() -> None:
                 assert names == ["tfrecord"], f"{module}: from tfr_hooks import {names}"
 
 
+def test_no_module_imports_a_private_name_from_another() -> None:
+    """What two modules share is public in one of them (``_x`` stays in its module)."""
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfr_hooks"):
+                found += [
+                    f"{module}: {node.module}.{a.name}" for a in node.names if a.name[0] == "_"
+                ]
+    assert found == []
+
+
+#: the files of a TensorFlow Datasets directory, which only its source may name
+TFDS_FILE_NAMES = ("dataset_info.json", "features.json", ".labels.txt")
+
+
+def _code_strings(path: Path) -> list[str]:
+    """The string constants of a module's code: its docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docstrings.add(id(body[0].value))
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+    ]
+
+
+def test_only_the_tfds_source_names_a_tfds_file() -> None:
+    """The rest of the package asks the source, never the file names (in its code)."""
+    found = [
+        f"{module}: {name}"
+        for module, path in MODULES.items()
+        if module != "tfr_hooks.tfrecord.sources.tfds"
+        for text in _code_strings(path)
+        for name in TFDS_FILE_NAMES
+        if name in text
+    ]
+    assert found == []
+    tfds = _code_strings(MODULES["tfr_hooks.tfrecord.sources.tfds"])
+    assert all(any(name in text for text in tfds) for name in TFDS_FILE_NAMES)
+
+
 def test_the_two_modes_have_their_own_folders() -> None:
     graph = {p.stem for p in (PACKAGE / "graph").glob("*.py")}
     tf2 = {p.stem for p in (PACKAGE / "tf2").glob("*.py")}
@@ -168,7 +216,7 @@ def test_the_tfrecord_modules_import_each_other_without_a_cycle() -> None:
     """Each tfrecord module's imports, at any depth of its code, form an acyclic graph."""
     tfrecord = {m for m in MODULES if layer(m) == "tfrecord" and m != "tfr_hooks.tfrecord"}
     graph = {m: sorted(imports(MODULES[m]) & tfrecord - {m}) for m in tfrecord}
-    assert "tfr_hooks.tfrecord.sidecar" in graph["tfr_hooks.tfrecord.files"]
+    assert "tfr_hooks.tfrecord.sidecar" in graph["tfr_hooks.tfrecord.sources.base"]
     done: set[str] = set()
 
     def visit(module: str, path: tuple[str, ...]) -> None:

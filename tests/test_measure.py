@@ -300,7 +300,7 @@ def test_the_recommendation_is_the_highest_measured_rate_of_those_that_fit() -> 
 def test_measure_service_times_the_streamed_pipeline_through_a_running_service(
     jpegs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tfr_hooks.data_service import LocalService
+    from tfr_hooks.service.local import LocalService
 
     argv = ["measure", str(jpegs), "--batch-size", "32", "--batches", "5", "--json"]
     with LocalService(workers=1) as service:
@@ -321,8 +321,8 @@ def test_measure_service_errors_at_once_for_a_wrong_address(
         cli.main([*argv, "grpc://localhost"])  # no port
     assert info.value.code == 2
     assert "Expected `--service` to be" in capsys.readouterr().err
-    from tfr_hooks.service.servers import _free_port
+    from tfr_hooks.service.servers import free_port
 
-    assert cli.main([*argv, f"grpc://127.0.0.1:{_free_port()}"]) == 1  # nothing listens
+    assert cli.main([*argv, f"grpc://127.0.0.1:{free_port()}"]) == 1  # nothing listens
     err = capsys.readouterr().err
     assert "tfr-hooks measure: error: --service: No tf.data service dispatcher answers" in err

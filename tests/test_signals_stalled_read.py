@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from tfr_hooks import tfrecord
-from tfr_hooks.data_service import LocalService
+from tfr_hooks.service.local import LocalService
 
 SCRIPT = Path(__file__).parent / "_fault_scripts" / "stalled_read.py"
 START = 240  # the child imports TensorFlow on two shared cores

@@ -11,7 +11,7 @@ only the loop's batch size takes the batches.
 
 The kinds: streamed, packed shards, in memory decoded, in memory encoded (a ``map_fn``
 and a ``memory_budget`` only the records fit), queue (``SessionLoop`` only) and served (a
-real :class:`~tfr_hooks.data_service.LocalService` of 2 workers: each batches the files
+real :class:`~tfr_hooks.service.local.LocalService` of 2 workers: each batches the files
 it is handed, so an epoch's steps are those of one of the ways the files can fall to the
 workers, see :func:`served_epochs`). ``FunctionLoop`` reads
 ``tfrecord.dataset``, ``SessionLoop`` ``tfrecord.read_batches``. Fewer examples than a
@@ -272,7 +272,7 @@ def test_encoded_kind_is_what_the_budget_chooses(files, caplog):
 )
 def test_in_memory_passes_are_exact_in_both_modes(n, batch, drop, shuffle):
     """The in-memory gather alone: every pass, eager and graph, holds the exact batches."""
-    from tfr_hooks.tfrecord.memory import memory_dataset
+    from tfr_hooks.tfrecord.memory.serve import memory_dataset
 
     arrays = {"index": np.arange(n, dtype=np.int64)}
     kwargs = dict(shuffle=shuffle, seed=3, drop_remainder=drop, num_epochs=1, prefetch=1)

@@ -148,7 +148,7 @@ def test_graph_mode_reshuffles_at_each_initialization_reproducibly(shards):
 
 def _passes(arrays: dict[str, np.ndarray], drop: bool, passes: int) -> list[list[np.ndarray]]:
     """Batches (``index``) of ``passes`` passes of ``memory_dataset``, a new iterator each."""
-    from tfr_hooks.tfrecord.memory import memory_dataset
+    from tfr_hooks.tfrecord.memory.serve import memory_dataset
 
     ds = memory_dataset(
         arrays, 128, shuffle=True, seed=4, drop_remainder=drop, num_epochs=1, prefetch=2
@@ -175,7 +175,7 @@ def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, dro
 
 
 def test_unaligned_arrays_are_served_whole_and_right():
-    from tfr_hooks.tfrecord.memory import memory_dataset
+    from tfr_hooks.tfrecord.memory.serve import memory_dataset
 
     arrays = _arrays()
     unaligned = np.empty(arrays["x"].nbytes + 4, np.uint8)[4:].view(np.float32).reshape(-1, 3)
@@ -248,15 +248,15 @@ def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
     # a multi-device tf.data function is optimized by Grappler at every new iterator (in
     # graph mode, every initialization): milliseconds of each in-memory pass's start
     from tfr_hooks import tf_private
-    from tfr_hooks.tfrecord import memory
+    from tfr_hooks.tfrecord.memory import serve
 
-    plain = memory.single_device_map(tf.data.Dataset.range(5), lambda x: x * 2)
+    plain = serve.single_device_map(tf.data.Dataset.range(5), lambda x: x * 2)
     assert isinstance(plain, tf_private.single_device_map_class())  # not the fallback map
     assert list(plain.as_numpy_iterator()) == [0, 2, 4, 6, 8]
     assert plain.cardinality() == 5
     arrays = _arrays()
     with tf.Graph().as_default() if graph_mode else contextlib.nullcontext():
-        data = memory.memory_dataset(
+        data = serve.memory_dataset(
             arrays, 128, shuffle=True, seed=4, drop_remainder=False, num_epochs=1, prefetch=2
         )
         names = _single_device_functions(data)
@@ -626,7 +626,8 @@ def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
         from _tfrecord_data import sequence_frames, sequence_values, write_sequences
     except ImportError:  # tests imported as a package
         from tests._tfrecord_data import sequence_frames, sequence_values, write_sequences
-    from tfr_hooks.tfrecord.memory import load, nbytes_of, records_nbytes
+    from tfr_hooks.tfrecord.memory.estimate import records_nbytes
+    from tfr_hooks.tfrecord.memory.loading import load, nbytes_of
     from tfr_hooks.tfrecord.ragged import RaggedArray
 
     values = [sequence_values(i, sequence_frames(i)) for i in range(20)]

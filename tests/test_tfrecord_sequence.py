@@ -451,7 +451,7 @@ def test_token_ids_and_frames_of_varying_length(tmp_path):
 
 # --- the readers: a declared feature list is looked for past a file's first record -------
 
-PLAN_LOGGER = "tfr_hooks.tfrecord.plan"
+PLAN_LOGGER = "tfr_hooks.tfrecord.sources.files"
 
 
 def test_the_readers_find_a_list_the_first_records_lack_and_do_not_warn(tmp_path, caplog):

@@ -182,7 +182,7 @@ def test_features_get_the_shapes_and_dtypes_of_features_json(tfds_dirs):
 
 
 def test_an_image_of_unknown_size_stays_encoded_and_byte_tensors_decode(tfds_dirs, caplog):
-    with caplog.at_level(logging.WARNING, logger="tfr_hooks.tfrecord.tfds_dir"):
+    with caplog.at_level(logging.WARNING, logger="tfr_hooks.tfrecord.sources.tfds"):
         (batch,) = tfrecord.dataset(tfds_dirs["extras"], 3).take(1)
     assert "'snapshot'" in caplog.text and "encoded bytes" in caplog.text
     by_mask = {int(m[0]): i for i, m in enumerate(batch["mask"].numpy())}

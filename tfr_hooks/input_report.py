@@ -221,9 +221,9 @@ def measure_files(facts: ReadFacts) -> DataFacts:
         facts: What the reader knows: its files, their schema (the features parsed), the
             examples of one pass (if known) and the examples stored a record.
     """
-    from tfr_hooks.tfrecord import memory
     from tfr_hooks.tfrecord.decide import DataFacts
     from tfr_hooks.tfrecord.errors import TFRecordError
+    from tfr_hooks.tfrecord.memory import estimate
 
     files, schema, num_examples = facts.files, facts.schema, facts.examples
     examples_per_record = facts.examples_per_record
@@ -239,15 +239,15 @@ def measure_files(facts: ReadFacts) -> DataFacts:
         lengths: dict[str, float] = {}
         if examples_per_record == 1 and file_bytes >= 0:  # frames and varying lengths
             try:
-                lengths = memory.mean_lengths(files, None, schema)
+                lengths = estimate.mean_lengths(files, None, schema)
             except TFRecordError as error:  # the reader reports it; the sizes stay rough
                 logger.debug("Lengths not sampled: %s", error)
-        decoded = memory.decoded_nbytes(schema, num_examples, max(file_bytes, 0), lengths)
+        decoded = estimate.decoded_nbytes(schema, num_examples, max(file_bytes, 0), lengths)
         records = max(1, num_examples // max(1, examples_per_record))
         record = file_bytes / records if file_bytes >= 0 else None
     return DataFacts(
         decoded_nbytes=decoded,
-        memory_budget=memory.default_memory_budget(),
+        memory_budget=estimate.default_memory_budget(),
         record_nbytes=record,
         examples_per_record=examples_per_record,
     )
@@ -335,15 +335,6 @@ def _data_facts(facts: InputFacts) -> DataFacts:
     if kind is not None and kind.packed and measured.examples_per_record < 2:
         measured = dataclasses.replace(measured, examples_per_record=2)
     return measured
-
-
-def __getattr__(name: str) -> Any:
-    """``SMALL_RECORD_BYTES``, which moved to :mod:`tfr_hooks.tfrecord.decide`."""
-    if name == "SMALL_RECORD_BYTES":
-        from tfr_hooks.tfrecord.decide import SMALL_RECORD_BYTES
-
-        return SMALL_RECORD_BYTES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def verdict(stats: InputStats, facts: InputFacts) -> str:

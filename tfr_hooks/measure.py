@@ -38,7 +38,7 @@ from typing import Any
 from tfr_hooks.checks import check_positive_int, expected
 from tfr_hooks.tfrecord.decide import DataFacts, Decision, decide, size_text
 from tfr_hooks.tfrecord.options import PipelineKind
-from tfr_hooks.tfrecord.tfds_dir import find_tfds_dir
+from tfr_hooks.tfrecord.sources.base import open_source
 
 __all__ = [
     "PACKED_EXAMPLES_PER_RECORD",
@@ -225,11 +225,10 @@ def measure(
     if map_fn is not None and not callable(map_fn):
         raise TypeError(expected("map_fn", "a callable or None", map_fn))
     if service is not None:
-        from tfr_hooks.data_service import check_dispatcher
+        from tfr_hooks.service.address import check_dispatcher
 
         service = check_dispatcher(service)  # a wrong address: an error before any timing
-    tfds = find_tfds_dir(files, split)
-    shards = list(tfds.split(split).files) if tfds is not None else files
+    shards = open_source(files, split).files  # e.g. the shards of a TFDS split
     result, infos, schema = _describe(shards, batch_size, memory_budget, map_fn)
     result.service = service or ""
     budget = result.memory_budget
@@ -275,7 +274,7 @@ def _describe(
         The :class:`Measurement` without rates, the files' inspections, and their schema.
     """
     from tfr_hooks import tfrecord
-    from tfr_hooks.tfrecord import memory
+    from tfr_hooks.tfrecord.memory import estimate
 
     infos = tfrecord.inspect(files, max_records=100)
     per_record = max(
@@ -286,12 +285,12 @@ def _describe(
     file_bytes = sum(info.size_bytes for info in infos)
     examples = sum(_examples_in(info) for info in infos)
     schema = tfrecord.infer_schema(files)
-    budget = memory_budget if memory_budget is not None else memory.default_memory_budget()
+    budget = memory_budget if memory_budget is not None else estimate.default_memory_budget()
     decoded = _decoded_bytes(infos, schema, examples, file_bytes, per_record)
     encoded = any(feature.dtype in ("bytes", "string") for feature in schema)
     decoded_as = "parsed records" if encoded else "decoded"
     if map_fn is not None and infos:
-        sample = memory.mapped_sample_nbytes(
+        sample = estimate.mapped_sample_nbytes(
             [info.path for info in infos],
             infos[0].compression,
             schema,
@@ -395,12 +394,12 @@ def _decoded_bytes(infos: Any, schema: Any, examples: int, file_bytes: int, per_
     :data:`SEQUENCE_SAMPLE` records, parsed as the readers parse them; otherwise as the
     in-memory reader counts it.
     """
-    from tfr_hooks.tfrecord import memory
+    from tfr_hooks.tfrecord.memory import estimate
 
     paths = [info.path for info in infos]
     compression = infos[0].compression if infos else ""
     if not infos or not schema.sequence_features:
-        return memory.records_nbytes(paths, compression, schema, examples, file_bytes, per_record)
+        return estimate.records_nbytes(paths, compression, schema, examples, file_bytes, per_record)
     import tensorflow as tf
 
     from tfr_hooks.tfrecord.packed import unpack

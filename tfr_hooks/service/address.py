@@ -24,6 +24,9 @@ __all__ = [
     "check_dispatcher",
     "registered_workers",
     "live_workers",
+    "accepts",
+    "host_port",
+    "NotADispatcher",
 ]
 
 _ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d+)$")
@@ -32,7 +35,7 @@ _GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
 _GET_WORKERS = "/tensorflow.data.DispatcherService/GetWorkers"
 
 
-class _NotADispatcher(ConnectionError):
+class NotADispatcher(ConnectionError):
     """A server answers at the address, but not as a tf.data dispatcher (a worker?).
 
     Raised by :func:`check_dispatcher`; a worker waiting for its dispatcher stops at it,
@@ -67,7 +70,7 @@ def check_service_address(service: object, name: str = "service") -> str:
     return f"grpc://{match.group(1)}:{int(match.group(2))}"
 
 
-def _host_port(service: str) -> tuple[str, int]:
+def host_port(service: str) -> tuple[str, int]:
     """The host (without IPv6 brackets) and port of a normalized address."""
     host, _, port = service.removeprefix("grpc://").rpartition(":")
     return host.strip("[]"), int(port)
@@ -91,7 +94,7 @@ def check_dispatcher(service: object, timeout: float = 5.0) -> str:
         ConnectionError: No dispatcher answers at the address; the message names it.
     """
     address = check_service_address(service)
-    host, port = _host_port(address)
+    host, port = host_port(address)
     deadline = time.monotonic() + timeout
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -111,7 +114,7 @@ def check_dispatcher(service: object, timeout: float = 5.0) -> str:
         except grpc.RpcError as error:
             code = error.code() if isinstance(error, grpc.Call) else None
             what = "a server that is not a tf.data dispatcher (a worker?)"
-            kind: type[ConnectionError] = _NotADispatcher
+            kind: type[ConnectionError] = NotADispatcher
             if code is not grpc.StatusCode.UNIMPLEMENTED:
                 what = f"no tf.data dispatcher within {timeout:g} s ({code})"
                 kind = ConnectionError
@@ -142,7 +145,7 @@ def registered_workers(service: object, timeout: float = 5.0) -> list[str]:
     address = check_dispatcher(service, timeout)
     import grpc
 
-    host, port = _host_port(address)
+    host, port = host_port(address)
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     with grpc.insecure_channel(target) as channel:
         try:
@@ -166,7 +169,7 @@ def live_workers(service: object, timeout: float = 2.0) -> list[str]:
     """
     alive = []
     for worker in registered_workers(service, timeout):
-        if _accepts(*_host_port(worker), timeout=timeout):
+        if accepts(*host_port(worker), timeout=timeout):
             alive.append(worker)
     return alive
 
@@ -204,7 +207,7 @@ def _field(message: bytes, number: int) -> bytes:
     return values[0] if values else b""
 
 
-def _accepts(host: str, port: int, timeout: float = 2.0) -> bool:
+def accepts(host: str, port: int, timeout: float = 2.0) -> bool:
     """Whether ``host:port`` accepts a TCP connection within ``timeout``."""
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tfr_hooks.checks import check_non_negative_int
-from tfr_hooks.service.servers import _SERVING
+from tfr_hooks.service.servers import SERVING
 
 __all__ = ["LocalService"]
 
@@ -169,7 +169,7 @@ class LocalService:
         deadline = time.monotonic() + self._timeout
         while True:
             text = log.read_text(errors="replace")
-            match = _SERVING.search(text)
+            match = SERVING.search(text)
             if match is not None:
                 return int(match.group(3))
             if process.poll() is not None or time.monotonic() > deadline:

@@ -20,19 +20,19 @@ from typing import Any
 
 from tfr_hooks.checks import check_non_negative_int, expected
 from tfr_hooks.service.address import (
-    _accepts,
-    _host_port,
-    _NotADispatcher,
+    NotADispatcher,
+    accepts,
     check_dispatcher,
     check_service_address,
+    host_port,
 )
 
-__all__ = ["run_dispatcher", "run_worker"]
+__all__ = ["SERVING", "await_dispatcher", "free_port", "run_dispatcher", "run_worker"]
 
 logger = logging.getLogger(__name__)
 
 #: How a server's log line gives its address; :class:`LocalService` waits for it.
-_SERVING = re.compile(r"tf\.data service (dispatcher|worker) serving at grpc://(\S+):(\d+)")
+SERVING = re.compile(r"tf\.data service (dispatcher|worker) serving at grpc://(\S+):(\d+)")
 #: Seconds a server's ``stop`` may take before its process ends (status 1).
 _STOP_SECONDS = 10.0
 #: A waiting worker checks for its dispatcher every this many seconds, each check
@@ -120,10 +120,10 @@ def run_worker(
     with _StopSignals() as signals:
         if not _wait_for_dispatcher(address, wait_timeout, signals):
             return
-        host, dispatcher_port = _host_port(address)
+        host, dispatcher_port = host_port(address)
         if worker_address is None:
             worker_address = _route_to(host)
-        port = port or _free_port()
+        port = port or free_port()
         import tensorflow as tf
 
         service = tf.data.experimental.service
@@ -138,7 +138,7 @@ def run_worker(
         _serve(server, "worker", where, signals, address)
 
 
-def _await_dispatcher(dispatcher: object, wait_timeout: float | None) -> str | None:
+def await_dispatcher(dispatcher: object, wait_timeout: float | None) -> str | None:
     """Wait for a dispatcher as :func:`run_worker` does, before TensorFlow is imported.
 
     The command line waits with this, so that a worker waiting costs no TensorFlow
@@ -185,7 +185,7 @@ def _wait_for_dispatcher(address: str, wait_timeout: float | None, signals: _Sto
     while True:
         try:
             check_dispatcher(address, timeout=_CHECK_SECONDS)
-        except _NotADispatcher:
+        except NotADispatcher:
             raise
         except ConnectionError as error:
             reason = str(error.__cause__) if isinstance(error.__cause__, OSError) else str(error)
@@ -246,7 +246,7 @@ def _route_to(host: str) -> str:
         return socket.gethostname()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A TCP port that was free a moment ago (bound to 0, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
@@ -293,7 +293,7 @@ def _serve(
     while not signals.stop.wait(0.5):
         pass
     logger.info("tf.data service %s stopping on %s", kind, signals.name)
-    if dispatcher is not None and not _accepts(*_host_port(dispatcher)):
+    if dispatcher is not None and not accepts(*host_port(dispatcher)):
         logger.warning(
             "tf.data service %s: its dispatcher %s is gone, and TensorFlow's stop would "
             "wait for it forever: exiting the process without it",

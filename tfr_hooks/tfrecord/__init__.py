@@ -25,7 +25,7 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
-from tfr_hooks.tfrecord.files import detect_compression, iter_records, resolve_files
+from tfr_hooks.tfrecord.files import detect_compression, iter_records
 from tfr_hooks.tfrecord.inspection import (
     FeatureInfo,
     FeatureListInfo,
@@ -37,6 +37,7 @@ from tfr_hooks.tfrecord.options import PipelineKind, ReadArgs, ReadConfig
 from tfr_hooks.tfrecord.read import Batches, dataset, read_batches, source
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, load_schema
+from tfr_hooks.tfrecord.sources.base import resolve_files
 from tfr_hooks.tfrecord.write import WriteResult, write
 
 __all__ = [

@@ -28,15 +28,14 @@ from tfr_hooks.tfrecord.files import (
     check_framing,
     detect_compression,
     first_record,
-    resolve_files,
 )
 from tfr_hooks.tfrecord.inspection import infer_schema
 from tfr_hooks.tfrecord.packed import check_block, check_packable, unpack
 from tfr_hooks.tfrecord.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import find_sidecar, load_schema
-from tfr_hooks.tfrecord.tfds_dir import find_tfds_dir, tfds_plan_parts
-from tfr_hooks.tfrecord.write import WriteResult, _clear, write_shards
+from tfr_hooks.tfrecord.sources.base import open_source
+from tfr_hooks.tfrecord.write import WriteResult, clear_dataset, write_shards
 
 __all__ = ["convert"]
 
@@ -147,17 +146,16 @@ def convert(
                 decode,
             )
         )
-    tfds = find_tfds_dir(files, split)
-    if tfds is not None:  # its split's shards, read with the schema of its features.json
-        chosen, _, schema, _ = tfds_plan_parts(tfds, split, schema, None, None, decode)
-        paths, decode = list(chosen.files), None
-    else:
-        paths = resolve_files(files)
+    origin = open_source(files, split)
+    paths = list(origin.files)
+    if origin.declares_schema:  # e.g. a TFDS split, read with the features it declares
+        stored_as = origin.compression(None, tolerant=False)
+        schema, decode = origin.schema(schema, decode, stored_as), None
     out_dir = os.fspath(directory)
     _check_not_input(paths, out_dir)
     if map_fn is not None and not callable(map_fn):
         raise TypeError(expected("map_fn", "callable or None", map_fn))
-    sources = [_Source(path) for path in paths]
+    sources = [_InputFile(path) for path in paths]
     inferred_from = paths
     if max_corrupt_records:  # the whole records only; inferred from undamaged files
         damage = scan_damage(paths, [s.compression for s in sources], max_corrupt_records)
@@ -179,7 +177,7 @@ def convert(
             f"shard is empty. Received: shards={shards}"
         )
     tf.io.gfile.makedirs(out_dir)
-    _clear(out_dir, prefix, overwrite)
+    clear_dataset(out_dir, prefix, overwrite)
     chunks = _chunks(sources, read_schema, chunk_size, map_fn, stored)
     result = write_shards(
         stored,
@@ -197,7 +195,7 @@ def convert(
     return result
 
 
-class _Source:
+class _InputFile:
     """One input file: its compression, sidecar (if written by this package) and packing."""
 
     def __init__(self, path: str) -> None:
@@ -261,7 +259,7 @@ def _read_schema(
     paths: list[str],
     schema: Schema | str | os.PathLike[str] | None,
     decode: Mapping[str, Any] | None,
-    sources: list[_Source],
+    sources: list[_InputFile],
 ) -> Schema:
     """The schema to parse the input with: given or inferred, changed by ``decode``."""
     if schema is None:
@@ -321,7 +319,7 @@ def _to_numpy(feature: Feature, value: Any) -> np.ndarray:
     return array
 
 
-def _parsed(source: _Source, schema: Schema, chunk_size: int) -> tf.data.Dataset:
+def _parsed(source: _InputFile, schema: Schema, chunk_size: int) -> tf.data.Dataset:
     """The batches of ``source``'s examples, ``chunk_size`` records at a time."""
     records = source.records()
     if source.per_record > 1:
@@ -342,7 +340,7 @@ def _mapped(
 
 
 def _mapped_schema(
-    source: _Source, schema: Schema, map_fn: Callable[[dict[str, Any]], Any]
+    source: _InputFile, schema: Schema, map_fn: Callable[[dict[str, Any]], Any]
 ) -> Schema:
     """The schema of ``map_fn``'s outputs: what ``convert`` stores."""
     spec = _parsed(source, schema, 1).unbatch().map(map_fn).element_spec
@@ -365,7 +363,7 @@ def _mapped_schema(
 
 
 def _chunks(
-    sources: list[_Source],
+    sources: list[_InputFile],
     schema: Schema,
     chunk_size: int,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,

@@ -6,6 +6,10 @@ What :meth:`Schema.parse_batch <tfr_hooks.tfrecord.schema.Schema.parse_batch>`,
 of each feature, the decode of raw bytes, the default filled in for an optional feature,
 and the frames of a feature list (``tf.io.parse_sequence_example``).
 
+The one home of decoding values: raw little-endian bytes (:func:`raw_values`, also for
+the blocks of packed shards), encoded images and ZLIB-compressed tensors
+(:func:`decode_images`, :func:`inflate`: a TensorFlow Datasets directory's features).
+
 A ``feature`` here is a :class:`~.schema.Feature`, a ``schema`` a :class:`~.schema.Schema`
 (typed ``Any``: ``schema`` imports this module, which imports nothing of it).
 """
@@ -18,6 +22,10 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = [
+    "RAW_DECODE",
+    "decode_images",
+    "inflate",
+    "raw_values",
     "decode_feature",
     "decode_frames",
     "feature_parse_spec",
@@ -25,9 +33,72 @@ __all__ = [
     "parse_batch",
 ]
 
-# dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards, if any)
-_RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
-_RAW_DECODE["uint64"] = ("int64", "uint64")
+#: dtype -> (the dtype ``tf.io.decode_raw`` produces, the dtype to bitcast to afterwards);
+#: float16 through uint16: ``decode_raw`` with ``fixed_length`` has no half
+RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
+RAW_DECODE["uint64"] = ("int64", "uint64")
+RAW_DECODE["float16"] = ("uint16", "float16")
+
+
+def raw_values(data: Any, dtype: str, *, fixed_length: int | None = None) -> Any:
+    """The values of ``dtype`` in raw little-endian bytes, flat after the input's shape.
+
+    Args:
+        data: A string tensor of raw bytes.
+        dtype: The values' dtype name (``bool`` is stored as one byte a value).
+        fixed_length: Bytes of each string, padded with zeros when shorter (packed
+            blocks); ``None``: every string holds whole values.
+
+    Returns:
+        A tensor of shape ``data.shape + [values]``.
+    """
+    decoded, bitcast_to = RAW_DECODE.get(dtype, (dtype, None))
+    extra = {} if fixed_length is None else {"fixed_length": fixed_length}
+    value = tf.io.decode_raw(data, tf.as_dtype(decoded), little_endian=True, **extra)
+    if bitcast_to is not None:
+        value = tf.bitcast(value, tf.as_dtype(bitcast_to))
+    if dtype == "bool":
+        value = tf.not_equal(value, 0)
+    return value
+
+
+def decode_images(
+    encoded: Any, shape: tuple[int | None, ...], dtype: str, image_format: str
+) -> Any:
+    """``[n, *shape]`` images of ``dtype`` from ``n`` encoded images.
+
+    A declared JPEG or PNG is decoded by its own op (faster than ``decode_image``, which
+    tells the format from the bytes, as an image of no declared format needs).
+
+    Args:
+        encoded: A string tensor ``[n]`` of encoded images.
+        shape: Each image's ``(height, width, channels)``.
+        dtype: ``uint8`` or ``uint16`` (PNG only).
+        image_format: ``"png"``, ``"jpeg"``, or ``""`` when not declared.
+    """
+    tf_dtype, channels = tf.as_dtype(dtype), int(shape[-1] or 0)  # 0: as stored
+
+    def decode(data: Any) -> Any:
+        if tf_dtype == tf.uint16 or image_format == "png":
+            image = tf.io.decode_png(data, channels=channels, dtype=tf_dtype)
+        elif image_format == "jpeg":
+            image = tf.io.decode_jpeg(data, channels=channels)
+        else:
+            image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        return tf.ensure_shape(image, shape)
+
+    images = tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec(shape, tf_dtype))
+    images.set_shape(encoded.shape.concatenate(shape))
+    return images
+
+
+def inflate(compressed: Any) -> Any:
+    """Each ZLIB-compressed string of a 1-D string tensor, decompressed."""
+    return tf.map_fn(
+        lambda v: tf.io.decode_compressed(v, "ZLIB"),
+        compressed,
+        fn_output_signature=tf.TensorSpec([], tf.string),
+    )
 
 
 def feature_parse_spec(feature: Any) -> Any:
@@ -49,16 +120,11 @@ def decode_feature(feature: Any, parsed: Any) -> Any:
     if feature.optional and isinstance(parsed, tf.RaggedTensor):
         parsed = fill_default(feature, parsed)
     if feature.encoding == "raw":
-        decoded_dtype, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
-        flat = tf.io.decode_raw(parsed, tf.as_dtype(decoded_dtype), little_endian=True)
+        flat = raw_values(parsed, feature.dtype)
         # Take the batch size from the records, so that a wrong byte count fails the
         # reshape instead of silently changing the number of examples.
         batch = tf.shape(parsed, out_type=tf.int64)[:1]
         value = tf.reshape(flat, tf.concat([batch, tf.constant(feature.shape, tf.int64)], 0))
-        if bitcast_to is not None:
-            value = tf.bitcast(value, tf.as_dtype(bitcast_to))
-        if feature.dtype == "bool":
-            value = tf.not_equal(value, 0)
         value.set_shape(parsed.shape.concatenate(feature.shape))
         return value
     if parsed.dtype != feature.tf_dtype:

@@ -1,8 +1,8 @@
-"""Finding TFRecord files, detecting their compression, and iterating over their records.
+"""Checking TFRecord files, detecting their compression, and iterating over their records.
 
-Paths may be files, directories or glob patterns, local or on any file system
-``tf.io.gfile`` knows. Every failure raises an error of :mod:`tfr_hooks.tfrecord.errors`
-that names the file.
+Paths are local or on any file system ``tf.io.gfile`` knows; directories and globs are
+listed by :func:`~tfr_hooks.tfrecord.sources.base.resolve_files`, which asks the sources.
+Every failure raises an error of :mod:`tfr_hooks.tfrecord.errors` that names the file.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ import logging
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
 from tfr_hooks.tfrecord.errors import (
     CorruptRecordError,
     EmptyFileError,
@@ -24,12 +23,11 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
-from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, listed_shards
 
 __all__ = [
     "PathLike",
     "Files",
-    "resolve_files",
+    "check_readable",
     "check_compression",
     "detect_compression",
     "guess_compression",
@@ -37,7 +35,6 @@ __all__ = [
     "first_record",
     "check_framing",
     "FRAMING_CHECK_MAX_BYTES",
-    "record_stream",
 ]
 
 logger = logging.getLogger(__name__)
@@ -46,7 +43,6 @@ PathLike: TypeAlias = "str | os.PathLike[str]"
 #: One path, directory or glob pattern, or a sequence of them.
 Files: TypeAlias = "PathLike | Sequence[PathLike]"
 
-_GLOB_CHARS = frozenset("*?[")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -96,96 +92,8 @@ def check_compression(compression: str | None, *, allow_auto: bool = True) -> st
     )
 
 
-def _is_glob(path: str) -> bool:
-    return any(char in _GLOB_CHARS for char in path)
-
-
-def _directory_files(directory: str) -> list[str]:
-    """The record files of a directory: its sidecar's shard list, else every data file.
-
-    The ``<feature>.labels.txt`` files of a TensorFlow Datasets directory are no data.
-    """
-    listed = listed_shards(directory)
-    if listed:
-        return listed
-    listing = tf.io.gfile.listdir(directory)
-    # a TensorFlow Datasets directory keeps a ClassLabel's names beside its shards
-    tfds = "dataset_info.json" in listing
-    names = sorted(
-        name
-        for name in listing
-        if not name.startswith((".", "_"))
-        and not name.endswith(".json")
-        and not (tfds and name.endswith(".labels.txt"))
-        and not tf.io.gfile.isdir(os.path.join(directory, name))
-    )
-    return [os.path.join(directory, name) for name in names]
-
-
-def resolve_files(files: Files) -> list[str]:
-    """Expand paths, directories and glob patterns into a checked list of readable files.
-
-    A directory stands for the shards listed in its ``schema.json`` sidecar, or else for
-    every file in it that is not hidden and not JSON. Globs are sorted and skip
-    ``schema.json``. Order is kept otherwise.
-
-    Args:
-        files: A path, directory or glob pattern, or a sequence of them.
-
-    Returns:
-        The files, each existing and readable, without duplicates.
-
-    Raises:
-        TypeError: If ``files`` is not a path or a sequence of paths.
-        NoFilesError: If a glob or directory matches nothing, or a file does not exist.
-        UnreadableFileError: If a file cannot be opened.
-    """
-    if isinstance(files, (str, os.PathLike)):
-        items: list[object] = [files]
-    elif isinstance(files, Sequence) and not isinstance(files, bytes):
-        items = list(files)
-    else:
-        raise TypeError(
-            "Expected `files` to be a path, a directory, a glob pattern or a list of them. "
-            f"Received: files={files!r}"
-        )
-    if not items:
-        raise NoFilesError(
-            f"Expected `files` to name at least one TFRecord file. Received: files={files!r}"
-        )
-    result: list[str] = []
-    seen: set[str] = set()
-    for i, item in enumerate(items):
-        if not isinstance(item, (str, os.PathLike)):
-            raise TypeError(
-                f"Expected `files[{i}]` to be a path, a directory or a glob "
-                f"pattern. Received: files[{i}]={item!r} of type "
-                f"{type(item).__name__}"
-            )
-        path = os.fspath(item)
-        if tf.io.gfile.isdir(path):
-            found = _directory_files(path)
-            if not found:
-                raise NoFilesError(f"Directory {path!r} contains no TFRecord files.", file=path)
-        elif _is_glob(path):
-            found = sorted(
-                p
-                for p in tf.io.gfile.glob(path)
-                if os.path.basename(p) != SCHEMA_FILENAME and not tf.io.gfile.isdir(p)
-            )
-            if not found:
-                raise NoFilesError(f"No files match the pattern {path!r}.", file=path)
-        else:
-            found = [path]
-        for name in found:
-            if name not in seen:
-                _check_readable(name)
-                seen.add(name)
-                result.append(name)
-    return result
-
-
-def _check_readable(path: str) -> None:
+def check_readable(path: str) -> None:
+    """Raise a clear error if ``path`` does not exist or cannot be opened."""
     try:
         with tf.io.gfile.GFile(path, "rb") as handle:
             handle.read(1)
@@ -420,64 +328,3 @@ def first_record(path: PathLike, compression: str | None = None) -> bytes:
         f"TFRecord file {os.fspath(path)!r} holds no records; expected at least one.",
         file=os.fspath(path),
     )
-
-
-def record_stream(
-    files: Sequence[str],
-    compression: str,
-    *,
-    reads: int,
-    deterministic: bool,
-    shuffle_files: bool,
-    seed: int | None,
-    damage: DamageMap | None = None,
-) -> tf.data.Dataset:
-    """The serialized records of ``files``, ``reads`` files interleaved one record at a time.
-
-    Args:
-        files: The shards.
-        compression: Their compression (``""``, ``"GZIP"``, ``"ZLIB"``).
-        reads: Files read at once (in parallel when more than 1).
-        deterministic: Whether parallel reads keep a fixed order.
-        shuffle_files: Whether to shuffle the order of the files (each pass anew).
-        seed: Seed of that shuffle.
-        damage: What a scan for damaged records found (``max_corrupt_records``): when
-            some of ``files`` are damaged, only their whole records are read (see
-            :class:`~tfr_hooks.tfrecord.damage.DamagedReads`).
-
-    Returns:
-        A dataset of scalar ``tf.string`` records.
-    """
-    if damage is not None and damage.damages(files):
-        return _damaged_stream(files, damage, reads, deterministic, shuffle_files, seed)
-    paths = tf.data.Dataset.from_tensor_slices(list(files))
-    if shuffle_files:
-        paths = paths.shuffle(len(files), seed=seed)
-    parallel: dict[str, Any] = {}
-    if reads > 1:
-        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    return paths.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
-        cycle_length=reads,
-        block_length=1,
-        **parallel,
-    )
-
-
-def _damaged_stream(
-    files: Sequence[str],
-    damage: DamageMap,
-    reads: int,
-    deterministic: bool,
-    shuffle_files: bool,
-    seed: int | None,
-) -> tf.data.Dataset:
-    """:func:`record_stream` over files some of which hold damaged records."""
-    damaged = DamagedReads(damage)
-    paths = damaged.paths(files)
-    if shuffle_files:
-        paths = paths.shuffle(len(files), seed=seed)
-    parallel: dict[str, Any] = {}
-    if reads > 1:
-        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    return paths.interleave(damaged.records, cycle_length=reads, block_length=1, **parallel)

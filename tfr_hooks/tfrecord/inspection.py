@@ -25,7 +25,6 @@ from tfr_hooks.tfrecord.files import (
     check_compression,
     detect_compression,
     iter_records,
-    resolve_files,
 )
 from tfr_hooks.tfrecord.records import (
     EXAMPLE,
@@ -36,6 +35,7 @@ from tfr_hooks.tfrecord.records import (
 )
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import Sidecar, find_sidecar
+from tfr_hooks.tfrecord.sources.base import resolve_files
 
 __all__ = ["FeatureInfo", "FeatureListInfo", "FileInfo", "inspect", "infer_schema"]
 

@@ -32,7 +32,7 @@ import tensorflow as tf
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.service.address import check_service_address
 from tfr_hooks.tfrecord.files import check_compression
-from tfr_hooks.tfrecord.plan import SchemaLike
+from tfr_hooks.tfrecord.sources.base import SchemaLike
 from tfr_hooks.tfrecord.ragged import PadTo, Shaping, check_shaping
 from tfr_hooks.tfrecord.sharding import check_shard
 
@@ -184,7 +184,7 @@ class ReadArgs(TypedDict, total=False):
             ``None`` (the default) to use the stored sidecar or infer the schema from
             the records.
         split: For a TensorFlow Datasets directory (``<data_dir>/<name>/<version>``,
-            see :mod:`~tfr_hooks.tfrecord.tfds_dir`), the split to read; ``None`` for
+            see :mod:`~tfr_hooks.tfrecord.sources.tfds`), the split to read; ``None`` for
             ``"train"``. Its features are decoded as its ``features.json`` declares,
             ``as_tuple=True`` names its supervised keys, and the cardinality is exact
             (from ``dataset_info.json``). An error with other files.
@@ -286,7 +286,7 @@ class ReadArgs(TypedDict, total=False):
             share one job, named from the cluster, the files and the batch size; build
             the dataset once and iterate it anew each epoch (see
             ``docs/data_service.md``). A dispatcher that does not answer is an error at
-            once. Not with ``pipeline="queue"``. See :mod:`tfr_hooks.data_service`.
+            once. Not with ``pipeline="queue"``. See :mod:`tfr_hooks.service`.
         read_config: A :class:`ReadConfig`: the knobs most reads never touch
             (parallel reads, prefetch, autotune, determinism, the memory budget,
             compression, schema changes, padding values, sharding, the queue's capacity).

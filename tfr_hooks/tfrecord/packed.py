@@ -49,8 +49,9 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.damage import DamageMap
+from tfr_hooks.tfrecord.decode import raw_values
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
-from tfr_hooks.tfrecord.files import record_stream
+from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.schema import Feature, Schema
 
 __all__ = [
@@ -60,8 +61,6 @@ __all__ = [
     "unpack",
     "check_block",
     "packed_dataset",
-    "pass_seed",
-    "record_passes",
     "WINDOW_EXAMPLES",
     "LENGTHS",
     "lengths_name",
@@ -98,10 +97,6 @@ def _counts_name(feature: Feature) -> str | None:
 
 #: Examples parsed together when not shuffling (the window then only sets the parse size).
 WINDOW_EXAMPLES = 4096
-# dtype -> (dtype decode_raw produces, dtype to bitcast to afterwards), as schema.Feature
-_RAW_DECODE = {"bool": ("uint8", None), "uint32": ("int32", "uint32")}
-_RAW_DECODE["uint64"] = ("int64", "uint64")
-_RAW_DECODE["float16"] = ("uint16", "float16")  # decode_raw with fixed_length has no half
 _STORED = {"raw": tf.string, "bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 
 
@@ -229,19 +224,11 @@ def _whole_examples(feature: Feature, lengths: Any, unit: int, per_record: int) 
 
 def _decode_raw(feature: Feature, blocks: Any, per_record: int) -> tuple[Any, Any]:
     """A batch of raw blocks as ``[records * per_record, *shape]`` (short blocks padded)."""
-    decoded, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
     nbytes = feature.raw_nbytes
     lengths = tf.cast(tf.strings.length(blocks), tf.int64)
     counts = _whole_examples(feature, lengths, nbytes, per_record)
-    flat = tf.io.decode_raw(
-        blocks, tf.as_dtype(decoded), little_endian=True, fixed_length=nbytes * per_record
-    )
-    value = tf.reshape(flat, [-1, *feature.shape])
-    if bitcast_to is not None:
-        value = tf.bitcast(value, tf.as_dtype(bitcast_to))
-    if feature.dtype == "bool":
-        value = tf.not_equal(value, 0)
-    return value, counts
+    flat = raw_values(blocks, feature.dtype, fixed_length=nbytes * per_record)
+    return tf.reshape(flat, [-1, *feature.shape]), counts
 
 
 def _decode_list(feature: Feature, ragged: Any, per_record: int) -> tuple[Any, Any]:
@@ -321,15 +308,7 @@ def _decode_frames(feature: Feature, parsed: Any, per_record: int) -> tuple[Any,
 
 def _raw_frames(feature: Feature, joined: Any) -> Any:
     """The frames of one string of their raw bytes, as ``[frames, *shape]``."""
-    decoded, bitcast_to = _RAW_DECODE.get(feature.dtype, (feature.dtype, None))
-    value = tf.reshape(
-        tf.io.decode_raw(joined, tf.as_dtype(decoded), little_endian=True), [-1, *feature.shape]
-    )
-    if bitcast_to is not None:
-        value = tf.bitcast(value, tf.as_dtype(bitcast_to))
-    if feature.dtype == "bool":
-        value = tf.not_equal(value, 0)
-    return value
+    return tf.reshape(raw_values(joined, feature.dtype), [-1, *feature.shape])
 
 
 def unpack(
@@ -522,70 +501,6 @@ def _check_counted_block(
             feature=feature.name,
         )
     return len(counts or [])
-
-
-def pass_seed(seed: int | None) -> Any:
-    """A seed for one pass: the seed itself in eager code, else new at each initialization.
-
-    In graph mode an initializable iterator rebuilds its dataset at each initialization
-    with the same seeds, so every pass would repeat the same order; a stateful random
-    draw (seeded by ``seed``) gives each initialization its own, reproducibly.
-    """
-    if tf.executing_eagerly():
-        return seed
-    return tf.random.uniform([], maxval=tf.int64.max, dtype=tf.int64, seed=seed)
-
-
-def record_passes(
-    files: list[str],
-    compression: str,
-    *,
-    reads: int,
-    deterministic: bool,
-    buffer: int,
-    seed: int | None,
-    num_epochs: int | None,
-    damage: DamageMap | None = None,
-) -> tuple[tf.data.Dataset, Any]:
-    """The records of ``files`` for ``num_epochs`` passes, shuffled anew every pass.
-
-    With ``buffer > 0`` the files are shuffled, then the records in a buffer of
-    ``buffer``, both seeded by :func:`pass_seed`: eagerly, every new iterator reshuffles
-    (``tf.data``'s own reshuffling); in graph mode, every initialization of the iterator
-    draws the next seed of a sequence fixed by ``seed``, so each pass gets its own order,
-    the same in a new graph built the same way. The streamed and packed pipelines read
-    through it.
-
-    Args:
-        files: The shards.
-        compression: Their compression.
-        reads: Files read at once.
-        deterministic: Whether parallel reads keep a fixed order.
-        buffer: Records (blocks, for packed shards) in the shuffle buffer; 0 keeps the
-            stored order.
-        seed: Seed of the shuffles.
-        num_epochs: Passes; ``None`` repeats forever.
-        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
-
-    Returns:
-        The records, and the seed of the pass (``None`` unshuffled) for the shuffles
-        that follow.
-    """
-    seed_value = pass_seed(seed) if buffer else None
-    records = record_stream(
-        files,
-        compression,
-        reads=reads,
-        deterministic=deterministic,
-        shuffle_files=bool(buffer),
-        seed=seed_value,
-        damage=damage,
-    )
-    if buffer:
-        records = records.shuffle(buffer, seed=seed_value)
-    if num_epochs != 1:
-        records = records.repeat(num_epochs)
-    return records, seed_value
 
 
 def packed_dataset(

@@ -24,20 +24,17 @@ from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.tfrecord.contract import epoch_steps
 from tfr_hooks.tfrecord.decide import DataFacts, decide
 from tfr_hooks.tfrecord.files import Files
-from tfr_hooks.tfrecord.memory import (
-    PARALLEL_CALLS,
-    Held,
+from tfr_hooks.tfrecord.memory.estimate import (
     count_examples,
     default_memory_budget,
-    fresh_randomness,
-    load,
-    load_mapped,
     mapped_sample_nbytes,
-    memory_dataset,
     records_nbytes,
 )
+from tfr_hooks.tfrecord.memory.loading import Held, load, load_mapped
+from tfr_hooks.tfrecord.memory.serve import PARALLEL_CALLS, fresh_randomness, memory_dataset
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
-from tfr_hooks.tfrecord.packed import packed_dataset, record_passes
+from tfr_hooks.tfrecord.packed import packed_dataset
+from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.plan import Plan, make_plan
 from tfr_hooks.tfrecord.ragged import (
     RaggedArray,
@@ -201,7 +198,7 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
 
     Shuffled, each pass gets its own order, in graph mode too (a seed drawn anew at every
     initialization, as for packed shards and in memory: see
-    :func:`~tfr_hooks.tfrecord.packed.record_passes`), reproducibly given ``seed``.
+    :func:`~tfr_hooks.tfrecord.passes.record_passes`), reproducibly given ``seed``.
     """
     records, _ = record_passes(
         plan.files,

@@ -25,7 +25,7 @@ from tfr_hooks.tfrecord.packed import check_packable, serialize_blocks, to_bytes
 from tfr_hooks.tfrecord.schema import Feature, Schema
 from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, Sidecar, save_sidecar
 
-__all__ = ["ArrayData", "WriteResult", "write", "write_shards", "shard_name"]
+__all__ = ["ArrayData", "WriteResult", "clear_dataset", "write", "write_shards", "shard_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -296,7 +296,7 @@ def write(
     check_packable(schema, examples_per_record)
     out_dir = os.fspath(directory)
     tf.io.gfile.makedirs(out_dir)
-    _clear(out_dir, prefix, overwrite)
+    clear_dataset(out_dir, prefix, overwrite)
     return write_shards(
         schema,
         iter([arrays]),
@@ -439,7 +439,7 @@ def write_shards(
     return WriteResult(out_dir, files, schema, compression, total, schema_path)
 
 
-def _clear(directory: str, prefix: str, overwrite: bool) -> None:
+def clear_dataset(directory: str, prefix: str, overwrite: bool) -> None:
     """Refuse, or with ``overwrite`` remove, an earlier dataset in ``directory``."""
     old = [os.path.join(directory, SCHEMA_FILENAME)]
     old += tf.io.gfile.glob(os.path.join(directory, f"{prefix}-*-of-*.tfrecord*"))

@@ -1,13 +1,13 @@
 """The in-memory pipeline: decode the shards once, then gather batches by index.
 
 When the decoded data fits in memory, the fastest parse is the one that never happens:
-:func:`load` reads and decodes every shard once (in parallel, one thread per core), into
-one numpy array per feature, and :func:`memory_dataset` serves batches by gathering rows
+:func:`.loading.load` reads and decodes every shard once (in parallel, one thread per core), into
+one numpy array per feature, and :func:`.serve.memory_dataset` serves batches by gathering rows
 of those arrays, each epoch along a fresh permutation of all the examples (what Keras
 ``fit`` does for numpy arrays). There is no per-example ``tf.data`` element: each
 element of the pipeline is a slice of the permutation (several batches' worth), gathered
 with one ``tf.gather`` per feature and cut into batches with ``rebatch``. Small dense
-data (up to :data:`WHOLE_PASS_BYTES`) is gathered a whole pass at a time by one function
+data (up to :data:`.serve.WHOLE_PASS_BYTES`) is gathered a whole pass at a time by one function
 (the next pass while this one is consumed): every function a pass's pipeline runs costs
 milliseconds to start at each new iterator, which is most of a pass over a few thousand
 examples (bench/memory_epoch_cost.py measures it).
@@ -21,53 +21,13 @@ TF2, is instead made eager tensors once, inputs of the gather function (a new it
 then calls no Python), and its pipeline turns tf.data's default graph rewrites off: a
 rewrite at each new iterator cost milliseconds and serialized those tensors (32 MiB at
 most) into the rewritten graph. Its gather is a single-device function
-(:func:`single_device_map`): Grappler does not optimize it anew at each iterator.
+(:func:`.serve.single_device_map`): Grappler does not optimize it anew at each iterator.
 
 The package holds three concepts, one module each: :mod:`.estimate` (the budget, and the
 bytes the data takes: decoded, parsed, ``map_fn``'s output; example counts),
 :mod:`.loading` (reading and decoding into the held arrays) and :mod:`.serve` (batches
-gathered from them). Every name is re-exported here (``memory.load`` is the function
-:func:`load`; the module is named ``loading`` so that nothing hides it).
+gathered from them). Each name has one address, in its module: this package re-exports
+nothing.
 """
 
-from tfr_hooks.tfrecord.memory.estimate import (
-    LENGTH_SAMPLE,
-    count_examples,
-    decoded_nbytes,
-    default_memory_budget,
-    mapped_sample_nbytes,
-    mean_lengths,
-    records_nbytes,
-)
-from tfr_hooks.tfrecord.memory.loading import LOAD_CHUNK, Held, load, load_mapped, nbytes_of
-from tfr_hooks.tfrecord.memory.serve import (
-    GATHER_BYTES,
-    GATHER_EXAMPLES,
-    PARALLEL_CALLS,
-    WHOLE_PASS_BYTES,
-    fresh_randomness,
-    memory_dataset,
-    single_device_map,
-)
-
-__all__ = [
-    "load",
-    "load_mapped",
-    "mapped_sample_nbytes",
-    "fresh_randomness",
-    "memory_dataset",
-    "single_device_map",
-    "decoded_nbytes",
-    "mean_lengths",
-    "default_memory_budget",
-    "count_examples",
-    "records_nbytes",
-    "LENGTH_SAMPLE",
-    "GATHER_EXAMPLES",
-    "GATHER_BYTES",
-    "WHOLE_PASS_BYTES",
-    "PARALLEL_CALLS",
-    "LOAD_CHUNK",
-    "Held",
-    "nbytes_of",
-]
+__all__: list[str] = []

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tfr_hooks.tfrecord.damage import DamageMap
-from tfr_hooks.tfrecord.memory.loading import _collect, _mapped, nbytes_of
+from tfr_hooks.tfrecord.memory.loading import collect_held, mapped_examples, nbytes_of
 from tfr_hooks.tfrecord.schema import Schema
 
 __all__ = [
@@ -198,8 +198,8 @@ def mapped_sample_nbytes(
     ``None`` when the outputs cannot be held in memory (not dense, or of varying shape).
     """
     try:
-        arrays = _collect(
-            lambda: _mapped(
+        arrays = collect_held(
+            lambda: mapped_examples(
                 files, compression, schema, map_fn, per_record, take=sample, damage=damage
             ),
             None,

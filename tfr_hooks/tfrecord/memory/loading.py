@@ -28,6 +28,10 @@ from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples, is_list
 from tfr_hooks.tfrecord.schema import Schema
 
 __all__ = [
+    "aligned",
+    "aligned_empty",
+    "collect_held",
+    "mapped_examples",
     "load",
     "load_mapped",
     "nbytes_of",
@@ -43,7 +47,7 @@ _ALIGN = 64  # TensorFlow takes a numpy buffer without copying when it is this a
 _WAIT_SECS = 60.0
 
 
-def _empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialized array whose buffer TensorFlow can use without copying."""
     dtype = np.dtype(dtype)
     if dtype.kind == "O":
@@ -54,13 +58,13 @@ def _empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
-def _aligned(array: np.ndarray) -> np.ndarray:
+def aligned(array: np.ndarray) -> np.ndarray:
     """``array``, or a copy of it in a buffer TensorFlow can use without copying."""
     if array.dtype.kind == "O":
         return array
     if array.flags.c_contiguous and array.ctypes.data % _ALIGN == 0:
         return array
-    copy = _empty(array.shape, array.dtype)
+    copy = aligned_empty(array.shape, array.dtype)
     copy[...] = array
     return copy
 
@@ -119,7 +123,9 @@ class _Join:
 
     def allocate(self, count: int, dense: _Dense) -> None:
         """Allocate the dense features' arrays for ``count`` examples."""
-        self.out = {name: _empty((count, *shape), dtype) for name, (shape, dtype) in dense.items()}
+        self.out = {
+            name: aligned_empty((count, *shape), dtype) for name, (shape, dtype) in dense.items()
+        }
 
     def split(self, values: dict[str, Any], slot: int = 0) -> int:
         """Take the features of varying length out of the chunk ``values``; its examples."""
@@ -148,7 +154,9 @@ class _Join:
             held.update({k: v if count is None else v[:count] for k, v in self.out.items()})
             return held
         total = sum(len(next(iter(p.values()))) for of_slot in self.parts for p in of_slot)
-        joined = {name: _empty((total, *shape), dtype) for name, (shape, dtype) in dense.items()}
+        joined = {
+            name: aligned_empty((total, *shape), dtype) for name, (shape, dtype) in dense.items()
+        }
         start = 0
         for of_slot in self.parts:
             for values in of_slot:
@@ -344,7 +352,7 @@ def _explain(error: BaseException, path: str, schema: Schema, compression: str) 
     )
 
 
-def _mapped(
+def mapped_examples(
     files: Sequence[str],
     compression: str,
     schema: Schema,
@@ -437,9 +445,15 @@ def _varying_feature(name: str, shapes: str, index: int | None = None) -> ValueE
     )
 
 
-def _collect(
+def collect_held(
     build: Callable[[], tf.data.Dataset], count: int | None, batch: int = LOAD_CHUNK
 ) -> dict[str, Held]:
+    """The examples of the dataset ``build`` makes, held: one array (or ragged) a feature.
+
+    ``count`` examples are expected when known (``None``: counted as read); they are read
+    ``batch`` at a time.
+    """
+
     def run() -> dict[str, Held]:
         data = build()
         names = _check_dense(data.element_spec)
@@ -503,6 +517,7 @@ def load_mapped(
     Raises:
         ValueError: If an output is not a dense tensor of one shape for all examples.
     """
-    return _collect(
-        lambda: _mapped(files, compression, schema, map_fn, per_record, damage=damage), count
+    return collect_held(
+        lambda: mapped_examples(files, compression, schema, map_fn, per_record, damage=damage),
+        count,
     )

@@ -18,8 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tf_private import single_device_map
-from tfr_hooks.tfrecord.memory.loading import Held, _aligned
-from tfr_hooks.tfrecord.packed import pass_seed
+from tfr_hooks.tfrecord.memory.loading import Held, aligned
+from tfr_hooks.tfrecord.passes import pass_seed
 from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples
 
 __all__ = [
@@ -150,12 +150,12 @@ class _Gather:
         # TensorFlow copies an unaligned buffer at every hand-over (0.1 ms a MB): copy once
         self.held: list[Held] = [
             RaggedArray(
-                _aligned(value.values),
-                _aligned(value.row_splits),
-                tuple(_aligned(splits) for splits in value.inner_splits),
+                aligned(value.values),
+                aligned(value.row_splits),
+                tuple(aligned(splits) for splits in value.inner_splits),
             )
             if isinstance(value, RaggedArray)
-            else _aligned(value)
+            else aligned(value)
             for value in (arrays[name] for name in self.names)
         ]
         self.flat: list[np.ndarray] = []
@@ -166,7 +166,7 @@ class _Gather:
                 self.flat.append(value)
         self.bucketed = buckets is not None
         if buckets is not None:
-            self.flat.append(_aligned(np.ascontiguousarray(buckets, np.int64)))
+            self.flat.append(aligned(np.ascontiguousarray(buckets, np.int64)))
         self.count = count = len(self.held[0])
         self.batch_size, self.shuffle, self.drop_remainder = batch_size, shuffle, drop_remainder
         self.plan = _batch_plan(count, batch_size, drop_remainder, buckets)

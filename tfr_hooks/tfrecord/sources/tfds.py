@@ -5,10 +5,12 @@ each split, ``dataset_info.json`` (the splits, their shards' example counts, the
 name template, the supervised keys) and ``features.json`` (each feature's kind, dtype,
 shape and encoding), plus a ``<feature>.labels.txt`` beside each named ``ClassLabel``.
 :func:`open_tfds_dir` recognizes one (or a dataset directory holding one version);
-:func:`~tfr_hooks.tfrecord.plan.make_plan` asks :func:`find_tfds_dir` first, and builds the
-readers' plan from :func:`tfds_plan_parts`: the split's shards, their exact example counts
-(so the dataset's cardinality is known before the first pass) and a :class:`TfdsSchema`.
-Nothing else in planning, listing or inspecting files knows about TFDS.
+:class:`TfdsSource` is the source the dispatcher
+(:func:`~tfr_hooks.tfrecord.sources.base.open_source`) asks first: the split's shards,
+their exact example counts (so the dataset's cardinality is known before the first
+pass), and a :class:`TfdsSchema` whose ``parse_batch`` decodes the features. This is the
+only module that knows a TFDS file name; planning, listing, converting, measuring and
+inspecting files ask the source.
 
 TFDS writes ``tf.train.Example``s whose nested keys are flattened with ``/``; the readers
 return the same flat keys (``objects/bbox``, ``steps/observation/image``). Each feature
@@ -37,24 +39,25 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.decode import decode_images, inflate
 from tfr_hooks.tfrecord.errors import NoFilesError
 from tfr_hooks.tfrecord.files import check_framing, detect_compression, first_record
 from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
 
 __all__ = [
     "TfdsDir",
     "TfdsSchema",
+    "TfdsSource",
     "TfdsSplit",
-    "find_tfds_dir",
     "is_tfds_dir",
     "open_tfds_dir",
-    "tfds_plan_parts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -306,11 +309,7 @@ def _build(part: _Part, parsed: Mapping[str, Any]) -> Any:
         return value
     if part.how == "tensor_bytes":
         if part.zlib:
-            value = tf.map_fn(
-                lambda v: tf.io.decode_compressed(v, "ZLIB"),
-                value,
-                fn_output_signature=tf.TensorSpec([], tf.string),
-            )
+            value = inflate(value)
         return feature.frame.decode(value)  # raw little-endian bytes, as tfds writes them
     if part.how == "image":
         if feature.sequence:
@@ -329,26 +328,9 @@ def _build(part: _Part, parsed: Mapping[str, Any]) -> Any:
 
 
 def _decode_images(part: _Part, encoded: Any) -> Any:
-    """``[n, *shape]`` images of the part's dtype from ``n`` encoded images.
-
-    A declared JPEG or PNG is decoded by its own op (faster than ``decode_image``, which
-    tells the format from the bytes, as an image of no declared format needs).
-    """
-    shape, dtype = part.feature.shape, tf.as_dtype(part.feature.dtype)
-    channels = shape[-1]
-
-    def decode(data: Any) -> Any:
-        if dtype == tf.uint16 or part.image_format == "png":
-            image = tf.io.decode_png(data, channels=channels, dtype=dtype)
-        elif part.image_format == "jpeg":
-            image = tf.io.decode_jpeg(data, channels=channels)
-        else:
-            image = tf.io.decode_image(data, channels=channels, expand_animations=False)
-        return tf.ensure_shape(image, shape)
-
-    images = tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec(shape, dtype))
-    images.set_shape(encoded.shape.concatenate(shape))
-    return images
+    """``[n, *shape]`` images of the part's dtype from ``n`` encoded images."""
+    feature = part.feature
+    return decode_images(encoded, feature.shape, feature.dtype, part.image_format)
 
 
 # --- the directory ------------------------------------------------------------------------
@@ -511,10 +493,8 @@ def open_tfds_dir(path: Any) -> TfdsDir | None:
     directory = _version_dir(path)
     if directory is None:
         return None
-    with tf.io.gfile.GFile(os.path.join(directory, INFO_FILENAME)) as handle:
-        info = json.load(handle)
-    with tf.io.gfile.GFile(os.path.join(directory, FEATURES_FILENAME)) as handle:
-        features = json.load(handle)
+    info = _load_json(directory, INFO_FILENAME)
+    features = _load_json(directory, FEATURES_FILENAME)
     file_format = str(info.get("fileFormat") or "tfrecord").lower()
     if file_format != "tfrecord":
         raise ValueError(
@@ -537,6 +517,34 @@ def open_tfds_dir(path: Any) -> TfdsDir | None:
         supervised_keys=_supervised_keys(info.get("supervisedKeys")),
         file_format=file_format,
     )
+
+
+def _load_json(directory: str, filename: str) -> dict[str, Any]:
+    """The JSON object of ``filename`` in ``directory``; an error naming the file if not one."""
+    path = os.path.join(directory, filename)
+    with tf.io.gfile.GFile(path) as handle:
+        text = handle.read()
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"Expected {path!r} to be the JSON object TensorFlow Datasets writes ({filename} "
+            f"of a prepared directory); it is not valid JSON: {error.msg} at line "
+            f"{error.lineno}, column {error.colno}. Prepare the data set again, or restore "
+            f"the file. Received: {filename}={_excerpt(text)!r}"
+        ) from error
+    if not isinstance(loaded, dict):
+        raise ValueError(
+            f"Expected {path!r} to hold a JSON object, as TensorFlow Datasets writes "
+            f"{filename}. Received: {filename}={_excerpt(text)!r}"
+        )
+    return loaded
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    """The start of ``text``, cut to ``limit`` characters."""
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _split(directory: str, name: str, file_format: str, info: Mapping[str, Any]) -> TfdsSplit:
@@ -571,52 +579,93 @@ def _supervised_keys(info: Any) -> tuple[str, ...] | None:
     return None
 
 
-def find_tfds_dir(files: Any, split: object) -> TfdsDir | None:
-    """The TFDS directory ``files`` names (alone or as a list of one), or ``None``.
+class TfdsSource(RecordSource):
+    """A split of a TFDS prepared directory: its shards, exact counts and features.
 
-    ``split`` goes only with a TFDS directory.
-
-    Raises:
-        ValueError: If ``split`` is given for files that are no TFDS directory, or as
-            :func:`open_tfds_dir`.
-    """
-    one = files[0] if isinstance(files, (list, tuple)) and len(files) == 1 else files
-    found = open_tfds_dir(one)
-    if found is None and split is not None:
-        raise ValueError(
-            "Expected `split` only with a TensorFlow Datasets directory (one holding "
-            f"dataset_info.json and features.json). Received: split={split!r}, "
-            f"files={files!r}"
-        )
-    return found
-
-
-def tfds_plan_parts(
-    found: TfdsDir,
-    split: str | None,
-    schema: object,
-    compression: str | None,
-    as_tuple: object,
-    decode: object,
-) -> tuple[TfdsSplit, str, TfdsSchema, object]:
-    """The split, its compression, its schema and ``as_tuple`` for a reader's plan.
-
-    ``as_tuple=True`` names the supervised keys. A TFDS directory brings its schema:
+    Made by the dispatcher for a version directory (or a dataset directory of one
+    version), alone or as a list of one; ``split`` names the split (``None``:
+    ``"train"``). Its features are decoded as ``features.json`` declares: a reader's
     ``schema`` and ``decode`` are refused.
     """
-    if schema is not None:
-        raise ValueError(
-            f"Expected no `schema` for TFDS directory {found.path!r}: its features.json "
-            "declares the features (pass its shard files to read them with a schema of "
-            f"your own). Received: schema={schema!r}"
+
+    takes_split = True
+    declares_schema = True
+
+    def __init__(self, found: TfdsDir, split: str | None) -> None:
+        self.directory = found
+        self.split = found.split(split)
+        self.files = list(self.split.files)
+
+    @classmethod
+    def open(
+        cls, files: Any, split: str | None, paths: Callable[[], list[str]]
+    ) -> RecordSource | None:
+        """The source of the TFDS directory ``files`` names, else ``None``."""
+        del paths
+        one = files[0] if isinstance(files, (list, tuple)) and len(files) == 1 else files
+        found = open_tfds_dir(one)
+        return None if found is None else cls(found, split)
+
+    @classmethod
+    def list_directory(cls, directory: str) -> list[str] | None:
+        """The shards of a TFDS version directory: neither its JSON nor its label names."""
+        if not is_tfds_dir(directory):
+            return None
+        names = sorted(
+            name
+            for name in tf.io.gfile.listdir(directory)
+            if not name.startswith((".", "_"))
+            and not name.endswith((".json", ".labels.txt"))
+            and not tf.io.gfile.isdir(os.path.join(directory, name))
         )
-    if decode:
-        found.schema.replace(**dict(decode))  # type: ignore[call-overload]
-    chosen, as_tuple = found.plan_parts(split, as_tuple)
-    codec = found.check_files(chosen)
-    if compression is not None and compression.upper().replace("NONE", "") != codec:
-        raise ValueError(
-            f"Expected `compression` to match the shards of TFDS directory {found.path!r} "
-            f"({codec or 'none'}), or None. Received: compression={compression!r}"
-        )
-    return chosen, codec, found.schema, as_tuple
+        return [os.path.join(directory, name) for name in names]
+
+    def counts(self) -> list[int | None]:
+        """The examples of each shard, from ``dataset_info.json``."""
+        return list(self.split.counts)
+
+    def names(self, as_tuple: object) -> object:
+        """``as_tuple``, with ``True`` for the supervised keys."""
+        return self.directory.plan_parts(self.split.name, as_tuple)[1]
+
+    def compression(self, given: str | None, *, tolerant: bool) -> str:
+        """The shards' one compression; ``given`` must match it."""
+        del tolerant
+        codec = self.directory.check_files(self.split)
+        if given is not None and given.upper().replace("NONE", "") != codec:
+            raise ValueError(
+                f"Expected `compression` to match the shards of TFDS directory "
+                f"{self.directory.path!r} ({codec or 'none'}), or None. "
+                f"Received: compression={given!r}"
+            )
+        return codec
+
+    def schema(
+        self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
+    ) -> Schema:
+        """The :class:`TfdsSchema` of ``features.json``; ``schema`` and ``decode`` refused."""
+        del compression
+        if given is not None:
+            raise ValueError(
+                f"Expected no `schema` for TFDS directory {self.directory.path!r}: its "
+                "features.json declares the features (pass its shard files to read them "
+                f"with a schema of your own). Received: schema={given!r}"
+            )
+        if decode:
+            self.directory.schema.replace(**dict(decode))
+        return self.directory.schema
+
+    def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
+        """The shards were checked with the compression; the counts, or the whole records."""
+        del compression, given
+        if self.damage is not None:
+            return schema, [self.damage.of(path).records for path in self.files], 1
+        return schema, self.counts(), 1
+
+    def to_dict(self) -> dict[str, Any] | None:
+        """The directory's splits, counts, features and label names."""
+        return self.directory.to_dict()
+
+    def describe(self) -> str | None:
+        """The directory's splits, counts, features and label names, as lines."""
+        return self.directory.describe()

@@ -7,7 +7,8 @@ Usage::
         [--worker-address HOST] [--wait-timeout SECONDS]
 
 :mod:`tfr_hooks.cli` adds it to the ``tfr-hooks`` parser. Only the standard library is
-imported at module level; a worker waits for its dispatcher before TensorFlow is imported.
+imported at module level; it runs before TensorFlow is imported (:data:`NEEDS_TENSORFLOW`):
+a worker waits for its dispatcher first.
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["add_data_service", "check_data_service_flags", "run_data_service"]
+__all__ = ["NAME", "NEEDS_TENSORFLOW", "add_parser", "check", "run"]
+
+#: The sub-command's name.
+NAME = "data-service"
+#: Run before TensorFlow is imported: a worker waits for its dispatcher without it.
+NEEDS_TENSORFLOW = False
 
 
-def add_data_service(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``data-service`` sub-command: its ``dispatcher`` and ``worker`` servers."""
     data_service = commands.add_parser(
         "data-service",
@@ -81,7 +87,7 @@ def add_data_service(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
 
 
-def check_data_service_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse the ``data-service`` flags out of range (``parser.error``: status 2)."""
     if not 0 <= args.port < 65536:
         parser.error(f"--port must be a port number (0 to 65535), not {args.port}")
@@ -92,7 +98,7 @@ def check_data_service_flags(parser: argparse.ArgumentParser, args: argparse.Nam
         parser.error(f"--wait-timeout must be a number of seconds >= 0, not {wait_timeout}")
 
 
-def run_data_service(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the server ``args.role`` until SIGTERM or SIGINT, logging to stderr.
 
     A worker waits for its dispatcher before TensorFlow is imported, so that waiting
@@ -101,13 +107,13 @@ def run_data_service(args: argparse.Namespace) -> int:
     import logging
 
     from tfr_hooks.quiet import import_tensorflow
-    from tfr_hooks.service.servers import _await_dispatcher, run_dispatcher, run_worker
+    from tfr_hooks.service.servers import await_dispatcher, run_dispatcher, run_worker
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        if args.role == "worker" and _await_dispatcher(args.dispatcher, args.wait_timeout) is None:
+        if args.role == "worker" and await_dispatcher(args.dispatcher, args.wait_timeout) is None:
             return 0  # SIGTERM or SIGINT while waiting
         import_tensorflow()
         if args.role == "dispatcher":

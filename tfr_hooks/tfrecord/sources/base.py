@@ -1,0 +1,294 @@
+"""The record-source protocol, and the dispatcher that picks a source once.
+
+What a reader reads comes from a *source*: plain TFRecord files (:mod:`.files`), a
+directory written by ``tfr-hooks convert`` or :func:`~tfr_hooks.tfrecord.write` (shards
+plus a ``schema.json`` sidecar, :mod:`.converted`), or a directory TensorFlow Datasets
+prepared (:mod:`.tfds`). As Keras 3's data adapters (one ``get_data_adapter`` picks the
+adapter from what the user passed), :func:`open_source` looks at ``files`` once and
+returns the one :class:`RecordSource` that reads it; planning
+(:func:`~tfr_hooks.tfrecord.plan.make_plan`), conversion, measuring, inspection, the
+command line and the directory listing of :func:`resolve_files` ask it, never the file
+names.
+
+A source gives the files (the shards of the chosen split, for TFDS), their example
+counts when known up front, their compression, the schema (with its decoders: a TFDS
+schema decodes images and sequences in ``parse_batch``), and checks each file's first
+record before any pipeline is built. A new kind of source is one module: a subclass of
+:class:`RecordSource`, and one line in :data:`SOURCE_MODULES`.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import importlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Union
+
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.damage import DamageMap, scan_damage
+from tfr_hooks.tfrecord.errors import NoFilesError
+from tfr_hooks.tfrecord.files import Files, check_readable
+from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME
+
+__all__ = [
+    "SOURCE_MODULES",
+    "Checked",
+    "RecordSource",
+    "SchemaLike",
+    "list_directory",
+    "open_source",
+    "resolve_files",
+    "source_kinds",
+]
+
+_GLOB_CHARS = frozenset("*?[")
+
+#: What a reader's ``schema`` may be: a Schema, the path of a schema.json, or ``None``.
+SchemaLike = Union[Schema, str, "os.PathLike[str]", None]
+
+#: The sources, ``"module:class"``, in the order the dispatcher asks them: the first that
+#: recognizes what the user passed reads it (plain files, which take anything, last).
+#: A new kind of source is a module and one line here.
+SOURCE_MODULES = (
+    "tfr_hooks.tfrecord.sources.tfds:TfdsSource",
+    "tfr_hooks.tfrecord.sources.converted:ConvertedSource",
+    "tfr_hooks.tfrecord.sources.files:FileSource",
+)
+
+#: What :meth:`RecordSource.check` found: the schema to read with (a converted
+#: directory's stored encodings applied), the examples of each file (``None`` when
+#: unknown before reading) and the examples per record (packed shards).
+Checked = tuple[Schema, list[int | None], int]
+
+
+class RecordSource(abc.ABC):
+    """One kind of input behind one seam: its files, counts, schema and checks.
+
+    Made by :func:`open_source`, never directly. Subclasses set :attr:`files` and
+    implement :meth:`open`, :meth:`schema` and :meth:`check`.
+
+    Attributes:
+        files: The files to read, in order (for TFDS: the shards of the split).
+        damage: What :meth:`scan` found (``max_corrupt_records`` above 0), else ``None``:
+            the schema, the checks and the counts then read the whole records only.
+        takes_split: Whether ``split`` means something to the source (TFDS only).
+        declares_schema: Whether the source brings its own schema and decoders, so a
+            reader's ``schema`` and ``decode`` are refused.
+    """
+
+    files: list[str]
+    damage: DamageMap | None = None
+    takes_split: ClassVar[bool] = False
+    declares_schema: ClassVar[bool] = False
+
+    @classmethod
+    @abc.abstractmethod
+    def open(
+        cls, files: Any, split: str | None, paths: Callable[[], list[str]]
+    ) -> RecordSource | None:
+        """The source of ``files`` if this kind reads them, else ``None``.
+
+        Args:
+            files: What the user passed (a path, directory, glob, or a list of them).
+            split: The split asked for (checked by the dispatcher for the others).
+            paths: ``files`` resolved by :func:`resolve_files`,
+                computed at the first call and kept.
+        """
+
+    @classmethod
+    def list_directory(cls, directory: str) -> list[str] | None:
+        """The data files of ``directory`` if this kind owns it, else ``None``."""
+        del directory
+        return None
+
+    def counts(self) -> list[int | None]:
+        """The examples of each file known before reading (``None``: unknown)."""
+        return [None] * len(self.files)
+
+    def names(self, as_tuple: object) -> object:
+        """``as_tuple`` as the source reads it (TFDS: ``True`` for the supervised keys)."""
+        return as_tuple
+
+    @abc.abstractmethod
+    def compression(self, given: str | None, *, tolerant: bool) -> str:
+        """The files' one compression: ``given`` (checked) or detected.
+
+        Args:
+            given: The reader's ``compression`` (``None`` to detect).
+            tolerant: Whether a damaged first record may only be guessed past
+                (``max_corrupt_records`` above 0: the scan then finds the damage).
+        """
+
+    def scan(self, compression: str, max_corrupt_records: int) -> DamageMap:
+        """Scan the files for damaged records (:func:`~tfr_hooks.tfrecord.damage.scan_damage`).
+
+        What it finds is kept as :attr:`damage`, which the schema and the checks use.
+        """
+        self.damage = scan_damage(self.files, compression, max_corrupt_records)
+        return self.damage
+
+    @abc.abstractmethod
+    def schema(
+        self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
+    ) -> Schema:
+        """The schema to parse the records with (before ``as_tuple`` selects from it)."""
+
+    @abc.abstractmethod
+    def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
+        """Check every file's first (whole) record against ``schema``.
+
+        Args:
+            schema: The schema chosen.
+            compression: The files' compression.
+            given: Whether the user gave the schema or ``decode`` (not the stored one).
+
+        Returns:
+            The schema to read with, the examples of each file, the examples per record.
+        """
+
+    def to_dict(self) -> dict[str, Any] | None:
+        """What ``tfr-hooks inspect --json`` prints of the whole source; ``None``: per file."""
+        return None
+
+    def describe(self) -> str | None:
+        """What ``tfr-hooks inspect`` prints of the whole source; ``None``: per file."""
+        return None
+
+
+def source_kinds() -> list[type[RecordSource]]:
+    """The source classes of :data:`SOURCE_MODULES`, in the dispatcher's order.
+
+    Imported here at the first call: each source module imports this one.
+    """
+    return [_source_class(name) for name in SOURCE_MODULES]
+
+
+@functools.cache
+def _source_class(name: str) -> type[RecordSource]:
+    module_name, _, class_name = name.partition(":")
+    found = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(found, type) and issubclass(found, RecordSource)):
+        raise TypeError(f"Expected {name} to be a RecordSource. Received: {found!r}")
+    return found
+
+
+def open_source(files: Any, split: str | None = None) -> RecordSource:
+    """The one source that reads ``files``: picked once, from what the user passed.
+
+    Args:
+        files: A path, directory or glob pattern, or a sequence of them.
+        split: The split to read; only a source that has splits (TFDS) takes one.
+
+    Returns:
+        The :class:`RecordSource`.
+
+    Raises:
+        ValueError: If ``split`` is given for a source without splits, or the source
+            finds something wrong with ``files``.
+        TFRecordError: If no file matches, or a file cannot be read.
+    """
+    paths = functools.cache(lambda: resolve_files(files))
+    for kind in source_kinds():
+        if split is not None and not kind.takes_split:
+            continue
+        source = kind.open(files, split, paths)
+        if source is not None:
+            return source
+    raise ValueError(
+        "Expected `split` only with a TensorFlow Datasets directory (one that "
+        f"tensorflow-datasets prepared). Received: split={split!r}, files={files!r}"
+    )
+
+
+def list_directory(directory: str) -> list[str] | None:
+    """The data files of ``directory`` as the source that owns it lists them.
+
+    ``None`` when no source claims it (then every file that is not hidden and not JSON).
+    """
+    for kind in source_kinds():
+        listed = kind.list_directory(directory)
+        if listed is not None:
+            return listed
+    return None
+
+
+def _is_glob(path: str) -> bool:
+    return any(char in _GLOB_CHARS for char in path)
+
+
+def _directory_files(directory: str) -> list[str]:
+    """The record files of a directory, as the source that owns it lists them.
+
+    A ``schema.json`` sidecar's shard list, a TensorFlow Datasets directory's shards, or
+    else every file that is not hidden and not JSON
+    (:func:`~tfr_hooks.tfrecord.sources.base.list_directory`).
+    """
+    return list_directory(directory) or []
+
+
+def resolve_files(files: Files) -> list[str]:
+    """Expand paths, directories and glob patterns into a checked list of readable files.
+
+    A directory stands for the files its source lists: the shards of its ``schema.json``
+    sidecar, a TensorFlow Datasets directory's shards, or else every file in it that is
+    not hidden and not JSON. Globs are sorted and skip
+    ``schema.json``. Order is kept otherwise.
+
+    Args:
+        files: A path, directory or glob pattern, or a sequence of them.
+
+    Returns:
+        The files, each existing and readable, without duplicates.
+
+    Raises:
+        TypeError: If ``files`` is not a path or a sequence of paths.
+        NoFilesError: If a glob or directory matches nothing, or a file does not exist.
+        UnreadableFileError: If a file cannot be opened.
+    """
+    if isinstance(files, (str, os.PathLike)):
+        items: list[object] = [files]
+    elif isinstance(files, Sequence) and not isinstance(files, bytes):
+        items = list(files)
+    else:
+        raise TypeError(
+            "Expected `files` to be a path, a directory, a glob pattern or a list of them. "
+            f"Received: files={files!r}"
+        )
+    if not items:
+        raise NoFilesError(
+            f"Expected `files` to name at least one TFRecord file. Received: files={files!r}"
+        )
+    result: list[str] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(
+                f"Expected `files[{i}]` to be a path, a directory or a glob "
+                f"pattern. Received: files[{i}]={item!r} of type "
+                f"{type(item).__name__}"
+            )
+        path = os.fspath(item)
+        if tf.io.gfile.isdir(path):
+            found = _directory_files(path)
+            if not found:
+                raise NoFilesError(f"Directory {path!r} contains no TFRecord files.", file=path)
+        elif _is_glob(path):
+            found = sorted(
+                p
+                for p in tf.io.gfile.glob(path)
+                if os.path.basename(p) != SCHEMA_FILENAME and not tf.io.gfile.isdir(p)
+            )
+            if not found:
+                raise NoFilesError(f"No files match the pattern {path!r}.", file=path)
+        else:
+            found = [path]
+        for name in found:
+            if name not in seen:
+                check_readable(name)
+                seen.add(name)
+                result.append(name)
+    return result
