@@ -43,7 +43,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfr_hooks.tf_private import op_determinism_enabled
 

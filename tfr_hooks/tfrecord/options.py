@@ -32,9 +32,9 @@ import tensorflow as tf
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.service.address import check_service_address
 from tfr_hooks.tfrecord.files import check_compression
-from tfr_hooks.tfrecord.sources.base import SchemaLike
 from tfr_hooks.tfrecord.ragged import PadTo, Shaping, check_shaping
 from tfr_hooks.tfrecord.sharding import check_shard
+from tfr_hooks.tfrecord.sources.base import SchemaLike
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
