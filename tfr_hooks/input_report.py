@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from tfr_hooks.tf_private import op_determinism_enabled
 
 if TYPE_CHECKING:
+    from tfr_hooks.calls import Call
     from tfr_hooks.tfrecord.contract import ReadFacts
     from tfr_hooks.tfrecord.decide import DataFacts
     from tfr_hooks.tfrecord.options import PipelineKind
@@ -227,11 +228,10 @@ def facts_of_read(
         examples_per_record=facts.examples_per_record,
         kind=facts.kind,
     )
-    corrupt = None if facts.corrupt_records is None else len(facts.corrupt_records)
     return dataclasses.replace(
         found,
         steps_per_execution=steps_per_execution,
-        corrupt_records=corrupt,
+        corrupt_records=facts.corrupt_count(),
         steps_held_by=steps_held_by,
     )
 
@@ -475,6 +475,11 @@ class EpochClock:
             totals[2] += wait
         if self._first_end is None:
             self._first_end = self._end
+
+    def observe_call(self, call: Call) -> None:
+        """Add a training call (a call observer, see :mod:`tfr_hooks.calls`)."""
+        if not call.validation:
+            self.step(call.steps, call.examples, call.input_wait)
 
     def stats(self, epoch: int) -> InputStats | None:
         """The epoch's :class:`InputStats`, or ``None`` if no step's wait was measured."""

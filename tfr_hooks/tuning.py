@@ -57,10 +57,13 @@ import logging
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfr_hooks.checks import check_positive_int, expected
-from tfr_hooks.hooks import capabilities_of
+from tfr_hooks.hooks import Hook, capabilities_of
+
+if TYPE_CHECKING:
+    from tfr_hooks.calls import Call
 
 __all__ = [
     "AUTO",
@@ -364,16 +367,22 @@ class StepsTuner:
         return value
 
 
-class AutoSteps:
+class AutoSteps(Hook):
     """A loop's ``steps_per_execution="auto"``: a tuner for training calls, one for validation.
 
-    Kept by the loop across its runs. When a hook needs every step (or ``held`` says
-    why it must stay at 1), both stay at 1 and the first run logs why, once.
+    A hook the loop installs first and keeps across its runs. It observes every call the
+    engine times (:mod:`tfr_hooks.calls`) and sets ``loop.steps_per_execution`` for the
+    next one; validation calls get the validation tuner's value from
+    ``validation_begin`` to ``validation_end``; at ``epoch_end`` the epoch's value joins
+    the history under :data:`HISTORY_KEY`. When a hook needs every step (or ``held``
+    says why it must stay at 1), both stay at 1 and the first run logs why, once.
 
     Args:
         hooks: The loop's hooks.
         held: Another reason to stay at 1 (a multi-worker strategy), or ``None``.
     """
+
+    needs_every_step = False
 
     def __init__(self, hooks: Sequence[Any], *, held: str | None = None) -> None:
         self.train = StepsTuner()
@@ -386,6 +395,7 @@ class AutoSteps:
         #: Why the value stays at 1, or ``None`` when it is tuned.
         self.held_by = held or (f"{', '.join(holders)} needs every step" if holders else None)
         self._told = False
+        self._train_value = 1  # the training value, kept during a validation pass
 
     @property
     def tuned(self) -> bool:
@@ -407,3 +417,28 @@ class AutoSteps:
     def observe(self, tuner: StepsTuner, steps: int, limit: int, secs: float) -> int:
         """:meth:`StepsTuner.observe` unless the value is held; return the value."""
         return tuner.observe(steps, limit, secs) if self.tuned else 1
+
+    # --- the hook: what the engine's events do to ``loop.steps_per_execution`` ---
+
+    def begin(self) -> None:
+        """A run starts at the training tuner's value (its first call is not measured)."""
+        self.start_run()
+        self.loop.steps_per_execution = self.value(self.train)
+
+    def observe_call(self, call: Call) -> None:
+        """Time one call (a call observer): the next call's value, from this one's time."""
+        tuner = self.validation if call.validation else self.train
+        self.loop.steps_per_execution = self.observe(tuner, call.steps, call.limit, call.secs)
+
+    def validation_begin(self) -> None:
+        """Validation calls run with the validation tuner's value."""
+        self._train_value = self.loop.steps_per_execution
+        self.loop.steps_per_execution = self.value(self.validation)
+
+    def validation_end(self, logs: dict[str, float]) -> None:
+        """The training value is back."""
+        self.loop.steps_per_execution = self._train_value
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """The epoch's value joins the history under :data:`HISTORY_KEY`."""
+        self.loop.history_entries[HISTORY_KEY] = float(self.loop.steps_per_execution)

@@ -96,6 +96,10 @@ class ReadFacts:
             return None
         return self.examples * self.num_epochs
 
+    def corrupt_count(self) -> int | None:
+        """The damaged records the reader skips, or ``None`` when it did not look."""
+        return None if self.corrupt_records is None else len(self.corrupt_records)
+
 
 @dataclass(frozen=True)
 class Source:
