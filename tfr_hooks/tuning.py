@@ -4,8 +4,8 @@ A call of :class:`~tfr_hooks.FunctionLoop`'s compiled function runs up to
 ``steps_per_execution`` steps; hooks see each call once. Every call costs a fixed
 *overhead* ``o`` (the hooks' ``before_run``/``after_run``, the engine's Python, the call
 of the ``tf.function`` itself) on top of the steps' time ``k * s``. The engine times
-every call (hooks included) and hands the durations to a :class:`StepsTuner`, which
-fits ``t(k) = o + k * s`` and picks, among the powers of two up to :data:`MAX_STEPS`:
+every call (hooks included) and hands it to the loop's :class:`AutoSteps` hook (a call
+observer, :mod:`tfr_hooks.calls`), whose :class:`StepsTuner` fits ``t(k) = o + k * s`` and picks, among the powers of two up to :data:`MAX_STEPS`:
 
 * the smallest ``k`` whose overhead is at most :data:`OVERHEAD_SHARE` (1%) of the
   steps' time (``o <= 0.01 * k * s``);
@@ -38,6 +38,11 @@ call is preempted more, so its steps do cost more, and the fit alone would climb
 or fall to 1. That value stays until its calls become twice as slow or fast, when the
 climb starts again from it.
 Validation calls have a tuner of their own (their steps cost less).
+
+The tuner is a state machine: its :class:`Phase` is ``CLIMBING``, then one of three
+settled phases, ``FITTED`` (watched against the fit), ``HELD`` (the first calls too slow
+to try more) or ``CHEAPEST`` (the model does not fit); each phase has one method that
+decides where the next calls go, and a far-too-long call starts over from any of them.
 
 ``"auto"`` is :class:`~tfr_hooks.FunctionLoop`'s default. What holds it at 1: a hook
 that needs every step (:attr:`~tfr_hooks.Hook.needs_every_step`: declared ``True``, or
