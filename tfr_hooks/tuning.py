@@ -5,7 +5,8 @@ A call of :class:`~tfr_hooks.FunctionLoop`'s compiled function runs up to
 *overhead* ``o`` (the hooks' ``before_run``/``after_run``, the engine's Python, the call
 of the ``tf.function`` itself) on top of the steps' time ``k * s``. The engine times
 every call (hooks included) and hands it to the loop's :class:`AutoSteps` hook (a call
-observer, :mod:`tfr_hooks.calls`), whose :class:`StepsTuner` fits ``t(k) = o + k * s`` and picks, among the powers of two up to :data:`MAX_STEPS`:
+observer, :mod:`tfr_hooks.calls`), whose :class:`StepsTuner` fits ``t(k) = o + k * s``
+and picks, among the powers of two up to :data:`MAX_STEPS`:
 
 * the smallest ``k`` whose overhead is at most :data:`OVERHEAD_SHARE` (1%) of the
   steps' time (``o <= 0.01 * k * s``);
