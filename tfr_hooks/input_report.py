@@ -32,8 +32,8 @@ What is measured, and what is not:
   left out of the first epoch's figures when that epoch has more than one.
 * Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow refuses to run
   the timestamp ops ("Timestamp cannot be called when determinism is enabled"): neither
-  loop measures the wait then (:func:`op_determinism_enabled` tells), so a
-  deterministic run gets no wait share and no verdict.
+  loop measures the wait then (:func:`tfr_hooks.tf_private.op_determinism_enabled`
+  tells), so a deterministic run gets no wait share and no verdict.
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from tfr_hooks.tf_private import op_determinism_enabled
 
 if TYPE_CHECKING:
     from tfr_hooks.calls import Call
@@ -70,7 +68,6 @@ __all__ = [
     "verdict",
     "facts_of_files",
     "facts_of_read",
-    "op_determinism_enabled",
 ]
 
 logger = logging.getLogger(__name__)
@@ -369,15 +366,6 @@ def _data_facts(facts: InputFacts) -> DataFacts:
         record_nbytes=facts.record_nbytes,
         examples_per_record=max(per_record, 2) if kind is not None and kind.packed else per_record,
     )
-
-
-def __getattr__(name: str) -> Any:
-    """``SMALL_RECORD_BYTES``, which moved to :mod:`tfr_hooks.tfrecord.decide`."""
-    if name == "SMALL_RECORD_BYTES":
-        from tfr_hooks.tfrecord.decide import SMALL_RECORD_BYTES
-
-        return SMALL_RECORD_BYTES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def verdict(stats: InputStats, facts: InputFacts) -> str:
