@@ -11,15 +11,13 @@ that needs the calls' durations is such a hook: the engine gets no parameter for
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 __all__ = ["Call", "CallObserver", "call_observers"]
 
 
-@dataclass(frozen=True)
-class Call:
-    """One call of a loop's step, as the engine timed it.
+class Call(NamedTuple):
+    """One call of a loop's step, as the engine timed it (a tuple: cheap to make per call).
 
     Attributes:
         steps: The steps the call ran (0: the data had run out).
