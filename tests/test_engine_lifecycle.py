@@ -17,8 +17,9 @@ import tensorflow as tf
 
 import tfr_hooks
 from helpers import LifecycleRecorder as Recorder
-from tfr_hooks.engine import Passes, StepResult, run_loop
+from tfr_hooks.engine import Passes, RunInput, run_loop
 from tfr_hooks.hooks import HookList
+from tfr_hooks.runners import StepResult
 
 v1 = tf.compat.v1
 
@@ -538,7 +539,7 @@ def test_a_run_resumed_mid_epoch_runs_only_the_steps_left(lookahead: bool) -> No
     runner = FakeRunner(batches=(1.0, 2.0, 3.0, 4.0), val=None, lookahead=lookahead)
     hook = ResumeMidEpoch(epoch=1, step=3)
     loop = tfr_hooks.LoopState()
-    history = run_loop(runner, HookList([hook]), loop, epochs=3, known_steps=4)
+    history = run_loop(runner, HookList([hook]), loop, epochs=3, data=RunInput(steps=4))
     # epoch 1 counts its first 3 steps as run and runs the 4th (on fresh data), then
     # epoch 2 runs in full (without look-ahead, a 5th step finds the data run out)
     found_out = [] if lookahead else [(2, 4)]
@@ -668,7 +669,7 @@ def test_the_engine_ends_a_stalled_pass_and_bounds_the_later_ones(
     runner = Stalling()
     loop = tfr_hooks.LoopState()
     with caplog.at_level(logging.WARNING):
-        history = run_loop(runner, HookList([]), loop, epochs=3, epoch_examples=40)
+        history = run_loop(runner, HookList([]), loop, epochs=3, data=RunInput(examples=40))
     assert len(history["loss"]) == 3  # the stalled epoch ended, the run went on
     warnings = [r.getMessage() for r in caplog.records if "ends here" in r.getMessage()]
     assert warnings == [
@@ -686,4 +687,4 @@ def test_a_stalled_pass_of_data_that_cannot_restart_ends_the_run() -> None:
     runner = Stalling()
     runner.reinitializable = False
     with pytest.raises(ConnectionError, match="cannot start its data again"):
-        run_loop(runner, HookList([]), tfr_hooks.LoopState(), epochs=2, epoch_examples=40)
+        run_loop(runner, HookList([]), tfr_hooks.LoopState(), epochs=2, data=RunInput(examples=40))

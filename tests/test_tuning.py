@@ -9,6 +9,8 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -24,7 +26,9 @@ from tfr_hooks.tuning import (
     CALL_SECS,
     HISTORY_KEY,
     OVERHEAD_SHARE,
+    SAMPLES,
     AutoSteps,
+    Phase,
     StepsTuner,
     choose,
     fit,
@@ -340,6 +344,158 @@ def test_steps_per_execution_is_a_positive_int_or_auto() -> None:
     for bad in ("fast", 0, 2.0, True):
         with pytest.raises(ValueError, match=r"positive integer or 'auto'.*Received: steps_per"):
             FunctionLoop(data, step_fn=step, steps_per_execution=bad)
+
+
+# -- the state machine as a table: call durations in, values and phases out -------------
+# No TensorFlow: each row feeds a fresh StepsTuner segments of calls and checks, after
+# each segment, the value the next call gets and the phase. The CI flakes of the round
+# that made the tuner a state machine are rows of their own, named by their commit.
+
+
+def linear(overhead: float, step: float) -> Callable[[int], float]:
+    """A call of ``k`` steps costs ``overhead + k * step`` seconds."""
+    return lambda k: overhead + k * step
+
+
+def loaded(k: int) -> float:
+    """A loaded machine: 1 ms a call, 0.3 ms a step, and more a step for longer calls."""
+    return (1.0 + 0.3 * k + 0.004 * k * k) / 1000
+
+
+def paused_at(value: int, secs: float, base: Callable[[int], float]) -> Callable[[int], float]:
+    """``base``, except that every call of ``value`` steps takes ``secs`` (a pause)."""
+    return lambda k: secs if k == value else base(k)
+
+
+@dataclass(frozen=True)
+class Calls:
+    """``count`` calls, each of the tuner's value (cut to ``limit``), costing ``cost(k)``."""
+
+    count: int
+    cost: Callable[[int], float]
+    limit: int | None = None
+    #: every call after the segment's first lasts at most CALL_SECS
+    within_bound: bool = False
+
+
+@dataclass(frozen=True)
+class Once:
+    """One call of the tuner's value lasting ``secs`` (a pause, a trace)."""
+
+    secs: float
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A new run of the loop (its first call is not timed)."""
+
+
+Segment = Calls | Once | Restart
+#: (why, [(segment, the value after it, the phase after it), ...])
+Row = tuple[str, Sequence[tuple[Segment, int, Phase]]]
+
+FAST = linear(0.002, 0.0005)  # choose(0.002, 0.0005) == 512
+ROWS: list[Row] = [
+    ("the rule, reached and kept", [(Calls(300, FAST), choose(0.002, 0.0005), Phase.FITTED)]),
+    ("a step slower than the bound runs alone", [(Calls(50, linear(0.0005, 0.3)), 1, Phase.HELD)]),
+    (
+        "6793e67: slow first calls (a loaded start) held it at 1 for the run",
+        [
+            (Calls(6, linear(0.002, 0.4)), 1, Phase.HELD),
+            (Calls(300, FAST), 512, Phase.FITTED),
+        ],
+    ),
+    (
+        "dadd073: one far-too-slow call kept it low for the run",
+        [
+            (Calls(300, FAST), 512, Phase.FITTED),
+            (Once(512 * 0.02), choose(0.002, 0.02), Phase.FITTED),
+            (Calls(30, FAST), 512, Phase.FITTED),
+        ],
+    ),
+    (
+        "34b46ab: a far-too-long call keeps the fitted overhead: back up within SAMPLES calls",
+        [
+            (Calls(300, FAST), 512, Phase.FITTED),
+            (Once(10.0), choose(0.002, 10.0 / 512), Phase.FITTED),
+            (Calls(SAMPLES, FAST), 512, Phase.FITTED),
+        ],
+    ),
+    (
+        "34b46ab: a pause with no overhead fitted climbs afresh from the bound, not held at 1",
+        [
+            (Calls(4, linear(0.001, 0.0003)), 2, Phase.CLIMBING),
+            (Once(5.0), 1, Phase.CLIMBING),
+            (Calls(300, linear(0.001, 0.0003)), choose(0.001, 0.0003), Phase.FITTED),
+        ],
+    ),
+    (
+        "c4e2433: a step made 20x dearer mid-climb; no value breaks the bound after",
+        [
+            (Calls(13, linear(0.001, 0.0011)), 128, Phase.CLIMBING),
+            (Calls(100, linear(0.001, 0.02), within_bound=True), choose(0.001, 0.02), Phase.FITTED),
+        ],
+    ),
+    (
+        "d7d07b7: a pause while timing 2 steps a call (it fitted no overhead: settled at 1)",
+        [
+            (Calls(4, linear(0.001, 0.00001)), 2, Phase.CLIMBING),
+            (Calls(3, paused_at(2, 0.003, linear(0.001, 0.00001))), 2, Phase.CLIMBING),
+            (Calls(2000, linear(0.001, 0.00001)), choose(0.001, 0.00001), Phase.FITTED),
+        ],
+    ),
+    (
+        "d7d07b7: calls of 2 that always cost more a step: timed again twice, then 1",
+        [(Calls(2000, paused_at(2, 0.003, linear(0.001, 0.00001))), 1, Phase.CHEAPEST)],
+    ),
+    (
+        "d7d07b7: a loaded machine settles on the value timed that costs least a step",
+        [
+            (Calls(400, loaded), 8, Phase.CHEAPEST),  # of 1, 2, 8, 32 timed
+            (Calls(400, linear(0.001, 0.000003)), choose(0.001, 0.000003), Phase.FITTED),
+        ],
+    ),
+    (
+        "an epoch of 20 steps caps it at 20",
+        [(Calls(100, linear(0.001, 0.00001), limit=20), 20, Phase.FITTED)],
+    ),
+    (
+        "a new run's first call (tracing) is not timed",
+        [
+            (Calls(300, FAST), 512, Phase.FITTED),
+            (Restart(), 512, Phase.FITTED),
+            (Once(30.0), 512, Phase.FITTED),
+        ],
+    ),
+]
+
+
+def feed(tuner: StepsTuner, segment: Segment) -> list[float]:
+    """Feed ``segment`` to ``tuner``; the durations of its calls."""
+    if isinstance(segment, Restart):
+        tuner.restart()
+        return []
+    if isinstance(segment, Once):
+        tuner.observe(tuner.value, tuner.value, segment.secs)
+        return [segment.secs]
+    durations = []
+    for _ in range(segment.count):
+        limit = min(tuner.value, segment.limit or tuner.value)
+        durations.append(segment.cost(limit))
+        tuner.observe(limit, limit, durations[-1])
+    return durations
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[why for why, _ in ROWS])
+def test_the_tuner_as_a_table_of_calls_values_and_phases(row: Row) -> None:
+    _, segments = row
+    tuner = StepsTuner()
+    for i, (segment, value, phase) in enumerate(segments):
+        durations = feed(tuner, segment)
+        assert (tuner.value, tuner.phase) == (value, phase), f"after segment {i}: {segment}"
+        assert tuner.settled == (phase is not Phase.CLIMBING)
+        if isinstance(segment, Calls) and segment.within_bound:
+            assert max(durations[1:]) <= CALL_SECS
 
 
 # -- FunctionLoop with auto -------------------------------------------------------------

@@ -38,22 +38,20 @@ from typing import Any
 
 import numpy as np
 
+from tfr_hooks.calls import Call, CallObserver, call_observers
 from tfr_hooks.checks import (
     check_non_negative_int,
     check_optional_positive_int,
     check_positive_int,
 )
 from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_all
-from tfr_hooks.input_report import CORRUPT_RECORDS, EpochClock, InputFacts, InputReport
+from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
 from tfr_hooks.runners import Runner, StepResult
 from tfr_hooks.stalls import StallPolicy
-from tfr_hooks.tuning import HISTORY_KEY, AutoSteps
 
 __all__ = [
     "Passes",
-    "StallPolicy",
-    "Runner",
-    "StepResult",
+    "RunInput",
     "check_run_args",
     "run_loop",
     "begin_run",
@@ -90,6 +88,28 @@ class Passes:
         """Count the passes of ``session`` from now on: from 0 if it is another one."""
         if session is not self.session:
             self.started, self.session = 0, session
+
+
+@dataclass(frozen=True)
+class RunInput:
+    """What a loop knows of its training input, handed to :func:`run_loop` once a run.
+
+    Attributes:
+        steps: With ``steps_per_epoch=None``, the steps an epoch is known to make before
+            it runs (a dataset's cardinality), shown to hooks as
+            ``loop.steps_per_epoch``; ``None``: learned from the first epoch.
+        examples: The examples of one epoch whose pass may stall, when known (data read
+            through a tf.data service:
+            :meth:`~tfr_hooks.tfrecord.contract.ReadFacts.served_examples`); after a
+            stalled pass, later passes end at this size (see :class:`StallPolicy`).
+        report: What the input report's remedy needs (an
+            :class:`~tfr_hooks.input_report.InputFacts`), or a function returning it,
+            called when the first verdict is logged.
+    """
+
+    steps: int | None = None
+    examples: int | None = None
+    report: InputFacts | Callable[[], InputFacts] | None = None
 
 
 def check_run_args(
@@ -206,14 +226,10 @@ def run_loop(
     initial_epoch: int = 0,
     steps_per_epoch: int | None = None,
     steps_per_execution: int = 1,
-    known_steps: int | None = None,
     validation_freq: int = 1,
     validation_steps: int | None = None,
-    input_facts: InputFacts | Callable[[], InputFacts] | None = None,
+    data: RunInput | None = None,
     passes: Passes | None = None,
-    epoch_examples: int | None = None,
-    tuning: AutoSteps | None = None,
-    corrupt_records: int | None = None,
 ) -> dict[str, list[Any]]:
     """Run epochs of steps with hooks; return the history of epoch logs.
 
@@ -226,6 +242,14 @@ def run_loop(
     :data:`~tfr_hooks.input_report.HISTORY_KEYS` (not to the logs hooks get), and the
     run's verdict is logged (see :mod:`tfr_hooks.input_report`).
 
+    Features attach as hooks, and the engine takes no parameter for them: each call of
+    the step (training or validation) is timed once and handed, as a
+    :class:`~tfr_hooks.calls.Call`, to the epoch's clock and to every hook with an
+    ``observe_call`` method (:mod:`tfr_hooks.calls`: ``steps_per_execution="auto"``'s
+    tuner); after ``epoch_end``, the entries hooks wrote to ``loop.history_entries``
+    join the history (:mod:`tfr_hooks.entries`: ``input/corrupt_records``,
+    ``input/steps_per_execution``).
+
     Args:
         runner: Runs the steps and the validation steps.
         hooks: The hooks, in call order.
@@ -233,42 +257,31 @@ def run_loop(
         epochs: Train until this epoch index (exclusive), like ``model.fit``.
         initial_epoch: The epoch to start from (for resuming).
         steps_per_epoch: Steps per epoch, or ``None`` to let the data decide.
-        steps_per_execution: Steps the runner may run per call (hooks see each call once).
-        known_steps: With ``steps_per_epoch=None``, the steps the data is known to hold
-            (a dataset's cardinality), shown to hooks as ``loop.steps_per_epoch``.
+        steps_per_execution: Steps the runner may run per call (hooks see each call
+            once); a hook may change ``loop.steps_per_execution`` between calls.
         validation_freq: Validate after every this many epochs (as ``fit`` counts).
         validation_steps: Stop each validation pass after this many steps.
-        input_facts: What the loop knows about its input, for the verdict's remedy (or
-            a function returning it, called when the first verdict is logged).
+        data: What the loop knows of its training input (:class:`RunInput`), or
+            ``None`` when it knows nothing.
         passes: The passes the loop's runners started over its data so far (kept by
             the loop across runs), or ``None`` to count this run's only.
-        epoch_examples: The examples of one pass of the training data when the input
-            knows them; after a stalled pass, later passes end at this size (see
-            :class:`StallPolicy`).
-        tuning: ``steps_per_execution="auto"`` (:mod:`tfr_hooks.tuning`): it chooses
-            each call's ``steps_per_execution`` from the timed calls, and each epoch's
-            value joins the history under :data:`~tfr_hooks.tuning.HISTORY_KEY`.
-        corrupt_records: The damaged records the reader skips (``max_corrupt_records``
-            above 0), added to each epoch's history under
-            :data:`~tfr_hooks.input_report.CORRUPT_RECORDS`; ``None`` adds nothing.
 
     Returns:
         A dict from each log name to its list of per-epoch values, like Keras'
         ``History.history``.
     """
     passes = Passes() if passes is None else passes
-    stalls = StallPolicy(epoch_examples)
-    if tuning is not None:
-        tuning.start_run()
-        steps_per_execution = tuning.value(tuning.train)
+    data = RunInput() if data is None else data
+    stalls = StallPolicy(data.examples)
+    observers = call_observers(hooks)
     loop.reset(
         epochs=epochs,
         initial_epoch=initial_epoch,
-        steps_per_epoch=steps_per_epoch if steps_per_epoch is not None else known_steps,
+        steps_per_epoch=steps_per_epoch if steps_per_epoch is not None else data.steps,
         steps_per_execution=steps_per_execution,
     )
     history: dict[str, list[Any]] = {}
-    report = InputReport(input_facts)
+    report = InputReport(data.report)
     error: BaseException | None = None
     started = False
     try:
@@ -283,7 +296,7 @@ def run_loop(
             if loop.stop_requested:
                 break
             logs, more = _run_epoch(
-                runner, hooks, loop, epoch, steps_per_epoch, passes, stalls, tuning
+                runner, hooks, loop, epoch, steps_per_epoch, passes, stalls, observers
             )
             if logs is None:
                 break
@@ -291,7 +304,7 @@ def run_loop(
             if stats is not None:
                 report.epoch_end(stats)
             if (epoch + 1) % validation_freq == 0:  # as model.fit counts it
-                val_logs = _validate(runner, hooks, loop, validation_steps, stalls, tuning)
+                val_logs = _validate(runner, hooks, loop, validation_steps, stalls, observers)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
             hooks.epoch_end(epoch, logs)
             for key, value in logs.items():  # keys hooks added (a callback's lr) too
@@ -299,10 +312,8 @@ def run_loop(
             if stats is not None:  # keys with a "/", which no metric name has
                 for key, value in stats.history().items():
                     history.setdefault(key, []).append(value)
-            if tuning is not None:
-                history.setdefault(HISTORY_KEY, []).append(float(loop.steps_per_execution))
-            if corrupt_records is not None:
-                history.setdefault(CORRUPT_RECORDS, []).append(corrupt_records)
+            for key, value in loop.history_entries.items():  # the features' own
+                history.setdefault(key, []).append(value)
             if not more or loop.stop_requested:
                 break
     except BaseException as exc:  # re-raised by end_run, after cleanup
@@ -327,7 +338,7 @@ def _run_epoch(
     steps_per_epoch: int | None,
     passes: Passes,
     stalls: StallPolicy,
-    tuning: AutoSteps | None = None,
+    observers: Sequence[CallObserver] = (),
 ) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     first = epoch == loop.initial_epoch
@@ -336,7 +347,7 @@ def _run_epoch(
     # only the rest are run
     done = loop.initial_step if first else 0
     length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
-    end = _run_steps(runner, hooks, loop, clock, length, stalls, tuning)
+    end = _run_steps(runner, hooks, loop, length, stalls, [*observers, clock])
     if loop.epoch_steps == done:
         logger.warning(
             "Epoch %d got no data: the input ran out before its first step; training ends.",
@@ -369,6 +380,7 @@ def _begin_epoch(
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
     loop.input_stats = None
+    loop.history_entries = {}
     if first and steps_per_epoch is None:
         # the first epoch of a run that starts late (resumed): let the data's seeded
         # shuffles draw what they drew for the earlier epochs, so this one has its order
@@ -435,12 +447,14 @@ def _run_steps(
     runner: Runner,
     hooks: HookList,
     loop: LoopState,
-    clock: EpochClock,
     length: int | None,
     stalls: StallPolicy,
-    tuning: AutoSteps | None = None,
+    observers: Sequence[CallObserver],
 ) -> _EpochEnd:
     """Run the epoch's steps up to ``length`` (``None``: no limit) or a stop request.
+
+    Each call is handed to ``observers`` (the epoch's clock, the hooks that observe
+    calls) before the loop counts its steps.
 
     Returns:
         Whether the data ran out before ``length``, or the pass stalled.
@@ -457,10 +471,7 @@ def _run_steps(
             step = functools.partial(runner.run_step, limit=limit, examples_left=left)
         started = time.perf_counter()
         result = run_hooked_step(hooks, loop, runner.run_args, runner.session, step)
-        if tuning is not None:  # the next call's value, from this one's time (hooks too)
-            secs = time.perf_counter() - started
-            loop.steps_per_execution = tuning.observe(tuning.train, result.steps, limit, secs)
-        clock.step(result.steps, result.examples, result.input_wait)
+        _observed(observers, started, result, limit, validation=False)
         loop.epoch_steps += result.steps
         loop.global_step += result.steps
         loop.epoch_examples += result.examples
@@ -510,40 +521,43 @@ def _goes_on_after_data_end(
     return True
 
 
+def _observed(
+    observers: Sequence[CallObserver],
+    started: float,
+    result: StepResult,
+    limit: int,
+    *,
+    validation: bool,
+) -> None:
+    """Hand the call that ``started`` (a ``perf_counter`` reading) and gave ``result`` on."""
+    call = Call(
+        steps=result.steps,
+        limit=limit,
+        secs=time.perf_counter() - started,
+        examples=result.examples,
+        input_wait=result.input_wait,
+        validation=validation,
+    )
+    for observer in observers:
+        observer.observe_call(call)
+
+
 def _validate(
     runner: Runner,
     hooks: HookList,
     loop: LoopState,
     steps: int | None,
     stalls: StallPolicy,
-    tuning: AutoSteps | None = None,
+    observers: Sequence[CallObserver] = (),
 ) -> dict[str, Any]:
     """Run the validation pass with its events; return its logs (unprefixed).
 
-    With ``tuning``, its calls have their own ``steps_per_execution``
-    (``loop.steps_per_execution`` during the pass), and the training value is back after.
+    Each call that ran steps is handed to ``observers`` (a hook may give validation
+    calls a ``loop.steps_per_execution`` of their own, from ``validation_begin`` to
+    ``validation_end``).
     """
     if not runner.start_validation():
         return {}
-    if tuning is None:
-        return _validation_pass(runner, hooks, loop, steps, stalls, None)
-    train_value = loop.steps_per_execution
-    loop.steps_per_execution = tuning.value(tuning.validation)
-    try:
-        return _validation_pass(runner, hooks, loop, steps, stalls, tuning)
-    finally:
-        loop.steps_per_execution = train_value
-
-
-def _validation_pass(
-    runner: Runner,
-    hooks: HookList,
-    loop: LoopState,
-    steps: int | None,
-    stalls: StallPolicy,
-    tuning: AutoSteps | None,
-) -> dict[str, Any]:
-    """The validation pass's steps and events, the data started."""
     hooks.validation_begin()
     logs: dict[str, Any] = {}
     step = 0
@@ -563,9 +577,7 @@ def _validation_pass(
         # like Keras' evaluate: the index of the execution's last batch (begin + spe - 1)
         hooks.validation_batch_end(step + loop.steps_per_execution - 1, logs)
         step += result.steps
-        if tuning is not None:  # the next call's value, from this one's time (hooks too)
-            secs = time.perf_counter() - started
-            loop.steps_per_execution = tuning.observe(tuning.validation, result.steps, limit, secs)
+        _observed(observers, started, result, limit, validation=True)
         if result.exhausted:
             break
     if step == 0:

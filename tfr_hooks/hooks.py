@@ -110,6 +110,10 @@ class LoopState:
             profiler's thresholds, ``examples_per_sec``), set when its last step has
             run (before the validation pass and ``epoch_end``); ``None`` before that,
             or when the loop does not measure its input.
+        history_entries: Entries the current epoch adds to the run's history beside its
+            logs (keys with a ``/``, such as ``input/steps_per_execution``): a feature's
+            own hook writes them in ``epoch_end`` (see :mod:`tfr_hooks.entries`); the
+            logs hooks get never hold them. Emptied at each epoch's start.
         is_chief: Whether this process writes the run's files, when the loop was told
             (``SessionLoop(master=..., is_chief=...)``); ``None`` lets a hook decide from
             the strategy or ``TF_CONFIG``. Kept across runs.
@@ -159,6 +163,7 @@ class LoopState:
         self.error: BaseException | None = None
         self.input_cancels: tuple[Callable[[], bool], ...] = ()
         self.input_stats: InputStats | None = None
+        self.history_entries: dict[str, Any] = {}
 
     def cancel_input(self) -> bool:
         """Unblock a step waiting on input, from any thread (a signal watcher's).

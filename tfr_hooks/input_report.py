@@ -32,8 +32,8 @@ What is measured, and what is not:
   left out of the first epoch's figures when that epoch has more than one.
 * Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow refuses to run
   the timestamp ops ("Timestamp cannot be called when determinism is enabled"): neither
-  loop measures the wait then (:func:`op_determinism_enabled` tells), so a
-  deterministic run gets no wait share and no verdict.
+  loop measures the wait then (:func:`tfr_hooks.tf_private.op_determinism_enabled`
+  tells), so a deterministic run gets no wait share and no verdict.
 """
 
 from __future__ import annotations
@@ -45,9 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tfr_hooks.tf_private import op_determinism_enabled
-
 if TYPE_CHECKING:
+    from tfr_hooks.calls import Call
     from tfr_hooks.tfrecord.contract import ReadFacts
     from tfr_hooks.tfrecord.decide import DataFacts
     from tfr_hooks.tfrecord.options import PipelineKind
@@ -69,7 +68,6 @@ __all__ = [
     "verdict",
     "measure_files",
     "facts_of_read",
-    "op_determinism_enabled",
 ]
 
 logger = logging.getLogger(__name__)
@@ -432,6 +430,11 @@ class EpochClock:
             totals[2] += wait
         if self._first_end is None:
             self._first_end = self._end
+
+    def observe_call(self, call: Call) -> None:
+        """Add a training call (a call observer, see :mod:`tfr_hooks.calls`)."""
+        if not call.validation:
+            self.step(call.steps, call.examples, call.input_wait)
 
     def stats(self, epoch: int) -> InputStats | None:
         """The epoch's :class:`InputStats`, or ``None`` if no step's wait was measured."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.engine import StepResult
+from tfr_hooks.runners import StepResult
 
 __all__ = ["merged_run", "prepared_run"]
 

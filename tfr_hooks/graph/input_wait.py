@@ -10,7 +10,7 @@ tracing ``RunMetadata`` would.
 Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow refuses to run a
 timestamp op ("Timestamp cannot be called when determinism is enabled"), which would
 fail every step: the wait is then not measured (no input verdict is logged), as in
-``FunctionLoop`` (both ask :func:`tfr_hooks.input_report.op_determinism_enabled`).
+``FunctionLoop`` (both ask :func:`tfr_hooks.tf_private.op_determinism_enabled`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.input_report import op_determinism_enabled
+from tfr_hooks.tf_private import op_determinism_enabled
 
 __all__ = ["INPUT_OP_TYPES", "input_ops", "input_wait"]
 

@@ -16,7 +16,8 @@ from tfr_hooks.checks import (
     check_positive_number,
     expected,
 )
-from tfr_hooks.engine import Passes, check_run_args, run_loop
+from tfr_hooks.engine import Passes, RunInput, check_run_args, run_loop
+from tfr_hooks.entries import input_entries
 from tfr_hooks.graph.cluster import (
     DEFAULT_WAIT_FOR_CHIEF_SECS,
     ClusterSession,
@@ -222,7 +223,9 @@ class SessionLoop:
         self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}
         auto = input_hooks(self.graph, user_hooks, data, training)
         self._cluster = self._cluster_session(user_hooks) if master else None
-        self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals))
+        # the read's history entries (input/corrupt_records) come from hooks of its own
+        features = [] if data is None else input_entries(data.facts)
+        self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals) + features)
         #: what a skipped batch is pulled through: a tensor of the data's own batches
         self._skip_tensor = data.batch_size if data is not None and not _is_queue(data) else None
         #: the passes over the data started in the session a run used last
@@ -351,11 +354,12 @@ class SessionLoop:
                 steps_per_epoch=self.steps_per_epoch,
                 validation_freq=validation_freq,
                 validation_steps=validation_steps,
-                input_facts=self._input_facts,
+                data=RunInput(
+                    examples=None if self._data is None else self._data.facts.served_examples(),
+                    report=self._input_facts,
+                ),
                 # the data's random ops go on in a session given again
                 passes=self._passes,
-                epoch_examples=None if self._data is None else _served_examples(self._data),
-                corrupt_records=None if self._data is None else _corrupt_count(self._data),
             )
 
     def _input_facts(self) -> InputFacts:
@@ -561,11 +565,6 @@ def _as_tensor_or_none(value: Any) -> Any:
     return value
 
 
-def _served_examples(data: Batches) -> int | None:
-    """The examples of an epoch (one initialization) of ``data`` through a service."""
-    return data.facts.served_examples()
-
-
 def _graph_service(graph: Any) -> str | None:
     """The address of the first tf.data service a dataset of ``graph`` reads, or ``None``.
 
@@ -581,8 +580,3 @@ def _graph_service(graph: Any) -> str | None:
                 if value is not None and isinstance(value.item(), bytes):
                     return check_service_address(value.item().decode())
     return None
-
-
-def _corrupt_count(data: Batches) -> int | None:
-    """The damaged records ``data``'s reader skips, or ``None`` when it did not look."""
-    return data.facts.corrupt_count

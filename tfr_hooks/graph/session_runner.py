@@ -5,7 +5,7 @@ takes) the session, runs the data's initializers at each pass, runs each step wi
 the hooks asked for (:mod:`tfr_hooks.graph.hooked_run`), and reports the data's end (an
 ``OutOfRangeError``) and a stalled read through a tf.data service (a step's
 ``timeout_in_ms`` of ``service_timeout``, the service asked why) to the engine, which
-decides what follows (:class:`~tfr_hooks.engine.StallPolicy`).
+decides what follows (:class:`~tfr_hooks.stalls.StallPolicy`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.engine import StepResult
 from tfr_hooks.graph.cluster import ClusterSession
 from tfr_hooks.graph.hooked_run import merged_run, prepared_run
 from tfr_hooks.graph.metrics import RunningMeans
 from tfr_hooks.graph.setup import initialize_uninitialized
 from tfr_hooks.graph.validation import Validation
+from tfr_hooks.runners import StepResult
 from tfr_hooks.service.watch import Reason, diagnose
 
 __all__ = ["RunSettings", "SessionRunner"]
@@ -122,7 +122,7 @@ class SessionRunner:
         self.replays_passes = self.pass_examples is None and bool(settings.initializers)
 
     def start(self) -> None:
-        """Prepare to run (see :meth:`tfr_hooks.engine.Runner.start`)."""
+        """Prepare to run (see :meth:`tfr_hooks.runners.Runner.start`)."""
         settings = self.settings
         if settings.cluster is not None:  # the chief initializes or restores, others wait
             self.session = settings.cluster.create()
@@ -200,7 +200,7 @@ class SessionRunner:
     def run_step(
         self, hook_args: Sequence[Any], limit: int, examples_left: int | None = None
     ) -> StepResult:
-        """Run up to ``limit`` training steps (see :meth:`tfr_hooks.engine.Runner.run_step`)."""
+        """Run up to ``limit`` training steps (see :meth:`tfr_hooks.runners.Runner.run_step`)."""
         # one step a session.run: the engine ends a bounded pass before a step past it
         try:
             with self._running():
@@ -280,7 +280,7 @@ class SessionRunner:
         dispatcher waits forever (TensorFlow 2.21); its ``timeout_in_ms`` ended it: the
         service is asked why (:func:`~tfr_hooks.service.watch.diagnose`). With workers
         alive and a pass the loop can start again, the pass stalled: the engine ends it
-        (:class:`~tfr_hooks.engine.StallPolicy`).
+        (:class:`~tfr_hooks.stalls.StallPolicy`).
 
         Returns:
             The stall, for ``StepResult.stall``.

@@ -8,7 +8,7 @@ which checks the service while a read is under way and cancels the read when it 
 on. Why is a :class:`Reason`: a gone dispatcher or no worker left ends the run with a
 ``ConnectionError`` naming the address; a read that waited its bound while workers are
 alive is a stalled pass (:class:`Stalled`), which the engine ends
-(:class:`~tfr_hooks.engine.StallPolicy`). Graph mode, whose steps cannot be cancelled
+(:class:`~tfr_hooks.stalls.StallPolicy`). Graph mode, whose steps cannot be cancelled
 one by one, bounds each step with ``timeout_in_ms`` and asks :func:`diagnose` why it
 waited.
 

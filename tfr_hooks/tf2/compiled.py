@@ -20,9 +20,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.input_report import op_determinism_enabled
 from tfr_hooks.tf2 import distribute
-from tfr_hooks.tf_private import is_default_strategy
+from tfr_hooks.tf_private import is_default_strategy, op_determinism_enabled
 
 __all__ = ["CompiledSteps", "Executor", "is_default_strategy", "batch_size_of", "UNBOUNDED"]
 

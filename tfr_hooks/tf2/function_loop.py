@@ -21,7 +21,8 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import check_bool, check_optional_positive_int, expected
-from tfr_hooks.engine import Passes, check_run_args, run_loop
+from tfr_hooks.engine import Passes, RunInput, check_run_args, run_loop
+from tfr_hooks.entries import input_entries
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
 from tfr_hooks.input_report import InputFacts, facts_of_read
 from tfr_hooks.service.watch import check_service_timeout
@@ -178,14 +179,17 @@ class FunctionLoop:
         extra = []  # under a multi-worker strategy, name a lost worker
         if is_multi_worker(self.strategy):
             extra.append(distribute.LostWorkerHook(distribute.current_task(self.strategy)))
-        self.hooks = HookList([*user_hooks, *extra])
         #: ``steps_per_execution="auto"``: the tuners, kept across runs (else ``None``)
         self.tuning: AutoSteps | None = None
         if steps_per_execution == AUTO:
             held = None
             if is_multi_worker(self.strategy):  # the workers' calls must stay in step
                 held = "a multi-worker strategy (every worker must run the same calls)"
-            self.tuning = AutoSteps(self.hooks.hooks, held=held)
+            self.tuning = AutoSteps([*user_hooks, *extra], held=held)
+        # the features' hooks: the tuner first (it sets each call's value before the
+        # hooks see it), the read's history entries last
+        tuner = [] if self.tuning is None else [self.tuning]
+        self.hooks = HookList([*tuner, *user_hooks, *extra, *input_entries(facts)])
         self.loop = LoopState()
         self.loop.strategy = self.strategy
         # the compiled functions, built once per loop and kept across runs
@@ -275,15 +279,17 @@ class FunctionLoop:
             epochs=epochs,
             initial_epoch=initial_epoch,
             steps_per_epoch=self.steps_per_epoch,
-            steps_per_execution=1 if self.tuning else int(self.steps_per_execution),
-            known_steps=known if known else None,
+            steps_per_execution=self.tuning.value(self.tuning.train)
+            if self.tuning
+            else int(self.steps_per_execution),
             validation_freq=validation_freq,
             validation_steps=validation_steps,
-            input_facts=self._input_facts,
+            data=RunInput(
+                steps=known if known else None,
+                examples=self.facts.served_examples(),
+                report=self._input_facts,
+            ),
             passes=self._passes,
-            epoch_examples=self.facts.served_examples(),
-            tuning=self.tuning,
-            corrupt_records=self.facts.corrupt_count,
         )
 
     def _input_facts(self) -> InputFacts:

@@ -8,7 +8,7 @@ cannot finish can be ended from another thread: by a signal's watcher
 through a tf.data service, by the service's watch (:mod:`tfr_hooks.service.watch`), which
 turns a lost dispatcher or the last worker gone into a ``ConnectionError`` and a read that
 waited its bound while workers are alive into a stalled pass (``StepResult.stall``),
-which the engine ends (:class:`~tfr_hooks.engine.StallPolicy`).
+which the engine ends (:class:`~tfr_hooks.stalls.StallPolicy`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 import tensorflow as tf
 
 import tfr_hooks.tf_private as tf_private
-from tfr_hooks.engine import StepResult
 from tfr_hooks.hooks import capabilities_of
+from tfr_hooks.runners import StepResult
 from tfr_hooks.service.watch import ServiceWatches, Stalled
 from tfr_hooks.tf2.compiled import UNBOUNDED, CompiledSteps, Executor, is_default_strategy
 
@@ -123,7 +123,7 @@ class FunctionRunner:
             self.calling.clear()
 
     def start(self) -> None:
-        """Prepare to run (see :meth:`tfr_hooks.engine.Runner.start`)."""
+        """Prepare to run (see :meth:`tfr_hooks.runners.Runner.start`)."""
         steps = self.steps
         distributed = not is_default_strategy(self.strategy)
         # a hook that saves or restores the model's state needs its variables up front
@@ -190,7 +190,7 @@ class FunctionRunner:
     def run_step(
         self, hook_args: Sequence[Any], limit: int, examples_left: int | None = None
     ) -> StepResult:
-        """Run up to ``limit`` training steps (see :meth:`tfr_hooks.engine.Runner.run_step`)."""
+        """Run up to ``limit`` training steps (see :meth:`tfr_hooks.runners.Runner.run_step`)."""
         for hook, args in zip(self.hooks, hook_args, strict=True):
             check_run_args(hook, args)
         bound = UNBOUNDED if examples_left is None else examples_left
@@ -232,7 +232,7 @@ class FunctionRunner:
     ) -> StepResult:
         """One call of ``executor``: up to ``limit`` steps, ``remaining`` examples at most.
 
-        A read that stalled (see :class:`~tfr_hooks.engine.StallPolicy`) ends the pass:
+        A read that stalled (see :class:`~tfr_hooks.stalls.StallPolicy`) ends the pass:
         the iterator is dropped, and the next pass starts a new one.
         """
         service = self.service if training else self.validation_service
