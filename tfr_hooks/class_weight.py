@@ -66,7 +66,7 @@ def check_class_weight(class_weight: object) -> dict[int, float] | None:
                     class_weight,
                 )
             )
-        result[int(key)] = float(value)  # type: ignore[call-overload, arg-type]
+        result[int(key)] = float(value)
     return result
 
 
@@ -199,4 +199,9 @@ def weigh_batch(batch: Any, class_weight: Mapping[int, float]) -> Any:
                 class_weight,
             )
         )
-    return x, y, combined_weights(sample_weight, class_weights(y, class_weight))
+    weights = combined_weights(sample_weight, class_weights(y, class_weight))
+    # x and y wait for the weights (and so for the check of the classes): a batch with a
+    # class without weight updates no metric or variable the step computes from them
+    with tf.control_dependencies([weights]):
+        x, y = tf.nest.map_structure(tf.identity, (x, y))
+    return x, y, weights
