@@ -22,6 +22,9 @@ Modes:
   files, in memory) and ``drop_remainder``, the dataset's ``cardinality()``, the
   ``loop.steps_per_epoch`` hooks see at each epoch's start, and the steps and examples
   each epoch ran.
+* ``class_weight DATA``: a compiled Keras 3 model through ``FunctionLoop`` with
+  ``class_weight`` and ``steps_per_execution="auto"``, with validation; without
+  ``TF_CONFIG`` also the same run without ``class_weight`` (``plain_weights``).
 * ``service DATA ADDRESS``: a ``step_fn`` over ``tfrecord.dataset(DATA's files,
   SERVICE_BATCH, service=ADDRESS)`` (one tf.data service job shared by the cluster's
   trainers) that notes the ``id`` of every example this worker trained on, per epoch,
@@ -311,6 +314,38 @@ def cardinality_mode(data: str) -> dict[str, Any]:
     return result
 
 
+def class_weight_mode(data: str) -> dict[str, Any]:
+    """Train with ``class_weight`` (and ``"auto"`` steps): the global logs and weights."""
+    import tensorflow as tf
+
+    strategy = _strategy(tf)
+    from helpers import keras_classifier
+    from tfr_hooks import FunctionLoop, tfrecord
+
+    train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, as_tuple=("x", "y"))
+    val = tfrecord.dataset(os.path.join(data, "val"), GLOBAL_BATCH, as_tuple=("x", "y"))
+
+    def run(class_weight: dict[int, float] | None) -> tuple[Any, dict[str, Any]]:
+        with strategy.scope() if strategy is not None else _nothing():
+            model = keras_classifier(lr=0.1)
+        loop = FunctionLoop(
+            train,
+            model=model,
+            class_weight=class_weight,
+            strategy=strategy,
+            steps_per_execution="auto",
+        )
+        history = loop.run(epochs=2, validation_data=val)
+        return model, _split(history)["history"]
+
+    model, history = run({0: 1.0, 1: 4.0})
+    result = {"history": history, "weights": [w.tolist() for w in model.get_weights()]}
+    if strategy is None:
+        plain, _ = run(None)
+        result["plain_weights"] = [w.tolist() for w in plain.get_weights()]
+    return result
+
+
 def service_mode(data: str, address: str) -> dict[str, Any]:
     """Train on batches of a tf.data service job this worker shares with the others."""
     import tensorflow as tf
@@ -360,6 +395,8 @@ def main(argv: list[str]) -> None:
         result = order_mode(argv[1], argv[2])
     elif mode == "cardinality":
         result = cardinality_mode(argv[1])
+    elif mode == "class_weight":
+        result = class_weight_mode(argv[1])
     elif mode == "service":
         result = service_mode(argv[1], argv[2])
     else:

@@ -115,3 +115,18 @@ def test_step_fn_shards_by_file_with_exact_global_counts(tmp_path: Path) -> None
     assert history["index"] == pytest.approx([np.arange(N_TRAIN).mean()] * 2)
     # replica 1 (worker 1) read exactly the examples of file 1: indexes 32..63
     assert history["index_on_replica1"] == pytest.approx([np.arange(32, 64).sum() / N_TRAIN] * 2)
+
+
+def test_class_weight_with_auto_steps_as_in_one_process(tmp_path: Path) -> None:
+    data = _write_data(tmp_path / "data", shards=1)
+    configs = [*loopback_cluster(2), None]  # two workers, and one process beside them
+    workers = run_cluster([CHILD, "class_weight", str(data)], 2, configs=configs, timeout=240)
+    chief, other, single = (w.result() for w in workers)
+    assert chief["history"] == other["history"]
+    assert sorted(chief["history"]) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    for key, values in single["history"].items():
+        assert chief["history"][key] == pytest.approx(values, rel=1e-5, abs=1e-6), key
+    for ours, theirs in zip(chief["weights"], single["weights"], strict=True):
+        np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-5, atol=1e-6)
+    # the class weights mattered
+    assert not np.allclose(np.array(single["weights"][-2]), np.array(single["plain_weights"][-2]))

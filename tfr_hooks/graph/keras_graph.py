@@ -10,18 +10,24 @@ matching :class:`~tfr_hooks.Validation` on a second call of the model, sharing w
 Like ``fit``, training steps run with the Keras learning phase set to 1 (Dropout and
 BatchNorm in training mode): a small hook in :attr:`KerasTrainingGraph.hooks` feeds it,
 which ``SessionLoop(training, ...)`` runs by itself; validation runs in inference mode.
+
+``sample_weight`` and ``class_weight`` weigh the training examples as ``fit`` does: the
+loss is the sum of weight x per-example loss over the number of losses (the batch size;
+``tf_keras``' ``SUM_OVER_BATCH_SIZE`` reduction), ``weighted_metrics`` are weighted means
+and ``metrics`` stay unweighted; validation stays unweighted.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
 from tfr_hooks.checks import expected
+from tfr_hooks.class_weight import check_class_weight, class_weights, combined_weights
 from tfr_hooks.graph.setup import TrainingGraph
 from tfr_hooks.graph.validation import Validation
 from tfr_hooks.hooks import Hook
@@ -102,6 +108,7 @@ class KerasTrainingGraph(TrainingGraph):
         loss_fn: Callable[..., Any],
         metric_fns: dict[str, Callable[..., Any]],
         hooks: list[Hook],
+        weighted_metric_fns: dict[str, Callable[..., Any]] | None = None,
     ) -> None:
         self.train_op = train_op
         self.fetches = fetches
@@ -111,6 +118,7 @@ class KerasTrainingGraph(TrainingGraph):
         self.hooks = hooks
         self._loss_fn = loss_fn
         self._metric_fns = metric_fns
+        self._weighted_metric_fns = weighted_metric_fns or {}
         self._has_validation = False
 
     def keras_callbacks(
@@ -148,7 +156,8 @@ class KerasTrainingGraph(TrainingGraph):
         """A :class:`~tfr_hooks.Validation` on ``model(inputs)`` (shared weights).
 
         The model runs in inference mode (``training=False``); the loss and metrics are
-        the training ones, so the epoch logs get ``val_loss`` and ``val_<metric>``.
+        the training ones, so the epoch logs get ``val_loss`` and ``val_<metric>``. Like
+        ``fit``'s validation, it is unweighted (no sample or class weights).
 
         Args:
             inputs: The validation batch tensor(s) the model takes.
@@ -165,7 +174,11 @@ class KerasTrainingGraph(TrainingGraph):
         regularization = list(self.model.get_losses_for(None))
         regularization += list(self.model.get_losses_for(tf.nest.flatten(inputs)))
         fetches = _loss_and_metrics(
-            self._loss_fn, self._metric_fns, labels, outputs, regularization
+            self._loss_fn,
+            {**self._metric_fns, **self._weighted_metric_fns},
+            labels,
+            outputs,
+            regularization,
         )
         return Validation(
             fetches,
@@ -182,6 +195,9 @@ def keras_training_graph(
     optimizer: Any,
     metrics: Sequence[str | Callable[..., Any]] = (),
     outputs: Any = None,
+    sample_weight: Any = None,
+    class_weight: Mapping[int, float] | None = None,
+    weighted_metrics: Sequence[str | Callable[..., Any]] = (),
 ) -> KerasTrainingGraph:
     """Build the train op, loss, metrics and batch size of a tensor-fed ``tf_keras`` model.
 
@@ -203,6 +219,18 @@ def keras_training_graph(
             fetch named as given (a function by its ``__name__``).
         outputs: The model's output tensor for the training batch; by default
             ``model.outputs[0]``.
+        sample_weight: A tensor of the training batch with a weight per example
+            (shape ``(batch,)``), for example the third column of
+            ``read_batches(..., as_tuple=("x", "y", "w"))``, as ``fit(sample_weight=...)``.
+        class_weight: ``{class index: weight}``, as ``fit(class_weight=...)``: each
+            example is weighted by its label's class (the label for sparse labels, the
+            argmax for one-hot ones), times ``sample_weight`` when both are given. A
+            label whose class is not in the dict fails the step with an
+            ``InvalidArgumentError`` naming the class (``fit`` weighs it 1.0).
+        weighted_metrics: Metrics weighted by the sample and class weights, as
+            ``compile(weighted_metrics=...)``: each fetch is the batch's weighted mean,
+            named as given (``weighted_<name>`` when ``metrics`` has that name too).
+            ``metrics`` stay unweighted, as in ``fit``.
 
     Returns:
         A :class:`KerasTrainingGraph`.
@@ -210,7 +238,8 @@ def keras_training_graph(
     Raises:
         TypeError: If an argument has the wrong type (a non-legacy optimizer, a stateful
             ``Metric`` object, a non-tf_keras model, a model with several outputs).
-        ValueError: If a loss or metric name is unknown, or the model is not in graph mode.
+        ValueError: If a loss or metric name is unknown, the model is not in graph mode,
+            or ``class_weight`` is not a dict from class index to a weight >= 0.
 
     Examples:
         >>> image, label = queue_batch(...)  # doctest: +SKIP
@@ -241,6 +270,9 @@ def keras_training_graph(
             )
         outputs = model.outputs[0]
     _check_tensor(outputs, "outputs")
+    if sample_weight is not None:
+        _check_tensor(sample_weight, "sample_weight")
+    class_weight = check_class_weight(class_weight)
     if getattr(outputs, "graph", None) is None or tf.executing_eagerly():
         raise ValueError(
             expected(
@@ -254,9 +286,13 @@ def keras_training_graph(
     with graph.as_default():
         loss_fn = _get_loss(loss)
         metric_fns = _get_metrics(metrics, loss_fn, labels, outputs)
+        weighted_fns = _weighted_metrics(weighted_metrics, metric_fns, loss_fn, labels, outputs)
+        weights = _example_weights(sample_weight, class_weight, labels)
         inputs = list(model.inputs or [])
         regularization = list(model.get_losses_for(None)) + list(model.get_losses_for(inputs))
-        fetches = _loss_and_metrics(loss_fn, metric_fns, labels, outputs, regularization)
+        fetches = _loss_and_metrics(
+            loss_fn, metric_fns, labels, outputs, regularization, weights, weighted_fns
+        )
         updates = optimizer.get_updates(fetches["loss"], model.trainable_weights)
         model_updates = list(model.get_updates_for(None)) + list(model.get_updates_for(inputs))
         train_op = tf.group(*updates, *model_updates, name="keras_train_op")
@@ -276,7 +312,40 @@ def keras_training_graph(
         loss_fn=loss_fn,
         metric_fns=metric_fns,
         hooks=hooks,
+        weighted_metric_fns=weighted_fns,
     )
+
+
+def _example_weights(
+    sample_weight: Any, class_weight: Mapping[int, float] | None, labels: Any
+) -> Any:
+    """The training examples' weights (a float32 tensor), or ``None`` for unweighted."""
+    if class_weight is None:
+        if sample_weight is None:
+            return None
+        return tf.cast(sample_weight, tf.float32)
+    return combined_weights(sample_weight, class_weights(labels, class_weight))
+
+
+def _weighted_metrics(
+    weighted_metrics: Sequence[Any],
+    metric_fns: dict[str, Callable[..., Any]],
+    loss_fn: Any,
+    labels: Any,
+    outputs: Any,
+) -> dict[str, Callable[..., Any]]:
+    """``weighted_metrics`` by fetch name: ``weighted_<name>`` when ``metrics`` has it."""
+    found = _get_metrics(weighted_metrics, loss_fn, labels, outputs, "weighted_metrics")
+    result = {}
+    for name, fn in found.items():
+        fetch = f"weighted_{name}" if name in metric_fns else name
+        if fetch in metric_fns or fetch in result:
+            raise ValueError(
+                "Expected unique metric names across `metrics` and `weighted_metrics`. "
+                f"Received: name={fetch!r}"
+            )
+        result[fetch] = fn
+    return result
 
 
 def _check_tensor(value: Any, name: str) -> None:
@@ -309,21 +378,21 @@ def _loss_name(loss_fn: Any) -> str:
 
 
 def _get_metrics(
-    metrics: Sequence[Any], loss_fn: Any, labels: Any, outputs: Any
+    metrics: Sequence[Any], loss_fn: Any, labels: Any, outputs: Any, arg: str = "metrics"
 ) -> dict[str, Callable[..., Any]]:
     if isinstance(metrics, (str, bytes)) or not isinstance(metrics, Sequence):
         raise TypeError(
-            f"Expected `metrics` to be a list of Keras metric names or functions. "
-            f"Received: metrics={metrics!r}"
+            f"Expected `{arg}` to be a list of Keras metric names or functions. "
+            f"Received: {arg}={metrics!r}"
         )
     result: dict[str, Callable[..., Any]] = {}
     for i, metric in enumerate(metrics):
         fn: Any
         if isinstance(metric, tf_keras.metrics.Metric):
             raise TypeError(
-                f"Expected `metrics[{i}]` to be a metric name or function (stateful "
+                f"Expected `{arg}[{i}]` to be a metric name or function (stateful "
                 "tf_keras.metrics.Metric objects never reset between epochs here; pass "
-                f"the name, e.g. 'sparse_categorical_accuracy'). Received: metrics[{i}]="
+                f"the name, e.g. 'sparse_categorical_accuracy'). Received: {arg}[{i}]="
                 f"{metric!r}"
             )
         if isinstance(metric, str):
@@ -337,15 +406,15 @@ def _get_metrics(
                     fn = None
                 if not callable(fn):
                     raise ValueError(
-                        f"Expected `metrics[{i}]` to be a Keras metric name such as "
-                        f"'accuracy' or 'mae'. Received: metrics[{i}]={metric!r}"
+                        f"Expected `{arg}[{i}]` to be a Keras metric name such as "
+                        f"'accuracy' or 'mae'. Received: {arg}[{i}]={metric!r}"
                     )
         elif callable(metric):
             fn, name = metric, str(getattr(metric, "__name__", f"metric_{i}"))
         else:
             raise TypeError(
-                f"Expected `metrics[{i}]` to be a metric name or function. "
-                f"Received: metrics[{i}]={metric!r}"
+                f"Expected `{arg}[{i}]` to be a metric name or function. "
+                f"Received: {arg}[{i}]={metric!r}"
             )
         if name == "loss" or name in result:
             raise ValueError(
@@ -375,11 +444,49 @@ def _loss_and_metrics(
     labels: Any,
     outputs: Any,
     regularization: list[Any],
+    weights: Any = None,
+    weighted_fns: dict[str, Callable[..., Any]] | None = None,
 ) -> dict[str, Any]:
-    loss = tf.reduce_mean(loss_fn(labels, outputs))
+    """The loss and metric fetches; with ``weights``, weighted as ``fit`` weighs them.
+
+    The loss is ``sum(weight * loss) / number of losses`` (``SUM_OVER_BATCH_SIZE``, a
+    ``Loss`` object's own reduction); ``metric_fns`` are plain means and
+    ``weighted_fns`` weighted means, ``sum(weight * value) / sum(weight)``.
+    """
+    if weights is None:
+        loss = tf.reduce_mean(loss_fn(labels, outputs))
+    elif isinstance(loss_fn, tf_keras.losses.Loss):
+        loss = tf.reduce_mean(loss_fn(labels, outputs, sample_weight=weights))
+    else:
+        losses = loss_fn(labels, outputs)
+        weighted = losses * _broadcast(weights, losses)
+        loss = tf.reduce_sum(weighted) / tf.cast(tf.size(weighted), weighted.dtype)
     if regularization:
         loss = loss + tf.add_n(regularization)
     fetches = {"loss": loss}
     for name, fn in metric_fns.items():
         fetches[name] = tf.reduce_mean(tf.cast(fn(labels, outputs), tf.float32))
+    for name, fn in (weighted_fns or {}).items():
+        values = tf.cast(fn(labels, outputs), tf.float32)
+        if weights is None:
+            fetches[name] = tf.reduce_mean(values)
+            continue
+        w = _broadcast(weights, values)
+        fetches[name] = tf.math.divide_no_nan(tf.reduce_sum(values * w), tf.reduce_sum(w))
     return fetches
+
+
+def _broadcast(weights: Any, values: Any) -> Any:
+    """``weights`` in ``values``' dtype, broadcast to its shape as Keras' weighting does.
+
+    A ``(batch, 1)`` weight of ``(batch,)`` values is squeezed; a ``(batch,)`` weight of
+    ``(batch, ...)`` values gets trailing axes.
+    """
+    weights = tf.cast(weights, values.dtype)
+    rank, values_rank = weights.shape.rank, values.shape.rank
+    if rank is not None and values_rank is not None:
+        if rank == values_rank + 1 and weights.shape[-1] == 1:
+            weights = tf.squeeze(weights, axis=-1)
+        for _ in range(values_rank - weights.shape.rank):
+            weights = tf.expand_dims(weights, axis=-1)
+    return tf.broadcast_to(weights, tf.shape(values))

@@ -8,7 +8,9 @@ consumes the last (possibly partial) batch of an epoch already knows the data ra
 A step is either a compiled Keras 3 model's public ``train_step``/``test_step`` or a
 user's ``step_fn(batch) -> {name: scalar tensor}`` (whose values the runner averages,
 weighted by the batch size). Under a ``tf.distribute`` strategy each step runs in
-``strategy.run`` and the values are reduced.
+``strategy.run`` and the values are reduced. With a ``class_weight``, each training batch
+gets its examples' class weights (see :mod:`tfr_hooks.class_weight`) before the model's
+step, outside any XLA compilation of the step; validation batches stay unweighted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks.class_weight import weigh_batch
 from tfr_hooks.tf2 import distribute
 from tfr_hooks.tf_private import is_default_strategy, op_determinism_enabled
 
@@ -47,9 +50,12 @@ class CompiledSteps:
         validation_step_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         measure_input: bool = True,
         bounded: bool = False,
+        class_weight: Mapping[int, float] | None = None,
     ) -> None:
         self.strategy = strategy
         self.model = model
+        #: ``{class: weight}`` for the training batches of ``model`` (checked), or None
+        self.class_weight = class_weight
         #: whether the training steps time their wait for input
         self.measure_input = measure_input
         #: whether the training steps stop fetching at a number of examples (see _execute)
@@ -68,13 +74,15 @@ class CompiledSteps:
                 fn = self.model.train_step if training else self.model.test_step
             else:
                 fn = self.step_fn if training else self.validation_step_fn
-            # validation steps are not measured: only training input is reported
+            # validation steps are not measured: only training input is reported;
+            # class weights weigh training batches only, as in model.fit
             self.executors[training] = Executor(
                 fn,
                 self.strategy,
                 self.model,
                 measure_input=training and self.measure_input,
                 bounded=training and self.bounded,
+                class_weight=self.class_weight if training else None,
             )
         return self.executors[training]
 
@@ -121,6 +129,10 @@ class Executor:
     With a Keras model, ``logs`` are the step's returned metric results (means over the
     replicas); with a user step, ``logs`` are ``(sums, weight)``: batch-size-weighted
     sums of the values over the call's steps, to be added to the epoch's totals.
+
+    With ``class_weight`` (a Keras step), each batch becomes ``(x, y, sample_weight)``
+    with its examples' class weights before the step, in ``strategy.run`` of the
+    uncompiled function: an XLA-compiled step would skip the check of the classes.
     """
 
     def __init__(
@@ -131,6 +143,7 @@ class Executor:
         *,
         measure_input: bool = True,
         bounded: bool = False,
+        class_weight: Mapping[int, float] | None = None,
     ) -> None:
         keras_step = model is not None  # a Keras model's train_step/test_step
         self.keras_step = keras_step
@@ -149,7 +162,10 @@ class Executor:
             reduce_retracing=True,
             jit_compile=jit,
         )
-        execute = _execute(one_step_fn, strategy, model, measures_wait, bounded)
+        prepare = None
+        if class_weight is not None:
+            prepare = _weigh(strategy, class_weight)
+        execute = _execute(one_step_fn, strategy, model, measures_wait, bounded, prepare)
         self.execute = tf.function(_own(execute), autograph=False, reduce_retracing=True)
         self.first = tf.function(_own(_first), autograph=False)
         self.skip = tf.function(_own(_skip(strategy)), autograph=False)
@@ -199,15 +215,35 @@ def _one_step(fn: Callable[[Any], Any], strategy: Any, keras_step: bool) -> Call
     return one_step
 
 
+def _weigh(strategy: Any, class_weight: Mapping[int, float]) -> Callable[[Any], Any]:
+    """``weigh(batch) -> (x, y, sample_weight)``: each replica's batch, class-weighted."""
+
+    def replica_weigh(batch: Any) -> Any:
+        return weigh_batch(batch, class_weight)
+
+    def weigh(batch: Any) -> Any:
+        return strategy.run(replica_weigh, args=(batch,))
+
+    return weigh
+
+
 def _execute(
     one_step_fn: Callable[[Any], Any],
     strategy: Any,
     model: Any,
     measures_wait: bool,
     bounded: bool = False,
+    prepare: Callable[[Any], Any] | None = None,
 ) -> Callable[[Any, Any, Any, Any], Any]:
-    """``execute(iterator, pending, limit, remaining)`` of :class:`Executor`."""
+    """``execute(iterator, pending, limit, remaining)`` of :class:`Executor`.
+
+    ``prepare(batch)``, when given, makes each batch what the step takes.
+    """
     keras_step = model is not None
+
+    def batch_of(pending: Any) -> Any:
+        batch = pending.get_value()
+        return batch if prepare is None else prepare(batch)
 
     def accumulate(previous: Any, new: Any) -> Any:
         if keras_step:
@@ -237,7 +273,7 @@ def _execute(
         )
 
     def execute(iterator: Any, pending: Any, limit: Any, remaining: Any) -> Any:
-        logs, size = one_step_fn(pending.get_value())
+        logs, size = one_step_fn(batch_of(pending))
         examples = tf.cast(size, tf.int64)
         pending, wait = waited(size, fetcher(iterator, examples, remaining))
 
@@ -245,7 +281,7 @@ def _execute(
             return tf.logical_and(steps < limit, pending.has_value())
 
         def body(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
-            new_logs, size = one_step_fn(pending.get_value())
+            new_logs, size = one_step_fn(batch_of(pending))
             examples += tf.cast(size, tf.int64)
             pending, new_wait = waited(size, fetcher(iterator, examples, remaining))
             return steps + 1, examples, accumulate(logs, new_logs), pending, wait + new_wait

@@ -21,6 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import check_bool, check_optional_positive_int, expected
+from tfr_hooks.class_weight import check_class_weight
 from tfr_hooks.engine import Passes, RunInput, check_run_args, run_loop
 from tfr_hooks.entries import input_entries
 from tfr_hooks.hooks import HookList, LoopState, capabilities_of, check_hooks
@@ -108,6 +109,14 @@ class FunctionLoop:
             within it with a ``ConnectionError`` naming the address; a call that waits
             this long while workers are alive (a killed worker's part of the epoch,
             which TensorFlow never ends) ends the epoch with a warning.
+        class_weight: With ``model``: ``{class index: weight}``, as ``model.fit`` takes
+            it. Each training example is weighted by its label's class (the label for
+            sparse labels, the argmax for one-hot ones), times the batch's
+            ``sample_weight`` when it has one (``model.fit`` refuses the two together).
+            A label whose class is not in the dict fails the step with an
+            ``InvalidArgumentError`` naming the class (``model.fit`` weighs it 1.0).
+            Validation stays unweighted, as in ``model.fit``. Not with ``step_fn``
+            (your step computes its own loss) nor with a model of several outputs.
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -135,6 +144,7 @@ class FunctionLoop:
         handle_signals: bool = True,
         measure_input: bool = True,
         service_timeout: float = 60.0,
+        class_weight: Mapping[int, float] | None = None,
     ) -> None:
         data, facts = _data_of(data, "data")
         check_service_timeout(service_timeout)
@@ -155,6 +165,7 @@ class FunctionLoop:
                         validation_step_fn,
                     )
                 )
+        class_weight = _check_class_weight(class_weight, model)
         for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
             if fn is not None and not callable(fn):
                 raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
@@ -175,6 +186,8 @@ class FunctionLoop:
         self.validation_step_fn = validation_step_fn
         self.steps_per_execution = steps_per_execution
         self.steps_per_epoch = steps_per_epoch
+        #: ``{class: weight}`` of the training examples (checked), or ``None``
+        self.class_weight = class_weight
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         extra = []  # under a multi-worker strategy, name a lost worker
         if is_multi_worker(self.strategy):
@@ -201,6 +214,7 @@ class FunctionLoop:
             measure_input=measure_input,
             # served data of known size: after a lost worker, an epoch ends at its size
             bounded=facts.served_examples() is not None,
+            class_weight=class_weight,
         )
         self.measure_input = measure_input
         self.service_timeout = service_timeout
@@ -333,6 +347,37 @@ def _check_model(model: object) -> None:
             "Expected `model` to be compiled (model.compile(optimizer=..., loss=...)) so "
             f"that its train_step can run. Received: model={model!r}, not compiled"
         )
+
+
+def _check_class_weight(class_weight: object, model: Any) -> dict[int, float] | None:
+    """The checked ``class_weight``: only with a model of a single output."""
+    if class_weight is None:
+        return None
+    if model is None:
+        raise ValueError(
+            expected(
+                "class_weight",
+                "None with `step_fn` (your step computes its own loss: weigh it there, "
+                "or give `model`)",
+                class_weight,
+            )
+        )
+    checked = check_class_weight(class_weight)
+    try:
+        outputs = model.outputs
+    except (AttributeError, ValueError):  # a subclassed or unbuilt model: not yet known
+        outputs = None
+    if outputs is not None and len(tf.nest.flatten(outputs)) > 1:
+        raise ValueError(
+            expected(
+                "class_weight",
+                f"None for a model with several outputs ({len(tf.nest.flatten(outputs))}: "
+                "class_weight weighs the examples of a single output by its label; give "
+                "the weights as a sample_weight column instead)",
+                class_weight,
+            )
+        )
+    return checked
 
 
 def _refuse_session_hook(hook: Any, index: int) -> None:
