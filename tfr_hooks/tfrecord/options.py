@@ -17,6 +17,7 @@ from typing import Any
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.service.address import check_service_address
+from tfr_hooks.tfrecord.pools import DEFAULT_POOL
 from tfr_hooks.tfrecord.ragged import PadTo, Shaping, check_shaping
 
 __all__ = [
@@ -92,6 +93,7 @@ class ReadOptions:
     shaping: Shaping = field(default_factory=Shaping)
     service: str | None = None
     max_corrupt_records: int = 0
+    bucket_pool: int = DEFAULT_POOL  # batches a pool of streamed bucketing (pools.py)
 
     @property
     def renamed(self) -> bool:
