@@ -10,6 +10,7 @@ seed and changes every epoch, and a run stopped mid-epoch resumes at the next ba
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -68,18 +69,18 @@ def read(files: str, **kwargs: Any) -> tf.data.Dataset:
 def batches_of(data: tf.data.Dataset) -> list[tuple[list[int], list[int]]]:
     """Each batch's ids and lengths, in order."""
     return [
-        (b["id"].numpy().ravel().tolist(), b["tokens"].row_lengths().numpy().tolist())
-        for b in data
+        (b["id"].numpy().ravel().tolist(), b["tokens"].row_lengths().numpy().tolist()) for b in data
     ]
 
 
 def check_pools(batches: list[tuple[list[int], list[int]]], n: int, drop: bool) -> None:
     """A pool's batches follow one another; sorted by length, their ranges do not overlap."""
     full, rest = divmod(n, BATCH)
-    assert [len(ids) for ids, _ in batches] == [BATCH] * full + ([rest] if rest and not drop else [])
+    sizes = [BATCH] * full + ([rest] if rest and not drop else [])
+    assert [len(ids) for ids, _ in batches] == sizes
     for start in range(0, len(batches), DEFAULT_POOL):
         pool = sorted(batches[start : start + DEFAULT_POOL], key=lambda b: (min(b[1]), max(b[1])))
-        for (_, shorter), (_, longer) in zip(pool, pool[1:]):
+        for (_, shorter), (_, longer) in itertools.pairwise(pool):
             assert max(shorter) <= min(longer), (start, shorter, longer)
 
 
