@@ -61,7 +61,7 @@ def texts(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
     return out
 
 
-def read(files: str, **kwargs: Any) -> tf.data.Dataset:
+def read(files: str | list[str], **kwargs: Any) -> tf.data.Dataset:
     options = {"shuffle_buffer": 64, "seed": 7, "bucket_boundaries": BOUNDARIES, **kwargs}
     return tfrecord.dataset(files, BATCH, **options)
 
@@ -223,3 +223,34 @@ def test_a_preempted_function_loop_resumes_at_the_next_bucketed_batch(texts, tmp
     assert after[2] == reference[2]
     resumed = [i for b in before[1][: stop.step] + after[1] for i in b]
     assert sorted(resumed) == list(range(300))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The 300 examples in 4 files (the service hands the workers whole files)."""
+    root = tmp_path_factory.mktemp("shards")
+    lengths = lengths_of(300)
+    files = []
+    for f in range(4):
+        records = [
+            example(tokens=int64_feature([(i + k) % 50 + 1 for k in range(lengths[i])]),
+                    id=int64_feature([i]))
+            for i in range(f * 75, (f + 1) * 75)
+        ]  # fmt: skip
+        files.append(write_records(root / f"part-{f}.tfrecord", records))
+    return files
+
+
+@pytest.mark.slow
+@pytest.mark.data_service
+@pytest.mark.timeout(600)
+def test_the_service_workers_batch_by_length_from_pools(shards, shared_service):
+    data = read(shards, service=shared_service)
+    lengths = lengths_of(300)
+    for _ in range(2):  # a new iterator each: a new epoch
+        batches = batches_of(data)
+        assert sorted(i for ids, _ in batches for i in ids) == list(range(300))
+        assert all(found == [lengths[i] for i in ids] for ids, found in batches)
+        waste = sum(max(found) - x for _, found in batches for x in found)
+        plain = read(shards, bucket_boundaries=None, service=shared_service)
+        assert waste < sum(max(ln) - x for _, ln in batches_of(plain) for x in ln) / 3
