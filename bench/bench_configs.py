@@ -146,6 +146,7 @@ REAL_ROWS: list[tuple[str, str]] = [
     ("txt_fit_padded", "Keras 3 fit, spe=32 + 3 callbacks, hand-written tf.data, padded_batch"),
     ("txt_fit_bucketed", "the same with bucket_by_sequence_length"),
     ("txt_loop_stream", "FunctionLoop, spe=32 + 3 callbacks, tfrecord.dataset, pad_to='longest'"),
+    ("txt_loop_stream_bucketed", "txt_loop_stream with bucket_boundaries (sorted pools)"),
     ("txt_loop_memory", f"FunctionLoop, spe=32 + 3 callbacks, in memory: {_MEMORY}"),
     ("txt_loop_packed", f"FunctionLoop, spe=32 + 3 callbacks, packed: {_PACKED}"),
     ("txt_loop_memory_1", "txt_loop_memory with steps_per_execution=1"),

@@ -626,6 +626,7 @@ FUNCTIONS: dict[str, Any] = {
     "txt_fit_padded": _row("txt", "fit", "padded"),
     "txt_fit_bucketed": _row("txt", "fit", "bucketed"),
     "txt_loop_stream": _row("txt", "loop", "stream"),
+    "txt_loop_stream_bucketed": _row("txt", "loop", "stream_bucketed"),
     "txt_loop_memory": _row("txt", "loop", "memory"),
     "txt_loop_packed": _row("txt", "loop", "packed"),
     "txt_loop_memory_1": lambda s: function_loop(s, "txt", "memory", steps_per_execution=1),

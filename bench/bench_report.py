@@ -402,6 +402,39 @@ def _service_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
     )
 
 
+def _stream_bucketed_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
+    """Issue 46: streamed bucketing (sorted pools) near streaming speed, padding and all."""
+    add(
+        t,
+        "streamed bucketed input alone >= 0.5x streamed padded",
+        "txt_input_stream_bucketed",
+        "txt_input_stream",
+        0.5,
+    )
+    add(
+        t,
+        "FunctionLoop on streamed bucketing >= on streamed padding",
+        "txt_loop_stream_bucketed",
+        "txt_loop_stream",
+        1.0,
+    )
+    by_name = {r.config: r for r in t.rows}
+    ours, theirs = by_name.get("txt_input_stream_bucketed"), by_name.get("txt_input_bucketed")
+    mine = None if ours is None else ours.padded_share
+    base = None if theirs is None else theirs.padded_share
+    ratio = None if mine is None or not base else 1.25 * base / max(mine, 1e-9)
+    targets.append(
+        Target(
+            t.model,
+            "streamed bucketed padded share <= 1.25x bucket_by_sequence_length's",
+            "padded share: 1.25 x txt_input_bucketed / txt_input_stream_bucketed",
+            ratio,
+            1.0,
+            None if ratio is None else ratio >= 1.0,
+        )
+    )
+
+
 def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
     """The targets of issue 19 on the real suite's data (images ``img``, text ``txt``)."""
     k = t.model
@@ -465,6 +498,7 @@ def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
             "txt_fit_bucketed",
             1.0,
         )
+        _stream_bucketed_targets(t, add, targets)
         by_name = {r.config: r for r in t.rows}
         ours, theirs = by_name.get("txt_input_memory_bucketed"), by_name.get("txt_input_padded")
         mine = None if ours is None else ours.padded_share

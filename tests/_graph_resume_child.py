@@ -33,7 +33,7 @@ from tfr_hooks import tfrecord
 
 EXAMPLES, BATCH, EPOCHS, SEED = 44, 8, 3, 5  # 6 batches an epoch, the last one of 4
 STEPS = -(-EXAMPLES // BATCH)
-PIPELINES = ("stream", "memory", "packed")
+PIPELINES = ("stream", "memory", "packed", "stream_bucketed")
 
 
 def write_data(directory: str) -> dict[str, str]:
@@ -115,6 +115,10 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
     """The pipeline's batches and the model, in the current default graph."""
     if pipeline == "stream":
         batches = tfrecord.read_batches(data["plain"], BATCH, shuffle_buffer=16, seed=SEED)
+    elif pipeline == "stream_bucketed":  # sorted pools (x: a length of 4, ties shuffled)
+        batches = tfrecord.read_batches(
+            data["plain"], BATCH, shuffle_buffer=16, seed=SEED, bucket_boundaries=[4], bucket_by="x"
+        )
     elif pipeline == "memory":
         batches = tfrecord.read_batches(
             data["plain"], BATCH, shuffle_buffer=1, seed=SEED, in_memory=True

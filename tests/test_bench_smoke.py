@@ -162,6 +162,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
         "txt_input_padded",
         "txt_input_bucketed",
         "txt_loop_stream",
+        "txt_loop_stream_bucketed",  # sorted pools, streamed (issue 46)
         "img_loop_memory",  # JPEGs decoded once into memory (in_memory with map_fn)
         "img_input_packed",  # converted to packed shards: the box lists kept
         "img_session_memory",
@@ -189,6 +190,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     assert all(0.0 < share < 1.0 for share in shares.values()), shares
     assert shares["txt_input_bucketed"] < shares["txt_input_padded"]
     assert shares["txt_input_memory_bucketed"] < shares["txt_input_memory"]
+    assert shares["txt_loop_stream_bucketed"] < shares["txt_loop_stream"]
     assert "decoded_mb" in results[("img_loop_memory", "img")][0]  # the RSS check's inputs
 
     tables = bench_report.summarize(results, ["img", "txt"], configs)
@@ -200,6 +202,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     names = {(t.model, t.comparison) for t in targets}
     assert ("img", "img_input_memory / img_input_hand_cached") in names
     assert ("txt", "txt_input_memory_bucketed / txt_input_bucketed") in names
+    assert ("txt", "txt_loop_stream_bucketed / txt_loop_stream") in names
     assert ("img", "img_input_small_memory / img_input_small_cached") in names
     assert ("img", "img_input_tfds_memory / img_input_tfds_cached") in names
     assert all(t.model in ("img", "txt") for t in targets)  # not the digits targets

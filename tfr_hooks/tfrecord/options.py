@@ -32,6 +32,7 @@ import tensorflow as tf
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.service.address import check_service_address
 from tfr_hooks.tfrecord.files import check_compression
+from tfr_hooks.tfrecord.pools import DEFAULT_POOL
 from tfr_hooks.tfrecord.ragged import PadTo, Shaping, check_shaping
 from tfr_hooks.tfrecord.sharding import check_shard
 from tfr_hooks.tfrecord.sources.base import SchemaLike
@@ -135,6 +136,10 @@ class ReadConfig:
         capacity: ``read_batches(pipeline="queue")`` only: the queue's capacity;
             ``None`` for ``shuffle_buffer + (num_parallel_reads + 2) * batch_size``.
         name: ``read_batches`` only: the name scope of its ops.
+        bucket_pool: With ``bucket_boundaries`` on a streamed or packed read: the
+            batches of one pool, read and parsed at once, sorted by length and cut into
+            batches (see :mod:`tfr_hooks.tfrecord.pools`). A larger pool pads less and
+            holds more examples in memory; 32 by default.
     """
 
     num_parallel_reads: int | None = None
@@ -148,6 +153,7 @@ class ReadConfig:
     shard: str = "auto"
     capacity: int | None = None
     name: str = "tfrecord_input"
+    bucket_pool: int = DEFAULT_POOL
 
     def __post_init__(self) -> None:
         if self.num_parallel_reads is not None:
@@ -166,6 +172,7 @@ class ReadConfig:
             check_positive_int(self.capacity, "capacity")
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(expected("name", "a non-empty string", self.name))
+        check_positive_int(self.bucket_pool, "bucket_pool")
 
 
 class ReadArgs(TypedDict, total=False):
@@ -227,15 +234,19 @@ class ReadArgs(TypedDict, total=False):
             Applied to ``map_fn``'s outputs when given, before ``batch_map_fn``; the
             value added is ``ReadConfig.padding_values``. See
             :mod:`tfr_hooks.tfrecord.ragged`.
-        bucket_boundaries: Batch examples of about the same length together, as
-            ``tf.data.Dataset.bucket_by_sequence_length``: bucket ``i`` holds lengths
-            from ``bucket_boundaries[i-1]`` (0 for the first) up to, not including,
-            ``bucket_boundaries[i]`` (the last has no upper end); every batch comes
-            from one bucket. In memory the number of batches per epoch is exact and
-            each epoch serves them in a fresh random order; streamed, each bucket
-            fills its batches in the order the examples come (the epoch's length is
-            then learned at its end). Not with ``pipeline="queue"`` (a queue batches
-            records before they are parsed). Default ``None``.
+        bucket_boundaries: Batch examples of about the same length together. In
+            memory, as ``tf.data.Dataset.bucket_by_sequence_length``: bucket ``i``
+            holds lengths from ``bucket_boundaries[i-1]`` (0 for the first) up to, not
+            including, ``bucket_boundaries[i]`` (the last has no upper end); every
+            batch comes from one bucket, the number of batches per epoch is exact and
+            each epoch serves them in a fresh random order. Streamed or packed, it
+            switches on batching from sorted pools: a pool of
+            :attr:`ReadConfig.bucket_pool` batches is parsed at once, sorted by
+            length, cut into batches, and their order shuffled with the seed (see
+            :mod:`tfr_hooks.tfrecord.pools`); every batch comes from one sorted pool
+            (it can straddle a boundary), and an epoch has as many batches as
+            without bucketing. Not with ``pipeline="queue"`` (a queue batches records
+            before they are parsed). Default ``None``.
         bucket_by: The feature whose length picks the bucket; ``None`` (the default)
             for the only feature (or ``map_fn`` output) of varying length.
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.checks import expected
 from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.tfrecord.contract import epoch_steps
 from tfr_hooks.tfrecord.decide import DataFacts, decide
@@ -36,13 +37,13 @@ from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.packed import packed_dataset
 from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.plan import Plan, make_plan
+from tfr_hooks.tfrecord.pools import batch_pools
 from tfr_hooks.tfrecord.ragged import (
     RaggedArray,
     Shaping,
     batch_examples,
     bucket_key,
     bucket_of,
-    group_by_length,
     pad_batch,
 )
 
@@ -103,7 +104,12 @@ def build_pipeline(
 
 
 def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
-    """The streamed pipeline: from shards of one example a record, or packed shards."""
+    """The streamed pipeline: from shards of one example a record, or packed shards.
+
+    Bucketed (``bucket_boundaries``), it reads pools of ``bucket_pool`` batches, parsed
+    as one batch each, and cuts each pool into batches by length (see
+    :mod:`tfr_hooks.tfrecord.pools`).
+    """
     batch_size, shaping, config = options.batch_size, options.shaping, options.config
     autotune = config.autotune
     reads = config.num_parallel_reads or min(len(plan.files), 4)
@@ -111,46 +117,59 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     prefetch = config.prefetch
     if prefetch == tf.data.AUTOTUNE and not autotune:
         prefetch = 2
+    bucketed = shaping.bucket_boundaries is not None
+    read = (  # bucketed: whole pools, read and parsed as one batch each
+        dataclasses.replace(
+            options, batch_size=batch_size * config.bucket_pool, drop_remainder=False
+        )
+        if bucketed
+        else options
+    )
     if plan.per_record > 1:  # packed shards
         parsed = packed_dataset(
             plan.files,
             plan.compression,
             plan.schema,
             plan.per_record,
-            batch_size,
+            read.batch_size,
             shuffle_buffer=options.shuffle_buffer,
             seed=options.seed,
             num_parallel_reads=reads,
-            drop_remainder=options.drop_remainder,
+            drop_remainder=read.drop_remainder,
             num_epochs=options.num_epochs,
             prefetch=None,
             deterministic=config.deterministic,
             damage=plan.damage,
         )
     else:
-        parsed = _stream_batches(plan, options, reads=reads, calls=calls)
-    bucketed = shaping.bucket_boundaries is not None
-    if options.map_fn is not None or bucketed:
-        examples = parsed.unbatch()
-        if options.map_fn is not None:
-            examples = examples.map(
-                as_dict(options.map_fn, plan.names),
-                num_parallel_calls=calls,
-                deterministic=config.deterministic,
-            )
-        if bucketed:
-            parsed = group_by_length(examples, batch_size, options.drop_remainder, shaping)
-        else:
-            parsed = batch_examples(examples, batch_size, options.drop_remainder)
+        parsed = _stream_batches(plan, read, reads=reads, calls=calls)
+    if options.map_fn is not None:
+        examples = parsed.unbatch().map(
+            as_dict(options.map_fn, plan.names),
+            num_parallel_calls=calls,
+            deterministic=config.deterministic,
+        )
+        parsed = batch_examples(examples, read.batch_size, read.drop_remainder)
+    if bucketed:
+        parsed = batch_pools(
+            parsed,
+            key=_batch_key(shaping, parsed.element_spec),
+            batch_size=batch_size,
+            drop_remainder=options.drop_remainder,
+            seed=options.seed,
+            shuffle=options.shuffle_buffer > 0,
+            deterministic=config.deterministic,
+            calls=calls,
+        )
     if shaping.pads:
         parsed = parsed.map(
             lambda batch: pad_batch(batch, shaping), num_parallel_calls=calls, deterministic=True
         )
     if options.batch_map_fn is not None:
         parsed = _map_batches(parsed, options.batch_map_fn)
-    # bucketed, the batches of an epoch depend on the order of the examples; served, on
-    # how the workers split the files (each worker batches its own share)
-    if not bucketed and options.service is None:
+    # served, the batches of an epoch depend on how the workers split the files (each
+    # worker batches its own share); bucketed, each full pool gives whole batches
+    if options.service is None:
         parsed = _with_cardinality(parsed, plan, options)
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
@@ -215,6 +234,16 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
         plan.schema.parse_batch,
         num_parallel_calls=calls,
         deterministic=options.config.deterministic,
+    )
+
+
+def _batch_key(shaping: Shaping, spec: Any) -> str:
+    """The feature of batches ``spec`` whose length orders a pool (only ragged ones vary)."""
+    if not isinstance(spec, dict):
+        raise ValueError(expected("map_fn", "a dict of features to bucket its output", spec))
+    fixed = tf.TensorSpec([])  # a dense batch feature: one length for all its rows
+    return bucket_key(
+        shaping, {k: s if isinstance(s, tf.RaggedTensorSpec) else fixed for k, s in spec.items()}
     )
 
 

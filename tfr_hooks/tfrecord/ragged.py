@@ -12,12 +12,14 @@ frames). Three choices shape those batches, with the same arguments in
   cutting longer rows (a fixed shape, e.g. a model's maximum sequence length); a dict
   chooses per feature. ``padding_values`` gives the value (0, ``b""`` or ``False`` by
   default; a scalar or a dict per feature).
-* ``bucket_boundaries``: examples are batched with others of about the same length, as
+* ``bucket_boundaries``: examples are batched with others of about the same length, so
+  padding to the batch's longest wastes far less. In memory, as
   ``tf.data.Dataset.bucket_by_sequence_length`` does: bucket ``i`` holds the lengths
   ``boundaries[i-1] <= length < boundaries[i]`` (the first from 0, the last without an
-  upper end), each batch comes from one bucket, so padding to the batch's longest wastes
-  far less. ``bucket_by`` names the feature whose length decides (by default the only
-  feature of varying length).
+  upper end) and each batch comes from one bucket. Streamed and packed, each batch comes
+  from one pool of ``bucket_pool`` batches sorted by length (see
+  :mod:`tfr_hooks.tfrecord.pools`). ``bucket_by`` names the feature whose length decides
+  (by default the only feature of varying length).
 
 In memory, such a feature is held as a :class:`RaggedArray`: one flat array of all the
 values and the row offsets (``row_splits``), so a batch is one gather, whatever the
@@ -41,7 +43,6 @@ __all__ = [
     "check_shaping",
     "pad_batch",
     "bucket_of",
-    "group_by_length",
     "batch_examples",
     "is_list",
     "bucket_key",
@@ -308,28 +309,3 @@ def batch_examples(data: tf.data.Dataset, batch_size: int, drop_remainder: bool)
         )
 
     return batched.map(lambda *v: densify(*tf.nest.flatten(v)))
-
-
-def group_by_length(
-    data: tf.data.Dataset,
-    batch_size: int,
-    drop_remainder: bool,
-    shaping: Shaping,
-) -> tf.data.Dataset:
-    """Batch one-example elements (dicts) by the bucket of their length.
-
-    As ``bucket_by_sequence_length``: each batch holds examples of one bucket; at the
-    end of the data each bucket's partial batch follows (unless ``drop_remainder``).
-    """
-    spec = data.element_spec
-    key = bucket_key(shaping, spec)
-    boundaries = tf.constant(shaping.bucket_boundaries, tf.int64)
-
-    def bucket(example: Any) -> Any:
-        length = tf.shape(example[key], out_type=tf.int64)[0]
-        return tf.reduce_sum(tf.cast(length >= boundaries, tf.int64))
-
-    def reduce(_: Any, window: tf.data.Dataset) -> tf.data.Dataset:
-        return batch_examples(window, batch_size, drop_remainder)
-
-    return data.group_by_window(bucket, reduce, window_size=batch_size)

@@ -1,0 +1,256 @@
+"""Streamed and packed bucketing: batches cut by length from sorted pools (issue 46).
+
+Token-id lists of long-tailed lengths, written by a plain ``tf.io.TFRecordWriter`` (and
+packed by ``tfrecord.convert``), each example with its ``id``. With ``bucket_boundaries``
+a streamed read takes pools of ``bucket_pool`` batches, sorts each by length, cuts it into
+batches and shuffles their order: every example comes once an epoch, a pool's batches
+follow one another and cover disjoint, increasing length ranges, the order follows the
+seed and changes every epoch, and a run stopped mid-epoch resumes at the next batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfr_hooks import FunctionLoop, Hook, Preempted, PreemptionCheckpoint, tfrecord
+from tfr_hooks.tfrecord.pools import DEFAULT_POOL, pool_order
+
+try:
+    from _tfrecord_data import example, int64_feature, write_records
+except ImportError:  # tests imported as a package
+    from tests._tfrecord_data import example, int64_feature, write_records
+
+BATCH = 4
+POOL = DEFAULT_POOL * BATCH  # examples a pool
+BOUNDARIES = [8, 16, 32]
+
+
+def lengths_of(n: int) -> list[int]:
+    rng = np.random.default_rng(n)
+    return np.clip(rng.lognormal(2.3, 0.9, n).astype(int), 1, 90).tolist()
+
+
+def write_texts(path: Path, n: int) -> str:
+    records = [
+        example(tokens=int64_feature([(i + k) % 50 + 1 for k in range(m)]), id=int64_feature([i]))
+        for i, m in enumerate(lengths_of(n))
+    ]
+    return write_records(path / "text.tfrecord", records)
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
+    """Files of 300 (pools of 128, 128, 44; not a multiple of 4), 256 and 3 examples."""
+    root = tmp_path_factory.mktemp("texts")
+    out = {}
+    for n in (300, 256, 3):
+        (root / str(n)).mkdir()
+        out[n] = write_texts(root / str(n), n)
+    packed = root / "packed"
+    tfrecord.convert(out[300], packed, examples_per_record=8)
+    out[-300] = str(packed)  # the 300 examples, packed
+    return out
+
+
+def read(files: str | list[str], **kwargs: Any) -> tf.data.Dataset:
+    options = {"shuffle_buffer": 64, "seed": 7, "bucket_boundaries": BOUNDARIES, **kwargs}
+    return tfrecord.dataset(files, BATCH, **options)
+
+
+def batches_of(data: tf.data.Dataset) -> list[tuple[list[int], list[int]]]:
+    """Each batch's ids and lengths, in order."""
+    return [
+        (b["id"].numpy().ravel().tolist(), b["tokens"].row_lengths().numpy().tolist()) for b in data
+    ]
+
+
+def check_pools(batches: list[tuple[list[int], list[int]]], n: int, drop: bool) -> None:
+    """A pool's batches follow one another; sorted by length, their ranges do not overlap."""
+    full, rest = divmod(n, BATCH)
+    sizes = [BATCH] * full + ([rest] if rest and not drop else [])
+    assert [len(ids) for ids, _ in batches] == sizes
+    for start in range(0, len(batches), DEFAULT_POOL):
+        pool = sorted(batches[start : start + DEFAULT_POOL], key=lambda b: (min(b[1]), max(b[1])))
+        for (_, shorter), (_, longer) in itertools.pairwise(pool):
+            assert max(shorter) <= min(longer), (start, shorter, longer)
+
+
+@pytest.mark.parametrize("drop", [False, True], ids=["partial", "drop_remainder"])
+@pytest.mark.parametrize("n", [300, 256, -300], ids=["300", "256", "packed-300"])
+def test_each_example_once_an_epoch_in_length_sorted_pools(texts, n, drop):
+    count = abs(n)
+    data = read(texts[n], drop_remainder=drop)
+    epochs = [batches_of(data) for _ in range(2)]
+    lengths = lengths_of(count)
+    for batches in epochs:
+        check_pools(batches, count, drop)
+        ids = [i for b, _ in batches for i in b]
+        assert len(ids) == len(set(ids))
+        if not drop:
+            assert sorted(ids) == list(range(count))
+        for b, found in batches:  # each row keeps its own length
+            assert found == [lengths[i] for i in b]
+    assert epochs[0] != epochs[1]  # a new order every epoch
+    # against padding to the longest of batches in the read order: far less padding
+    padded = read(texts[n], bucket_boundaries=None, drop_remainder=drop)
+    waste = [sum(max(ln) - x for x in ln) for _, ln in epochs[0]]
+    plain = [sum(max(ln) - x for x in ln) for _, ln in batches_of(padded)]
+    assert sum(waste) < sum(plain) / 3
+
+
+def test_the_seed_fixes_every_epoch_and_another_seed_changes_it(texts):
+    first = read(texts[300])
+    again = read(texts[300])
+    epochs = [batches_of(first) for _ in range(2)]
+    assert epochs == [batches_of(again) for _ in range(2)]
+    assert batches_of(read(texts[300], seed=8)) != epochs[0]
+
+
+def test_without_shuffling_each_pool_serves_its_batches_shortest_first(texts):
+    batches = batches_of(read(texts[300], shuffle_buffer=0))
+    for start in range(0, len(batches), DEFAULT_POOL):
+        pool = [ln for _, ln in batches[start : start + DEFAULT_POOL]]
+        flat = [x for ln in pool for x in ln]
+        assert flat == sorted(flat)
+    assert [i for ids, _ in batches[:DEFAULT_POOL] for i in ids] != list(range(POOL))
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_fewer_examples_than_a_batch(texts, drop):
+    batches = batches_of(read(texts[3], drop_remainder=drop))
+    assert batches == ([] if drop else [(batches[0][0], sorted(batches[0][1]))])
+    if not drop:
+        assert sorted(batches[0][0]) == [0, 1, 2]
+
+
+def test_padded_to_each_batchs_longest_in_graph_mode_too(texts):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            texts[300], BATCH, pad_to="longest", bucket_boundaries=BOUNDARIES, seed=7,
+            shuffle_buffer=64,
+        )  # fmt: skip
+        ids: list[int] = []
+        with tf.compat.v1.Session() as session:
+            session.run(batches.initializers)
+            try:
+                while True:
+                    tokens, index = session.run([batches.tensors["tokens"], batches.tensors["id"]])
+                    lengths = (tokens != 0).sum(axis=1)
+                    assert tokens.shape[1] == lengths.max()
+                    ids += index.ravel().tolist()
+            except tf.errors.OutOfRangeError:
+                pass
+    assert sorted(ids) == list(range(300))
+
+
+def test_pool_order_sorts_cuts_and_shuffles_the_batches():
+    lengths = tf.constant([5, 1, 4, 2, 3, 9, 7], tf.int64)
+    full, rest = pool_order(lengths, 2, seed=None)
+    assert full.numpy().tolist() == [[1, 3], [4, 2], [0, 6]] and rest.numpy().tolist() == [5]
+    seed = tf.constant([3, 0], tf.int64)
+    shuffled, rest = pool_order(lengths, 2, seed=seed)
+    assert sorted(map(sorted, shuffled.numpy().tolist())) == [[0, 6], [1, 3], [2, 4]]
+    assert rest.numpy().tolist() == [5]
+    again, _ = pool_order(lengths, 2, seed=seed)
+    assert again.numpy().tolist() == shuffled.numpy().tolist()
+
+
+# --- resumed mid-epoch (FunctionLoop; SessionLoop in test_checkpoint_mid_epoch.py) ------
+
+
+class SigtermAt(Hook):
+    """Sends this process a real SIGTERM after step ``step`` of epoch ``epoch``."""
+
+    def __init__(self, epoch: int, step: int) -> None:
+        self.at, self.sent = (epoch, step), False
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if not self.sent and (self.loop.epoch, self.loop.epoch_steps) == self.at:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.5)  # TensorFlow's handler polls for the signal once a second
+        elif self.sent:
+            time.sleep(0.2)
+
+
+def test_a_preempted_function_loop_resumes_at_the_next_bucketed_batch(texts, tmp_path, monkeypatch):
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")  # no cloud probe: refused at once
+    epochs, steps = 3, -(-300 // BATCH)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        seen: dict[int, list[list[int]]] = {}
+        data = read(texts[300], pad_to="longest")
+        counter = tf.Variable(0, dtype=tf.int64)
+        state: list[Any] = []
+
+        def note(indices: Any) -> Any:
+            seen.setdefault(state[0].epoch, []).append(indices.numpy().tolist())
+            return np.int64(0)
+
+        def step_fn(b: Any) -> dict[str, Any]:
+            tf.py_function(note, [b["id"]], tf.int64)
+            counter.assign_add(1)
+            return {"steps": tf.cast(counter, tf.float64)}
+
+        hooks: list[Any] = [PreemptionCheckpoint(directory, objects={"counter": counter})]
+        if at is not None:
+            hooks.insert(0, SigtermAt(*at))
+        loop = FunctionLoop(data, step_fn=step_fn, hooks=hooks)
+        state.append(loop.loop)
+        stop = None
+        try:
+            loop.run(epochs=epochs)
+        except Preempted as preempted:
+            stop = preempted
+        return seen, (stop, int(counter.numpy()))
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == epochs * steps and reference[1] != reference[2]
+    before, (stop, _) = run(tmp_path / "p", (1, 40))  # in the second pool of epoch 1
+    assert stop is not None and stop.epoch == 1 and 40 < stop.step < steps
+    after, (_, total) = run(tmp_path / "p", None)
+    assert total == epochs * steps
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    resumed = [i for b in before[1][: stop.step] + after[1] for i in b]
+    assert sorted(resumed) == list(range(300))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The 300 examples in 4 files (the service hands the workers whole files)."""
+    root = tmp_path_factory.mktemp("shards")
+    lengths = lengths_of(300)
+    files = []
+    for f in range(4):
+        records = [
+            example(tokens=int64_feature([(i + k) % 50 + 1 for k in range(lengths[i])]),
+                    id=int64_feature([i]))
+            for i in range(f * 75, (f + 1) * 75)
+        ]  # fmt: skip
+        files.append(write_records(root / f"part-{f}.tfrecord", records))
+    return files
+
+
+@pytest.mark.slow
+@pytest.mark.data_service
+@pytest.mark.timeout(600)
+def test_the_service_workers_batch_by_length_from_pools(shards, shared_service):
+    data = read(shards, service=shared_service)
+    lengths = lengths_of(300)
+    for _ in range(2):  # a new iterator each: a new epoch
+        batches = batches_of(data)
+        assert sorted(i for ids, _ in batches for i in ids) == list(range(300))
+        assert all(found == [lengths[i] for i in ids] for ids, found in batches)
+        waste = sum(max(found) - x for _, found in batches for x in found)
+        plain = read(shards, bucket_boundaries=None, service=shared_service)
+        assert waste < sum(max(ln) - x for _, ln in batches_of(plain) for x in ln) / 3
