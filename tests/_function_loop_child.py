@@ -5,7 +5,7 @@ As a script (``python tests/_function_loop_child.py MODE ...``) it prints one JS
 * ``resume BACKUP_DIR [--kill-at-epoch E]``: train 5 epochs with ``BackupAndRestore``;
   with ``--kill-at-epoch`` the process sends itself SIGKILL in the middle of epoch E.
 * ``strategy``: configure two logical CPUs (before TensorFlow starts its runtime) and
-  train under ``MirroredStrategy`` and without it.
+  train under ``MirroredStrategy`` and without it (also with ``class_weight``).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def _strategy() -> dict[str, Any]:
     ).run(epochs=2)
     result["step_fn_auto"] = {"history": history, "epochs": counts.epochs, "calls": counts.calls}
 
-    def train(strategy: Any) -> dict[str, Any]:
+    def train(strategy: Any, class_weight: dict[int, float] | None = None) -> dict[str, Any]:
         with strategy.scope():
             model = make_model()
         counts = Counts()
@@ -137,6 +137,7 @@ def _strategy() -> dict[str, Any]:
             hooks=[counts],
             steps_per_execution=2,
             strategy=strategy,
+            class_weight=class_weight,
         ).run(epochs=3, validation_data=batches(N_VAL, 1))
         return {
             "history": history,
@@ -147,6 +148,9 @@ def _strategy() -> dict[str, Any]:
 
     result["mirrored"] = train(strategy)
     result["default"] = train(tf.distribute.get_strategy())
+    # class weights, looked up on each replica's part of the batch
+    result["mirrored_class_weight"] = train(strategy, {0: 1.0, 1: 4.0})
+    result["default_class_weight"] = train(tf.distribute.get_strategy(), {0: 1.0, 1: 4.0})
     return result
 
 

@@ -64,3 +64,11 @@ def test_mirrored_strategy_matches_a_single_device_run() -> None:
     assert mirrored["history"]["loss"][-1] < mirrored["history"]["loss"][0]
     for ours, theirs in zip(mirrored["weights"], default["weights"], strict=True):
         np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-4, atol=1e-6)
+
+    # class_weight under the strategy: the one-device run's weights, not the unweighted ones
+    weighted, weighted_default = result["mirrored_class_weight"], result["default_class_weight"]
+    for key, values in metrics(weighted_default["history"]).items():
+        assert weighted["history"][key] == pytest.approx(values, rel=1e-4), key
+    for ours, theirs in zip(weighted["weights"], weighted_default["weights"], strict=True):
+        np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-4, atol=1e-6)
+    assert not np.allclose(weighted["weights"][-2], default["weights"][-2], atol=1e-3)

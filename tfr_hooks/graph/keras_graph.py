@@ -249,39 +249,10 @@ def keras_training_graph(
         ...     optimizer=tf_keras.optimizers.legacy.SGD(0.1), metrics=["accuracy"])
         >>> SessionLoop(training).run(epochs=5)  # doctest: +SKIP
     """
-    if not isinstance(model, tf_keras.Model):
-        raise TypeError(
-            f"Expected `model` to be a tf_keras.Model. Received: model={model!r} "
-            f"of type {type(model).__name__}"
-        )
-    _check_tensor(labels, "labels")
-    if not isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
-        raise TypeError(
-            "Expected `optimizer` to be a legacy tf_keras optimizer such as "
-            "tf_keras.optimizers.legacy.SGD(0.01) or tf_keras.optimizers.legacy.Adam() "
-            "(graph mode needs `get_updates`, which the new optimizers lack). "
-            f"Received: optimizer={optimizer!r}"
-        )
-    if outputs is None:
-        if len(model.outputs) != 1:
-            raise TypeError(
-                "Expected `model` to have a single output (or pass `outputs`). "
-                f"Received: model={model!r} with {len(model.outputs)} outputs"
-            )
-        outputs = model.outputs[0]
-    _check_tensor(outputs, "outputs")
+    outputs = _checked_outputs(model, labels, optimizer, outputs)
     if sample_weight is not None:
         _check_tensor(sample_weight, "sample_weight")
     class_weight = check_class_weight(class_weight)
-    if getattr(outputs, "graph", None) is None or tf.executing_eagerly():
-        raise ValueError(
-            expected(
-                "model",
-                "a model in graph mode (build it and call keras_training_graph inside "
-                "`with tf.Graph().as_default():`), not an eager one",
-                model,
-            )
-        )
     graph = outputs.graph
     with graph.as_default():
         loss_fn = _get_loss(loss)
@@ -346,6 +317,41 @@ def _weighted_metrics(
             )
         result[fetch] = fn
     return result
+
+
+def _checked_outputs(model: Any, labels: Any, optimizer: Any, outputs: Any) -> Any:
+    """Check the model, labels and optimizer; the model's output tensor, in graph mode."""
+    if not isinstance(model, tf_keras.Model):
+        raise TypeError(
+            f"Expected `model` to be a tf_keras.Model. Received: model={model!r} "
+            f"of type {type(model).__name__}"
+        )
+    _check_tensor(labels, "labels")
+    if not isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
+        raise TypeError(
+            "Expected `optimizer` to be a legacy tf_keras optimizer such as "
+            "tf_keras.optimizers.legacy.SGD(0.01) or tf_keras.optimizers.legacy.Adam() "
+            "(graph mode needs `get_updates`, which the new optimizers lack). "
+            f"Received: optimizer={optimizer!r}"
+        )
+    if outputs is None:
+        if len(model.outputs) != 1:
+            raise TypeError(
+                "Expected `model` to have a single output (or pass `outputs`). "
+                f"Received: model={model!r} with {len(model.outputs)} outputs"
+            )
+        outputs = model.outputs[0]
+    _check_tensor(outputs, "outputs")
+    if getattr(outputs, "graph", None) is None or tf.executing_eagerly():
+        raise ValueError(
+            expected(
+                "model",
+                "a model in graph mode (build it and call keras_training_graph inside "
+                "`with tf.Graph().as_default():`), not an eager one",
+                model,
+            )
+        )
+    return outputs
 
 
 def _check_tensor(value: Any, name: str) -> None:
