@@ -344,7 +344,8 @@ def function_loop(
         steps_per_epoch=_steps(spec, kind),
     )
     history = loop.run(epochs=spec.epochs + 1)
-    return _with_share(spec, kind, source, w.reported_share(history, clock.result()))
+    result = w.ran_at(history, w.reported_share(history, clock.result()), steps_per_execution)
+    return _with_share(spec, kind, source, result)
 
 
 def _graph_layers(kind: str, inputs: Any) -> Any:
