@@ -306,7 +306,9 @@ def reported_share(history: dict[str, list[float]], result: dict[str, Any]) -> d
     return result
 
 
-def ran_at(history: dict[str, list[float]], result: dict[str, Any], asked: int | str) -> dict[str, Any]:
+def ran_at(
+    history: dict[str, list[float]], result: dict[str, Any], asked: int | str
+) -> dict[str, Any]:
     """``result`` with the value ``steps_per_execution="auto"`` ran at, when ``asked``.
 
     The last epoch's ``input/steps_per_execution`` of the loop's history (the value of

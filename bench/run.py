@@ -54,9 +54,9 @@ from bench_configs import (  # noqa: E402
     kind_of,
 )
 from bench_report import (  # noqa: E402
+    chart_title,
     render_markdown,
     render_png,
-    chart_title,
     render_summary,
     replace_summary,
     summarize,

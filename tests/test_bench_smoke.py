@@ -304,7 +304,9 @@ def test_real_chart_names_its_data_sets_and_draws_session_loop_rows_as_ours(
     assert "60,000 examples" in bench_report.chart_title({**meta, "real": {}, "examples": 60000})
 
     configs = ["img_session_memory", "img_loop_memory", "img_fit_hand", "img_model_only"]
-    results = {(c, "img"): [{"ok": True, "examples_per_sec": 100.0, "rss_mb": 1.0}] for c in configs}
+    results = {
+        (c, "img"): [{"ok": True, "examples_per_sec": 100.0, "rss_mb": 1.0}] for c in configs
+    }
     tables = bench_report.summarize(results, ["img"], configs)
     drawn: dict[str, str] = {}
 
