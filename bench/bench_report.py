@@ -481,6 +481,14 @@ def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
                 f"img_input_{small}_cached",
                 1.0,
             )
+        for size, count in (("", "3,072"), ("_30k", "30,720")):
+            add(
+                t,
+                f"in-memory input alone >= .cache(), float32 images from map_fn ({count} a pass)",
+                f"img_input_small_memory_f32{size}",
+                f"img_input_small_cached_f32{size}",
+                1.0,
+            )
         _service_targets(t, add, targets)
     if k == "txt":
         add(

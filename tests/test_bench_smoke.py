@@ -172,6 +172,8 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
         "txt_input_packed",
         "img_input_small_cached",  # the small data sets, a pass a new iterator
         "img_input_small_memory",
+        "img_input_small_cached_f32",  # the same through a map_fn that returns float32
+        "img_input_small_memory_f32",
         "img_input_small_digits_cached",
         "img_input_small_digits_memory",
         "img_input_tfds_cached",  # the images as a TFDS directory: TFDS's reader, cached
@@ -201,6 +203,7 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     assert ("img", "img_input_memory / img_input_hand_cached") in names
     assert ("txt", "txt_input_memory_bucketed / txt_input_bucketed") in names
     assert ("img", "img_input_small_memory / img_input_small_cached") in names
+    assert ("img", "img_input_small_memory_f32 / img_input_small_cached_f32") in names
     assert ("img", "img_input_tfds_memory / img_input_tfds_cached") in names
     assert all(t.model in ("img", "txt") for t in targets)  # not the digits targets
 
