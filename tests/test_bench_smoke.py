@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -172,8 +173,6 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
         "txt_input_packed",
         "img_input_small_cached",  # the small data sets, a pass a new iterator
         "img_input_small_memory",
-        "img_input_small_cached_f32",  # the same through a map_fn that returns float32
-        "img_input_small_memory_f32",
         "img_input_small_digits_cached",
         "img_input_small_digits_memory",
         "img_input_tfds_cached",  # the images as a TFDS directory: TFDS's reader, cached
@@ -203,7 +202,6 @@ def test_real_suite_rows_run_on_tiny_images_and_text(
     assert ("img", "img_input_memory / img_input_hand_cached") in names
     assert ("txt", "txt_input_memory_bucketed / txt_input_bucketed") in names
     assert ("img", "img_input_small_memory / img_input_small_cached") in names
-    assert ("img", "img_input_small_memory_f32 / img_input_small_cached_f32") in names
     assert ("img", "img_input_tfds_memory / img_input_tfds_cached") in names
     assert all(t.model in ("img", "txt") for t in targets)  # not the digits targets
 
@@ -326,3 +324,50 @@ def test_real_chart_names_its_data_sets_and_draws_session_loop_rows_as_ours(
     assert drawn["img_session_memory"] == drawn["img_loop_memory"] == "#1f77b4"  # ours
     assert drawn["img_fit_hand"] == "#ff7f0e"  # an alternative
     assert drawn["img_model_only"] == "#999999"  # a ceiling
+
+
+@pytest.mark.slow
+@pytest.mark.main_only
+@pytest.mark.timeout(240)
+def test_float_small_image_rows_run_and_have_their_targets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 46: the small-image pair through a map_fn returning float32, and its target
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("bench_configs", "bench_real", "bench_report", "bench_workloads"):
+        sys.modules.pop(name, None)
+    import bench_real
+    import bench_report
+    import bench_workloads
+
+    monkeypatch.setattr(bench_real, "SMALL_PASSES", 2)  # a pass each timed epoch is enough
+    configs = ["img_input_small_cached_f32", "img_input_small_memory_f32"]
+    results = {}
+    for config in configs:
+        spec = bench_workloads.Spec(
+            config=config,
+            model="img",
+            data_dir=str(tmp_path),
+            batch_size=256,
+            epochs=1,
+            workdir=str(tmp_path / "work" / config),
+        )
+        result = bench_workloads.run_config(spec)
+        assert result["examples"] == 2 * bench_real.SMALL_EXAMPLES  # 2 passes, all of them
+        results[(config, "img")] = [{"ok": True, **result}]
+    x, _ = next(
+        iter(bench_real.small_pipeline(spec, (40, 40, 3), "memory", map_fn=bench_real.to_float))
+    )
+    assert (
+        x.dtype == tf.float32 and 0.0 <= float(tf.reduce_min(x)) <= float(tf.reduce_max(x)) <= 1.0
+    )
+
+    tables = bench_report.summarize(results, ["img"], configs)
+    targets = {t.comparison: t for t in bench_report.check_targets(tables)}
+    pair = targets["img_input_small_memory_f32 / img_input_small_cached_f32"]
+    assert pair.ratio == pytest.approx(
+        results[(configs[1], "img")][0]["examples_per_sec"]
+        / results[(configs[0], "img")][0]["examples_per_sec"]
+    )
+    assert pair.threshold == 1.0
+    assert targets["img_input_small_memory_f32_30k / img_input_small_cached_f32_30k"].met is None

@@ -23,11 +23,13 @@ rewrite at each new iterator cost milliseconds and serialized those tensors (32 
 most) into the rewritten graph. Its gather is a single-device function
 (:func:`single_device_map`): Grappler does not optimize it anew at each iterator.
 
-The package holds three concepts, one module each: :mod:`.estimate` (the budget, and the
+The package holds four concepts, one module each: :mod:`.estimate` (the budget, and the
 bytes the data takes: decoded, parsed, ``map_fn``'s output; example counts),
-:mod:`.loading` (reading and decoding into the held arrays) and :mod:`.serve` (batches
-gathered from them). Every name is re-exported here (``memory.load`` is the function
-:func:`load`; the module is named ``loading`` so that nothing hides it).
+:mod:`.loading` (reading and decoding into the held arrays), :mod:`.narrow` (``uint8``
+images held as such where ``map_fn`` only casts them to float and scales them, cast
+again each batch) and :mod:`.serve` (batches gathered from them). Every name is
+re-exported here (``memory.load`` is the function :func:`load`; the module is named
+``loading`` so that nothing hides it).
 """
 
 from tfr_hooks.tfrecord.memory.estimate import (
@@ -40,6 +42,7 @@ from tfr_hooks.tfrecord.memory.estimate import (
     records_nbytes,
 )
 from tfr_hooks.tfrecord.memory.loading import LOAD_CHUNK, Held, load, load_mapped, nbytes_of
+from tfr_hooks.tfrecord.memory.narrow import Widen, Widening, narrowing
 from tfr_hooks.tfrecord.memory.serve import (
     GATHER_BYTES,
     GATHER_EXAMPLES,
@@ -70,4 +73,7 @@ __all__ = [
     "LOAD_CHUNK",
     "Held",
     "nbytes_of",
+    "narrowing",
+    "Widen",
+    "Widening",
 ]
