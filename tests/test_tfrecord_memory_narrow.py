@@ -34,6 +34,8 @@ FINISHES: dict[str, tuple[Callable[[Any], Any], bool]] = {
     ),
     "convert_image_dtype": (lambda img: tf.image.convert_image_dtype(img, tf.float32), True),
     "cast_only": (lambda img: tf.cast(img, tf.float16), True),
+    # decode_png's shape as TensorFlow knows it without ensure_shape: [None, None, 3]
+    "shape_unknown": (lambda img: tf.cast(tf.reshape(img, tf.shape(img)), tf.float32) / 255, True),
     "centred": (lambda img: tf.cast(img, tf.float32) / 255 - 0.5, False),
     "per_channel": (
         lambda img: tf.cast(img, tf.float32) / tf.constant([255.0, 128.0, 64.0]),

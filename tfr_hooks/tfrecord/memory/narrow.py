@@ -82,11 +82,7 @@ def _cast_from_uint8(tensor: Any) -> Any:
     if op.type != "Cast" or not tensor.dtype.is_floating:
         return None
     source = op.inputs[0]
-    if source.dtype != tf.uint8 or not source.shape.is_fully_defined():
-        return None
-    if source.shape != tensor.shape:
-        return None
-    return source
+    return source if source.dtype == tf.uint8 else None
 
 
 def _scalar_constant(tensor: Any) -> np.ndarray | None:
@@ -111,7 +107,7 @@ def _narrowed(tensor: Any) -> tuple[Any, Widening] | None:
         cast, constant = op.inputs[1 - position], op.inputs[position]
         value = _scalar_constant(constant)
         source = _cast_from_uint8(cast)
-        if value is not None and source is not None and cast.shape == tensor.shape:
+        if value is not None and source is not None:  # a scalar: the shape stays the cast's
             return source, Widening(tensor.dtype, op.type, value, constant_first=position == 0)
     return None
 
