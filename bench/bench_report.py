@@ -360,11 +360,15 @@ def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
     return targets
 
 
-def _auto_targets(t: ModelTable, targets: list[Target]) -> None:
-    """Each ``_auto`` row that ran: the value it ran at is above 1 (issue 46).
+#: The models whose steps are short: there ``"auto"`` at 1 would mean a hook held it (on
+#: the CNNs a step can be long enough for 1 to be the right value).
+SHORT_STEPS = ("mlp", "txt")
 
-    On these models a step is short, so ``"auto"`` held at 1 would mean a hook held it.
-    """
+
+def _auto_targets(t: ModelTable, targets: list[Target]) -> None:
+    """Each ``_auto`` row of a model of short steps: the value it ran at is above 1."""
+    if t.model not in SHORT_STEPS:
+        return
     for row in t.rows:
         if row.ran_at is not None:
             met = row.ran_at > 1
@@ -663,8 +667,8 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         "epochs in turn, each epoch's steps timed after its run's first call; the median "
         "of the rounds' ratios (measured / unmeasured) is the measurement's cost "
         "(Targets, and its own section below). A `steps_per_execution='auto'` row says "
-        "in its description the value it ran at (`input/steps_per_execution` of the last "
-        "epoch, median of the repeats).",
+        "in its description the value it ran at ('ran at K': `input/steps_per_execution` "
+        "of the last epoch, median of the repeats).",
     ]
     for table in tables:
         real = table.model in REAL_KINDS
@@ -688,7 +692,7 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
                 reason = row.errors[0].splitlines()[0][:80] if row.errors else "not run"
                 lines.append(f"| `{row.config}` | {row.description} | failed | | {reason} | | | |")
                 continue
-            ran_at = "" if row.ran_at is None else f" (ran at {row.ran_at:g} steps a call)"
+            ran_at = "" if row.ran_at is None else f" (ran at {row.ran_at:g})"
             lines.append(
                 f"| `{row.config}` | {row.description}{ran_at} | {_num(row.median)} | "
                 f"{_pct(row.input_wait_share)} | {_num(row.low)}-{_num(row.high)} | "

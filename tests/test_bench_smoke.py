@@ -278,7 +278,7 @@ def test_auto_rows_run_above_one_step_a_call_and_report_it(
     ran_at = tables[0].get("function_loop_auto_cb").ran_at
     assert ran_at == auto["auto_steps_per_execution"]
     markdown = bench_report.render_markdown(tables, {"date": "today", "configs": configs})
-    assert f"(ran at {ran_at:g} steps a call)" in markdown
+    assert f"+ 3 callbacks (ran at {ran_at:g}) |" in markdown
     targets = {t.comparison: t.met for t in bench_report.check_targets(tables)}
     assert targets["function_loop_auto_cb: steps_per_execution it ran at"] is True
 
