@@ -134,6 +134,22 @@ REAL_ROWS: list[tuple[str, str]] = [
         f"input alone, {_SMALL} 40x40x3 uint8 images: hand-written .unbatch().cache().shuffle(n)",
     ),
     ("img_input_small_memory", f"input alone, {_SMALL} 40x40x3 uint8 images: in_memory=True"),
+    *(
+        row
+        for size, count in (("", "3,072"), ("_30k", "30,720"))
+        for row in (
+            (
+                f"img_input_small_cached_f32{size}",
+                f"input alone, {count} 40x40x3 uint8 images through map_fn -> float32 / 255 "
+                "(each pass a new iterator): hand-written .unbatch().cache().shuffle(n)",
+            ),
+            (
+                f"img_input_small_memory_f32{size}",
+                f"input alone, {count} 40x40x3 uint8 images through map_fn -> float32 / 255 "
+                "(each pass a new iterator): in_memory=True",
+            ),
+        )
+    ),
     (
         "img_input_small_digits_cached",
         f"input alone, {_SMALL} 784-byte digit rows: hand-written .unbatch().cache().shuffle(n)",

@@ -344,7 +344,8 @@ def function_loop(
         steps_per_epoch=_steps(spec, kind),
     )
     history = loop.run(epochs=spec.epochs + 1)
-    return _with_share(spec, kind, source, w.reported_share(history, clock.result()))
+    result = w.ran_at(history, w.reported_share(history, clock.result()), steps_per_execution)
+    return _with_share(spec, kind, source, result)
 
 
 def _graph_layers(kind: str, inputs: Any) -> Any:
@@ -460,23 +461,34 @@ SMALL_PASSES = 20
 SMALL_SHAPES = {"small": (40, 40, 3), "small_digits": (784,)}
 
 
-def _small_dir(spec: w.Spec, shape: tuple[int, ...]) -> str:
+def _small_dir(spec: w.Spec, shape: tuple[int, ...], count: int = SMALL_EXAMPLES) -> str:
     """The small data set's shards (written once by the package's writer)."""
     import numpy as np
 
     name = "x".join(map(str, shape))
-    directory = Path(spec.data_dir, f"small-{name}-{SMALL_EXAMPLES}-seed{spec.seed}")
+    directory = Path(spec.data_dir, f"small-{name}-{count}-seed{spec.seed}")
     if not (directory / "schema.json").exists():
         rng = np.random.default_rng(spec.seed)
-        images = rng.integers(0, 256, (SMALL_EXAMPLES, *shape), dtype=np.uint8)
-        labels = rng.integers(0, 10, SMALL_EXAMPLES, dtype=np.int64)
+        images = rng.integers(0, 256, (count, *shape), dtype=np.uint8)
+        labels = rng.integers(0, 10, count, dtype=np.int64)
         tfrecord.write({"image": images, "label": labels}, directory, shards=4, overwrite=True)
     return str(directory)
 
 
-def small_pipeline(spec: w.Spec, shape: tuple[int, ...], source: str) -> Any:
+def to_float(example: dict[str, Any]) -> dict[str, Any]:
+    """The ``map_fn`` of the ``_f32`` rows: the image as float32 in [0, 1], as tutorials do."""
+    return {"image": tf.cast(example["image"], tf.float32) / 255, "label": example["label"]}
+
+
+def small_pipeline(
+    spec: w.Spec,
+    shape: tuple[int, ...],
+    source: str,
+    count: int = SMALL_EXAMPLES,
+    map_fn: Any = None,
+) -> Any:
     """One pass a new iterator: ``in_memory=True``, or ``.unbatch().cache().shuffle(n)``."""
-    files, pair = _small_dir(spec, shape), ("image", "label")
+    files, pair = _small_dir(spec, shape, count), ("image", "label")
     if source == "memory":
         return tfrecord.dataset(
             files,
@@ -486,21 +498,29 @@ def small_pipeline(spec: w.Spec, shape: tuple[int, ...], source: str) -> Any:
             num_epochs=1,
             seed=spec.seed,
             as_tuple=pair,
+            map_fn=map_fn,
         )
     streamed = tfrecord.dataset(
-        files, spec.batch_size, num_epochs=1, shuffle_buffer=0, as_tuple=pair
+        files, spec.batch_size, num_epochs=1, shuffle_buffer=0, as_tuple=pair, map_fn=map_fn
     )
     # the tuples are made before the cache, as a user writes it: no function runs a pass
     cached = streamed.unbatch().cache()
     cached.reduce(0, lambda n, _: n + 1)  # fill the cache (one pass, not timed)
-    shuffled = cached.shuffle(SMALL_EXAMPLES, seed=spec.seed).batch(spec.batch_size)
+    shuffled = cached.shuffle(count, seed=spec.seed).batch(spec.batch_size)
     return shuffled.prefetch(tf.data.AUTOTUNE)
 
 
-def small_input(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
-    """The small data set's pipeline alone: every pass a new iterator, in a ``reduce``."""
+def small_input(
+    spec: w.Spec, kind: str, source: str, count: int = SMALL_EXAMPLES, map_fn: Any = None
+) -> dict[str, Any]:
+    """The small data set's pipeline alone: every pass a new iterator, in a ``reduce``.
+
+    A timed epoch is ``SMALL_PASSES`` passes of ``SMALL_EXAMPLES`` (fewer passes of a
+    larger ``count``, as many examples).
+    """
     clock = w.Clock(spec)
-    data = small_pipeline(spec, SMALL_SHAPES[kind], source)
+    data = small_pipeline(spec, SMALL_SHAPES[kind], source, count, map_fn)
+    passes = max(2, SMALL_PASSES * SMALL_EXAMPLES // count)
 
     @tf.function(autograph=False)
     def one_pass() -> Any:
@@ -512,7 +532,7 @@ def small_input(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
         return data.reduce(tf.constant(0, tf.int64), add)
 
     for _ in range(spec.epochs + 1):
-        clock.mark(sum(int(one_pass()) for _ in range(SMALL_PASSES)))
+        clock.mark(sum(int(one_pass()) for _ in range(passes)))
     return clock.result()
 
 
@@ -601,6 +621,15 @@ FUNCTIONS: dict[str, Any] = {
     "img_loop_tfds_memory": _row("img", "loop", "tfds_memory"),
     "img_input_small_cached": _row("small", "small", "cached"),
     "img_input_small_memory": _row("small", "small", "memory"),
+    **{
+        f"img_input_small_{source}_f32{size}": (
+            lambda s, source=source, count=count: small_input(
+                s, "small", source, count, map_fn=to_float
+            )
+        )
+        for source in ("cached", "memory")
+        for size, count in (("", SMALL_EXAMPLES), ("_30k", 10 * SMALL_EXAMPLES))
+    },
     "img_input_small_digits_cached": _row("small_digits", "small", "cached"),
     "img_input_small_digits_memory": _row("small_digits", "small", "memory"),
     "img_fit_hand": _row("img", "fit", "hand"),

@@ -253,9 +253,15 @@ def bracket_callbacks(keras_module: Any, clock: Clock, cbs: list[Any]) -> list[A
 
 
 def bracket_hooks(clock: Clock, hooks: list[Any]) -> list[Any]:
-    """``hooks`` between two hooks that time every call into them (step and epoch)."""
+    """``hooks`` between two hooks that time every call into them (step and epoch).
+
+    Both work per call (``needs_every_step = False``), so they leave
+    ``steps_per_execution="auto"`` free to run many steps a call.
+    """
 
     class First(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
+        needs_every_step = False  # times each call: "auto" may run many steps in one
+
         def before_run(self, run_context: Any) -> None:
             clock.enter()
 
@@ -269,6 +275,8 @@ def bracket_hooks(clock: Clock, hooks: list[Any]) -> list[Any]:
             clock.enter()
 
     class Last(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
+        needs_every_step = False
+
         def before_run(self, run_context: Any) -> None:
             clock.leave("batch")
 
@@ -295,6 +303,20 @@ def reported_share(history: dict[str, list[float]], result: dict[str, Any]) -> d
     shares = history.get(WAIT_SHARE, [])[1:]
     if shares:
         result["input_wait_share"] = float(np.mean(shares))
+    return result
+
+
+def ran_at(
+    history: dict[str, list[float]], result: dict[str, Any], asked: int | str
+) -> dict[str, Any]:
+    """``result`` with the value ``steps_per_execution="auto"`` ran at, when ``asked``.
+
+    The last epoch's ``input/steps_per_execution`` of the loop's history (the value of
+    its last call), as ``auto_steps_per_execution``; nothing for a fixed value.
+    """
+    values = history.get("input/steps_per_execution", [])
+    if asked == "auto" and values:
+        result["auto_steps_per_execution"] = float(values[-1])
     return result
 
 
@@ -689,7 +711,7 @@ def function_loop(
         measure_input=measure_input,
     )
     history = loop.run(epochs=spec.epochs + 1)
-    return reported_share(history, clock.result())
+    return ran_at(history, reported_share(history, clock.result()), steps_per_execution)
 
 
 #: Timed rounds of the paired rows per timed epoch of the spec (each round: one epoch of
@@ -703,6 +725,8 @@ class _StepSpan(tfr_hooks.Hook):  # type: ignore[misc,name-defined]
     ``start`` is noted as the second call starts (the first call, tracing and the data's
     restart, is then over and its examples counted), ``last`` as each call ends.
     """
+
+    needs_every_step = False  # counts calls, not steps
 
     def begin(self) -> None:
         self.calls = 0

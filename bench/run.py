@@ -54,6 +54,7 @@ from bench_configs import (  # noqa: E402
     kind_of,
 )
 from bench_report import (  # noqa: E402
+    chart_title,
     render_markdown,
     render_png,
     render_summary,
@@ -275,11 +276,7 @@ def write_report(
     tables = summarize(results, args.model_list, args.configs)
     args.out.mkdir(parents=True, exist_ok=True)
     md = args.out / "latest.md"
-    title = (
-        f"tfr_hooks benchmark {meta['date']} - TF {meta.get('tensorflow')}, "
-        f"{meta['cpu_count']} CPUs, {meta.get('examples', 0):,} examples, "
-        f"batch {meta['batch_size']}"
-    )
+    title = chart_title(meta)
     raw = {f"{c}|{m}": runs for (c, m), runs in results.items()}
     digits_run = any(kind_of(c) is None for c in args.configs)
     of_record = args.out.resolve() == (HERE / "results").resolve() and not args.only

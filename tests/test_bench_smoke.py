@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -242,3 +243,134 @@ def test_resume_cost_bench_measures_both_loops_on_every_pipeline(tmp_path: Path)
     for row in rows:
         assert float(row[2]) > 0  # seconds per 1,000 skipped batches, measured
     assert all(float(r[5]) > 0 for r in rows if r[0].strip() == "SessionLoop")  # the replay
+
+
+@pytest.mark.slow
+@pytest.mark.main_only
+@pytest.mark.timeout(240)
+def test_auto_rows_run_above_one_step_a_call_and_report_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 46: the rows' timing hooks work per call, so "auto" is not held at 1 on the
+    # MLP, whose steps are short; the row's result and report say the value it ran at
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("bench_configs", "bench_data", "bench_report", "bench_workloads"):
+        sys.modules.pop(name, None)
+    import bench_data
+    import bench_report
+    import bench_workloads
+
+    bench_data.write_dataset(tmp_path / "data", 2048)
+    configs = ["function_loop_auto_cb", "function_loop_32_cb"]
+    results = {}
+    for config in configs:
+        spec = bench_workloads.Spec(
+            config=config,
+            model="mlp",
+            data_dir=str(tmp_path / "data"),
+            batch_size=16,  # 128 short steps an epoch
+            epochs=1,
+            workdir=str(tmp_path / "work" / config),
+        )
+        results[(config, "mlp")] = [{"ok": True, **bench_workloads.run_config(spec)}]
+    (auto,) = results[("function_loop_auto_cb", "mlp")]
+    assert auto["auto_steps_per_execution"] > 1
+    assert "auto_steps_per_execution" not in results[("function_loop_32_cb", "mlp")][0]
+
+    tables = bench_report.summarize(results, ["mlp"], configs)
+    ran_at = tables[0].get("function_loop_auto_cb").ran_at
+    assert ran_at == auto["auto_steps_per_execution"]
+    markdown = bench_report.render_markdown(tables, {"date": "today", "configs": configs})
+    assert f"+ 3 callbacks (ran at {ran_at:g}) |" in markdown
+    targets = {t.comparison: t.met for t in bench_report.check_targets(tables)}
+    assert targets["function_loop_auto_cb: steps_per_execution it ran at"] is True
+
+
+def test_real_chart_names_its_data_sets_and_draws_session_loop_rows_as_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 46: the real suite's chart said "0 examples" and drew SessionLoop rows orange
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("bench_configs", "bench_report"):
+        sys.modules.pop(name, None)
+    import bench_report
+    from matplotlib.colors import to_hex
+
+    meta = {
+        "date": "today",
+        "tensorflow": "2.21.0",
+        "cpu_count": 2,
+        "batch_size": 128,
+        "real": {"images": {"examples": 20000}, "text": {"examples": 50000}},
+    }
+    title = bench_report.chart_title(meta)
+    assert "20,000 images, 50,000 texts" in title and "0 examples" not in title
+    assert "60,000 examples" in bench_report.chart_title({**meta, "real": {}, "examples": 60000})
+
+    configs = ["img_session_memory", "img_loop_memory", "img_fit_hand", "img_model_only"]
+    results = {
+        (c, "img"): [{"ok": True, "examples_per_sec": 100.0, "rss_mb": 1.0}] for c in configs
+    }
+    tables = bench_report.summarize(results, ["img"], configs)
+    drawn: dict[str, str] = {}
+
+    def barh(self: object, y: list[int], widths: list[float], **kwargs: object) -> object:
+        names = [row.config for row in tables[0].rows]
+        drawn.update(zip(names, (to_hex(c) for c in kwargs["color"]), strict=True))  # type: ignore[arg-type]
+        return original(self, y, widths, **kwargs)
+
+    from matplotlib.axes import Axes
+
+    original = Axes.barh
+    monkeypatch.setattr(Axes, "barh", barh)
+    bench_report.render_png(tables, str(tmp_path / "chart.png"), title)
+    assert drawn["img_session_memory"] == drawn["img_loop_memory"] == "#1f77b4"  # ours
+    assert drawn["img_fit_hand"] == "#ff7f0e"  # an alternative
+    assert drawn["img_model_only"] == "#999999"  # a ceiling
+
+
+@pytest.mark.slow
+@pytest.mark.main_only
+@pytest.mark.timeout(240)
+def test_float_small_image_rows_run_and_have_their_targets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 46: the small-image pair through a map_fn returning float32, and its target
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("bench_configs", "bench_real", "bench_report", "bench_workloads"):
+        sys.modules.pop(name, None)
+    import bench_real
+    import bench_report
+    import bench_workloads
+
+    monkeypatch.setattr(bench_real, "SMALL_PASSES", 2)  # a pass each timed epoch is enough
+    configs = ["img_input_small_cached_f32", "img_input_small_memory_f32"]
+    results = {}
+    for config in configs:
+        spec = bench_workloads.Spec(
+            config=config,
+            model="img",
+            data_dir=str(tmp_path),
+            batch_size=256,
+            epochs=1,
+            workdir=str(tmp_path / "work" / config),
+        )
+        result = bench_workloads.run_config(spec)
+        assert result["examples"] == 2 * bench_real.SMALL_EXAMPLES  # 2 passes, all of them
+        results[(config, "img")] = [{"ok": True, **result}]
+    x, _ = next(
+        iter(bench_real.small_pipeline(spec, (40, 40, 3), "memory", map_fn=bench_real.to_float))
+    )
+    assert (
+        x.dtype == tf.float32 and 0.0 <= float(tf.reduce_min(x)) <= float(tf.reduce_max(x)) <= 1.0
+    )
+
+    tables = bench_report.summarize(results, ["img"], configs)
+    targets = {t.comparison: t for t in bench_report.check_targets(tables)}
+    pair = targets["img_input_small_memory_f32 / img_input_small_cached_f32"]
+    assert pair.ratio == pytest.approx(
+        results[(configs[1], "img")][0]["examples_per_sec"]
+        / results[(configs[0], "img")][0]["examples_per_sec"]
+    )
+    assert pair.threshold == 1.0
+    assert targets["img_input_small_memory_f32_30k / img_input_small_cached_f32_30k"].met is None

@@ -32,6 +32,7 @@ from tfr_hooks.tfrecord.memory.estimate import (
     records_nbytes,
 )
 from tfr_hooks.tfrecord.memory.loading import Held, load, load_mapped
+from tfr_hooks.tfrecord.memory.narrow import Widen, narrowing
 from tfr_hooks.tfrecord.memory.serve import PARALLEL_CALLS, fresh_randomness, memory_dataset
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.packed import packed_dataset
@@ -274,7 +275,7 @@ def _memory_data(
     plan: Plan, options: ReadOptions, kind: PipelineKind
 ) -> tuple[tf.data.Dataset, int]:
     """The in-memory pipeline of batches (dicts), and the examples of one pass."""
-    arrays, decode_each_batch = _held(plan, options, kind)
+    arrays, decode_each_batch, widen = _held(plan, options, kind)
     shaping, batch_map_fn = options.shaping, options.batch_map_fn
     prefetch = bool(options.config.prefetch)
     buckets = None
@@ -303,6 +304,7 @@ def _memory_data(
         buckets=buckets,
         batch_fn=pad if decode_each_batch is None else None,
         select=functools.partial(structure, names=names) if last and names else None,
+        widen=widen or None,
     )
     if pad is not None and pad_after:
         data = data.map(pad, num_parallel_calls=PARALLEL_CALLS, deterministic=True)
@@ -317,23 +319,29 @@ def _memory_data(
 
 def _held(
     plan: Plan, options: ReadOptions, kind: PipelineKind
-) -> tuple[dict[str, Held], Callable[..., Any] | None]:
-    """The arrays held in memory, and the ``map_fn`` to run on every batch (if encoded)."""
+) -> tuple[dict[str, Held], Callable[..., Any] | None, Widen | None]:
+    """The held arrays, ``map_fn`` to run on every batch (if encoded), and the widening.
+
+    The widening turns features held narrower than ``map_fn`` returns them back into
+    its output, each batch (``uint8`` images it casts to float:
+    :mod:`tfr_hooks.tfrecord.memory.narrow`); ``None`` when nothing is narrowed.
+    """
     map_fn = options.map_fn
     if kind is PipelineKind.MEMORY_DECODED and map_fn is not None:
         count = plan.examples
         if count is None and plan.per_record == 1:  # allocate once: memory of the output only
             count = count_examples(plan.files, plan.compression, plan.per_record)
+        narrowed, widen = narrowing(as_dict(map_fn, plan.names))
         arrays = load_mapped(
             plan.files,
             plan.compression,
             plan.schema,
-            as_dict(map_fn, plan.names),
+            narrowed,
             per_record=plan.per_record,
             count=count,
             damage=plan.damage,
         )
-        return arrays, None
+        return arrays, None, widen
     arrays = load(
         plan.files,
         plan.compression,
@@ -342,7 +350,7 @@ def _held(
         counts=plan.counts,
         damage=plan.damage,
     )
-    return arrays, None if map_fn is None else as_dict(map_fn, plan.names)
+    return arrays, None if map_fn is None else as_dict(map_fn, plan.names), None
 
 
 def _buckets(arrays: dict[str, Held], shaping: Shaping, boundaries: Sequence[int]) -> np.ndarray:

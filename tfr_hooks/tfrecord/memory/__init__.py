@@ -23,11 +23,12 @@ rewrite at each new iterator cost milliseconds and serialized those tensors (32 
 most) into the rewritten graph. Its gather is a single-device function
 (:func:`.serve.single_device_map`): Grappler does not optimize it anew at each iterator.
 
-The package holds three concepts, one module each: :mod:`.estimate` (the budget, and the
+The package holds four concepts, one module each: :mod:`.estimate` (the budget, and the
 bytes the data takes: decoded, parsed, ``map_fn``'s output; example counts),
-:mod:`.loading` (reading and decoding into the held arrays) and :mod:`.serve` (batches
-gathered from them). Each name has one address, in its module: this package re-exports
-nothing.
+:mod:`.loading` (reading and decoding into the held arrays), :mod:`.narrow` (``uint8``
+images held as such where ``map_fn`` only casts them to float and scales them, cast
+again each batch) and :mod:`.serve` (batches gathered from them). Each name has one
+address, in its module: this package re-exports nothing.
 """
 
 __all__: list[str] = []
