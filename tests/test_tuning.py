@@ -585,9 +585,11 @@ class ResumeAt(tfr_hooks.Hook):
 
 def trained(hooks: list[Any], epochs: int, initial_epoch: int = 0) -> tuple[list[int], Any]:
     """The batches (by first element) a fresh loop trains on, and the loop's state."""
-    seen = tf.Variable(tf.fill([4096], tf.constant(-1, tf.int64)))
+    seen = tf.Variable(tf.fill([8192], tf.constant(-1, tf.int64)))
     count = tf.Variable(0, dtype=tf.int32)
-    data = tf.data.Dataset.range(600).shuffle(600, seed=7).batch(2)
+    # 2,000 steps an epoch: more than MAX_STEPS, so that a call of the largest value the
+    # rule may reach on a quiet machine still ends inside the epoch it starts in
+    data = tf.data.Dataset.range(4000).shuffle(4000, seed=7).batch(2)
     loop = FunctionLoop(
         data, step_fn=recording_step(seen, count), hooks=hooks, steps_per_execution="auto"
     )
@@ -597,10 +599,10 @@ def trained(hooks: list[Any], epochs: int, initial_epoch: int = 0) -> tuple[list
 
 def test_a_run_resumed_mid_epoch_with_auto_trains_the_batches_of_an_uninterrupted_one() -> None:
     whole, _ = trained([], epochs=2)
-    assert len(whole) == 600
-    stop = StopAt(420)
+    assert len(whole) == 4000
+    stop = StopAt(2100)
     before, state = trained([stop], epochs=2)
-    assert state.epoch == 1 and 0 < state.epoch_steps < 300  # stopped inside epoch 1
+    assert state.epoch == 1 and 0 < state.epoch_steps < 2000  # stopped inside epoch 1
     assert max(stop.calls) > 1  # with calls of several steps (how many is the machine's)
     after, _ = trained([ResumeAt(state.epoch_steps)], epochs=2, initial_epoch=1)
     assert before + after == whole
