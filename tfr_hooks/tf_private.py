@@ -144,7 +144,20 @@ def records_from_offset(path: Any, offset: Any, buffer_size: Any) -> tf.data.Dat
     # `_name`, `_metadata`). The op and its `byte_offsets` input are in the raw_ops API of r2.14
     # and after (TensorFlow's API pages), so on the oldest supported 2.17: not run there
     # by hand, the oldest-constraints CI job runs tests/test_tf_private.py.
-    return _offset_dataset_class()(path, offset, buffer_size)
+    # TF 2.21's C++ AsGraphDef of this dataset writes 3 of the op's 4 inputs, so a
+    # pipeline whose top level holds it fails at its first iterator ("3 inputs specified
+    # of 4 inputs"); made inside a dataset function (interleave, flat_map) it is never
+    # serialized. Outside one, it is made inside a flat_map.
+    import tensorflow as tf
+
+    if tf.inside_function():
+        return _offset_dataset_class()(path, offset, buffer_size)
+    arguments = (
+        tf.convert_to_tensor(path, tf.string),
+        tf.cast(offset, tf.int64),
+        tf.cast(buffer_size, tf.int64),
+    )
+    return tf.data.Dataset.from_tensors(arguments).flat_map(_offset_dataset_class())
 
 
 @functools.cache

@@ -234,8 +234,10 @@ def _damaged(path: str, compression: str, read: int, error: Exception) -> Corrup
     record, reason = read, str(error).strip().splitlines()[0]
     try:
         found = scan_file(path, compression)
-        if found.corrupt:
-            record, reason = found.corrupt[0].index, found.corrupt[0].reason
+        # the scan also counts whole records that are no tf.train.Example: not damage here
+        broken = [bad for bad in found.corrupt if "not a tf.train.Example" not in bad.reason]
+        if broken:
+            record, reason = broken[0].index, broken[0].reason
     except tf.errors.OpError:  # the scan cannot tell more than the read did
         pass
     return CorruptRecordError(
