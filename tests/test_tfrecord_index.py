@@ -210,3 +210,18 @@ def test_index_files_checks_one_compression_a_file(tmp_path: Path) -> None:
     data = Path(str(path) + ix.INDEX_SUFFIX).read_bytes()
     header = json.loads(data[12 : 12 + int.from_bytes(data[8:12], "little")])
     assert (header["count"], header["block"], header["size"]) == (10, 128, path.stat().st_size)
+
+
+def test_the_index_command_builds_ahead_of_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tfr_hooks import cli
+
+    write(tmp_path / "a.tfrecord", [10] * 300)
+    write(tmp_path / "b.tfrecord.gz", [10] * 5, options="GZIP")
+    assert cli.main(["index", str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "a.tfrecord: 300 records, 3 blocks" in out
+    assert "b.tfrecord.gz: 5 records, GZIP: a count only" in out
+    assert ix.load_index(str(tmp_path / "a.tfrecord")).count == 300
+    (tmp_path / "c.tfrecord").write_bytes(b"not a record file at all")
+    assert cli.main(["index", str(tmp_path / "c.tfrecord")]) == 1
+    assert "tfr-hooks index: error:" in capsys.readouterr().err

@@ -49,8 +49,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(commands)
     _add_inspect(commands)
     _add_measure(commands)
+    _add_index(commands)
     add_data_service(commands)
     return parser
+
+
+def _add_index(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``tfr-hooks index FILES...``: build the record indexes ahead of time."""
+    index = commands.add_parser(
+        "index",
+        help="build the record index of TFRecord files ahead of time",
+        description="Build the record index of each file (one offset a block of records, "
+        "for shuffle='global' and resuming by position): beside the file, or in the "
+        "cache directory when its directory is read-only ($TFR_HOOKS_INDEX_DIR, else "
+        "$XDG_CACHE_HOME/tfr_hooks/index). An index that matches its file is kept.",
+    )
+    index.add_argument("files", nargs="+", metavar="FILES", help="files, globs or directories")
+    index.add_argument("--rebuild", action="store_true", help="build even a matching index")
 
 
 def _add_convert(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -255,12 +270,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "convert": _convert,
         "inspect": _inspect,
         "measure": _measure,
+        "index": _index,
     }
     try:
         return commands[args.command](args)
     except (tfrecord.TFRecordError, OSError, ValueError, TypeError) as error:
         print(f"tfr-hooks {args.command}: error: {error}", file=sys.stderr)
         return 1
+
+
+def _index(args: argparse.Namespace) -> int:
+    """Index each file; print one line a file."""
+    from tfr_hooks.tfrecord.files import detect_compression, resolve_files
+    from tfr_hooks.tfrecord.index import index_locations, record_index
+
+    for path in resolve_files(args.files):
+        found = record_index(path, detect_compression(path), rebuild=args.rebuild)
+        kind = (
+            f"{found.blocks} blocks"
+            if found.seekable
+            else f"{found.compression}: a count only, entered at its start"
+        )
+        print(f"{path}: {found.count} records, {kind} ({index_locations(path)[1]})")
+    return 0
 
 
 def _parse_decode(items: Sequence[str]) -> dict[str, tuple[str, tuple[int, ...]]]:

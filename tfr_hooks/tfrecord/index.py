@@ -412,10 +412,3 @@ def index_files(
     return [record_index(path, kind, rebuild=rebuild) for path, kind in zip(files, kinds)]
 
 
-def _describe(index: RecordIndex) -> dict[str, Any]:  # for the CLI's report
-    return {
-        "file": index.file,
-        "records": index.count,
-        "blocks": index.blocks if index.seekable else 0,
-        "seekable": index.seekable,
-    }
