@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tfr-hooks",
         description="Convert .npz arrays or TFRecord files written by any tool to TFRecord "
         "shards with a stored schema, inspect TFRecord files written by any tool, and "
-        "measure how fast this machine reads them through each pipeline, and run the "
-        "servers of the tf.data service (data-service).",
+        "measure how fast this machine reads them through each pipeline, build their "
+        "record index ahead of time, and run the servers of the tf.data service "
+        "(data-service).",
     )
     from tfr_hooks.service.command import add_data_service  # the standard library only
 
