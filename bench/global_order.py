@@ -30,7 +30,9 @@ import time
 import numpy as np
 
 
-def write_classes(directory: str, classes: int = 20, per_class: int = 6000, files: int = 4) -> list[str]:
+def write_classes(
+    directory: str, classes: int = 20, per_class: int = 6000, files: int = 4
+) -> list[str]:
     """The class-ordered files (see the module)."""
     import tensorflow as tf
 
@@ -79,10 +81,9 @@ def main() -> None:
         order = GlobalOrder(indexes, seed=3)
         pipelines = {
             "global": lambda: order.batches(256).map(parse),
-            "streamed": lambda: tf.data.TFRecordDataset(files)
-            .shuffle(10_000, seed=3)
-            .batch(256)
-            .map(parse),
+            "streamed": lambda: (
+                tf.data.TFRecordDataset(files).shuffle(10_000, seed=3).batch(256).map(parse)
+            ),
         }
 
         def rate(name: str) -> tuple[float, float]:

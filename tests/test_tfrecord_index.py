@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -127,7 +126,9 @@ def test_a_damaged_index_file_is_built_again(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
-def test_compressed_files_get_a_count_and_file_granularity(tmp_path: Path, compression: str) -> None:
+def test_compressed_files_get_a_count_and_file_granularity(
+    tmp_path: Path, compression: str
+) -> None:
     path = tmp_path / "a.tfrecord.gz"
     write(path, [10] * 300, options=compression)
     index = ix.record_index(str(path), compression)
@@ -212,7 +213,9 @@ def test_index_files_checks_one_compression_a_file(tmp_path: Path) -> None:
     assert (header["count"], header["block"], header["size"]) == (10, 128, path.stat().st_size)
 
 
-def test_the_index_command_builds_ahead_of_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_index_command_builds_ahead_of_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tfr_hooks import cli
 
     write(tmp_path / "a.tfrecord", [10] * 300)

@@ -131,7 +131,7 @@ def damage_before(order: GlobalOrder, window: int, epoch: int) -> None:
     """Spoil one record of every block read by the windows before ``window``."""
     for before in range(window):
         files, offsets, _, _ = (t.numpy() for t in order.plan(before, epoch))
-        for file, offset in zip(files, offsets):
+        for file, offset in zip(files, offsets, strict=True):
             with open(order.indexes[file].file, "r+b") as handle:
                 handle.seek(int(offset) + 12 + 2)  # a byte of the block's first record
                 byte = handle.read(1)
@@ -169,7 +169,9 @@ def test_compressed_files_are_refused_by_name(tmp_path: Path) -> None:
     with tf.io.TFRecordWriter(path, options="GZIP") as writer:
         writer.write(b"x")
     index = ix.build_index(path, "GZIP")
-    with pytest.raises(ValueError, match=r"GZIP file cannot be entered at a block.*a\.tfrecord\.gz"):
+    with pytest.raises(
+        ValueError, match=r"GZIP file cannot be entered at a block.*a\.tfrecord\.gz"
+    ):
         GlobalOrder([index], seed=0)
 
 

@@ -47,7 +47,6 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -296,7 +295,12 @@ def read_index_file(target: str, path: str) -> RecordIndex:
         bounds = np.frombuffer(data[12 + size :], "<i8").astype(np.int64)
         key = FileKey(int(header["size"]), int(header["mtime_ns"]), str(header["edges"]))
         index = RecordIndex(
-            path, str(header["compression"]), key, int(header["count"]), int(header["block"]), bounds
+            path,
+            str(header["compression"]),
+            key,
+            int(header["count"]),
+            int(header["block"]),
+            bounds,
         )
         expected = 0 if index.compression else index.blocks + 1
         if len(bounds) != int(header["bounds"]) or len(bounds) != expected:
@@ -409,6 +413,6 @@ def index_files(
         raise ValueError(
             f"Expected one compression a file ({len(files)}). Received: compression={compression!r}"
         )
-    return [record_index(path, kind, rebuild=rebuild) for path, kind in zip(files, kinds)]
-
-
+    return [
+        record_index(path, kind, rebuild=rebuild) for path, kind in zip(files, kinds, strict=True)
+    ]

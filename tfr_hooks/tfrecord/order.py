@@ -2,8 +2,8 @@
 
 ``shuffle="global"`` reads the records of uncompressed files in an order drawn per epoch
 from ``(seed, epoch)``. It needs no buffer of the size of the data: a record index
-(:mod:`tfr_hooks.tfrecord.index`) tells where every block of :data:`~tfr_hooks.tfrecord.index.INDEX_BLOCK`
-(128) consecutive records starts, and:
+(:mod:`tfr_hooks.tfrecord.index`) tells where every block of
+:data:`~tfr_hooks.tfrecord.index.INDEX_BLOCK` (128) consecutive records starts, and:
 
 1. **Blocks in a stateless permutation.** The full blocks of all files are numbered
    ``0 .. n-1`` and put in the order ``tf.random.experimental.index_shuffle`` draws from
@@ -183,7 +183,8 @@ class GlobalOrder:
         position = _check_int("position", position, 0)
         if position > self.total:
             raise ValueError(
-                f"Expected a position of the epoch (0 to {self.total}). Received: position={position}"
+                f"Expected a position of the epoch (0 to {self.total}). "
+                f"Received: position={position}"
             )
         window = int(np.searchsorted(self.starts, position, side="right")) - 1
         window = min(window, self.windows)
@@ -196,8 +197,12 @@ class GlobalOrder:
         return tf.random.experimental.stateless_fold_in(base, tf.cast(stream, tf.int64))
 
     def plan(self, window: Any, epoch: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The blocks window ``window`` of ``epoch`` reads: file numbers, byte offsets,
-        records and bytes of each, as ``int64`` vectors (tensors; eager or in a graph)."""
+        """The blocks that window ``window`` of ``epoch`` reads.
+
+        Returns:
+            Their file numbers, byte offsets, records and bytes, as ``int64`` vectors
+            (tensors; eager or in a graph).
+        """
         worker, count = self.shard
         window = tf.cast(window, tf.int64)
         first = window * self.units
@@ -226,7 +231,9 @@ class GlobalOrder:
         """The blocks of window ``window`` of ``epoch``: ``(path, offset, records, bytes)``."""
         files, offsets, counts, nbytes = self.plan(window, epoch)
         names = tf.constant([index.file for index in self.indexes] or [""], tf.string)
-        return tf.data.Dataset.from_tensor_slices((tf.gather(names, files), offsets, counts, nbytes))
+        return tf.data.Dataset.from_tensor_slices(
+            (tf.gather(names, files), offsets, counts, nbytes)
+        )
 
     def _mix(self, window: Any, epoch: Any, records: tf.Tensor, begin: Any) -> tf.Tensor:
         """The records of a window, in the window's order for ``epoch``, from ``begin``."""
@@ -288,7 +295,9 @@ class GlobalOrder:
         faster than ``records(...).batch(batch_size)``; the same batches.
         """
         batch_size = _check_int("batch_size", batch_size, 1)
-        return self.windows_of(epoch, start=start).rebatch(batch_size, drop_remainder=drop_remainder)
+        return self.windows_of(epoch, start=start).rebatch(
+            batch_size, drop_remainder=drop_remainder
+        )
 
 
 def global_records(
