@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks.tfrecord import index as ix
-from tfr_hooks.tfrecord.order import GlobalOrder, global_records
+from tfr_hooks.tfrecord.order import GlobalOrder, global_batches, global_records
 
 FEATURES = {
     "label": tf.io.FixedLenFeature([], tf.int64),
@@ -189,3 +189,20 @@ def test_arguments_are_checked(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         GlobalOrder(small, **{"seed": 0, **arguments})  # type: ignore[arg-type]
+
+
+def test_global_batches_follow_epochs_and_resume_mid_run(small: list[ix.RecordIndex]) -> None:
+    """Epochs 2, 3, 4 after each other; a run resumed in epoch 3 at position p reads the
+    same records from there; the indexes are built and kept by the call."""
+    files = [index.file for index in small]
+    order = GlobalOrder(small, seed=9, window=1024)
+    expected = np.concatenate([ids(order.records(epoch)) for epoch in (2, 3, 4)])
+    run = global_batches(files, "", 256, seed=9, num_epochs=3, first_epoch=2, window=1024)
+    got = parsed(run, "id")
+    assert np.array_equal(np.concatenate(got), expected)
+    assert all(len(batch) == 256 for batch in got[:-1]) and len(got[-1]) == 18000 % 256
+    assert all(ix.load_index(path) is not None for path in files)
+    resumed = global_batches(
+        files, "", 256, seed=9, num_epochs=2, first_epoch=3, start=4000, window=1024
+    )
+    assert np.array_equal(np.concatenate(parsed(resumed, "id")), expected[6000 + 4000 :])

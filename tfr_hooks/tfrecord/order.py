@@ -52,7 +52,7 @@ import tensorflow as tf
 from tfr_hooks import tf_private
 from tfr_hooks.tfrecord.index import RecordIndex
 
-__all__ = ["DEFAULT_WINDOW", "GlobalOrder", "global_records"]
+__all__ = ["DEFAULT_WINDOW", "GlobalOrder", "global_batches", "global_records"]
 
 #: Records a window holds by default (256 blocks of 128).
 DEFAULT_WINDOW = 32_768
@@ -324,3 +324,55 @@ def global_records(
     """
     order = GlobalOrder(indexes, seed=seed, window=window, shard=shard)
     return order.records(epoch, start=start)
+
+
+def global_batches(
+    files: Sequence[str],
+    compression: str | Sequence[str],
+    batch_size: int,
+    *,
+    seed: int,
+    num_epochs: int | None = 1,
+    first_epoch: int = 0,
+    start: int = 0,
+    drop_remainder: bool = False,
+    window: int = DEFAULT_WINDOW,
+    shard: tuple[int, int] = (0, 1),
+) -> tf.data.Dataset:
+    """Batches of serialized records over several epochs, in the global order.
+
+    What a streamed pipeline reads in place of ``record_passes(...).batch(batch_size)``
+    for ``shuffle="global"``: the files are indexed (built once and kept, see
+    :func:`~tfr_hooks.tfrecord.index.record_index`), then epochs ``first_epoch,
+    first_epoch + 1, ...`` follow each other, the first from position ``start``
+    (a resumed run passes the epoch and the records its worker had read in it). As a
+    streamed ``repeat().batch()``, a batch may hold the end of one epoch and the start
+    of the next; ``drop_remainder`` drops only the run's last short batch.
+
+    Args:
+        files: The files, in a fixed order (the same on every worker).
+        compression: Their compression (one for all, or one a file); ``""`` only.
+        batch_size: Records a batch.
+        seed: The seed of every epoch's order.
+        num_epochs: Epochs; ``None`` repeats forever.
+        first_epoch: The epoch to start at.
+        start: The position to start at in ``first_epoch`` (this worker's records).
+        drop_remainder: Drop the last batch of the run when it is short.
+        window: Records a window.
+        shard: ``(i, n)``: this worker is ``i`` of ``n``.
+
+    Raises:
+        ValueError: A file is compressed, or an argument is out of range.
+        CorruptRecordError: A file is damaged (its index cannot be built).
+    """
+    from tfr_hooks.tfrecord.index import index_files
+
+    if num_epochs is not None and (isinstance(num_epochs, bool) or num_epochs < 1):
+        raise ValueError(f"Expected `num_epochs` >= 1 or None. Received: num_epochs={num_epochs}")
+    order = GlobalOrder(index_files(files, compression), seed=seed, window=window, shard=shard)
+    first = order.windows_of(first_epoch, start=start)
+    if num_epochs != 1:
+        end = first_epoch + num_epochs if num_epochs is not None else 1 << 62
+        later = tf.data.Dataset.range(first_epoch + 1, end)
+        first = first.concatenate(later.flat_map(lambda epoch: order.windows_of(epoch)))
+    return first.rebatch(_check_int("batch_size", batch_size, 1), drop_remainder=drop_remainder)
