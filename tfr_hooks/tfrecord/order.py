@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks import tf_private
+import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.index import RecordIndex
 
 __all__ = ["DEFAULT_WINDOW", "GlobalOrder", "global_batches", "global_records"]
