@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,7 +160,8 @@ def test_a_truncated_file_names_the_file(tmp_path: Path) -> None:
 
 
 _BUILD = """
-import hashlib, sys
+import hashlib, logging, sys
+logging.basicConfig(level=logging.INFO, format="%(message)s")
 from tfr_hooks.tfrecord.index import record_index
 index = record_index(sys.argv[1])
 print(index.count, hashlib.sha256(index.bounds.tobytes()).hexdigest(), flush=True)
@@ -168,12 +170,16 @@ print(index.count, hashlib.sha256(index.bounds.tobytes()).hexdigest(), flush=Tru
 
 @pytest.mark.slow
 def test_concurrent_builds_in_processes_give_one_valid_index(tmp_path: Path) -> None:
-    """Four processes build the same index at once: one valid index, the same for all."""
+    """Four processes build the same index at once: one builds, the others wait for its
+    index and read it; one valid index, the same for all, no temporary file left."""
     path = tmp_path / "big.tfrecord"
     write(path, [(i * 13) % 200 for i in range(150_000)])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TF_CPP_MIN_LOG_LEVEL": "2"}
     gate = tmp_path / "go"
-    script = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
+    script = (
+        f"import os, time\nopen(os.path.join({str(tmp_path)!r}, f'ready-{{os.getpid()}}'), 'w')\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.005)\n"
+    )
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", "import tensorflow\n" + script + _BUILD, str(path)],
@@ -185,6 +191,9 @@ def test_concurrent_builds_in_processes_give_one_valid_index(tmp_path: Path) -> 
         for _ in range(4)
     ]
     try:
+        deadline = time.monotonic() + 600
+        while len(list(tmp_path.glob("ready-*"))) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
         gate.touch()  # the processes wait with TensorFlow imported, then build at once
         outputs = [worker.communicate(timeout=600) for worker in workers]
     finally:
@@ -193,6 +202,8 @@ def test_concurrent_builds_in_processes_give_one_valid_index(tmp_path: Path) -> 
                 worker.kill()
                 worker.wait(timeout=60)
     assert [w.returncode for w in workers] == [0] * 4, [err[-2000:] for _, err in outputs]
+    builds = sum(err.count("indexed ") for _, err in outputs)
+    assert builds == 1, [err[-2000:] for _, err in outputs]  # the others waited, then read it
     lines = {out.strip() for out, _ in outputs}
     assert len(lines) == 1, lines
     stored = ix.read_index_file(str(path) + ix.INDEX_SUFFIX, str(path))
