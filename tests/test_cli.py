@@ -231,7 +231,7 @@ def test_the_top_level_help_describes_the_commands_there_are(capsys):
     assert exit_info.value.code == 0
     parser = cli.build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(commands.choices) == ["convert", "data-service", "inspect", "measure"]
+    assert sorted(commands.choices) == ["convert", "data-service", "index", "inspect", "measure"]
     description = parser.description or ""
     assert "check" not in description  # there is no check command
     assert all(name in description.lower() for name in commands.choices), description

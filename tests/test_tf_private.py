@@ -325,3 +325,20 @@ def test_random_record_reader_reads_by_offset_and_fails_on_a_bad_checksum(
     path.write_bytes(bytes(data))
     with pytest.raises(tf.errors.DataLossError):
         tf_private.random_record_reader(str(path)).read(19)
+
+
+def test_records_from_offset_enters_a_file_at_a_record(tmp_path: Path) -> None:
+    """The reader seeks to the byte offset: it starts at that record, reads no earlier one."""
+    path = str(tmp_path / "r.tfrecord")
+    records = [bytes([i]) * (i + 1) for i in range(10)]
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    offset = sum(len(r) + 16 for r in records[:4])  # 12-byte header, 4-byte footer each
+    # the bytes before it are garbage: a read of them would fail its checksum
+    with open(path, "r+b") as handle:
+        handle.write(b"\xff" * offset)
+    read = tf_private.records_from_offset(path, offset, 64)
+    assert [r.numpy() for r in read] == records[4:]
+    with pytest.raises(tf.errors.DataLossError):
+        list(tf_private.records_from_offset(path, 0, 64))

@@ -9,6 +9,7 @@ Usage::
     tfr-hooks inspect FILE_OR_DIR_OR_GLOB... [--json] [--max-records N]
     tfr-hooks measure FILE_OR_DIR_OR_GLOB... --batch-size N [--json] [--batches N]
         [--memory-budget BYTES]
+    tfr-hooks index FILE_OR_DIR_OR_GLOB... [--rebuild]
     tfr-hooks data-service dispatcher --port PORT [--work-dir DIR]
     tfr-hooks data-service worker --dispatcher HOST:PORT [--port PORT]
         [--worker-address HOST] [--wait-timeout SECONDS]
@@ -41,6 +42,7 @@ COMMANDS = (
     "tfr_hooks.cli.convert",
     "tfr_hooks.cli.inspect",
     "tfr_hooks.cli.measure",
+    "tfr_hooks.cli.index",
     "tfr_hooks.cli.data_service",
 )
 
@@ -57,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tfr-hooks",
         description="Convert .npz arrays or TFRecord files written by any tool to TFRecord "
         "shards with a stored schema, inspect TFRecord files written by any tool, and "
-        "measure how fast this machine reads them through each pipeline, and run the "
-        "servers of the tf.data service (data-service).",
+        "measure how fast this machine reads them through each pipeline, build their "
+        "record index ahead of time, and run the servers of the tf.data service "
+        "(data-service).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _commands().values():
