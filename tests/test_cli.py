@@ -87,6 +87,7 @@ def test_convert_shows_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, n
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+@pytest.mark.slow  # the command in a terminal: a process that imports TensorFlow; about 15 s of CPU
 def test_convert_progress_bar_on_a_terminal_ends_at_the_final_count(tmp_path):
     import fcntl
     import pty
