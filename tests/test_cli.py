@@ -384,6 +384,7 @@ def test_every_example_flag_has_a_help_string(script, monkeypatch):
     assert _undescribed(parser) == [], f"{script.name} --help"
 
 
+@pytest.mark.slow  # converts and reads back; about 1 s of CPU
 def test_convert_tfrecord_files_of_another_tool_end_to_end(tmp_path, capsys):
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(30, 4, 4, 1), dtype=np.uint8)

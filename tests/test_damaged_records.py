@@ -416,6 +416,7 @@ def test_convert_leaves_the_damaged_records_out_of_packed_shards(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # converts and trains; about 2 s of CPU
 def test_a_damaged_block_of_packed_shards_is_skipped_under_function_loop(
     tmp_path: Path,
 ) -> None:

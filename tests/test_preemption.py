@@ -238,6 +238,7 @@ def test_a_newer_epoch_backup_wins_over_an_older_preemption_checkpoint(tmp_path)
         np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_a_hook_restoring_after_it_has_the_last_word(tmp_path, caplog) -> None:
     import keras
 
@@ -297,6 +298,7 @@ def test_a_run_that_ends_well_removes_the_checkpoint_and_a_later_start_begins_af
     assert stopped.restored is not None and not directory.exists()
 
 
+@pytest.mark.slow  # trains; about 1 s of CPU
 def test_delete_checkpoint_false_keeps_it(tmp_path) -> None:
     directory = tmp_path / "preemption"
     model = _model()
@@ -374,6 +376,7 @@ def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
         assert sorted(examples) == list(range(n))
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_a_resumed_epoch_counts_the_steps_and_examples_of_a_whole_one(tmp_path) -> None:
     model = _model()
     stop = _preempt(tmp_path / "p", model, (1, 2), [])

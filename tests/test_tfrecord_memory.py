@@ -68,6 +68,7 @@ def test_function_loop_epochs_are_exact_in_memory(source, request):
 
 
 @pytest.mark.parametrize("source", ["shards", "packed_shards"])
+@pytest.mark.slow  # trains on 2 layouts; about 2 s of CPU
 def test_session_loop_epochs_are_exact_in_memory(source, request):
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(request.getfixturevalue(source), 128, in_memory=True)
@@ -611,6 +612,7 @@ def test_bad_functions(jpegs):
         tfrecord.read_batches(jpegs, 4, pipeline="queue", map_fn=lambda d: d)
 
 
+@pytest.mark.slow  # decodes every record; about 1 s of CPU
 def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
     try:
         from _tfrecord_data import sequence_frames, sequence_values, write_sequences

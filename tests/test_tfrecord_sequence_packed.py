@@ -181,6 +181,7 @@ def test_packed_dataset_returns_the_values_and_frame_counts_written(packed_dir, 
     _assert_as_written(_one_pass(batches), written[1])
 
 
+@pytest.mark.slow  # reads every shuffled pass; about 1 s of CPU
 def test_shuffled_packed_read_through_dataset_is_one_whole_pass(packed_dir, written):
     ds = tfrecord.dataset(packed_dir, 24, shuffle_buffer=64, seed=3, num_epochs=1)
     batches = list(ds)
@@ -311,6 +312,7 @@ def test_read_batches_unpacks_feature_lists_in_graph_mode(packed_dir, written):
     assert frames == want["frames"] and rgb_sum == want["sums"]["rgb"]
 
 
+@pytest.mark.slow  # converts twice; about 1 s of CPU
 def test_token_feature_lists_convert_plain_and_packed(tmp_path):
     # per-frame lists of varying length ("words") are written again as SequenceExamples;
     # packing refuses them (naming the list) and packs one-string frames ("names")
