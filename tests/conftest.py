@@ -1,4 +1,9 @@
-"""Shared fixtures: tiny TFRecord data written into tmp_path, and graph-mode helpers."""
+"""Shared fixtures: tiny TFRecord data written into tmp_path, and graph-mode helpers.
+
+TensorFlow is imported on first use, not at import: pytest-xdist's controller process loads
+this file too, and runs no test (importing TensorFlow there would cost about 13 s of CPU
+while the workers start).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,19 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-v1 = tf.compat.v1
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def write_records(path: Path, n: int, *, width: int = 4, seed: int = 0) -> Path:
     """Write ``n`` Examples with an int64 ``index``, a float ``x`` of ``width`` and a label."""
+    import tensorflow as tf
+
     rng = np.random.default_rng(seed)
     xs = rng.normal(size=(n, width)).astype(np.float32)
     with tf.io.TFRecordWriter(str(path)) as writer:
@@ -33,11 +41,22 @@ def write_records(path: Path, n: int, *, width: int = 4, seed: int = 0) -> Path:
     return path
 
 
-FEATURES = {
-    "index": tf.io.FixedLenFeature([], tf.int64),
-    "x": tf.io.FixedLenFeature([4], tf.float32),
-    "y": tf.io.FixedLenFeature([], tf.int64),
-}
+def features() -> dict[str, Any]:
+    """The parse spec of :func:`write_records`' Examples."""
+    import tensorflow as tf
+
+    return {
+        "index": tf.io.FixedLenFeature([], tf.int64),
+        "x": tf.io.FixedLenFeature([4], tf.float32),
+        "y": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """``FEATURES``, the parse spec of :func:`write_records`, built on first use."""
+    if name == "FEATURES":
+        return features()
+    raise AttributeError(name)
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +73,11 @@ def records_100(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def graph() -> Iterator[tf.Graph]:
     """A fresh graph as the default graph (the rest of the suite stays eager)."""
+    import tensorflow as tf
+
     g = tf.Graph()
     with g.as_default():
-        v1.set_random_seed(0)
+        tf.compat.v1.set_random_seed(0)
         yield g
 
 
@@ -70,9 +91,12 @@ def no_leaked_threads() -> Iterator[None]:
 
 def dataset_batches(path: Path, batch_size: int) -> tuple[dict[str, tf.Tensor], tf.Operation]:
     """Graph-mode initializable-iterator batches of ``path``; returns (tensors, initializer)."""
+    import tensorflow as tf
+
+    spec = features()
     ds = tf.data.TFRecordDataset(str(path)).batch(batch_size)
-    ds = ds.map(lambda s: tf.io.parse_example(s, FEATURES))
-    it = v1.data.make_initializable_iterator(ds)
+    ds = ds.map(lambda s: tf.io.parse_example(s, spec))
+    it = tf.compat.v1.data.make_initializable_iterator(ds)
     return it.get_next(), it.initializer
 
 
@@ -85,9 +109,12 @@ def queue_batches(
     capacity: int = 64,
 ) -> dict[str, tf.Tensor]:
     """Graph-mode queue-runner batches of ``path`` (string_input_producer + reader + batch)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
     files = v1.train.string_input_producer([str(path)], num_epochs=num_epochs, shuffle=False)
     _, serialized = v1.TFRecordReader().read(files)
-    example = tf.io.parse_single_example(serialized, FEATURES)
+    example = tf.io.parse_single_example(serialized, features())
     if shuffle:
         return v1.train.shuffle_batch(
             example,

@@ -88,6 +88,7 @@ def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_session_loop_resumes_at_the_right_epoch_step_and_optimizer_state(tmp_path):
     reference, _, _ = _session_run(tmp_path / "ref", with_checkpoint=False)
 

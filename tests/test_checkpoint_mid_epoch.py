@@ -79,6 +79,7 @@ def _assert_bitwise(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) 
 
 
 @pytest.mark.parametrize("pipeline", PIPELINES)
+@pytest.mark.slow  # trains, stops and resumes 3 pipelines; about 9 s of CPU
 def test_a_stop_mid_epoch_resumes_at_the_next_batch_with_every_example_once(
     tmp_path, data, reference, pipeline
 ):
@@ -109,6 +110,7 @@ def test_a_stop_mid_epoch_resumes_at_the_next_batch_with_every_example_once(
 
 
 @pytest.mark.parametrize("pipeline", ["memory", "stream"])
+@pytest.mark.slow  # trains and resumes; about 2 s of CPU
 def test_a_resumed_run_whose_last_save_was_an_epoch_end_replays_the_earlier_passes(
     tmp_path, data, reference, pipeline
 ):
@@ -124,6 +126,7 @@ def test_a_resumed_run_whose_last_save_was_an_epoch_end_replays_the_earlier_pass
     _assert_bitwise(second["state"], ref["state"])
 
 
+@pytest.mark.slow  # trains and resumes; about 2 s of CPU
 def test_save_steps_saves_the_position_inside_an_epoch(tmp_path, data, reference):
     ref = _reference(reference, data, "packed")
     logdir = str(tmp_path / "ckpt")

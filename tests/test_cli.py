@@ -87,6 +87,7 @@ def test_convert_shows_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, n
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+@pytest.mark.slow  # the command in a terminal: a process that imports TensorFlow; about 15 s of CPU
 def test_convert_progress_bar_on_a_terminal_ends_at_the_final_count(tmp_path):
     import fcntl
     import pty
@@ -386,6 +387,7 @@ def test_every_example_flag_has_a_help_string(script, monkeypatch):
     assert _undescribed(parser) == [], f"{script.name} --help"
 
 
+@pytest.mark.slow  # converts and reads back; about 1 s of CPU
 def test_convert_tfrecord_files_of_another_tool_end_to_end(tmp_path, capsys):
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(30, 4, 4, 1), dtype=np.uint8)

@@ -231,6 +231,7 @@ def test_the_same_damage_gives_the_same_shuffled_order_again(clean: list[Path]) 
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow  # trains and resumes; about 2 s of CPU
 def test_a_run_stopped_mid_epoch_resumes_exactly_on_damaged_files(tmp_path: Path) -> None:
     from _graph_resume_child import EXAMPLES, StopAt, run, write_data
 
@@ -296,6 +297,7 @@ def session_loop(make: Callable[[], Any]) -> tuple[dict[str, list[Any]], list[in
 @pytest.mark.parametrize(
     ("in_memory", "mapped"), [(False, False), (True, False), ("auto", False), ("auto", True)]
 )
+@pytest.mark.slow  # trains 4 times; about 3 s of CPU
 def test_function_loop_trains_every_epoch_on_the_whole_records(
     clean: list[Path], in_memory: bool | str, mapped: bool
 ) -> None:
@@ -317,6 +319,7 @@ def test_function_loop_trains_every_epoch_on_the_whole_records(
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("pipeline", ["dataset", "queue", "in_memory"])
+@pytest.mark.slow  # trains 3 times; about 1 s of CPU
 def test_session_loop_trains_every_epoch_on_the_whole_records(
     clean: list[Path], pipeline: str
 ) -> None:
@@ -350,6 +353,7 @@ def gzip_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], lis
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("loop", ["function", "function_memory", "session", "session_queue"])
+@pytest.mark.slow  # trains 4 times; about 2 s of CPU
 def test_a_damaged_gzip_member_under_both_loops(
     gzip_files: tuple[list[str], list[int]], loop: str
 ) -> None:
@@ -412,6 +416,7 @@ def test_convert_leaves_the_damaged_records_out_of_packed_shards(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # converts and trains; about 2 s of CPU
 def test_a_damaged_block_of_packed_shards_is_skipped_under_function_loop(
     tmp_path: Path,
 ) -> None:

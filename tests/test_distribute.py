@@ -164,6 +164,7 @@ def _files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow  # trains; about 1 s of CPU
 def test_a_non_chief_worker_writes_to_a_temporary_place_that_is_removed(
     tmp_path, as_task, monkeypatch, capsys
 ) -> None:
@@ -212,6 +213,7 @@ def test_a_non_chief_worker_writes_to_a_temporary_place_that_is_removed(
     assert "Epoch 1/2" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_a_non_chief_worker_resumes_from_the_chiefs_backup_without_touching_it(
     tmp_path, as_task
 ) -> None:

@@ -82,6 +82,7 @@ def test_no_out_of_range_error_is_raised_or_logged(records_1000: Path) -> None:
     assert "OUT_OF_RANGE: End of sequence" in control
 
 
+@pytest.mark.slow  # trains twice; about 1 s of CPU
 def test_loops_run_one_after_another_log_no_retracing_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -198,6 +199,7 @@ def _keras_model(seed: int = 0) -> Any:
     return keras_classifier(hidden=4, lr=0.1, seed=seed)
 
 
+@pytest.mark.slow  # trains a Keras model; about 1 s of CPU
 def test_keras_model_trains_with_its_own_train_step(records_1000: Path) -> None:
     model = _keras_model()
     ds = records(records_1000, 128).map(lambda d: (d["x"], d["y"]))

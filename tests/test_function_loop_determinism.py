@@ -35,6 +35,7 @@ from _resume import (
 STEPS = 8  # 120 examples at 16 a batch: 7 full batches and one of 8
 
 
+@pytest.mark.slow  # a child process imports TensorFlow (about 14 s of CPU)
 def test_function_loop_trains_under_op_determinism(tmp_path: Path) -> None:
     # TensorFlow refuses the timestamps that measure the input wait under op
     # determinism; the loop leaves the wait unmeasured and trains

@@ -162,6 +162,7 @@ def _error_of(run: Any) -> str | None:
     return None
 
 
+@pytest.mark.slow  # trains with model.fit and FunctionLoop; about 1 s of CPU
 def test_tensorboard_takes_a_non_scalar_metric_as_under_fit(tmp_path: Path) -> None:
     """Keras' TensorBoard writes metrics with ``tf.summary.scalar``: where ``fit`` hands
     it a ``(1,)`` F1 value (numpy 2), it fails there ("Expected scalar shape, saw shape:

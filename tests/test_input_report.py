@@ -347,6 +347,7 @@ def reported(history: dict[str, list[float]], implied: float, epochs: int) -> fl
     return share
 
 
+@pytest.mark.slow  # trains on a slowed input; about 2 s of CPU
 def test_function_loop_reads_a_slowed_input_as_input_bound(
     small_data: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -376,6 +377,7 @@ def test_function_loop_reads_a_slowed_input_as_input_bound(
         assert [v for _, v in written] == pytest.approx(history[key], rel=1e-6)
 
 
+@pytest.mark.slow  # trains a large model; about 3 s of CPU
 def test_function_loop_reads_a_large_model_on_memory_data_as_not_input_bound(
     large_data: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -458,6 +460,7 @@ def test_session_loop_reads_a_slowed_input_as_input_bound(
     assert "fits the memory budget" in lines[0] and "in_memory=True" in lines[0]
 
 
+@pytest.mark.slow  # trains a large model; about 2 s of CPU
 def test_session_loop_reads_a_large_model_on_memory_data_as_not_input_bound(
     graph: tf.Graph, large_data: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -500,6 +503,7 @@ def assert_input_run(log_dir: Path, history: dict[str, list[float]], epochs: int
         assert [v for _, v in written] == pytest.approx(history[key], rel=1e-6)
 
 
+@pytest.mark.slow  # trains with TensorBoard (the session-loop case stays fast)
 def test_keras_tensorboard_callback_gets_the_input_scalars_in_function_loop(
     small_data: Path, tmp_path: Path
 ) -> None:

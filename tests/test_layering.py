@@ -291,6 +291,7 @@ def test_the_loop_state_is_declared_on_hook() -> None:
     assert hook.loop is state and hook.attached_loop is state
 
 
+@pytest.mark.slow  # a fresh process imports TensorFlow (about 13 s of CPU)
 def test_graph_mode_loads_tf_keras_only_for_a_keras_training_graph() -> None:
     """SessionLoop recognizes a KerasTrainingGraph by its light base class in setup.py."""
     script = (

@@ -83,6 +83,7 @@ def test_measure_table_without_memory_recommends_packed_shards_for_small_records
     assert "--examples-per-record 64" in lines[-1]
 
 
+@pytest.mark.slow  # times every pipeline; about 2 s of CPU
 def test_measure_reads_a_foreign_file(tmp_path: Path) -> None:
     # written by a plain TFRecordWriter: no schema.json, JPEG bytes as TensorFlow's image
     # pipelines store them, and a feature of varying length
@@ -216,6 +217,7 @@ def decode_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
     sys.modules.pop(name, None)
 
 
+@pytest.mark.slow  # times every pipeline; about 3 s of CPU
 def test_measure_map_fn_applies_the_users_decode_to_every_pipeline(
     jpegs: Path, decode_module: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

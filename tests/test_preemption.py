@@ -76,6 +76,7 @@ class Record(Hook):
             self.iterations_at_start = int(self.model.optimizer.iterations.numpy())
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_sigterm_saves_stops_with_code_42_and_a_restart_resumes_mid_epoch(tmp_path) -> None:
     import keras
 
@@ -207,6 +208,7 @@ def _preempt(directory: Any, model: Any, at: tuple[int, int], hooks: list[Any]) 
     return caught.value
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_a_newer_epoch_backup_wins_over_an_older_preemption_checkpoint(tmp_path) -> None:
     import keras
 
@@ -236,6 +238,7 @@ def test_a_newer_epoch_backup_wins_over_an_older_preemption_checkpoint(tmp_path)
         np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_a_hook_restoring_after_it_has_the_last_word(tmp_path, caplog) -> None:
     import keras
 
@@ -261,6 +264,7 @@ def test_a_hook_restoring_after_it_has_the_last_word(tmp_path, caplog) -> None:
     assert int(fresh.optimizer.iterations.numpy()) == EPOCHS * STEPS
 
 
+@pytest.mark.slow  # trains twice; about 2 s of CPU
 def test_a_run_that_ends_well_removes_the_checkpoint_and_a_later_start_begins_afresh(
     tmp_path,
 ) -> None:
@@ -294,6 +298,7 @@ def test_a_run_that_ends_well_removes_the_checkpoint_and_a_later_start_begins_af
     assert stopped.restored is not None and not directory.exists()
 
 
+@pytest.mark.slow  # trains; about 1 s of CPU
 def test_delete_checkpoint_false_keeps_it(tmp_path) -> None:
     directory = tmp_path / "preemption"
     model = _model()
@@ -313,6 +318,7 @@ def test_delete_checkpoint_false_keeps_it(tmp_path) -> None:
         pytest.param({"in_memory": True}, id="in_memory"),
     ],
 )
+@pytest.mark.slow  # trains and resumes 3 pipelines; about 3 s of CPU
 def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
     tmp_path, pipeline: dict[str, Any]
 ) -> None:
@@ -370,6 +376,7 @@ def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
         assert sorted(examples) == list(range(n))
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_a_resumed_epoch_counts_the_steps_and_examples_of_a_whole_one(tmp_path) -> None:
     model = _model()
     stop = _preempt(tmp_path / "p", model, (1, 2), [])

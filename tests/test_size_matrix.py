@@ -270,6 +270,7 @@ def test_encoded_kind_is_what_the_budget_chooses(files, caplog):
     drop=st.booleans(),
     shuffle=st.booleans(),
 )
+@pytest.mark.slow  # hypothesis: many in-memory passes in both modes; about 2 s of CPU
 def test_in_memory_passes_are_exact_in_both_modes(n, batch, drop, shuffle):
     """The in-memory gather alone: every pass, eager and graph, holds the exact batches."""
     from tfr_hooks.tfrecord.memory.serve import memory_dataset

@@ -59,6 +59,7 @@ def _index_step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
 
 
 @pytest.mark.parametrize("source", ["shards", "packed_shards"])
+@pytest.mark.slow  # trains on 2 layouts; about 1 s of CPU
 def test_function_loop_epochs_are_exact_in_memory(source, request):
     ds = tfrecord.dataset(request.getfixturevalue(source), 128, shuffle_buffer=1, in_memory=True)
     counter = EpochCounts()
@@ -67,6 +68,7 @@ def test_function_loop_epochs_are_exact_in_memory(source, request):
 
 
 @pytest.mark.parametrize("source", ["shards", "packed_shards"])
+@pytest.mark.slow  # trains on 2 layouts; about 2 s of CPU
 def test_session_loop_epochs_are_exact_in_memory(source, request):
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(request.getfixturevalue(source), 128, in_memory=True)
@@ -276,6 +278,7 @@ def test_same_structure_as_streaming(shards):
         np.testing.assert_array_equal(a[1].numpy(), b[1].numpy())
 
 
+@pytest.mark.slow  # reads every batch size; about 1 s of CPU
 def test_cardinality_is_exact(shards, tmp_path):
     assert int(tfrecord.dataset(shards, 128).cardinality()) == 8
     assert int(tfrecord.dataset(shards, 128, num_epochs=3).cardinality()) == 24  # 3000 / 128
@@ -500,6 +503,7 @@ def _by_id(ds: tf.data.Dataset) -> np.ndarray:
 
 
 @pytest.mark.parametrize("pipeline", ["stream", "packed", "memory", "encoded"])
+@pytest.mark.slow  # 4 pipelines over several epochs; about 3 s of CPU
 def test_batch_map_fn_draws_anew_every_epoch(jpegs, tmp_path, pipeline):
     tf.random.set_seed(0)  # would repeat an unseeded op at each new iterator
     if pipeline == "packed":
@@ -567,6 +571,7 @@ def test_batch_map_fn_on_the_queue_pipeline(shards):
         (1_000, "streaming from the files", "the records take"),
     ],
 )
+@pytest.mark.slow  # decodes every record for each budget; about 2 s of CPU
 def test_auto_with_a_map_fn_chooses_by_the_budget(jpegs, caplog, budget, chosen, why):
     with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
         ds = tfrecord.dataset(
@@ -621,6 +626,7 @@ def test_bad_functions(jpegs):
         tfrecord.read_batches(jpegs, 4, pipeline="queue", map_fn=lambda d: d)
 
 
+@pytest.mark.slow  # decodes every record; about 1 s of CPU
 def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
     try:
         from _tfrecord_data import sequence_frames, sequence_values, write_sequences

@@ -107,6 +107,7 @@ def test_batches_and_cardinality_are_exact(tmp_path):
     assert int(three.cardinality()) == 23 == sum(1 for _ in three)
 
 
+@pytest.mark.slow  # reads several shuffled epochs twice; about 1 s of CPU
 def test_shuffle_by_file_block_and_window_each_epoch_reproducibly(tmp_path):
     tfrecord.write({"i": np.arange(1000)}, tmp_path, shards=4, examples_per_record=16)
 

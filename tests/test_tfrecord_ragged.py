@@ -158,6 +158,7 @@ def test_images_with_box_lists_read_packed_after_convert(images, tmp_path):
 
 
 @pytest.mark.parametrize("pipeline", ["dataset", "memory", "queue", "packed"])
+@pytest.mark.slow  # 4 graph-mode pipelines, each in a new graph; about 6 s of CPU
 def test_images_with_box_lists_read_in_graph_mode(images, pipeline, tmp_path):
     codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
     kwargs: dict[str, Any] = {"pipeline": "queue" if pipeline == "queue" else "dataset"}
@@ -250,6 +251,7 @@ def source(name: str, texts: str, packed_texts: str) -> str:
 
 
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.slow  # every pipeline: about 5 s of CPU (graph-mode padding stays)
 def test_ragged_longest_and_fixed_length_batches(texts, packed_texts, pipeline):
     files = source(pipeline, texts, packed_texts)
     ragged = list(tfrecord.dataset(files, BATCH, **PIPELINES[pipeline]))
@@ -275,6 +277,7 @@ BOUNDARIES = [8, 16, 32, 64]
 
 
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.slow  # every pipeline: about 5 s of CPU (other bucketing tests stay)
 def test_bucketed_batches_hold_one_bucket_and_waste_less_padding(texts, packed_texts, pipeline):
     files = source(pipeline, texts, packed_texts)
     data = tfrecord.dataset(
@@ -457,6 +460,7 @@ def test_as_tuple_names_the_outputs_of_batch_map_fn(images):
         assert isinstance(batches.tensors, tuple) and len(batches.tensors) == 2
 
 
+@pytest.mark.slow  # decodes and packs every image twice; about 6 s of CPU
 def test_convert_with_map_fn_stores_decoded_pixels_in_packed_shards(images, tmp_path):
     codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
     result = tfrecord.convert(images, tmp_path / "pixels", map_fn=decode, examples_per_record=8)

@@ -157,6 +157,7 @@ def test_packed_shards_keep_every_feature_list(packed_dir, written):
     assert packed.check_block(sidecar.schema, tf.train.Example.FromString(first), 16) == 16
 
 
+@pytest.mark.slow  # reads every packed pipeline; about 1 s of CPU
 def test_packed_dataset_returns_the_values_and_frame_counts_written(packed_dir, written):
     schema = load_sidecar(packed_dir / "schema.json").schema
     ds = packed.packed_dataset(
@@ -180,6 +181,7 @@ def test_packed_dataset_returns_the_values_and_frame_counts_written(packed_dir, 
     _assert_as_written(_one_pass(batches), written[1])
 
 
+@pytest.mark.slow  # reads every shuffled pass; about 1 s of CPU
 def test_shuffled_packed_read_through_dataset_is_one_whole_pass(packed_dir, written):
     ds = tfrecord.dataset(packed_dir, 24, shuffle_buffer=64, seed=3, num_epochs=1)
     batches = list(ds)
@@ -202,6 +204,7 @@ def test_plain_convert_writes_sequence_examples_that_read_whole(written, tmp_pat
     _assert_as_written(_one_pass(batches), written[1])
 
 
+@pytest.mark.slow  # converts twice; about 4 s of CPU
 def test_packed_shards_convert_again(packed_dir, written, tmp_path):
     # packed input (read with its stored schema) to SequenceExamples, then to packed
     tfrecord.convert(packed_dir, tmp_path / "again")
@@ -240,6 +243,7 @@ def test_feature_lists_that_cannot_be_packed_are_refused():
         packed.check_packable(taken, 8)
 
 
+@pytest.mark.slow  # converts through the command; about 1 s of CPU
 def test_cli_convert_packs_a_sequence_example_file(written, tmp_path, capsys):
     out = tmp_path / "cli"
     argv = ["convert", written[0], str(out), "--examples-per-record", "32"]
@@ -253,6 +257,7 @@ def test_cli_convert_packs_a_sequence_example_file(written, tmp_path, capsys):
     )
 
 
+@pytest.mark.slow  # times every pipeline; about 6 s of CPU
 def test_measure_times_sequence_example_files_and_counts_their_frames(written, packed_dir):
     result = measure(written[0], 16, max_batches=5)
     assert result.num_examples == N
@@ -284,6 +289,7 @@ def test_input_report_facts_of_sequence_example_files(written, packed_dir):
     assert facts.record_nbytes == sum(os.path.getsize(f) for f in files) / (N // 16)
 
 
+@pytest.mark.slow  # graph-mode pipelines over packed shards; about 1 s of CPU
 def test_read_batches_unpacks_feature_lists_in_graph_mode(packed_dir, written):
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(packed_dir, 32, shuffle_buffer=64, seed=1, num_epochs=1)
@@ -311,6 +317,7 @@ def test_read_batches_unpacks_feature_lists_in_graph_mode(packed_dir, written):
     assert frames == want["frames"] and rgb_sum == want["sums"]["rgb"]
 
 
+@pytest.mark.slow  # converts twice; about 1 s of CPU
 def test_token_feature_lists_convert_plain_and_packed(tmp_path):
     # per-frame lists of varying length ("words") are written again as SequenceExamples;
     # packing refuses them (naming the list) and packs one-string frames ("names")

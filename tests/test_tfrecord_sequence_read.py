@@ -201,6 +201,7 @@ def test_empty_and_missing_feature_lists_read_as_0_frames(sparse, pipeline):
     assert 0 in read["frames"]["rgb"].values() and 0 in read["frames"]["audio"].values()
 
 
+@pytest.mark.slow  # decodes every record for each pipeline; about 2 s of CPU
 def test_in_memory_pipelines_hold_what_they_say(files, caplog):
     with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
         encoded = tfrecord.dataset(
@@ -392,6 +393,7 @@ def _mean_rgb(batch: Any) -> Any:
     )
 
 
+@pytest.mark.slow  # trains; about 1 s of CPU
 def test_function_loop_trains_on_a_feature_list_in_memory(files):
     ds = tfrecord.dataset(files[""], 32, schema=DECLARED, in_memory=True, shuffle_buffer=1)
     weights = tf.Variable(tf.zeros([8, 1]))

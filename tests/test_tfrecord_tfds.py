@@ -328,6 +328,7 @@ def _touch(batch: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.slow  # trains on 6 layouts; the streamed reads stay in the fast run; about 3 s of CPU
 def test_function_loop_runs_each_layout_in_memory_with_exact_epochs(tfds_dirs, name):
     source = tfrecord.source(tfds_dirs[name], 2, in_memory=True, shuffle_buffer=1)
     counter = _EpochExamples()
@@ -341,6 +342,7 @@ def test_function_loop_runs_each_layout_in_memory_with_exact_epochs(tfds_dirs, n
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.slow  # trains on 6 layouts; about 2 s of CPU
 def test_session_loop_runs_each_layout_streamed_with_exact_epochs(tfds_dirs, name):
     v1 = tf.compat.v1
     with tf.Graph().as_default():
@@ -366,6 +368,7 @@ def _graph_read(directory: str, **kwargs: Any) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     "kwargs", [{}, {"in_memory": True}, {"pipeline": "queue"}], ids=["dataset", "memory", "queue"]
 )
+@pytest.mark.slow  # graph-mode pipelines; about 2 s of CPU
 def test_read_batches_reads_rlds_episodes_in_graph_mode(tfds_dirs, kwargs):
     read = _graph_read(tfds_dirs["episodes"], **kwargs)
     _assert_read_as_written(read, "episodes", tfds_dirs["episodes"])
@@ -398,6 +401,7 @@ def test_session_loop_counts_the_examples_of_a_tfds_split(tfds_dirs):
 
 
 @pytest.mark.data_service
+@pytest.mark.slow  # the shared service: 3 processes importing TensorFlow, 42 s of CPU
 def test_a_tfds_directory_is_read_through_the_tf_data_service(tfds_dirs, shared_service):
     data = tfrecord.dataset(tfds_dirs["detection"], BATCH, service=shared_service)
     _assert_read_as_written(_examples(data), "detection", tfds_dirs["detection"])
@@ -429,6 +433,7 @@ def test_inspect_shows_the_splits_counts_features_and_label_names(tfds_dirs, cap
     assert label["labels"] == ["zero", "one", "two"]
 
 
+@pytest.mark.slow  # times every pipeline; about 1 s of CPU
 def test_measure_times_a_tfds_split(tfds_dirs, capsys):
     argv = ["measure", tfds_dirs["digits_png"], "--split", "test", "--batch-size", "2"]
     result = json.loads(_cli([*argv, "--batches", "2", "--json"], capsys))

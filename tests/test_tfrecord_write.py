@@ -204,6 +204,7 @@ def test_bad_arguments_are_reported(tmp_path, data, kwargs, error, match):
     shards=st.integers(1, 3),
     seed=st.integers(0, 2**16),
 )
+@pytest.mark.slow  # hypothesis: many writes and reads; about 1 s of CPU
 def test_round_trip_property(tmp_path_factory, dtype, shape, n, shards, seed):
     rng = np.random.default_rng(seed)
     values = _values(dtype, shape, rng)[:n]

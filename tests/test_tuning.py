@@ -305,6 +305,7 @@ def test_a_hook_with_its_own_before_run_or_after_run_needs_every_step_unless_it_
     assert not capabilities(saves).needs_every_step
 
 
+@pytest.mark.slow  # trains with a Keras model and a counting hook; about 2 s of CPU
 def test_auto_is_the_default_and_a_hook_that_counts_calls_as_steps_holds_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -597,6 +598,7 @@ def trained(hooks: list[Any], epochs: int, initial_epoch: int = 0) -> tuple[list
     return [int(v) for v in seen.numpy()[: int(count.numpy())]], loop.loop
 
 
+@pytest.mark.slow  # trains and resumes; about 1 s of CPU
 def test_a_run_resumed_mid_epoch_with_auto_trains_the_batches_of_an_uninterrupted_one() -> None:
     whole, _ = trained([], epochs=2)
     assert len(whole) == 4000
