@@ -17,6 +17,7 @@ reader knows the examples of a pass, which for plain files it does not.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -180,7 +181,7 @@ def write_manifest_folder(
     if per_record > 1:
         lines.append(f"examples_per_record {per_record}")
     paths = []
-    for shard, (start, stop) in enumerate(zip(cuts, cuts[1:])):
+    for shard, (start, stop) in enumerate(itertools.pairwise(cuts)):
         name = f"part-{shard}.rec"
         indices = np.arange(start, stop, dtype=np.int64)
         with tf.io.TFRecordWriter(str(directory / name)) as writer:
