@@ -218,6 +218,14 @@ def test_a_manifest_folder_is_read_through_the_registered_source(registered, tmp
     assert facts.steps == 5  # ceil(37 / 8), known up front from the counts
 
 
+def test_tfr_hooks_inspect_asks_the_registered_source(registered, tmp_path, capsys):
+    from tfr_hooks.cli import main
+
+    write_manifest_folder(tmp_path / "m", 37)
+    assert main(["inspect", str(tmp_path / "m")]) == 0
+    assert capsys.readouterr().out.strip() == "manifest source: 2 shards, 37 examples"
+
+
 def test_unregistered_the_folder_falls_back_to_plain_files(tmp_path):
     shards = write_manifest_folder(tmp_path / "m", 37)
     assert ManifestSource not in source_kinds()
