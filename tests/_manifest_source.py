@@ -151,7 +151,8 @@ class ManifestSource(RecordSource):
 
     def describe(self) -> str:
         """One line: the shards and examples the manifests list."""
-        return f"manifest source: {len(self.files)} shards, {sum(self.counts())} examples"
+        examples = sum(c or 0 for c in self.counts())
+        return f"manifest source: {len(self.files)} shards, {examples} examples"
 
 
 def _record(indices: np.ndarray, code: bytes) -> bytes:
