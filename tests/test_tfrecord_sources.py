@@ -3,23 +3,35 @@
 Plain files, a directory written by ``tfrecord.write`` (a ``schema.json`` sidecar) and a
 directory TensorFlow Datasets prepared (``tests/_tfds_builders.py``, written by TFDS
 itself) each open as their own source, with their files, counts and schema.
+
+A source the package does not know (``tests/_manifest_source.py``: a folder whose
+``manifest.txt`` lists its shards and counts) is added through the seam alone
+(``register_source``) and runs through every pipeline kind under both loops (issue 44);
+unregistered, the dispatcher falls back to plain files and the facts differ.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from tfr_hooks import tfrecord
+import tfr_hooks
+from tfr_hooks import FunctionLoop, tfrecord
+from tfr_hooks.tfrecord.options import PipelineKind
 from tfr_hooks.tfrecord.sources.base import (
     SOURCE_MODULES,
     RecordSource,
     open_source,
+    register_source,
     resolve_files,
     source_kinds,
+    unregister_source,
 )
 from tfr_hooks.tfrecord.sources.converted import ConvertedSource
 from tfr_hooks.tfrecord.sources.files import FileSource
@@ -27,10 +39,18 @@ from tfr_hooks.tfrecord.sources.tfds import TfdsSource
 
 try:
     import _tfds_builders as builders
+    from _manifest_source import ManifestSource, write_manifest_folder
     from _tfrecord_data import example, int64_feature, write_records
+    from helpers import EpochSizes
+    from test_size_matrix import BATCH, EPOCHS, _reader_args, expected_epochs
 except ImportError:  # tests imported as a package
     from tests import _tfds_builders as builders
+    from tests._manifest_source import ManifestSource, write_manifest_folder
     from tests._tfrecord_data import example, int64_feature, write_records
+    from tests.helpers import EpochSizes
+    from tests.test_size_matrix import BATCH, EPOCHS, _reader_args, expected_epochs
+
+v1 = tf.compat.v1
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +139,219 @@ def test_features_json_that_is_not_json_is_an_error_naming_the_file(tokens_dir, 
     assert str(features) in message
     assert "not valid JSON" in message and "line 1" in message
     assert 'Received: features.json=\'{"pythonClassName"' in message
+
+
+# --- a source only the tests know, through the seam -------------------------------------
+
+#: a batch divides it, and does not (``BATCH`` of tests/test_size_matrix.py is 8)
+MANIFEST_SIZES = {"divisible": 32, "remainder": 37}
+#: every pipeline kind a local source feeds (the served kind reads the same plan through
+#: a tf.data service: tests/test_size_matrix.py); the queue is ``SessionLoop``'s only
+MANIFEST_KINDS = ("streamed", "packed", "decoded", "encoded", "queue")
+#: the kind each case must build: the source's facts choose it (packed: its manifest)
+BUILT = {
+    "streamed": PipelineKind.STREAMED,
+    "packed": PipelineKind.PACKED,
+    "decoded": PipelineKind.MEMORY_DECODED,
+    "encoded": PipelineKind.MEMORY_ENCODED,
+    "queue": PipelineKind.QUEUE,
+}
+
+
+@pytest.fixture
+def registered() -> Iterator[type[RecordSource]]:
+    """The manifest source registered for one test, and removed after it."""
+    register_source(ManifestSource)
+    try:
+        yield ManifestSource
+    finally:
+        unregister_source(ManifestSource)
+
+
+@pytest.fixture(scope="module", params=list(MANIFEST_SIZES))
+def manifest_folders(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """One size's manifest folders, plain and packed (4 a record), written once."""
+    n = MANIFEST_SIZES[request.param]
+    plain = tmp_path_factory.mktemp(f"manifest{n}")
+    packed = tmp_path_factory.mktemp(f"manifest_packed{n}")
+    shards = {
+        "plain": write_manifest_folder(plain, n),
+        "packed": write_manifest_folder(packed, n, per_record=4),
+    }
+    return n, plain, packed, shards
+
+
+def test_a_registered_source_is_asked_before_the_package_sources(registered):
+    assert source_kinds()[0] is registered
+    assert source_kinds()[1:] == [TfdsSource, ConvertedSource, FileSource]
+    assert register_source(registered) is registered  # again: no second entry
+    assert source_kinds().count(registered) == 1
+
+
+def test_register_source_refuses_what_is_not_a_whole_source():
+    with pytest.raises(
+        TypeError, match=r"subclass of .*RecordSource. Received: kind=<class 'int'>"
+    ):
+        register_source(int)  # type: ignore[arg-type]
+
+    class Half(RecordSource):  # no compression, schema, check
+        @classmethod
+        def open(cls, files: Any, split: Any, paths: Any) -> None:
+            return None
+
+    with pytest.raises(TypeError, match=r"Half leaves \['check', 'compression', 'schema'\]"):
+        register_source(Half)
+    with pytest.raises(ValueError, match=r"added with register_source .*Received: kind="):
+        unregister_source(Half)
+    assert Half not in source_kinds()
+
+
+def test_a_manifest_folder_is_read_through_the_registered_source(registered, tmp_path):
+    shards = write_manifest_folder(tmp_path / "m", 37)
+    source = open_source(tmp_path / "m")
+    assert type(source) is registered
+    assert source.files == shards  # the manifest's shards: not manifest.txt
+    assert source.counts() == [12, 25]  # the manifest's counts, known before a read
+    assert resolve_files(tmp_path / "m") == shards
+    facts = tfrecord.source(tmp_path / "m", BATCH).facts
+    assert (facts.kind, facts.files, facts.examples) == (PipelineKind.STREAMED, tuple(shards), 37)
+    assert facts.steps == 5  # ceil(37 / 8), known up front from the counts
+
+
+def test_tfr_hooks_inspect_asks_the_registered_source(registered, tmp_path, capsys):
+    from tfr_hooks.cli import main
+
+    write_manifest_folder(tmp_path / "m", 37)
+    assert main(["inspect", str(tmp_path / "m")]) == 0
+    assert capsys.readouterr().out.strip() == "manifest source: 2 shards, 37 examples"
+
+
+def test_unregistered_the_folder_falls_back_to_plain_files(tmp_path):
+    shards = write_manifest_folder(tmp_path / "m", 37)
+    assert ManifestSource not in source_kinds()
+    # the directory's listing is every file: manifest.txt too, which is no TFRecord
+    with pytest.raises(tfrecord.TFRecordError, match=r"manifest\.txt' is not a TFRecord file"):
+        tfrecord.source(tmp_path / "m", BATCH)
+    # its shards alone are plain files: nothing counts them before they are read
+    source = open_source(str(tmp_path / "m" / "*.rec"))
+    assert type(source) is FileSource and source.counts() == [None, None]
+    facts = tfrecord.source(str(tmp_path / "m" / "*.rec"), BATCH).facts
+    assert facts.files == tuple(shards) and facts.examples is None and facts.steps is None
+    # packed shards read as plain: 1 example a record, its 4 indices one value
+    packed = write_manifest_folder(tmp_path / "p", 37, per_record=4)
+    facts = tfrecord.source(packed, BATCH).facts
+    assert facts.kind is PipelineKind.STREAMED and facts.examples_per_record == 1
+
+
+class _Seen(tfr_hooks.Hook):
+    """How often each example's index was read in each epoch, from ``read()`` at its end.
+
+    ``read`` gives the running count of each index; the hook keeps each epoch's part.
+    """
+
+    def __init__(self, read: Any) -> None:
+        self.read = read
+        self.epochs: list[list[int]] = []
+        self.before: np.ndarray | None = None
+
+    def begin(self) -> None:
+        self.epochs, self.before = [], None
+
+    def epoch_end(self, epoch: int, logs: Any = None) -> None:
+        now = np.asarray(self.read())
+        self.epochs.append((now - (0 if self.before is None else self.before)).tolist())
+        self.before = now
+
+
+class _SessionSeen(_Seen):
+    """:class:`_Seen` for ``SessionLoop``: the index of each batch it takes, fetched."""
+
+    def __init__(self, index: Any, n: int) -> None:
+        self.index, self.n = index, n
+        self.counts = np.zeros(n, np.int64)
+        super().__init__(lambda: self.counts.copy())
+
+    def begin(self) -> None:
+        super().begin()
+        self.counts = np.zeros(self.n, np.int64)
+
+    def before_run(self, run_context: Any) -> Any:
+        return v1.train.SessionRunArgs(self.index)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        np.add.at(self.counts, run_values.results, 1)
+
+
+def _check_manifest_facts(facts: Any, kind: str, n: int, shards: dict[str, list[str]]) -> None:
+    """The facts come from the manifest: its shards, its counts, its packing."""
+    assert facts.kind is BUILT[kind]
+    assert facts.files == tuple(shards["packed" if kind == "packed" else "plain"])
+    assert facts.examples == n
+    assert facts.examples_per_record == (4 if kind == "packed" else 1)
+
+
+def _check_each_example(seen: list[list[int]], kind: str, n: int) -> None:
+    """Each example once an epoch (the queue: once a pass, over its one stream)."""
+    if kind == "queue":  # an epoch ends with the batch that ends a pass: whole run
+        assert np.sum(seen, axis=0).tolist() == [EPOCHS] * n
+    else:
+        assert seen == [[1] * n] * EPOCHS
+
+
+def _function_loop_manifest(kind: str, folders: Any) -> None:
+    n, plain, packed, shards = folders
+    read = tfrecord.source(**_reader_args(kind, n, plain, packed, False))
+    _check_manifest_facts(read.facts, kind, n, shards)
+    counts = tf.Variable(tf.zeros([n], tf.int64))
+
+    def step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        index = batch["index"]
+        counts.scatter_nd_add(index[:, None], tf.ones_like(index))
+        return {"examples": tf.cast(tf.size(index), tf.float32)}
+
+    sizes = EpochSizes(max_steps=n // BATCH + 1)
+    seen = _Seen(counts.numpy)
+    FunctionLoop(read, step_fn=step, hooks=[sizes, seen], handle_signals=False).run(EPOCHS)
+    assert sizes.sizes == expected_epochs(kind, n, False)
+    _check_each_example(seen.epochs, kind, n)
+
+
+def _session_loop_manifest(kind: str, folders: Any) -> None:
+    n, plain, packed, shards = folders
+    args = _reader_args(kind, n, plain, packed, False)
+    if kind == "queue":
+        args.update(pipeline="queue", num_epochs=EPOCHS)
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(**args)
+        _check_manifest_facts(batches.facts, kind, n, shards)
+        sizes = EpochSizes(max_steps=2 * n // BATCH + 1)
+        seen = _SessionSeen(batches.tensors["index"], n)
+        step = v1.train.get_or_create_global_step()
+        loop = tfr_hooks.SessionLoop(
+            v1.assign_add(step, 1), hooks=[sizes, seen], data=batches, handle_signals=False
+        )
+        loop.run(EPOCHS)
+    assert sizes.sizes == expected_epochs(kind, n, False)
+    _check_each_example(seen.epochs, kind, n)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "streamed",
+        *(pytest.param(k, marks=pytest.mark.slow) for k in ("packed", "decoded", "encoded")),
+    ],
+)
+def test_function_loop_reads_the_manifest_source(registered, manifest_folders, kind):
+    _function_loop_manifest(kind, manifest_folders)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "streamed",
+        *(pytest.param(k, marks=pytest.mark.slow) for k in MANIFEST_KINDS[1:]),
+    ],
+)
+def test_session_loop_reads_the_manifest_source(registered, manifest_folders, kind):
+    _session_loop_manifest(kind, manifest_folders)

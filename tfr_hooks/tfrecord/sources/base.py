@@ -14,7 +14,9 @@ A source gives the files (the shards of the chosen split, for TFDS), their examp
 counts when known up front, their compression, the schema (with its decoders: a TFDS
 schema decodes images and sequences in ``parse_batch``), and checks each file's first
 record before any pipeline is built. A new kind of source is one module: a subclass of
-:class:`RecordSource`, and one line in :data:`SOURCE_MODULES`.
+:class:`RecordSource`, and one line in :data:`SOURCE_MODULES`. A source that lives
+outside the package (a layout of one's own, a test's) is added with
+:func:`register_source` instead, and removed with :func:`unregister_source`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import abc
 import functools
 import importlib
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Union
@@ -41,8 +44,10 @@ __all__ = [
     "SchemaLike",
     "list_directory",
     "open_source",
+    "register_source",
     "resolve_files",
     "source_kinds",
+    "unregister_source",
 ]
 
 _GLOB_CHARS = frozenset("*?[")
@@ -159,12 +164,71 @@ class RecordSource(abc.ABC):
         return None
 
 
-def source_kinds() -> list[type[RecordSource]]:
-    """The source classes of :data:`SOURCE_MODULES`, in the dispatcher's order.
+#: The sources added by :func:`register_source`, in the order they were added.
+_REGISTERED: list[type[RecordSource]] = []
 
-    Imported here at the first call: each source module imports this one.
+
+def register_source(kind: type[RecordSource]) -> type[RecordSource]:
+    """Add a kind of source from outside the package; the dispatcher asks it first.
+
+    Sources registered are asked before those of :data:`SOURCE_MODULES`, in the order
+    they were registered, so a layout of one's own is read as such even where a source
+    of the package would also take it (plain files take anything). Registering a
+    registered class again changes nothing. Returns ``kind``, so it can decorate the
+    class.
+
+    Args:
+        kind: A concrete subclass of :class:`RecordSource`.
+
+    Returns:
+        ``kind``.
+
+    Raises:
+        TypeError: If ``kind`` is not a subclass of :class:`RecordSource`, or leaves an
+            abstract method unimplemented.
+
+    Examples:
+        >>> from tfr_hooks.tfrecord.sources.base import register_source
+        >>> register_source(ManifestSource)  # doctest: +SKIP
+        >>> tfrecord.source("data/with_manifest", 32)  # doctest: +SKIP
     """
-    return [_source_class(name) for name in SOURCE_MODULES]
+    if not (isinstance(kind, type) and issubclass(kind, RecordSource)):
+        raise TypeError(
+            "Expected `kind` to be a subclass of tfr_hooks.tfrecord.sources.base."
+            f"RecordSource. Received: kind={kind!r}"
+        )
+    if inspect.isabstract(kind):
+        missing = sorted(getattr(kind, "__abstractmethods__", ()))
+        raise TypeError(
+            f"Expected `kind` to implement every abstract method of RecordSource; "
+            f"{kind.__name__} leaves {missing} abstract. Received: kind={kind!r}"
+        )
+    if kind not in _REGISTERED:
+        _REGISTERED.append(kind)
+    return kind
+
+
+def unregister_source(kind: type[RecordSource]) -> None:
+    """Remove a source :func:`register_source` added; the dispatcher no longer asks it.
+
+    Raises:
+        ValueError: If ``kind`` is not registered.
+    """
+    if kind not in _REGISTERED:
+        raise ValueError(
+            "Expected `kind` to be a source added with register_source (registered: "
+            f"{[k.__name__ for k in _REGISTERED]}). Received: kind={kind!r}"
+        )
+    _REGISTERED.remove(kind)
+
+
+def source_kinds() -> list[type[RecordSource]]:
+    """The source classes in the dispatcher's order: registered, then :data:`SOURCE_MODULES`.
+
+    Those of :data:`SOURCE_MODULES` are imported here at the first call: each source
+    module imports this one.
+    """
+    return [*_REGISTERED, *(_source_class(name) for name in SOURCE_MODULES)]
 
 
 @functools.cache
