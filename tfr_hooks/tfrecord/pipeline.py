@@ -315,9 +315,7 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     else:
         drawn = tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=seed)
         passes = tf.data.Dataset.from_tensors(drawn)
-    epochs = passes.flat_map(
-        lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k)
-    )
+    epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
     windows = epochs.flat_map(order.windows_of)
     return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
 
