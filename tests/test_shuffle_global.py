@@ -172,6 +172,5 @@ def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
     )
     with pytest.raises(ValueError, match=r"shuffle=None with packed shards"):
         tfrecord.dataset(packed.directory, 8, shuffle="global")
-    with tf.Graph().as_default():
-        with pytest.raises(ValueError, match=r"shuffle.*pipeline='queue'"):
-            tfrecord.read_batches(class_files, 8, shuffle="global", pipeline="queue")
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=r"shuffle.*pipeline='queue'"):
+        tfrecord.read_batches(class_files, 8, shuffle="global", pipeline="queue")

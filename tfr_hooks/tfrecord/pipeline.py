@@ -25,9 +25,9 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.service.address import check_dispatcher
+from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.contract import epoch_steps
 from tfr_hooks.tfrecord.decide import DataFacts, decide
-from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.files import Files
 from tfr_hooks.tfrecord.index import index_files
 from tfr_hooks.tfrecord.memory.estimate import (
@@ -45,7 +45,6 @@ from tfr_hooks.tfrecord.packed import packed_dataset
 from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pools import batch_pools
-from tfr_hooks.tfrecord.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.ragged import (
     RaggedArray,
     Shaping,
@@ -54,6 +53,7 @@ from tfr_hooks.tfrecord.ragged import (
     bucket_of,
     pad_batch,
 )
+from tfr_hooks.tfrecord.sharding import SHARED_SEED
 
 __all__ = [
     "plan_of",
