@@ -6,6 +6,8 @@ converter walking class folders writes), so a streamed buffer shuffle mixes litt
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -174,3 +176,20 @@ def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
         tfrecord.dataset(packed.directory, 8, shuffle="global")
     with tf.Graph().as_default(), pytest.raises(ValueError, match=r"shuffle.*pipeline='queue'"):
         tfrecord.read_batches(class_files, 8, shuffle="global", pipeline="queue")
+
+
+def test_workers_read_disjoint_shares_that_cover_the_data(class_files, monkeypatch):
+    shares = []
+    for worker in range(2):
+        cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+        config = {"cluster": cluster, "task": {"type": "worker", "index": worker}}
+        monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+        data = tfrecord.dataset(class_files, 64, shuffle="global", seed=3)
+        assert (
+            data.options().experimental_distribute.auto_shard_policy
+            == tf.data.experimental.AutoShardPolicy.OFF
+        )
+        shares.append(_epoch_ids(data))
+    assert not set(shares[0]) & set(shares[1])
+    np.testing.assert_array_equal(np.sort(np.concatenate(shares)), np.arange(CLASSES * PER_CLASS))
+    assert abs(len(shares[0]) - len(shares[1])) <= 2 * 128
