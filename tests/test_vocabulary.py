@@ -49,6 +49,7 @@ READ_CONFIG_FIELDS = (
     "shard",
     "capacity",
     "name",
+    "bucket_pool",
 )
 #: each reader's own parameters beyond files, batch_size and the shared options
 READERS = {
