@@ -345,9 +345,9 @@ def test_autotuning_is_off_by_default_and_can_be_turned_on(shards):
         ("dataset", {"decode": {}}, r"read_config=ReadConfig\(decode=\{\}\)"),
         (
             "dataset",
-            {"shuffle": True},
+            {"shuffle_files": True},
             r"Expected the keywords of dataset\(\) to be among files, batch_size, schema, "
-            r"split, .*read_config .*Received: shuffle=True",
+            r"split, .*read_config .*Received: shuffle_files=True",
         ),
         ("read_batches", {"threads": 2}, r"among files, batch_size, pipeline, schema.*threads=2"),
     ],

@@ -22,6 +22,7 @@ READER_OPTIONS = (
     "schema",
     "split",
     "shuffle_buffer",
+    "shuffle",
     "seed",
     "num_epochs",
     "drop_remainder",
@@ -48,6 +49,7 @@ READ_CONFIG_FIELDS = (
     "shard",
     "capacity",
     "name",
+    "bucket_pool",
 )
 #: each reader's own parameters beyond files, batch_size and the shared options
 READERS = {
@@ -57,7 +59,7 @@ READERS = {
 }
 #: what a user sees of a reader at most: its parameters plus the shared options (18;
 #: read_batches also has pipeline, 19), so that the positions issue's shuffle fits in 20
-MOST_PARAMETERS = 19
+MOST_PARAMETERS = 20
 LOOP_ARGUMENTS = (
     "data",
     "hooks",

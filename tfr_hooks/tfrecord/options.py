@@ -217,6 +217,23 @@ class ReadArgs(TypedDict, total=False):
             gets a new order. In memory, any value above 0 gives each pass a fresh
             permutation of all the examples; for ``read_batches(pipeline="queue")``, the
             ``min_after_dequeue`` of ``shuffle_batch_join`` (the file names shuffled).
+        shuffle: ``None`` (the default): ``shuffle_buffer`` decides, as above; or
+            ``"global"``: every epoch reads the whole data set in an order drawn from
+            ``(seed, epoch)`` (:mod:`tfr_hooks.tfrecord.order`), each example once, in
+            memory bounded by the order's window (about two windows of 32,768 records,
+            whatever the data's size). Choose it when the files hold the examples in
+            some order (by class, by source, by time) that a buffer much smaller than
+            the data cannot undo: a streamed ``shuffle_buffer`` only mixes examples
+            that lie within the buffer of each other. It needs a record index of every
+            file, built on the first read (one sequential pass, kept beside the files or
+            in a cache directory; see :mod:`tfr_hooks.tfrecord.index`). Each new
+            iterator (in graph mode, each initialization) is the next epoch, with its
+            own order; the same seed gives the same orders. Not with
+            ``shuffle_buffer > 0``. Streamed files of one example a record,
+            uncompressed, only for now (packed shards, GZIP/ZLIB files,
+            ``pipeline="queue"``, ``service`` and ``max_corrupt_records > 0`` raise a
+            ``ValueError``); in memory it is what ``shuffle_buffer > 0`` does there (a
+            fresh permutation of all the examples each epoch).
         seed: Seed for the shuffles: the sequence of the passes' orders (default
             ``None``).
         num_epochs: Passes over the data (default 1); ``None`` repeats forever.
@@ -309,6 +326,7 @@ class ReadArgs(TypedDict, total=False):
     max_corrupt_records: int
     # order
     shuffle_buffer: int
+    shuffle: str | None
     seed: int | None
     num_epochs: int | None
     # batch shape
@@ -341,6 +359,7 @@ class ReadOptions:
     split: str | None = None
     max_corrupt_records: int = 0
     shuffle_buffer: int = 0
+    shuffle: str | None = None
     seed: int | None = None
     num_epochs: int | None = 1
     drop_remainder: bool = False
@@ -414,11 +433,43 @@ def read_options(reader: str, batch_size: int, options: Mapping[str, Any]) -> Re
     in_memory = built.in_memory
     if not (in_memory is True or in_memory is False or in_memory == "auto"):
         raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
+    _check_shuffle(built)
     if built.service is not None:
         service = check_service_address(built.service)
         check_servable(in_memory, service)
         built = dataclasses.replace(built, service=service)
     return built
+
+
+#: The values of ``shuffle``.
+SHUFFLES = (None, "global")
+
+
+def _check_shuffle(options: ReadOptions) -> None:
+    """Refuse a ``shuffle`` other than ``None``/``"global"``, or one a pipeline cannot do."""
+    shuffle = options.shuffle
+    if shuffle not in SHUFFLES:
+        raise ValueError(expected("shuffle", "None or 'global'", shuffle))
+    if shuffle is None:
+        return
+    if options.shuffle_buffer:
+        raise ValueError(
+            "Expected shuffle_buffer=0 with shuffle='global' (the global order mixes the "
+            "whole data set without a buffer; choose one of the two). Received: "
+            f"shuffle={shuffle!r}, shuffle_buffer={options.shuffle_buffer}"
+        )
+    if options.service is not None:
+        raise ValueError(
+            "Expected shuffle=None with service= (the tf.data service splits the files "
+            "among its workers; shuffle='global' reads streamed or in-memory data here). "
+            f"Received: shuffle={shuffle!r}, service={options.service!r}"
+        )
+    if options.max_corrupt_records:
+        raise ValueError(
+            "Expected shuffle=None with max_corrupt_records > 0 (shuffle='global' reads "
+            "undamaged files only for now; use shuffle_buffer). Received: "
+            f"shuffle={shuffle!r}, max_corrupt_records={options.max_corrupt_records}"
+        )
 
 
 def _check_keywords(reader: str, options: Mapping[str, Any]) -> None:
@@ -488,6 +539,16 @@ def queue_capacity(options: ReadOptions) -> int:
             ``capacity`` does not exceed ``shuffle_buffer`` or reach ``batch_size``.
     """
     shaping = options.shaping
+    if options.shuffle is not None:
+        raise ValueError(
+            expected(
+                "shuffle",
+                "None with pipeline='queue' (a queue reads the files as a stream; "
+                "shuffle='global' works with pipeline='dataset', or shuffle the queue "
+                "with shuffle_buffer)",
+                options.shuffle,
+            )
+        )
     if shaping.bucket_boundaries is not None:
         raise ValueError(
             expected(

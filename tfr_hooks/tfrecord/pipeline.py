@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
+import os
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,9 +25,11 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.service.address import check_dispatcher
+from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.contract import epoch_steps
 from tfr_hooks.tfrecord.decide import DataFacts, decide
 from tfr_hooks.tfrecord.files import Files
+from tfr_hooks.tfrecord.index import index_files
 from tfr_hooks.tfrecord.memory.estimate import (
     count_examples,
     default_memory_budget,
@@ -35,6 +40,7 @@ from tfr_hooks.tfrecord.memory.loading import Held, load, load_mapped
 from tfr_hooks.tfrecord.memory.narrow import Widen, narrowing
 from tfr_hooks.tfrecord.memory.serve import PARALLEL_CALLS, fresh_randomness, memory_dataset
 from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
+from tfr_hooks.tfrecord.order import GlobalOrder
 from tfr_hooks.tfrecord.packed import packed_dataset
 from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.plan import Plan, make_plan
@@ -47,8 +53,18 @@ from tfr_hooks.tfrecord.ragged import (
     bucket_of,
     pad_batch,
 )
+from tfr_hooks.tfrecord.sharding import SHARED_SEED
 
-__all__ = ["plan_of", "choose_kind", "build_pipeline", "serve", "finish", "structure"]
+__all__ = [
+    "plan_of",
+    "choose_kind",
+    "build_pipeline",
+    "global_record_batches",
+    "worker_index",
+    "serve",
+    "finish",
+    "structure",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +142,13 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         if bucketed
         else options
     )
+    if plan.per_record > 1 and options.shuffle is not None:
+        raise ValueError(
+            "Expected shuffle=None with packed shards (shuffle='global' reads files of one "
+            "example a record, streamed or in memory, for now; shuffle packed shards with "
+            f"shuffle_buffer). Received: shuffle={options.shuffle!r}, "
+            f"files={list(plan.files)[:3]!r}"
+        )
     if plan.per_record > 1:  # packed shards
         parsed = packed_dataset(
             plan.files,
@@ -170,8 +193,8 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         parsed = _map_batches(parsed, options.batch_map_fn)
     # served, the batches of an epoch depend on how the workers split the files (each
     # worker batches its own share); bucketed, each full pool gives whole batches
-    if options.service is None:
-        parsed = _with_cardinality(parsed, plan, options)
+    if options.service is None and not (options.shuffle and current_task().num_workers > 1):
+        parsed = _with_cardinality(parsed, plan, options)  # a worker's global share varies
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
 
@@ -218,8 +241,16 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
 
     Shuffled, each pass gets its own order, in graph mode too (a seed drawn anew at every
     initialization, as for packed shards and in memory: see
-    :func:`~tfr_hooks.tfrecord.passes.record_passes`), reproducibly given ``seed``.
+    :func:`~tfr_hooks.tfrecord.passes.record_passes`), reproducibly given ``seed``. With
+    ``shuffle="global"``, the batches of :func:`global_record_batches`.
     """
+    if options.shuffle == "global":
+        batches = global_record_batches(plan, options)
+        return batches.map(
+            plan.schema.parse_batch,
+            num_parallel_calls=calls,
+            deterministic=options.config.deterministic,
+        )
     records, _ = record_passes(
         plan.files,
         plan.compression,
@@ -236,6 +267,65 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
         num_parallel_calls=calls,
         deterministic=options.config.deterministic,
     )
+
+
+def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
+    """Batches of serialized records in the global order (``shuffle="global"``).
+
+    Every new iterator (in graph mode, every initialization of one) reads the next
+    ``num_epochs`` epochs of :class:`~tfr_hooks.tfrecord.order.GlobalOrder`: eagerly, a
+    counter of the iterators made (a variable the dataset increments when an iterator
+    starts) numbers them; in graph mode, where an initializable iterator re-runs the
+    captured tensors at each initialization, a number drawn anew then from ``seed`` (as
+    :func:`~tfr_hooks.tfrecord.passes.pass_seed` does). ``seed=None`` draws one seed
+    when the pipeline is built (logged at INFO level); under a multi-worker strategy
+    every worker then uses the common seed of
+    :func:`~tfr_hooks.tfrecord.sharding.shared_seed`, and worker ``i`` of ``n`` reads
+    the share ``shard=(i, n)`` of every epoch (the reader turns the strategy's own
+    sharding off).
+
+    Raises:
+        ValueError: The files are compressed (naming ``shuffle``).
+    """
+    if plan.compression:
+        raise ValueError(
+            "Expected uncompressed files with shuffle='global' (a GZIP or ZLIB file "
+            "cannot be entered at a record; decompress the files, or shuffle them with "
+            f"shuffle_buffer). Received: shuffle={options.shuffle!r}, "
+            f"compression={plan.compression!r}"
+        )
+    task = current_task()
+    seed = options.seed
+    if seed is None:
+        seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
+        logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
+    order = GlobalOrder(
+        index_files(plan.files, plan.compression),
+        seed=seed,
+        shard=(worker_index(task), task.num_workers),
+    )
+    num_epochs = options.num_epochs
+    span = num_epochs if num_epochs is not None else 1 << 40
+    if tf.executing_eagerly():
+        with tf.init_scope():
+            counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_passes")
+        passes = tf.data.Dataset.from_tensors(tf.constant(1, tf.int64)).map(
+            lambda one: counter.assign_add(one) - one
+        )
+    else:
+        drawn = tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=seed)
+        passes = tf.data.Dataset.from_tensors(drawn)
+    epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
+    windows = epochs.flat_map(order.windows_of)
+    return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+
+
+def worker_index(task: TaskInfo) -> int:
+    """This task's place among the cluster's training tasks (chief first, then workers)."""
+    if task.num_workers <= 1 or task.task_type in (None, "chief"):
+        return 0
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    return task.task_id + (1 if cluster.get("chief") else 0)
 
 
 def _batch_key(shaping: Shaping, spec: Any) -> str:
@@ -295,7 +385,7 @@ def _memory_data(
     data = memory_dataset(
         arrays,
         options.batch_size,
-        shuffle=options.shuffle_buffer > 0,
+        shuffle=options.shuffle_buffer > 0 or options.shuffle == "global",
         seed=options.seed,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,

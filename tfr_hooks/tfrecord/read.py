@@ -153,7 +153,8 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
     plan = plan_of(files, options)
     if options.service is None:
         # the service splits the data itself: a common seed would only repeat the order
-        shared = sharding.shared_seed(options.seed, options.shuffle_buffer, task)
+        shuffled = options.shuffle_buffer or int(options.shuffle is not None)
+        shared = sharding.shared_seed(options.seed, shuffled, task)
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
     data, examples = build_pipeline(plan, options, kind)
@@ -167,6 +168,8 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         # no files to split: every worker gathers the same batches and keeps its share
         data = sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
         return Source(data, replace(facts, steps=_cardinality(data)))
+    if options.shuffle is not None:
+        shard = "off"  # shuffle="global" reads this worker's share itself
     data = sharding.shard_dataset(
         data,
         shard,
