@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -471,3 +474,54 @@ def _keras_optimizer(name: str, lr: float, momentum: float) -> Any:
     if name == "adam":
         return keras.optimizers.Adam(lr)
     return keras.optimizers.SGD(lr, momentum=momentum)
+
+
+class SigtermAt(tfr_hooks.Hook):
+    """Sends this process a real SIGTERM after step ``step`` of epoch ``epoch``."""
+
+    def __init__(self, epoch: int, step: int) -> None:
+        self.at = (epoch, step)
+        self.sent: tuple[int, int] | None = None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self.sent is None and (self.loop.epoch, self.loop.epoch_steps) == self.at:
+            self.sent = self.at
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.5)  # TensorFlow's handler polls for the signal once a second
+        elif self.sent is not None:
+            time.sleep(0.2)  # in case the machine is slow to run the polling thread
+
+
+def preemptible_run(
+    data: Any, key: str, directory: Any, at: tuple[int, int] | None, epochs: int
+) -> tuple[dict[int, list[list[int]]], tuple[Any, int]]:
+    """Train a ``FunctionLoop`` on ``data`` with a ``PreemptionCheckpoint`` in ``directory``.
+
+    Returns the batches' ``key`` values it trained on by epoch, the ``Preempted`` it
+    stopped with (``None`` if it ran to the end) and its step counter. With ``at``, a
+    real SIGTERM comes after that ``(epoch, step)``.
+    """
+    seen: dict[int, list[list[int]]] = {}
+    counter = tf.Variable(0, dtype=tf.int64)
+    state: list[Any] = []
+
+    def note(indices: Any) -> Any:
+        seen.setdefault(state[0].epoch, []).append(indices.numpy().tolist())
+        return np.int64(0)
+
+    def step_fn(b: Any) -> dict[str, Any]:
+        tf.py_function(note, [b[key]], tf.int64)
+        counter.assign_add(1)
+        return {"steps": tf.cast(counter, tf.float64)}
+
+    hooks: list[Any] = [tfr_hooks.PreemptionCheckpoint(directory, objects={"counter": counter})]
+    if at is not None:
+        hooks.insert(0, SigtermAt(*at))
+    loop = tfr_hooks.FunctionLoop(data, step_fn=step_fn, hooks=hooks)
+    state.append(loop.loop)
+    stop = None
+    try:
+        loop.run(epochs=epochs)
+    except tfr_hooks.Preempted as preempted:
+        stop = preempted
+    return seen, (stop, int(counter.numpy()))

@@ -6,16 +6,14 @@ The multi-worker case (a SIGTERM to one worker of a loopback cluster) is in
 
 from __future__ import annotations
 
-import os
 import signal
-import time
 from typing import Any
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import keras_regressor
+from helpers import SigtermAt, keras_regressor, preemptible_run
 from tfr_hooks import FunctionLoop, Hook, KerasCallbacks, Preempted, PreemptionCheckpoint
 from tfr_hooks.signals import StopOnSignal, with_signal_hook
 
@@ -38,22 +36,6 @@ def _data() -> tf.data.Dataset:
 
 def _model() -> Any:
     return keras_regressor(inputs=3, optimizer="adam", lr=0.01, seed=None)
-
-
-class SigtermAt(Hook):
-    """Sends this process a real SIGTERM after step ``step`` of epoch ``epoch``."""
-
-    def __init__(self, epoch: int, step: int) -> None:
-        self.at = (epoch, step)
-        self.sent: tuple[int, int] | None = None
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        if self.sent is None and (self.loop.epoch, self.loop.epoch_steps) == self.at:
-            self.sent = self.at
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(1.5)  # TensorFlow's handler polls for the signal once a second
-        elif self.sent is not None:
-            time.sleep(0.2)  # in case the machine is slow to run the polling thread
 
 
 class Record(Hook):
@@ -333,31 +315,8 @@ def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
     read = {k: v for k, v in pipeline.items() if k != "examples_per_record"}
 
     def run(directory: Any, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
-        seen: dict[int, list[list[int]]] = {}
         data = tfrecord.dataset(tmp_path / "data", batch, shuffle_buffer=64, seed=3, **read)
-        counter = tf.Variable(0, dtype=tf.int64)
-        loop_state: list[Any] = []
-
-        def note(indices: Any) -> Any:
-            seen.setdefault(loop_state[0].epoch, []).append(indices.numpy().tolist())
-            return np.int64(0)
-
-        def step_fn(b: Any) -> dict[str, Any]:
-            tf.py_function(note, [b["index"]], tf.int64)
-            counter.assign_add(1)
-            return {"steps": tf.cast(counter, tf.float64)}
-
-        hooks: list[Any] = [PreemptionCheckpoint(directory, objects={"counter": counter})]
-        if at is not None:
-            hooks.insert(0, SigtermAt(*at))
-        loop = FunctionLoop(data, step_fn=step_fn, hooks=hooks)
-        loop_state.append(loop.loop)
-        stop = None
-        try:
-            loop.run(epochs=EPOCHS)
-        except Preempted as preempted:
-            stop = preempted
-        return seen, (stop, int(counter.numpy()))
+        return preemptible_run(data, "index", directory, at, EPOCHS)
 
     reference, (_, total) = run(tmp_path / "ref", None)
     assert total == EPOCHS * 13

@@ -11,9 +11,6 @@ seed and changes every epoch, and a run stopped mid-epoch resumes at the next ba
 from __future__ import annotations
 
 import itertools
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfr_hooks import FunctionLoop, Hook, Preempted, PreemptionCheckpoint, tfrecord
+from helpers import preemptible_run
+from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord.pools import DEFAULT_POOL, pool_order
 
 try:
@@ -167,51 +165,12 @@ def test_pool_order_sorts_cuts_and_shuffles_the_batches():
 # --- resumed mid-epoch (FunctionLoop; SessionLoop in test_checkpoint_mid_epoch.py) ------
 
 
-class SigtermAt(Hook):
-    """Sends this process a real SIGTERM after step ``step`` of epoch ``epoch``."""
-
-    def __init__(self, epoch: int, step: int) -> None:
-        self.at, self.sent = (epoch, step), False
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        if not self.sent and (self.loop.epoch, self.loop.epoch_steps) == self.at:
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(1.5)  # TensorFlow's handler polls for the signal once a second
-        elif self.sent:
-            time.sleep(0.2)
-
-
 def test_a_preempted_function_loop_resumes_at_the_next_bucketed_batch(texts, tmp_path, monkeypatch):
     monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")  # no cloud probe: refused at once
     epochs, steps = 3, -(-300 // BATCH)
 
     def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
-        seen: dict[int, list[list[int]]] = {}
-        data = read(texts[300], pad_to="longest")
-        counter = tf.Variable(0, dtype=tf.int64)
-        state: list[Any] = []
-
-        def note(indices: Any) -> Any:
-            seen.setdefault(state[0].epoch, []).append(indices.numpy().tolist())
-            return np.int64(0)
-
-        def step_fn(b: Any) -> dict[str, Any]:
-            tf.py_function(note, [b["id"]], tf.int64)
-            counter.assign_add(1)
-            return {"steps": tf.cast(counter, tf.float64)}
-
-        hooks: list[Any] = [PreemptionCheckpoint(directory, objects={"counter": counter})]
-        if at is not None:
-            hooks.insert(0, SigtermAt(*at))
-        loop = FunctionLoop(data, step_fn=step_fn, hooks=hooks)
-        state.append(loop.loop)
-        stop = None
-        try:
-            loop.run(epochs=epochs)
-        except Preempted as preempted:
-            stop = preempted
-        return seen, (stop, int(counter.numpy()))
+        return preemptible_run(read(texts[300], pad_to="longest"), "id", directory, at, epochs)
 
     reference, (_, total) = run(tmp_path / "ref", None)
     assert total == epochs * steps and reference[1] != reference[2]
