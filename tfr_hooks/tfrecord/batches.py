@@ -196,7 +196,7 @@ def _graph_batches(
     """The batch tensors of ``kind``, their initializers, and the examples of a pass."""
     if kind is PipelineKind.QUEUE:
         return queue_batches(plan, options, capacity or 0), [], plan.examples
-    data, num_examples = build_pipeline(plan, options, kind)
+    data, num_examples, _ = build_pipeline(plan, options, kind)  # graph mode: no position
     if options.service is not None:
         data = serve(data, options.service)
     iterator = tf.compat.v1.data.make_initializable_iterator(data)

@@ -45,6 +45,7 @@ from tfr_hooks.tfrecord.packed import packed_dataset
 from tfr_hooks.tfrecord.passes import record_passes
 from tfr_hooks.tfrecord.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pools import batch_pools
+from tfr_hooks.tfrecord.position import ReadPosition
 from tfr_hooks.tfrecord.ragged import (
     RaggedArray,
     Shaping,
@@ -59,6 +60,7 @@ __all__ = [
     "plan_of",
     "choose_kind",
     "build_pipeline",
+    "position_of",
     "global_record_batches",
     "worker_index",
     "serve",
@@ -105,22 +107,54 @@ def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> Pip
 
 
 def build_pipeline(
-    plan: Plan, options: ReadOptions, kind: PipelineKind
-) -> tuple[tf.data.Dataset, int | None]:
-    """The ``tf.data`` pipeline of ``kind``, and the examples of one pass (if known).
+    plan: Plan, options: ReadOptions, kind: PipelineKind, *, seekable: bool = False
+) -> tuple[tf.data.Dataset, int | None, ReadPosition | None]:
+    """The ``tf.data`` pipeline of ``kind``, the examples of a pass, and its position.
 
-    Its elements are what the reader returns: dicts of batch tensors, or tuples when
-    ``as_tuple`` names the features.
+    The examples are ``None`` when unknown; the position (see :func:`position_of`) is
+    ``None`` when the pipeline cannot start a pass anywhere, or when not ``seekable``
+    (asked by :func:`~tfr_hooks.tfrecord.source`, whose facts carry it: a pass entered
+    at a position is shorter, so the dataset asserts no cardinality). Its elements are
+    what the reader returns: dicts of batch tensors, or tuples when ``as_tuple`` names
+    the features.
     """
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
+    position = position_of(plan, options, kind) if seekable else None
     if kind.in_memory:
-        data, examples = _memory_data(plan, options, kind)  # as_tuple applied there
-        return finish(data, None, prefetch=None, autotune=options.config.autotune), examples
-    return _build_dataset(plan, options), plan.examples
+        data, examples = _memory_data(plan, options, kind, position)  # as_tuple applied there
+        finished = finish(data, None, prefetch=None, autotune=options.config.autotune)
+        return finished, examples, position
+    return _build_dataset(plan, options, position), plan.examples, position
 
 
-def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
+def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPosition | None:
+    """A :class:`~tfr_hooks.tfrecord.position.ReadPosition` when the pipeline can seek.
+
+    Eagerly, one pass an iterator (``num_epochs=1``), read in this process (no service),
+    undamaged, not bucketed: ``shuffle="global"`` streamed (each worker its share), and
+    on one worker the in-memory pipelines (any shuffle) and an unshuffled stream read in
+    a fixed order. Else ``None``: a resumed run replays (``shuffle_buffer`` streamed, the
+    packed shards, graph mode).
+    """
+    if not tf.executing_eagerly() or options.num_epochs != 1 or options.service is not None:
+        return None
+    if plan.damage is not None or options.shaping.bucket_boundaries is not None:
+        return None
+    workers = current_task().num_workers
+    streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
+    if streamed and options.shuffle == "global" and not plan.compression:
+        return ReadPosition(options.batch_size, workers=workers, seed=options.seed)
+    if workers > 1:
+        return None
+    if kind.in_memory:
+        return ReadPosition(options.batch_size, seed=options.seed)
+    return None
+
+
+def _build_dataset(
+    plan: Plan, options: ReadOptions, position: ReadPosition | None = None
+) -> tf.data.Dataset:
     """The streamed pipeline: from shards of one example a record, or packed shards.
 
     Bucketed (``bucket_boundaries``), it reads pools of ``bucket_pool`` batches, parsed
@@ -166,7 +200,7 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
             damage=plan.damage,
         )
     else:
-        parsed = _stream_batches(plan, read, reads=reads, calls=calls)
+        parsed = _stream_batches(plan, read, reads=reads, calls=calls, position=position)
     if options.map_fn is not None:
         examples = parsed.unbatch().map(
             as_dict(options.map_fn, plan.names),
@@ -193,7 +227,8 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         parsed = _map_batches(parsed, options.batch_map_fn)
     # served, the batches of an epoch depend on how the workers split the files (each
     # worker batches its own share); bucketed, each full pool gives whole batches
-    if options.service is None and not (options.shuffle and current_task().num_workers > 1):
+    sharded = options.shuffle and current_task().num_workers > 1
+    if options.service is None and not sharded and position is None:
         parsed = _with_cardinality(parsed, plan, options)  # a worker's global share varies
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
@@ -236,7 +271,14 @@ def serve(data: tf.data.Dataset, service: str, *, job_name: str | None = None) -
     )
 
 
-def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int) -> tf.data.Dataset:
+def _stream_batches(
+    plan: Plan,
+    options: ReadOptions,
+    *,
+    reads: int,
+    calls: int,
+    position: ReadPosition | None = None,
+) -> tf.data.Dataset:
     """Batches parsed from shards of one example a record.
 
     Shuffled, each pass gets its own order, in graph mode too (a seed drawn anew at every
@@ -245,7 +287,7 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
     ``shuffle="global"``, the batches of :func:`global_record_batches`.
     """
     if options.shuffle == "global":
-        batches = global_record_batches(plan, options)
+        batches = global_record_batches(plan, options, position)
         return batches.map(
             plan.schema.parse_batch,
             num_parallel_calls=calls,
@@ -269,7 +311,9 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
     )
 
 
-def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
+def global_record_batches(
+    plan: Plan, options: ReadOptions, position: ReadPosition | None = None
+) -> tf.data.Dataset:
     """Batches of serialized records in the global order (``shuffle="global"``).
 
     Every new iterator (in graph mode, every initialization of one) reads the next
@@ -282,7 +326,9 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     every worker then uses the common seed of
     :func:`~tfr_hooks.tfrecord.sharding.shared_seed`, and worker ``i`` of ``n`` reads
     the share ``shard=(i, n)`` of every epoch (the reader turns the strategy's own
-    sharding off).
+    sharding off). With a ``position`` (one epoch an iterator), each new iterator reads
+    the epoch and the records it holds when the iterator starts: a resumed run seeks
+    there instead of replaying.
 
     Raises:
         ValueError: The files are compressed (naming ``shuffle``).
@@ -295,15 +341,15 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
             f"compression={plan.compression!r}"
         )
     task = current_task()
-    seed = options.seed
-    if seed is None:
-        seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
-        logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
+    seed = _global_seed(options, task)
     order = GlobalOrder(
         index_files(plan.files, plan.compression),
         seed=seed,
         shard=(worker_index(task), task.num_workers),
     )
+    if position is not None:
+        windows = position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
+        return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
     num_epochs = options.num_epochs
     span = num_epochs if num_epochs is not None else 1 << 40
     if tf.executing_eagerly():
@@ -318,6 +364,15 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
     windows = epochs.flat_map(order.windows_of)
     return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+
+
+def _global_seed(options: ReadOptions, task: TaskInfo) -> int:
+    """The seed of the global order: ``seed``, or one drawn (the cluster's shared one)."""
+    seed = options.seed
+    if seed is None:
+        seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
+        logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
+    return seed
 
 
 def worker_index(task: TaskInfo) -> int:
@@ -362,7 +417,7 @@ def finish(
 
 
 def _memory_data(
-    plan: Plan, options: ReadOptions, kind: PipelineKind
+    plan: Plan, options: ReadOptions, kind: PipelineKind, position: ReadPosition | None = None
 ) -> tuple[tf.data.Dataset, int]:
     """The in-memory pipeline of batches (dicts), and the examples of one pass."""
     arrays, decode_each_batch, widen = _held(plan, options, kind)
@@ -395,6 +450,7 @@ def _memory_data(
         batch_fn=pad if decode_each_batch is None else None,
         select=functools.partial(structure, names=names) if last and names else None,
         widen=widen or None,
+        position=position,
     )
     if pad is not None and pad_after:
         data = data.map(pad, num_parallel_calls=PARALLEL_CALLS, deterministic=True)

@@ -1,0 +1,169 @@
+"""Resume by position: a resumed run seeks its input instead of replaying it.
+
+``shuffle="global"`` (streamed and in memory), an unshuffled read in memory and an
+unshuffled stream carry a :class:`~tfr_hooks.tfrecord.position.ReadPosition`: a run
+resumed mid-epoch starts the pass at ``(epoch, records done)`` and trains on the
+batches (and reaches the weights) of an uninterrupted run, without reading the records
+before its position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from helpers import preemptible_run
+from tfr_hooks import tfrecord
+
+EPOCHS = 3
+
+PIPELINES = [
+    pytest.param({"shuffle": "global", "seed": 3}, id="global-streamed"),
+    pytest.param({"shuffle": "global", "seed": 3, "in_memory": True}, id="global-memory"),
+    pytest.param({"in_memory": True}, id="unshuffled-memory"),
+    pytest.param({"shuffle_buffer": 64, "seed": 3, "in_memory": True}, id="buffer-memory"),
+]
+
+
+def _write(directory: Path, n: int, shards: int) -> Path:
+    tfrecord.write({"index": np.arange(n)}, directory, shards=shards)
+    return directory
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+@pytest.mark.parametrize(("n", "batch"), [(400, 16), (403, 13)], ids=["divides", "remainder"])
+def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: dict[str, Any], n: int, batch: int
+) -> None:
+    data = _write(tmp_path / "data", n, 3)
+    per_epoch = -(-n // batch)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        source = tfrecord.source(data, batch, **pipeline)  # a new process's reader
+        assert source.facts.position is not None
+        return preemptible_run(source, "index", directory, at, EPOCHS)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == EPOCHS * per_epoch
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        after, (_, total) = run(tmp_path / "p", None)
+    assert total == EPOCHS * per_epoch  # the steps of an uninterrupted run
+    assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    resumed = [i for b in before[1][: stop.step] + after[1] for i in b]
+    assert sorted(resumed) == list(range(n))  # every example once
+    assert reference[1] != reference[2] or "shuffle" not in pipeline
+
+
+def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    """BackupAndRestore through KerasCallbacks, resumed mid-epoch on shuffle='global'."""
+    import keras
+
+    from tfr_hooks import FunctionLoop, KerasCallbacks
+
+    n, batch = 600, 20
+    x = np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32)
+    y = (x @ np.arange(1, 5, dtype=np.float32))[:, None]
+    tfrecord.write({"x": x, "y": y}, tmp_path / "data", shards=2)
+
+    class Interrupt(keras.callbacks.Callback):
+        def __init__(self, at: int) -> None:
+            super().__init__()
+            self.at, self.steps = at, 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.steps += 1
+            if self.steps == self.at:
+                raise KeyboardInterrupt("preempted")
+
+    def train(backup: Path, interrupt: int | None) -> np.ndarray:
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.01), "mse")
+        source = tfrecord.source(
+            tmp_path / "data", batch, shuffle="global", seed=5, as_tuple=("x", "y")
+        )
+        callbacks: list[Any] = [keras.callbacks.BackupAndRestore(str(backup), save_freq=1)]
+        if interrupt is not None:
+            callbacks.append(Interrupt(interrupt))
+        loop = FunctionLoop(source, model=model, hooks=[KerasCallbacks(callbacks, model=model)])
+        with contextlib.suppress(KeyboardInterrupt):
+            loop.run(epochs=3)
+        return np.concatenate([w.reshape(-1) for w in model.get_weights()])
+
+    reference = train(tmp_path / "ref", None)
+    train(tmp_path / "b", 30 + 11)  # in epoch 1 (30 steps an epoch), at its step 11
+    resumed = train(tmp_path / "b", None)
+    np.testing.assert_allclose(resumed, reference, rtol=1e-5, atol=1e-6)
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts bytes in /proc/self/io")
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        pytest.param({"read_config": tfrecord.ReadConfig(num_parallel_reads=1)}, id="unshuffled"),
+    ],
+)
+def test_a_resumed_read_does_not_read_the_records_before_its_position(
+    tmp_path: Path, pipeline: dict[str, Any]
+) -> None:
+    """The bytes read up to the first batch, at 10% and at 90% of a 300,000-record epoch."""
+    n, batch = 300_000, 100
+    data = _write(tmp_path / "data", n, 4)
+    size = sum(p.stat().st_size for p in (tmp_path / "data").iterdir() if "tfrecord" in p.name)
+    source = tfrecord.source(data, batch, **pipeline)  # builds the index: a read of all
+    position = source.facts.position
+    assert position is not None
+    read = {}
+    for fraction in (0.1, 0.9):
+        records = int(n * fraction) // batch * batch
+        position.seek(0, records)
+        before = _rchar()
+        first = next(iter(source.dataset))
+        read[fraction] = _rchar() - before
+        assert int(tf.size(first["index"])) == batch
+    # replayed, the late read would take 90% of the files before its first batch
+    assert read[0.9] < size * 0.35, (read, size)
+    assert read[0.9] <= read[0.1] + size * 0.25, (read, size)
+
+
+def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:
+    data = _write(tmp_path / "data", 300, 2)
+    source = tfrecord.source(data, 10, shuffle="global", seed=7)
+    position = source.facts.position
+    assert position is not None
+    position.seek(4, 120)
+    state = position.state()
+    assert state == {"seed": 7, "epoch": 4, "records": 120}
+    assert len(json.dumps(state).encode()) <= 1024
+    first = next(iter(source.dataset))  # the pass starts there, then counts itself
+    assert position.state() == {"seed": 7, "epoch": 5, "records": 0}
+    assert int(tf.size(first["index"])) == 10
+
+
+def test_what_replays_has_no_position(tmp_path: Path) -> None:
+    data = _write(tmp_path / "data", 300, 2)
+    assert tfrecord.source(data, 10, shuffle_buffer=64, seed=1).facts.position is None
+    assert tfrecord.source(data, 10, shuffle="global", num_epochs=2).facts.position is None
+    with pytest.raises(ValueError, match="epoch"):
+        tfrecord.source(data, 10, shuffle="global", seed=1).facts.position.seek(-1, 0)  # type: ignore[union-attr]

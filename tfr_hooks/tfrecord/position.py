@@ -1,0 +1,116 @@
+"""Where a reader's next pass starts: a declared position, read when the pass starts.
+
+A pipeline that can enter its data anywhere (``shuffle="global"``, streamed or in
+memory; no shuffle, streamed or in memory) reads its passes through a
+:class:`ReadPosition`: two ``int64`` variables, the number of the next pass (its epoch)
+and the records of this worker's share to start it at. Each new iterator (in graph
+mode, each initialization of one) reads both when its pass starts, counts the pass,
+and puts the records back to 0, so that later passes start at their beginning.
+
+A resumed run puts the position where the interrupted run was (:meth:`ReadPosition.seek`,
+called by the engine: ``(epoch, records done by this worker)``) instead of replaying
+the passes before it and skipping the batches already trained on: the pass starts
+there, reading nothing before it (a global order rereads at most the window it starts
+in; an unshuffled stream at most the block of 128 records each file is entered in).
+The whole input state is :meth:`ReadPosition.state`: three integers.
+
+Examples:
+    >>> from tfr_hooks import tfrecord
+    >>> train = tfrecord.source("data/train", 128, shuffle="global", seed=3)  # doctest: +SKIP
+    >>> train.facts.position.seek(epoch=4, records=128 * 900)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = ["ReadPosition"]
+
+
+class ReadPosition:
+    """The pass a pipeline reads next and the records to start it at (this worker's).
+
+    Made by the readers for the pipelines that can enter their data at a position; a
+    :class:`~tfr_hooks.tfrecord.ReadFacts` carries it as ``position``. In graph mode its
+    variables live in the graph the reader was built in (initialized with the others).
+
+    Args:
+        batch_size: This worker's examples a batch (a step).
+        workers: The workers sharing an epoch (each reads its own share).
+        seed: The seed of the passes' orders (kept with the position, as a record of
+            what it means), or ``None`` when unshuffled.
+    """
+
+    def __init__(self, batch_size: int, *, workers: int = 1, seed: int | None = None) -> None:
+        self.batch_size, self.workers, self.seed = batch_size, workers, seed
+        with tf.init_scope():
+            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="read_epoch")
+            self.records = tf.Variable(0, dtype=tf.int64, trainable=False, name="read_records")
+        self._eager = tf.executing_eagerly()
+        if not self._eager:  # the assignments a session runs, made once in the graph
+            self._epoch_in = tf.compat.v1.placeholder(tf.int64, [], name="read_epoch_in")
+            self._records_in = tf.compat.v1.placeholder(tf.int64, [], name="read_records_in")
+            self._assign = tf.group(
+                self.epoch.assign(self._epoch_in), self.records.assign(self._records_in)
+            )
+
+    def start(self) -> tf.data.Dataset:
+        """One element, ``(epoch, records)``, read when an iterator over it starts.
+
+        Reading it counts the pass (the epoch goes up by one) and puts the records back
+        to 0. The pipelines ``flat_map`` their pass over it.
+        """
+
+        def take(_: Any) -> tuple[tf.Tensor, tf.Tensor]:
+            records = self.records.read_value()
+            with tf.control_dependencies([records]):
+                reset = self.records.assign(0)
+            epoch = self.epoch.assign_add(1) - 1
+            with tf.control_dependencies([reset]):
+                return tf.identity(epoch), tf.identity(records)
+
+        return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(take)
+
+    def seek(self, epoch: int, records: int, session: Any = None) -> None:
+        """Start the next pass as epoch ``epoch``, at this worker's record ``records``.
+
+        Args:
+            epoch: The epoch (pass number) the next pass reads.
+            records: The records of this worker's share of that epoch already read.
+            session: In graph mode, the session the variables live in.
+
+        Raises:
+            ValueError: ``epoch`` or ``records`` is negative, or graph mode without a
+                session.
+        """
+        for name, value in (("epoch", epoch), ("records", records)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"Expected `{name}` to be an integer >= 0. Received: {name}={value!r}"
+                )
+        if self._eager:
+            self.epoch.assign(epoch)
+            self.records.assign(records)
+            return
+        if session is None:
+            raise ValueError(
+                "Expected the session of the reader's graph to seek in graph mode. "
+                "Received: session=None"
+            )
+        session.run(self._assign, {self._epoch_in: epoch, self._records_in: records})
+
+    def state(self, session: Any = None) -> dict[str, int]:
+        """The whole input state: the seed, the next pass's epoch and its records."""
+        if self._eager:
+            epoch, records = int(self.epoch.numpy()), int(self.records.numpy())
+        else:
+            epoch, records = (int(v) for v in session.run([self.epoch, self.records]))
+        return {"seed": int(self.seed or 0), "epoch": epoch, "records": records}
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadPosition(batch_size={self.batch_size}, workers={self.workers}, "
+            f"seed={self.seed!r})"
+        )
