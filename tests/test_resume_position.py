@@ -29,6 +29,10 @@ PIPELINES = [
     pytest.param({"shuffle": "global", "seed": 3, "in_memory": True}, id="global-memory"),
     pytest.param({"in_memory": True}, id="unshuffled-memory"),
     pytest.param({"shuffle_buffer": 64, "seed": 3, "in_memory": True}, id="buffer-memory"),
+    pytest.param({}, id="unshuffled-streamed"),
+    pytest.param(
+        {"read_config": tfrecord.ReadConfig(num_parallel_reads=2)}, id="unshuffled-2-reads"
+    ),
 ]
 
 
@@ -145,6 +149,34 @@ def test_a_resumed_read_does_not_read_the_records_before_its_position(
     # replayed, the late read would take 90% of the files before its first batch
     assert read[0.9] < size * 0.35, (read, size)
     assert read[0.9] <= read[0.1] + size * 0.25, (read, size)
+
+
+@pytest.mark.parametrize("reads", [1, 2, 3, 5])
+def test_an_unshuffled_stream_entered_at_any_record_goes_on_as_the_interleave(
+    tmp_path: Path, reads: int
+) -> None:
+    """The interleave's state, played forward by arithmetic, at every record."""
+    from tfr_hooks.tfrecord.position import ReadPosition
+    from tfr_hooks.tfrecord.seek import stream_from_position
+
+    counts = [300, 1, 0, 129, 128, 5, 260]
+    files = []
+    for f, count in enumerate(counts):
+        path = str(tmp_path / f"part-{f}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for r in range(count):
+                writer.write(f"{f}:{r}".encode())
+        files.append(path)
+    paths = tf.data.Dataset.from_tensor_slices(files)
+    parallel: dict[str, Any] = {"num_parallel_calls": reads} if reads > 1 else {}
+    whole = list(
+        paths.interleave(tf.data.TFRecordDataset, cycle_length=reads, block_length=1, **parallel)
+    )
+    position = ReadPosition(1)
+    stream = stream_from_position(files, reads=reads, deterministic=True, position=position)
+    for records in [*range(0, 40), *range(40, sum(counts) + 2, 37), sum(counts) - 1]:
+        position.seek(0, records)
+        assert [r.numpy() for r in stream] == [r.numpy() for r in whole[records:]], records
 
 
 def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ from tfr_hooks.tfrecord.ragged import (
     bucket_of,
     pad_batch,
 )
+from tfr_hooks.tfrecord.seek import stream_from_position
 from tfr_hooks.tfrecord.sharding import SHARED_SEED
 
 __all__ = [
@@ -149,6 +150,9 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
         return None
     if kind.in_memory:
         return ReadPosition(options.batch_size, seed=options.seed)
+    unshuffled = options.shuffle is None and not options.shuffle_buffer
+    if streamed and unshuffled and not plan.compression and options.config.deterministic:
+        return ReadPosition(options.batch_size)
     return None
 
 
@@ -288,6 +292,16 @@ def _stream_batches(
     """
     if options.shuffle == "global":
         batches = global_record_batches(plan, options, position)
+        return batches.map(
+            plan.schema.parse_batch,
+            num_parallel_calls=calls,
+            deterministic=options.config.deterministic,
+        )
+    if position is not None:  # unshuffled, entered where the position is
+        records = stream_from_position(
+            plan.files, reads=reads, deterministic=options.config.deterministic, position=position
+        )
+        batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
         return batches.map(
             plan.schema.parse_batch,
             num_parallel_calls=calls,
