@@ -1,7 +1,7 @@
 """Resume by position: a resumed run seeks its input instead of replaying it.
 
 ``shuffle="global"`` (streamed and in memory), an unshuffled read in memory and an
-unshuffled stream carry a :class:`~tfr_hooks.tfrecord.position.ReadPosition`: a run
+unshuffled stream carry a :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`: a run
 resumed mid-epoch starts the pass at ``(epoch, records done)`` and trains on the
 batches (and reaches the weights) of an uninterrupted run, without reading the records
 before its position.
@@ -156,8 +156,8 @@ def test_an_unshuffled_stream_entered_at_any_record_goes_on_as_the_interleave(
     tmp_path: Path, reads: int
 ) -> None:
     """The interleave's state, played forward by arithmetic, at every record."""
-    from tfr_hooks.tfrecord.position import ReadPosition
-    from tfr_hooks.tfrecord.seek import stream_from_position
+    from tfr_hooks.tfrecord.pipelines.position import ReadPosition
+    from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 
     counts = [300, 1, 0, 129, 128, 5, 260]
     files = []
