@@ -115,6 +115,29 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
     np.testing.assert_allclose(resumed, reference, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("pipeline", ["global", "unshuffled", "memory"])
+def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: str
+) -> None:
+    """SessionLoop + EpochCheckpoint stopped mid-epoch: the resumed run seeks, exactly."""
+    from _graph_resume_child import BATCH, StopAt, run, write_data
+    from _graph_resume_child import EPOCHS as GRAPH_EPOCHS
+
+    data = write_data(str(tmp_path / "data"))
+    reference = run(data, pipeline, None)
+    logdir = str(tmp_path / "ckpt")
+    first = run(data, pipeline, logdir, StopAt(epoch=1, step=3))
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        second = run(data, pipeline, logdir)
+    assert second["initial"] == (1, 3)
+    assert f"Resumed the input at epoch 1, record {3 * BATCH}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text
+    assert first["steps"] + second["steps"] == reference["steps"]
+    assert len(second["history"]["loss"]) == GRAPH_EPOCHS - 1
+    for name, value in second["state"].items():
+        np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
+
+
 def _rchar() -> int:
     with open("/proc/self/io") as io:
         return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))

@@ -136,13 +136,13 @@ def build_pipeline(
 def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPosition | None:
     """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
 
-    Eagerly, one pass an iterator (``num_epochs=1``), read in this process (no service),
-    undamaged, not bucketed: ``shuffle="global"`` streamed (each worker its share), and
-    on one worker the in-memory pipelines (any shuffle) and an unshuffled stream read in
-    a fixed order. Else ``None``: a resumed run replays (``shuffle_buffer`` streamed, the
-    packed shards, graph mode).
+    One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
+    this process (no service), undamaged, not bucketed: ``shuffle="global"`` streamed
+    (each worker its share), and on one worker the in-memory pipelines (any shuffle)
+    and an unshuffled stream read in a fixed order. Else ``None``: a resumed run
+    replays (``shuffle_buffer`` streamed, the packed shards).
     """
-    if not tf.executing_eagerly() or options.num_epochs != 1 or options.service is not None:
+    if options.num_epochs != 1 or options.service is not None:
         return None
     if plan.damage is not None or options.shaping.bucket_boundaries is not None:
         return None

@@ -26,7 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["ReadPosition"]
+__all__ = ["ReadPosition", "SessionPosition"]
 
 
 class ReadPosition:
@@ -45,10 +45,10 @@ class ReadPosition:
 
     def __init__(self, batch_size: int, *, workers: int = 1, seed: int | None = None) -> None:
         self.batch_size, self.workers, self.seed = batch_size, workers, seed
-        with tf.init_scope():
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="read_epoch")
-            self.records = tf.Variable(0, dtype=tf.int64, trainable=False, name="read_records")
         self._eager = tf.executing_eagerly()
+        with tf.init_scope():
+            self.epoch = _variable("read_epoch", self._eager)
+            self.records = _variable("read_records", self._eager)
         if not self._eager:  # the assignments a session runs, made once in the graph
             self._epoch_in = tf.compat.v1.placeholder(tf.int64, [], name="read_epoch_in")
             self._records_in = tf.compat.v1.placeholder(tf.int64, [], name="read_records_in")
@@ -109,8 +109,49 @@ class ReadPosition:
             epoch, records = (int(v) for v in session.run([self.epoch, self.records]))
         return {"seed": int(self.seed or 0), "epoch": epoch, "records": records}
 
+    def in_session(self, session: Any) -> SessionPosition:
+        """This position seeking in graph-mode ``session`` (what a session loop hands on)."""
+        return SessionPosition(self, session)
+
     def __repr__(self) -> str:
         return (
             f"ReadPosition(batch_size={self.batch_size}, workers={self.workers}, "
             f"seed={self.seed!r})"
         )
+
+
+class SessionPosition:
+    """A graph-mode :class:`ReadPosition` bound to a session: ``seek(epoch, records)``.
+
+    Args:
+        position: The position (its variables live in the session's graph).
+        session: The session, or a function returning it (made when the loop starts).
+    """
+
+    def __init__(self, position: ReadPosition, session: Any) -> None:
+        self.position = position
+        self.batch_size, self.workers = position.batch_size, position.workers
+        self._session = session
+
+    def seek(self, epoch: int, records: int) -> None:
+        """:meth:`ReadPosition.seek` in the session."""
+        session = self._session() if callable(self._session) else self._session
+        self.position.seek(epoch, records, session=session)
+
+
+def _variable(name: str, eager: bool) -> Any:
+    """An ``int64`` counter at 0; in graph mode, a local resource variable.
+
+    Local: initialized with the others, never in a checkpoint (a model's checkpoints
+    stay as they were).
+    """
+    if eager:
+        return tf.Variable(0, dtype=tf.int64, trainable=False, name=name)
+    return tf.compat.v1.Variable(
+        0,
+        dtype=tf.int64,
+        trainable=False,
+        name=name,
+        use_resource=True,
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+    )

@@ -203,8 +203,7 @@ def build_index(path: str, compression: str = "", *, block: int = INDEX_BLOCK) -
     starts: list[np.ndarray] = []
     count = end = 0
     try:
-        for batch in records.batch(_BATCH):
-            sizes = tf.strings.length(batch).numpy().astype(np.int64) + _FRAME
+        for sizes in _record_sizes(records, path, compression):
             if not compression:
                 firsts = end + np.concatenate(([0], np.cumsum(sizes[:-1])))
                 starts.append(firsts[::block])
@@ -224,6 +223,28 @@ def build_index(path: str, compression: str = "", *, block: int = INDEX_BLOCK) -
         )
     bounds = np.concatenate([*starts, [end]]).astype(np.int64)
     return RecordIndex(path, compression, key, count, block, bounds)
+
+
+def _record_sizes(records: tf.data.Dataset, path: str, compression: str) -> Iterator[np.ndarray]:
+    """The framed sizes of the file's records, a vector a batch of them.
+
+    Eagerly, from ``records`` in batches; in graph mode (``read_batches`` indexing a file
+    first read there), where a dataset cannot be iterated in Python, from TensorFlow's
+    Python record iterator.
+    """
+    if tf.executing_eagerly():
+        for batch in records.batch(_BATCH):
+            yield tf.strings.length(batch).numpy().astype(np.int64) + _FRAME
+        return
+    options = tf.io.TFRecordOptions(compression_type=compression or None)
+    sizes: list[int] = []
+    for record in tf.compat.v1.io.tf_record_iterator(path, options):
+        sizes.append(len(record) + _FRAME)
+        if len(sizes) == _BATCH:
+            yield np.array(sizes, np.int64)
+            sizes = []
+    if sizes:
+        yield np.array(sizes, np.int64)
 
 
 def _damaged(path: str, compression: str, read: int, error: Exception) -> CorruptRecordError:
