@@ -360,8 +360,7 @@ def _run_epoch(
 ) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     first = epoch == loop.initial_epoch
-    # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
-    # only the rest are run
+    # a run resumed mid-epoch: the steps already run count, and only the rest are run
     done = loop.initial_step if first else 0
     seekable = first and data is not None and steps_per_epoch is None
     position = data.position if seekable and data is not None else None
@@ -370,7 +369,11 @@ def _run_epoch(
     clock = _begin_epoch(
         runner, hooks, loop, epoch, first and position is None, steps_per_epoch, passes, first
     )
+    sought, done = done, loop.initial_step if first else 0  # as hooks left it by now
     if position is not None:
+        if done != sought:  # a hook moved the start in epoch_begin: seek there instead
+            position.seek(passes.started - 1, done * position.batch_size)
+            runner.start_epoch(restart_data=True)
         length = None  # the data's end ends the epoch
         loop.epoch_examples = done * position.batch_size * position.workers
         loop.epoch_steps = done
