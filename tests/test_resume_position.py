@@ -72,7 +72,7 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
 
 
 def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """BackupAndRestore through KerasCallbacks, resumed mid-epoch on shuffle='global'."""
     import keras
@@ -111,7 +111,10 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
 
     reference = train(tmp_path / "ref", None)
     train(tmp_path / "b", 30 + 11)  # in epoch 1 (30 steps an epoch), at its step 11
-    resumed = train(tmp_path / "b", None)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        resumed = train(tmp_path / "b", None)
+    assert "Resumed the input at epoch 1, record" in caplog.text  # a seek, not a replay
+    assert "Skipped" not in caplog.text
     np.testing.assert_allclose(resumed, reference, rtol=1e-5, atol=1e-6)
 
 
@@ -136,6 +139,45 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
     assert len(second["history"]["loss"]) == GRAPH_EPOCHS - 1
     for name, value in second["state"].items():
         np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
+
+
+@pytest.mark.slow  # two workers on 127.0.0.1, three clusters; about a minute of CPU
+def test_mwms_workers_resume_their_shares_by_a_seek(tmp_path: Path) -> None:
+    """shuffle='global' under MultiWorkerMirroredStrategy, a worker SIGTERMed mid-epoch."""
+    from _cluster import run_cluster
+
+    n = 600  # 2 files of 300: each worker's share 300 records, 19 batches of 16
+    tfrecord.write({"index": np.arange(n)}, tmp_path / "data" / "train", shards=2)
+    argv = ["tests/_multi_worker_child.py", "order", str(tmp_path / "data"), "{out}"]
+    env = {"GLOBAL_BATCH": "16", "ORDER_READ": "global"}
+
+    def cluster(out: str, extra: dict[str, str]) -> list:
+        args = [a.replace("{out}", out) for a in argv]
+        return run_cluster(args, 2, timeout=300, env={**env, **extra})
+
+    reference = [w.result() for w in cluster(str(tmp_path / "ref"), {})]
+    term = {"TERM_AT_EPOCH": "1", "TERM_AT_BATCH": "5", "TERM_TASK": "1"}
+    workers = cluster(str(tmp_path / "run"), term)
+    before = []
+    for worker in workers:
+        assert worker.returncode == 42, worker.stderr[-3000:]
+        line = [x for x in worker.stdout.splitlines() if x.startswith("PREEMPTED ")][-1]
+        before.append(json.loads(line[len("PREEMPTED ") :]))
+    step = before[0]["step"]
+    after = [w.result() for w in cluster(str(tmp_path / "run"), {})]
+    for ref, old, new in zip(reference, before, after, strict=True):
+        assert new["steps"] == ref["steps"]
+        assert old["seen"]["1"][:step] + new["seen"]["1"] == ref["seen"]["1"]
+        assert new["seen"]["2"] == ref["seen"]["2"]
+        assert new["position"]["epoch"] == EPOCHS  # the passes it read, counted
+    for epoch in ("1", "2"):
+        examples = [
+            i
+            for old, new in zip(before, after, strict=True)
+            for b in old["seen"].get(epoch, [])[:step] + new["seen"][epoch]
+            for i in b
+        ]
+        assert sorted(examples) == list(range(n)), epoch
 
 
 def _rchar() -> int:
