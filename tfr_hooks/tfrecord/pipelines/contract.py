@@ -79,7 +79,7 @@ class ReadFacts:
             start a pass anywhere: a resumed run seeks there instead of replaying the
             passes and batches before it. ``None`` when it cannot (``shuffle_buffer``
             streamed, the queue, the tf.data service, damaged files, bucketing,
-            ``num_epochs`` other than 1, graph mode, a plain dataset).
+            ``num_epochs`` other than 1, a plain dataset).
     """
 
     kind: PipelineKind | None = None
