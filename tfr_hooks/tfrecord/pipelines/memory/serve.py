@@ -257,7 +257,7 @@ class _Gather:
         if overlap:
             passes = passes.prefetch(1)
         if one_pass:  # its batches cut from its start (a multiple of the batch) on
-            batches = passes.rebatch(self.batch_size)
+            batches = passes.rebatch(self.batch_size, drop_remainder=self.drop_remainder)
         else:
             batches = passes.rebatch(sizes if len(set(sizes)) > 1 else sizes[0])
         if widen is None:
