@@ -94,10 +94,12 @@ class Passes:
 class Seekable(Protocol):
     """Input whose next pass can start at any epoch and record (see :class:`RunInput`)."""
 
-    #: This worker's examples a step.
+    #: The examples of a batch of this worker's share.
     batch_size: int
-    #: Workers sharing an epoch (a step takes ``batch_size`` examples on each).
+    #: Workers sharing an epoch (each reads its own share).
     workers: int
+    #: Steps a batch makes (a multi-worker strategy splits it among the replicas).
+    split: int
 
     def seek(self, epoch: int, records: int) -> None:
         """Start the next pass as epoch ``epoch``, at this worker's record ``records``."""
@@ -372,10 +374,12 @@ def _run_epoch(
     sought, done = done, loop.initial_step if first else 0  # as hooks left it by now
     if position is not None:
         if done != sought:  # a hook moved the start in epoch_begin: seek there instead
-            position.seek(passes.started - 1, done * position.batch_size)
+            position.seek(passes.started - 1, done // position.split * position.batch_size)
             runner.start_epoch(restart_data=True)
+        if done % position.split and runner.skips_batches:  # inside a split batch
+            runner.skip_batches(done % position.split)
         length = None  # the data's end ends the epoch
-        loop.epoch_examples = done * position.batch_size * position.workers
+        loop.epoch_examples = done * position.batch_size * position.workers // position.split
         loop.epoch_steps = done
     else:
         length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
@@ -437,7 +441,7 @@ def _seek(position: Seekable, passes: Passes, epoch: int, done: int) -> None:
     already started count: a second run of one loop goes on with new passes).
     """
     number = max(epoch, passes.started)
-    records = done * position.batch_size
+    records = done // position.split * position.batch_size  # whole batches of the share
     position.seek(number, records)
     passes.started = number
     if number or records:

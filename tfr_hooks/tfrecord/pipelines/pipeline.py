@@ -149,7 +149,16 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     workers = current_task().num_workers
     streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
     if streamed and options.shuffle == "global" and not plan.compression:
-        return ReadPosition(options.batch_size, workers=workers, seed=options.seed)
+        if workers == 1:
+            return ReadPosition(options.batch_size, seed=options.seed)
+        # under MultiWorkerMirroredStrategy each batch of a worker's share makes
+        # `workers` steps (the strategy splits it among the replicas); a graph-mode
+        # cluster restores on the chief only, and a split that is not even replays
+        if tf.executing_eagerly() and options.batch_size % workers == 0:
+            return ReadPosition(
+                options.batch_size, workers=workers, split=workers, seed=options.seed
+            )
+        return None
     if workers > 1:
         return None
     if kind.in_memory:

@@ -37,14 +37,18 @@ class ReadPosition:
     variables live in the graph the reader was built in (initialized with the others).
 
     Args:
-        batch_size: This worker's examples a batch (a step).
+        batch_size: The examples of a batch of this worker's share (the reader's).
         workers: The workers sharing an epoch (each reads its own share).
+        split: The steps one batch makes: under ``MultiWorkerMirroredStrategy``, the
+            workers (the strategy splits each worker's batch among the replicas), else 1.
         seed: The seed of the passes' orders (kept with the position, as a record of
             what it means), or ``None`` when unshuffled.
     """
 
-    def __init__(self, batch_size: int, *, workers: int = 1, seed: int | None = None) -> None:
-        self.batch_size, self.workers, self.seed = batch_size, workers, seed
+    def __init__(
+        self, batch_size: int, *, workers: int = 1, split: int = 1, seed: int | None = None
+    ) -> None:
+        self.batch_size, self.workers, self.split, self.seed = batch_size, workers, split, seed
         self._eager = tf.executing_eagerly()
         with tf.init_scope():
             self.epoch = _variable("read_epoch", self._eager)
@@ -131,6 +135,7 @@ class SessionPosition:
     def __init__(self, position: ReadPosition, session: Any) -> None:
         self.position = position
         self.batch_size, self.workers = position.batch_size, position.workers
+        self.split = position.split
         self._session = session
 
     def seek(self, epoch: int, records: int) -> None:
