@@ -49,6 +49,7 @@ from tensorflow.core.example import example_pb2
 
 import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.errors import CorruptRecordError
+from tfr_hooks.tfrecord.index import INDEX_BLOCK, RecordIndex, file_key
 
 __all__ = [
     "CorruptRecord",
@@ -58,6 +59,7 @@ __all__ = [
     "scan_damage",
     "scan_file",
     "masked_crc32c",
+    "whole_runs",
     "CHUNK_BYTES",
 ]
 
@@ -541,3 +543,37 @@ def _chunks(found: FileDamage) -> tuple[Any, ...]:
 
 def _size(path: str) -> int:
     return int(tf.io.gfile.stat(path).length)
+
+
+def whole_runs(found: FileDamage, *, block: int = INDEX_BLOCK) -> list[RecordIndex]:
+    """The record indexes of a damaged uncompressed file's runs of whole records.
+
+    A run is a stretch of consecutive whole records with no damage between them: it is
+    indexed as a file of its own (one offset a ``block`` and the run's end), so that
+    ``shuffle="global"`` reads blocks of whole records only and never enters the damage
+    (:class:`~tfr_hooks.tfrecord.order.GlobalOrder` takes each run as a file). The
+    damaged spans are left out, as the streamed reads skip them.
+
+    Args:
+        found: The scan of a damaged, uncompressed file (:attr:`FileDamage.ranged`).
+        block: Records a block.
+
+    Raises:
+        ValueError: The file is not damaged, or is compressed.
+    """
+    if not found.ranged:
+        raise ValueError(
+            "Expected the scan of a damaged uncompressed file. "
+            f"Received: file={found.file!r}, compression={found.compression!r}, "
+            f"damaged={found.damaged}"
+        )
+    starts = np.asarray(found.offsets, np.int64) - _HEADER
+    ends = np.asarray(found.offsets, np.int64) + np.asarray(found.lengths, np.int64) + _FOOTER
+    breaks = (np.flatnonzero(starts[1:] != ends[:-1]) + 1).tolist()
+    key = file_key(found.file)
+    runs = []
+    for low, high in zip([0, *breaks], [*breaks, len(starts)], strict=True):
+        if high > low:
+            bounds = np.concatenate([starts[low:high:block], ends[high - 1 : high]])
+            runs.append(RecordIndex(found.file, "", key, high - low, block, bounds))
+    return runs

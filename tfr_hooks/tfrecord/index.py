@@ -198,13 +198,11 @@ def build_index(path: str, compression: str = "", *, block: int = INDEX_BLOCK) -
         CorruptRecordError: A record of the file is damaged (naming the file and record).
     """
     key = file_key(path)
-    # batched, then measured eagerly: a traced map would cost more than a small file's read
-    records = tf.data.TFRecordDataset([path], compression_type=compression, buffer_size=1 << 20)
     starts: list[np.ndarray] = []
     count = end = 0
     try:
-        for batch in records.batch(_BATCH):
-            sizes = tf.strings.length(batch).numpy().astype(np.int64) + _FRAME
+        for lengths in _record_lengths(path, compression):
+            sizes = lengths.astype(np.int64) + _FRAME
             if not compression:
                 firsts = end + np.concatenate(([0], np.cumsum(sizes[:-1])))
                 starts.append(firsts[::block])
@@ -224,6 +222,33 @@ def build_index(path: str, compression: str = "", *, block: int = INDEX_BLOCK) -
         )
     bounds = np.concatenate([*starts, [end]]).astype(np.int64)
     return RecordIndex(path, compression, key, count, block, bounds)
+
+
+def _record_lengths(path: str, compression: str) -> Iterator[np.ndarray]:
+    """The lengths of the records of ``path``, a batch of them at a time.
+
+    Eagerly, TensorFlow's reader is iterated at once; in graph mode (``read_batches``
+    building a pipeline), in a graph and session of its own, so that nothing is added
+    to the caller's graph.
+    """
+
+    def batches() -> tf.data.Dataset:
+        # batched, then measured: a traced map would cost more than a small file's read
+        records = tf.data.TFRecordDataset([path], compression_type=compression, buffer_size=1 << 20)
+        return records.batch(_BATCH)
+
+    if tf.executing_eagerly():
+        for batch in batches():
+            yield tf.strings.length(batch).numpy()
+        return
+    with tf.Graph().as_default():
+        lengths = tf.strings.length(tf.compat.v1.data.make_one_shot_iterator(batches()).get_next())
+        with tf.compat.v1.Session() as session:
+            while True:
+                try:
+                    yield session.run(lengths)
+                except tf.errors.OutOfRangeError:
+                    return
 
 
 def _damaged(path: str, compression: str, read: int, error: Exception) -> CorruptRecordError:
