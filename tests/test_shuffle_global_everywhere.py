@@ -7,6 +7,7 @@ pipeline and the tf.data service refuse it, saying why and what to use.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -243,3 +244,26 @@ def test_queue_and_service_say_why_and_what_works(plain: list[str]) -> None:
         tfrecord.read_batches(plain, 8, shuffle="global", pipeline="queue")
     with pytest.raises(ValueError, match=r"service=.*one file at a time.*without service="):
         tfrecord.dataset(plain, 8, shuffle="global", service="grpc://localhost:1")
+
+
+# -- workers --------------------------------------------------------------------------------
+
+
+def test_workers_share_packed_and_damaged_reads_disjointly(
+    packed_classes: str, damaged: tuple[list[str], np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files, whole = damaged
+    cases = [
+        (packed_classes, {}, np.arange(12_000)),
+        (files, {"max_corrupt_records": 3}, whole),
+    ]
+    for source, extra, expected in cases:
+        shares = []
+        for worker in range(2):
+            cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+            config = {"cluster": cluster, "task": {"type": "worker", "index": worker}}
+            monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+            data = tfrecord.dataset(source, 64, shuffle="global", seed=3, **extra)
+            shares.append(_epochs(data, "id", 1)[0])
+        assert not set(shares[0]) & set(shares[1])
+        np.testing.assert_array_equal(np.sort(np.concatenate(shares)), np.sort(expected))
