@@ -129,7 +129,9 @@ def main() -> None:
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"{platform.node()}, {os.cpu_count()} cores (shared), TensorFlow {tf.__version__}; "
         f"20 classes x 6,000 records in 4 class-ordered files ({size:.1f} MB), batch 256, "
-        f"{args.rounds} paired rounds.",
+        f"{args.rounds} paired rounds; 1-minute load average {os.getloadavg()[0]:.1f} at the "
+        "end (other processes share the cores: compare the ratios of one run, each a "
+        "median of rounds that ran back to back).",
         "",
         "| row | figure | target |",
         "| --- | --- | --- |",
