@@ -42,12 +42,12 @@ from tfr_hooks.tfrecord.pipelines.memory.serve import (
     memory_dataset,
 )
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
-from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
-from tfr_hooks.tfrecord.pipelines.packed import packed_dataset
+from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW, GlobalOrder
+from tfr_hooks.tfrecord.pipelines.packed import packed_dataset, unpack, window_salt
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pipelines.pools import batch_pools
-from tfr_hooks.tfrecord.pipelines.position import ReadPosition
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition, position_of
 from tfr_hooks.tfrecord.pipelines.ragged import (
     RaggedArray,
     Shaping,
@@ -59,14 +59,14 @@ from tfr_hooks.tfrecord.pipelines.ragged import (
 from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.sources.framing import Files
-from tfr_hooks.tfrecord.sources.index import index_files
+from tfr_hooks.tfrecord.sources.index import RecordIndex, index_runs, record_index
 
 __all__ = [
     "plan_of",
     "choose_kind",
     "build_pipeline",
-    "position_of",
     "global_record_batches",
+    "global_windows",
     "worker_index",
     "serve",
     "finish",
@@ -116,12 +116,12 @@ def build_pipeline(
 ) -> tuple[tf.data.Dataset, int | None, ReadPosition | None]:
     """The ``tf.data`` pipeline of ``kind``, the examples of a pass, and its position.
 
-    The examples are ``None`` when unknown; the position (see :func:`position_of`) is
-    ``None`` when the pipeline cannot start a pass anywhere, or when not ``seekable``
-    (asked by :func:`~tfr_hooks.tfrecord.source`, whose facts carry it: a pass entered
-    at a position is shorter, so the dataset asserts no cardinality). Its elements are
-    what the reader returns: dicts of batch tensors, or tuples when ``as_tuple`` names
-    the features.
+    The examples are ``None`` when unknown; the position (see
+    :func:`~tfr_hooks.tfrecord.pipelines.position.position_of`) is ``None`` when the pipeline cannot start a pass anywhere, or when not ``seekable``
+    (asked by :func:`~tfr_hooks.tfrecord.source` and ``read_batches``, whose facts carry
+    it: a pass entered at a position is shorter, so the dataset asserts no
+    cardinality). Its elements are what the reader returns: dicts of batch tensors, or
+    tuples when ``as_tuple`` names the features.
     """
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
@@ -131,42 +131,6 @@ def build_pipeline(
         finished = finish(data, None, prefetch=None, autotune=options.config.autotune)
         return finished, examples, position
     return _build_dataset(plan, options, position), plan.examples, position
-
-
-def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPosition | None:
-    """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
-
-    One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
-    this process (no service), undamaged, not bucketed: ``shuffle="global"`` streamed
-    (each worker its share), and on one worker the in-memory pipelines (any shuffle)
-    and an unshuffled stream read in a fixed order. Else ``None``: a resumed run
-    replays (``shuffle_buffer`` streamed, the packed shards).
-    """
-    if options.num_epochs != 1 or options.service is not None:
-        return None
-    if plan.damage is not None or options.shaping.bucket_boundaries is not None:
-        return None
-    workers = current_task().num_workers
-    streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
-    if streamed and options.shuffle == "global" and not plan.compression:
-        if workers == 1:
-            return ReadPosition(options.batch_size, seed=options.seed)
-        # under MultiWorkerMirroredStrategy each batch of a worker's share makes
-        # `workers` steps (the strategy splits it among the replicas); a graph-mode
-        # cluster restores on the chief only, and a split that is not even replays
-        if tf.executing_eagerly() and options.batch_size % workers == 0:
-            return ReadPosition(
-                options.batch_size, workers=workers, split=workers, seed=options.seed
-            )
-        return None
-    if workers > 1:
-        return None
-    if kind.in_memory:
-        return ReadPosition(options.batch_size, seed=options.seed)
-    unshuffled = options.shuffle is None and not options.shuffle_buffer
-    if streamed and unshuffled and not plan.compression and options.config.deterministic:
-        return ReadPosition(options.batch_size)
-    return None
 
 
 def _build_dataset(
@@ -193,14 +157,9 @@ def _build_dataset(
         if bucketed
         else options
     )
-    if plan.per_record > 1 and options.shuffle is not None:
-        raise ValueError(
-            "Expected shuffle=None with packed shards (shuffle='global' reads files of one "
-            "example a record, streamed or in memory, for now; shuffle packed shards with "
-            f"shuffle_buffer). Received: shuffle={options.shuffle!r}, "
-            f"files={list(plan.files)[:3]!r}"
-        )
-    if plan.per_record > 1:  # packed shards
+    if plan.per_record > 1 and options.shuffle == "global":
+        parsed = _global_packed(plan, read, calls)
+    elif plan.per_record > 1:  # packed shards
         parsed = packed_dataset(
             plan.files,
             plan.compression,
@@ -303,13 +262,13 @@ def _stream_batches(
     :func:`~tfr_hooks.tfrecord.pipelines.passes.record_passes`), reproducibly given ``seed``. With
     ``shuffle="global"``, the batches of :func:`global_record_batches`.
     """
-    if options.shuffle == "global":
-        batches = global_record_batches(plan, options, position)
-        return batches.map(
+    if options.shuffle == "global":  # parsed a window at once, then cut into batches
+        windows = global_windows(plan, options, position=position).map(
             plan.schema.parse_batch,
             num_parallel_calls=calls,
             deterministic=options.config.deterministic,
         )
+        return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
     if position is not None:  # unshuffled, entered where the position is
         records = stream_from_position(
             plan.files, reads=reads, deterministic=options.config.deterministic, position=position
@@ -338,10 +297,24 @@ def _stream_batches(
     )
 
 
-def global_record_batches(
-    plan: Plan, options: ReadOptions, position: ReadPosition | None = None
-) -> tf.data.Dataset:
+def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     """Batches of serialized records in the global order (``shuffle="global"``).
+
+    The windows of :func:`global_windows` cut into batches of ``batch_size``.
+    """
+    return global_windows(plan, options).rebatch(
+        options.batch_size, drop_remainder=options.drop_remainder
+    )
+
+
+def global_windows(
+    plan: Plan,
+    options: ReadOptions,
+    *,
+    window: int = DEFAULT_WINDOW,
+    position: ReadPosition | None = None,
+) -> tf.data.Dataset:
+    """Windows of serialized records in the global order (``shuffle="global"``): vectors.
 
     Every new iterator (in graph mode, every initialization of one) reads the next
     ``num_epochs`` epochs of :class:`~tfr_hooks.tfrecord.pipelines.order.GlobalOrder`: eagerly, a
@@ -353,9 +326,17 @@ def global_record_batches(
     every worker then uses the common seed of
     :func:`~tfr_hooks.tfrecord.pipelines.sharding.shared_seed`, and worker ``i`` of ``n`` reads
     the share ``shard=(i, n)`` of every epoch (the reader turns the strategy's own
-    sharding off). With a ``position`` (one epoch an iterator), each new iterator reads
-    the epoch and the records it holds when the iterator starts: a resumed run seeks
-    there instead of replaying.
+    sharding off). With ``max_corrupt_records``, a damaged file's runs of whole records
+    are ordered as files of their own (:func:`~tfr_hooks.tfrecord.sources.index.index_runs`):
+    the damage is never read.
+
+    Args:
+        plan: The files (uncompressed), and the damage found in them.
+        options: The reader's options (``seed``, ``num_epochs``).
+        window: Records a window (packed shards: records of ``per_record`` examples).
+        position: Where each new iterator starts (one epoch an iterator): it reads the
+            epoch and the records the position holds then, so a resumed run seeks there
+            instead of replaying.
 
     Raises:
         ValueError: The files are compressed (naming ``shuffle``).
@@ -368,15 +349,18 @@ def global_record_batches(
             f"compression={plan.compression!r}"
         )
     task = current_task()
-    seed = _global_seed(options, task)
+    seed = options.seed
+    if seed is None:
+        seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
+        logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
     order = GlobalOrder(
-        index_files(plan.files, plan.compression),
+        _global_indexes(plan),
         seed=seed,
+        window=window,
         shard=(worker_index(task), task.num_workers),
     )
     if position is not None:
-        windows = position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
-        return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+        return position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
     num_epochs = options.num_epochs
     span = num_epochs if num_epochs is not None else 1 << 40
     if tf.executing_eagerly():
@@ -389,17 +373,42 @@ def global_record_batches(
         drawn = tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=seed)
         passes = tf.data.Dataset.from_tensors(drawn)
     epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
-    windows = epochs.flat_map(order.windows_of)
-    return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+    return epochs.flat_map(order.windows_of)
 
 
-def _global_seed(options: ReadOptions, task: TaskInfo) -> int:
-    """The seed of the global order: ``seed``, or one drawn (the cluster's shared one)."""
-    seed = options.seed
-    if seed is None:
-        seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
-        logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
-    return seed
+def _global_indexes(plan: Plan) -> list[RecordIndex]:
+    """The record indexes the global order reads: a damaged file's runs of whole records."""
+    damage = plan.damage
+    indexes: list[RecordIndex] = []
+    for path in plan.files:
+        found = damage.of(path) if damage is not None else None
+        if found is not None and found.damaged:
+            indexes.extend(index_runs(path, found.offsets, found.lengths))
+        else:
+            indexes.append(record_index(path, plan.compression))
+    return indexes
+
+
+def _global_packed(plan: Plan, options: ReadOptions, calls: int) -> tf.data.Dataset:
+    """Batches of examples from packed shards in the global order (``shuffle="global"``).
+
+    The global order runs over the records (each a block of ``per_record`` examples) in
+    windows of about :data:`~tfr_hooks.tfrecord.pipelines.order.DEFAULT_WINDOW` examples; each
+    window is unpacked at once and its examples put in an order drawn from its records
+    (the window's one vectorized permutation, as a packed ``shuffle_buffer`` window),
+    then cut into batches.
+    """
+    per_record = plan.per_record
+    windows = global_windows(plan, options, window=max(1, DEFAULT_WINDOW // per_record))
+
+    def unpack_window(serialized: Any) -> dict[str, Any]:
+        salt = window_salt(serialized, 0)
+        return unpack(plan.schema, serialized, per_record, order_seed=salt)
+
+    examples = windows.map(
+        unpack_window, num_parallel_calls=calls, deterministic=options.config.deterministic
+    )
+    return examples.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
 
 
 def worker_index(task: TaskInfo) -> int:

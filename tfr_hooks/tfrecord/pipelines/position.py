@@ -22,11 +22,17 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-__all__ = ["ReadPosition", "SessionPosition"]
+from tfr_hooks.task import current_task
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
+
+if TYPE_CHECKING:
+    from tfr_hooks.tfrecord.pipelines.plan import Plan
+
+__all__ = ["ReadPosition", "SessionPosition", "position_of"]
 
 
 class ReadPosition:
@@ -160,3 +166,39 @@ def _variable(name: str, eager: bool) -> Any:
         use_resource=True,
         collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
     )
+
+
+def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPosition | None:
+    """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
+
+    One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
+    this process (no service), undamaged, not bucketed: ``shuffle="global"`` streamed
+    (each worker its share), and on one worker the in-memory pipelines (any shuffle)
+    and an unshuffled stream read in a fixed order. Else ``None``: a resumed run
+    replays (``shuffle_buffer`` streamed, the packed shards).
+    """
+    if options.num_epochs != 1 or options.service is not None:
+        return None
+    if plan.damage is not None or options.shaping.bucket_boundaries is not None:
+        return None
+    workers = current_task().num_workers
+    streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
+    if streamed and options.shuffle == "global" and not plan.compression:
+        if workers == 1:
+            return ReadPosition(options.batch_size, seed=options.seed)
+        # under MultiWorkerMirroredStrategy each batch of a worker's share makes
+        # `workers` steps (the strategy splits it among the replicas); a graph-mode
+        # cluster restores on the chief only, and a split that is not even replays
+        if tf.executing_eagerly() and options.batch_size % workers == 0:
+            return ReadPosition(
+                options.batch_size, workers=workers, split=workers, seed=options.seed
+            )
+        return None
+    if workers > 1:
+        return None
+    if kind.in_memory:
+        return ReadPosition(options.batch_size, seed=options.seed)
+    unshuffled = options.shuffle is None and not options.shuffle_buffer
+    if streamed and unshuffled and not plan.compression and options.config.deterministic:
+        return ReadPosition(options.batch_size)
+    return None
