@@ -117,11 +117,12 @@ def build_pipeline(
     """The ``tf.data`` pipeline of ``kind``, the examples of a pass, and its position.
 
     The examples are ``None`` when unknown; the position (see
-    :func:`~tfr_hooks.tfrecord.pipelines.position.position_of`) is ``None`` when the pipeline cannot start a pass anywhere, or when not ``seekable``
-    (asked by :func:`~tfr_hooks.tfrecord.source` and ``read_batches``, whose facts carry
-    it: a pass entered at a position is shorter, so the dataset asserts no
-    cardinality). Its elements are what the reader returns: dicts of batch tensors, or
-    tuples when ``as_tuple`` names the features.
+    :func:`~tfr_hooks.tfrecord.pipelines.position.position_of`) is ``None`` when the
+    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by
+    :func:`~tfr_hooks.tfrecord.source` and ``read_batches``, whose facts carry it: a
+    pass entered at a position is shorter, so the dataset asserts no cardinality). Its
+    elements are what the reader returns: dicts of batch tensors, or tuples when
+    ``as_tuple`` names the features.
     """
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
