@@ -204,7 +204,11 @@ def _graph_batches(
     if options.service is not None:
         data = serve(data, options.service)
     iterator = tf.compat.v1.data.make_initializable_iterator(data)
-    return iterator.get_next(), [iterator.initializer], num_examples, position
+    initializer = iterator.initializer
+    if position is not None:  # its variables ready before the pass reads them
+        with tf.control_dependencies([position.initialize_once()]):
+            initializer = tf.group(iterator.initializer)
+    return iterator.get_next(), [initializer], num_examples, position
 
 
 def _batch_size_of(tensor: Any) -> Any:

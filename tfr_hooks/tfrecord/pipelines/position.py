@@ -83,6 +83,23 @@ class ReadPosition:
 
         return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(take)
 
+    def initialize_once(self) -> Any:
+        """Graph mode: an op initializing the variables when they are not yet (else nothing).
+
+        The reader runs it with the iterator's initializer, so that a session which
+        initializes no local variable reads all the same, and one that seeked keeps its
+        position.
+        """
+
+        def once(variable: Any) -> Any:
+            return tf.cond(
+                variable.is_initialized(),
+                lambda: tf.constant(0, tf.int64),
+                lambda: tf.identity(variable.assign(0)),
+            )
+
+        return tf.group(once(self.epoch), once(self.records))
+
     def seek(self, epoch: int, records: int, session: Any = None) -> None:
         """Start the next pass as epoch ``epoch``, at this worker's record ``records``.
 
