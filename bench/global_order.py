@@ -62,8 +62,8 @@ def main() -> None:
     args = parser.parse_args()
     import tensorflow as tf
 
-    from tfr_hooks.tfrecord.index import build_index
-    from tfr_hooks.tfrecord.order import GlobalOrder
+    from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
+    from tfr_hooks.tfrecord.sources.index import build_index
 
     features = {
         "label": tf.io.FixedLenFeature([], tf.int64),

@@ -64,8 +64,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
-from tfr_hooks.tfrecord.memory import serve
-from tfr_hooks.tfrecord.memory.loading import aligned_empty
+from tfr_hooks.tfrecord.pipelines.memory import serve
+from tfr_hooks.tfrecord.pipelines.memory.loading import aligned_empty
 
 __all__ = ["arrays_of", "cached_pipeline", "file_pipeline", "memory_pipeline", "main"]
 

@@ -206,7 +206,7 @@ class Pool:
         """
         import bench_entry as entries
 
-        from tfr_hooks.tfrecord.sharding import loopback_cluster  # no TensorFlow import
+        from tfr_hooks.tfrecord.pipelines.sharding import loopback_cluster  # no TensorFlow import
 
         started = []
         for config in loopback_cluster(workers):

@@ -119,7 +119,7 @@ def write_data(data_dir: Path) -> dict[str, Path]:
 
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Run this script as ``args.workers`` workers of a loopback cluster; return 0 if all ran."""
-    from tfr_hooks.tfrecord.sharding import loopback_cluster
+    from tfr_hooks.tfrecord.pipelines.sharding import loopback_cluster
 
     write_data(args.data_dir)  # once, before the workers start reading
     child_argv = [sys.argv[0], *_without_workers(argv)]

@@ -1,7 +1,8 @@
 """Start a cluster of worker processes on loopback ports, each with a timeout.
 
-Every process gets its own ``TF_CONFIG`` (from :func:`tfr_hooks.tfrecord.sharding.loopback_cluster`,
-so only ``127.0.0.1`` ports) and is killed in a ``finally`` if still running.
+Every process gets its own ``TF_CONFIG`` (from
+:func:`tfr_hooks.tfrecord.pipelines.sharding.loopback_cluster`, so only ``127.0.0.1``
+ports) and is killed in a ``finally`` if still running.
 
 The processes are real ones, forked from a ``multiprocessing`` fork server that imported
 TensorFlow and Keras once (the pytest process itself does not fork): a worker then starts
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfr_hooks.tfrecord.sharding import loopback_cluster
+from tfr_hooks.tfrecord.pipelines.sharding import loopback_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 

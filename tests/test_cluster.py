@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from _cluster import ROOT, child_env, run_cluster
 from tfr_hooks import SessionLoop, TensorBoardLogger
-from tfr_hooks.tfrecord.sharding import loopback_cluster
+from tfr_hooks.tfrecord.pipelines.sharding import loopback_cluster
 
 CHILD = "tests/_graph_cluster_child.py"
 EXAMPLES = {0: 48, 1: 80}  # each worker's own file; 2 passes of batches of 8

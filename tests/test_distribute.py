@@ -20,7 +20,7 @@ import tfr_hooks
 from helpers import keras_regressor
 from tfr_hooks import distribute, tfrecord
 from tfr_hooks.chief_only import ChiefOnlyWriting
-from tfr_hooks.tfrecord import sharding
+from tfr_hooks.tfrecord.pipelines import sharding
 
 v1 = tf.compat.v1
 Policy = tf.data.experimental.AutoShardPolicy
@@ -314,7 +314,7 @@ def test_a_lost_worker_has_one_spelling_whichever_part_of_tensorflow_names_it() 
 
 
 def test_the_steps_a_pass_makes_under_a_multi_worker_strategy() -> None:
-    from tfr_hooks.tfrecord.sharding import distributed_steps
+    from tfr_hooks.tfrecord.pipelines.sharding import distributed_steps
 
     policies = tf.data.experimental.AutoShardPolicy
 

@@ -27,7 +27,7 @@ SIZES, BATCH = (161, 144), 16
 
 def test_cardinality_is_the_steps_a_pass_makes_under_file_sharding(tmp_path: Path) -> None:
     from tfr_hooks import tfrecord
-    from tfr_hooks.tfrecord.sharding import file_sharded_steps
+    from tfr_hooks.tfrecord.pipelines.sharding import file_sharded_steps
 
     start = 0
     for index, size in enumerate(SIZES):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from _cluster import run_cluster
-from tfr_hooks.tfrecord.sharding import loopback_cluster
+from tfr_hooks.tfrecord.pipelines.sharding import loopback_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from tfr_hooks.hooks import HookList
 from tfr_hooks.input_report import CORRUPT_RECORDS, EXAMPLES_PER_SEC, WAIT_SHARE
 from tfr_hooks.runners import StepResult
 from tfr_hooks.tfrecord import CorruptRecord
-from tfr_hooks.tfrecord.contract import ReadFacts
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts
 
 
 class Waiting(FakeRunner):

@@ -85,7 +85,7 @@ def _stats(share: float, *, secs_per_step: float = 0.01, epoch: int = 0) -> Inpu
 def _streamed(decoded: int, record: float) -> InputFacts:
     """The facts of a streamed read whose files measured so (memory budget 1 GB)."""
     from tfr_hooks.tfrecord import PipelineKind, ReadFacts
-    from tfr_hooks.tfrecord.decide import DataFacts
+    from tfr_hooks.tfrecord.pipelines.decide import DataFacts
 
     measured = DataFacts(decoded_nbytes=decoded, memory_budget=10**9, record_nbytes=record)
     return InputFacts(ReadFacts(kind=PipelineKind.STREAMED), measured)

@@ -207,7 +207,7 @@ print("\\n".join(loaded))
 @pytest.mark.slow
 def test_the_tfrecord_layer_loads_no_hook_or_loop_module() -> None:
     loaded = set(python_output(SCRIPT).split())
-    assert "tfr_hooks.tfrecord.read" in loaded
+    assert "tfr_hooks.tfrecord.pipelines.read" in loaded
     outside = {m for m in loaded if layer(m) != "tfrecord" and m != "tfr_hooks"}
     assert outside <= TFRECORD_MAY_USE, sorted(outside)
 
@@ -216,7 +216,7 @@ def test_the_tfrecord_modules_import_each_other_without_a_cycle() -> None:
     """Each tfrecord module's imports, at any depth of its code, form an acyclic graph."""
     tfrecord = {m for m in MODULES if layer(m) == "tfrecord" and m != "tfr_hooks.tfrecord"}
     graph = {m: sorted(imports(MODULES[m]) & tfrecord - {m}) for m in tfrecord}
-    assert "tfr_hooks.tfrecord.sidecar" in graph["tfr_hooks.tfrecord.sources.base"]
+    assert "tfr_hooks.tfrecord.schema.sidecar" in graph["tfr_hooks.tfrecord.sources.base"]
     done: set[str] = set()
 
     def visit(module: str, path: tuple[str, ...]) -> None:

@@ -76,7 +76,7 @@ def test_distribute_holds_what_a_multi_worker_user_needs() -> None:
 
 def test_tfrecord_surface_is_unchanged_by_the_sidecar_module() -> None:
     from tfr_hooks import tfrecord
-    from tfr_hooks.tfrecord import sidecar
+    from tfr_hooks.tfrecord.schema import sidecar
 
     assert tfrecord.SCHEMA_FILENAME == "schema.json"
     assert tfrecord.load_schema is sidecar.load_schema

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 import tfr_hooks
 from helpers import EpochSizes
 from tfr_hooks import FunctionLoop, tfrecord
-from tfr_hooks.tfrecord.options import PipelineKind
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 
 v1 = tf.compat.v1
 
@@ -256,7 +256,7 @@ def test_served_epochs_are_exact(files, service, loop, drop):
 @pytest.mark.size_matrix
 def test_encoded_kind_is_what_the_budget_chooses(files, caplog):
     n, plain, packed = files
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
         tfrecord.dataset(**_reader_args("encoded", n, plain, packed, False))
     assert "holding the encoded records in memory" in caplog.text
 
@@ -273,7 +273,7 @@ def test_encoded_kind_is_what_the_budget_chooses(files, caplog):
 @pytest.mark.slow  # hypothesis: many in-memory passes in both modes; about 2 s of CPU
 def test_in_memory_passes_are_exact_in_both_modes(n, batch, drop, shuffle):
     """The in-memory gather alone: every pass, eager and graph, holds the exact batches."""
-    from tfr_hooks.tfrecord.memory.serve import memory_dataset
+    from tfr_hooks.tfrecord.pipelines.memory.serve import memory_dataset
 
     arrays = {"index": np.arange(n, dtype=np.int64)}
     kwargs = dict(shuffle=shuffle, seed=3, drop_remainder=drop, num_epochs=1, prefetch=1)

@@ -12,8 +12,8 @@ from tfr_hooks import tfrecord
 from tfr_hooks.input_report import InputFacts, InputStats, remedy
 from tfr_hooks.measure import Measurement, PipelineRate, recommend
 from tfr_hooks.tfrecord import PipelineKind
-from tfr_hooks.tfrecord.contract import ReadFacts
-from tfr_hooks.tfrecord.decide import SMALL_RECORD_BYTES, DataFacts, decide
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts
+from tfr_hooks.tfrecord.pipelines.decide import SMALL_RECORD_BYTES, DataFacts, decide
 
 MB = 10**6
 BOUND = InputStats(0, 100, 3200, wait_secs=0.5, step_secs=1.0)  # input-bound

@@ -1,4 +1,4 @@
-"""Decoding values, in one home (``tfrecord/decode.py``): raw bytes, images, ZLIB tensors."""
+"""Decoding values, in one home (``tfrecord/schema/decode.py``): raw bytes, images, ZLIB tensors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.decode import decode_images, inflate, raw_values
+from tfr_hooks.tfrecord.schema.decode import decode_images, inflate, raw_values
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bool", "uint32", "uint64", "int16", "float64"])

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
-from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 
 try:
     from _tfrecord_data import (

@@ -1,4 +1,4 @@
-"""tfr_hooks.tfrecord.index: the record index, built once, kept, keyed, locked, checked."""
+"""tfr_hooks.tfrecord.sources.index: the record index, built once, kept, keyed, locked, checked."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tfr_hooks import tf_private
 from tfr_hooks.tfrecord import CorruptRecordError
-from tfr_hooks.tfrecord import index as ix
+from tfr_hooks.tfrecord.sources import index as ix
 
 
 def write(path: Path, sizes: list[int], options: str | None = None) -> list[bytes]:
@@ -162,7 +162,7 @@ def test_a_truncated_file_names_the_file(tmp_path: Path) -> None:
 _BUILD = """
 import hashlib, logging, sys
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-from tfr_hooks.tfrecord.index import record_index
+from tfr_hooks.tfrecord.sources.index import record_index
 index = record_index(sys.argv[1])
 print(index.count, hashlib.sha256(index.bounds.tobytes()).hexdigest(), flush=True)
 """

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tfr_hooks import tfrecord
 from tfr_hooks.input_report import InputFacts, InputStats, facts_of_read, remedy
 from tfr_hooks.tfrecord import PipelineKind, ReadFacts
-from tfr_hooks.tfrecord.decide import DataFacts
+from tfr_hooks.tfrecord.pipelines.decide import DataFacts
 
 WIDE = 10_000  # map_fn's output per example: 40 kB of float32, from 12 bytes stored
 

@@ -150,7 +150,7 @@ def test_graph_mode_reshuffles_at_each_initialization_reproducibly(shards):
 
 def _passes(arrays: dict[str, np.ndarray], drop: bool, passes: int) -> list[list[np.ndarray]]:
     """Batches (``index``) of ``passes`` passes of ``memory_dataset``, a new iterator each."""
-    from tfr_hooks.tfrecord.memory.serve import memory_dataset
+    from tfr_hooks.tfrecord.pipelines.memory.serve import memory_dataset
 
     ds = memory_dataset(
         arrays, 128, shuffle=True, seed=4, drop_remainder=drop, num_epochs=1, prefetch=2
@@ -160,7 +160,7 @@ def _passes(arrays: dict[str, np.ndarray], drop: bool, passes: int) -> list[list
 
 @pytest.mark.parametrize("drop", [False, True])
 def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, drop):
-    from tfr_hooks.tfrecord.memory import serve
+    from tfr_hooks.tfrecord.pipelines.memory import serve
 
     arrays = _arrays()
     assert serve._Gather(arrays, 128, True, drop, None).whole  # 20 KB: gathered whole
@@ -177,7 +177,7 @@ def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, dro
 
 
 def test_unaligned_arrays_are_served_whole_and_right():
-    from tfr_hooks.tfrecord.memory.serve import memory_dataset
+    from tfr_hooks.tfrecord.pipelines.memory.serve import memory_dataset
 
     arrays = _arrays()
     unaligned = np.empty(arrays["x"].nbytes + 4, np.uint8)[4:].view(np.float32).reshape(-1, 3)
@@ -250,7 +250,7 @@ def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
     # a multi-device tf.data function is optimized by Grappler at every new iterator (in
     # graph mode, every initialization): milliseconds of each in-memory pass's start
     from tfr_hooks import tf_private
-    from tfr_hooks.tfrecord.memory import serve
+    from tfr_hooks.tfrecord.pipelines.memory import serve
 
     plain = serve.single_device_map(tf.data.Dataset.range(5), lambda x: x * 2)
     assert isinstance(plain, tf_private.single_device_map_class())  # not the fallback map
@@ -319,7 +319,7 @@ def test_keras_fit_knows_the_epoch_length(shards, recwarn):
 )
 def test_auto_picks_each_side_of_the_budget(tmp_path, caplog, budget, chosen):
     tfrecord.write(_arrays(200), tmp_path, shards=2)  # 200 * (12 + 8) = 4,000 bytes decoded
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
         ds = tfrecord.dataset(
             tmp_path, 64, in_memory="auto", read_config=tfrecord.ReadConfig(memory_budget=budget)
         )
@@ -573,7 +573,7 @@ def test_batch_map_fn_on_the_queue_pipeline(shards):
 )
 @pytest.mark.slow  # decodes every record for each budget; about 2 s of CPU
 def test_auto_with_a_map_fn_chooses_by_the_budget(jpegs, caplog, budget, chosen, why):
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
         ds = tfrecord.dataset(
             jpegs,
             32,
@@ -632,9 +632,9 @@ def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
         from _tfrecord_data import sequence_frames, sequence_values, write_sequences
     except ImportError:  # tests imported as a package
         from tests._tfrecord_data import sequence_frames, sequence_values, write_sequences
-    from tfr_hooks.tfrecord.memory.estimate import records_nbytes
-    from tfr_hooks.tfrecord.memory.loading import load, nbytes_of
-    from tfr_hooks.tfrecord.ragged import RaggedArray
+    from tfr_hooks.tfrecord.pipelines.memory.estimate import records_nbytes
+    from tfr_hooks.tfrecord.pipelines.memory.loading import load, nbytes_of
+    from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray
 
     values = [sequence_values(i, sequence_frames(i)) for i in range(20)]
     path = write_sequences(tmp_path / "videos.tfrecord", values)

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
-from tfr_hooks.tfrecord.memory import serve
-from tfr_hooks.tfrecord.memory.narrow import narrowing
+from tfr_hooks.tfrecord.pipelines.memory import serve
+from tfr_hooks.tfrecord.pipelines.memory.narrow import narrowing
 
 COUNT, SIDE = 50, 6
 FEATURES = {

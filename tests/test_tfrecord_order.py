@@ -1,4 +1,7 @@
-"""tfr_hooks.tfrecord.order: shuffle="global", mixed, exact, sharded, entered at a position."""
+"""tfr_hooks.tfrecord.pipelines.order: shuffle="global".
+
+Mixed, exact, sharded, entered at a position.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfr_hooks.tfrecord import index as ix
-from tfr_hooks.tfrecord.order import GlobalOrder, global_batches, global_records
+from tfr_hooks.tfrecord.pipelines.order import GlobalOrder, global_batches, global_records
+from tfr_hooks.tfrecord.sources import index as ix
 
 FEATURES = {
     "label": tf.io.FixedLenFeature([], tf.int64),

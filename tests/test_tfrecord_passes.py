@@ -1,4 +1,7 @@
-"""The streamed passes over the records (``tfrecord/passes.py``): order, seed, epochs, damage."""
+"""The streamed passes over the records (``tfrecord/pipelines/passes.py``).
+
+Their order, seed, epochs and damage.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import scan_damage
-from tfr_hooks.tfrecord.passes import record_passes, record_stream
+from tfr_hooks.tfrecord.pipelines.passes import record_passes, record_stream
+from tfr_hooks.tfrecord.sources.damage import scan_damage
 
 try:
     from _tfrecord_data import example, int64_feature, write_records

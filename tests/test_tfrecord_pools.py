@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from helpers import preemptible_run
 from tfr_hooks import tfrecord
-from tfr_hooks.tfrecord.pools import DEFAULT_POOL, pool_order
+from tfr_hooks.tfrecord.pipelines.pools import DEFAULT_POOL, pool_order
 
 try:
     from _tfrecord_data import example, int64_feature, write_records

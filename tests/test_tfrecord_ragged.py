@@ -478,8 +478,8 @@ def test_convert_with_map_fn_stores_decoded_pixels_in_packed_shards(images, tmp_
 
 
 def test_frames_of_one_shape_are_lists_padded_and_bucketed_on_their_count():
-    from tfr_hooks.tfrecord.pools import batch_pools
-    from tfr_hooks.tfrecord.ragged import Shaping, is_list, pad_batch
+    from tfr_hooks.tfrecord.pipelines.pools import batch_pools
+    from tfr_hooks.tfrecord.pipelines.ragged import Shaping, is_list, pad_batch
 
     assert is_list(tf.TensorSpec([None, 8])) and is_list(tf.TensorSpec([None]))
     assert is_list(tf.RaggedTensorSpec([None, 8], ragged_rank=0))

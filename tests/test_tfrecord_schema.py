@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
-from tfr_hooks.tfrecord.schema import Feature, Schema
-from tfr_hooks.tfrecord.sidecar import Sidecar
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.sidecar import Sidecar
 
 try:
     from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records

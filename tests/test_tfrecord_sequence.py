@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import cli, tfrecord
-from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 
 try:
     from _tfrecord_data import (
@@ -41,8 +41,8 @@ except ImportError:  # tests imported as a package
     )
 
 N = 300
-SCHEMA_LOGGER = "tfr_hooks.tfrecord.schema"
-INSPECT_LOGGER = "tfr_hooks.tfrecord.inspection"
+SCHEMA_LOGGER = "tfr_hooks.tfrecord.schema.schema"
+INSPECT_LOGGER = "tfr_hooks.tfrecord.writing.inspection"
 
 
 _record = sequence_values
@@ -495,7 +495,7 @@ def test_a_list_one_file_lacks_and_another_holds_is_a_warning_naming_the_file(tm
 def test_the_input_report_sizes_feature_lists_by_their_frames(written):
     from tfr_hooks.input_report import measure_files
     from tfr_hooks.tfrecord import ReadFacts
-    from tfr_hooks.tfrecord.options import PipelineKind
+    from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 
     path, values = written
     read = ReadFacts(kind=PipelineKind.STREAMED, files=(path,), schema=DECLARED, examples=N)

@@ -24,11 +24,11 @@ import tensorflow as tf
 from tfr_hooks import cli, tfrecord
 from tfr_hooks.input_report import measure_files
 from tfr_hooks.measure import measure
-from tfr_hooks.tfrecord import packed
 from tfr_hooks.tfrecord.errors import SchemaMismatchError
-from tfr_hooks.tfrecord.options import PipelineKind
-from tfr_hooks.tfrecord.schema import Feature, Schema
-from tfr_hooks.tfrecord.sidecar import load_sidecar
+from tfr_hooks.tfrecord.pipelines import packed
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.sidecar import load_sidecar
 
 try:
     from _tfrecord_data import write_records

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 import tfr_hooks
 from tfr_hooks import FunctionLoop, Hook, tfrecord
-from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 
 try:
     from _tfrecord_data import (
@@ -45,7 +45,7 @@ except ImportError:  # tests imported as a package
 
 N = 300
 BATCH = 16
-SCHEMA_LOGGER = "tfr_hooks.tfrecord.schema"
+SCHEMA_LOGGER = "tfr_hooks.tfrecord.schema.schema"
 LISTS = ("rgb", "audio")
 
 DECLARED = Schema(
@@ -203,7 +203,7 @@ def test_empty_and_missing_feature_lists_read_as_0_frames(sparse, pipeline):
 
 @pytest.mark.slow  # decodes every record for each pipeline; about 2 s of CPU
 def test_in_memory_pipelines_hold_what_they_say(files, caplog):
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
         encoded = tfrecord.dataset(
             files[""],
             BATCH,

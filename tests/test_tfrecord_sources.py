@@ -23,7 +23,7 @@ import tensorflow as tf
 
 import tfr_hooks
 from tfr_hooks import FunctionLoop, tfrecord
-from tfr_hooks.tfrecord.options import PipelineKind
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.sources.base import (
     SOURCE_MODULES,
     RecordSource,

@@ -101,7 +101,7 @@ def _same(left: Callable[..., Any], right: Callable[..., Any], names: tuple[str,
 
 
 def test_the_readers_share_one_declaration_of_their_options() -> None:
-    from tfr_hooks.tfrecord.options import ReadArgs, Unpack
+    from tfr_hooks.tfrecord.pipelines.options import ReadArgs, Unpack
 
     for reader, own in READERS.items():
         parameters = _parameters(reader)
@@ -120,7 +120,7 @@ def test_the_readers_share_one_declaration_of_their_options() -> None:
 
 
 def test_each_option_is_documented_once_with_one_default() -> None:
-    from tfr_hooks.tfrecord.options import ReadArgs, ReadConfig, ReadOptions
+    from tfr_hooks.tfrecord.pipelines.options import ReadArgs, ReadConfig, ReadOptions
 
     for name in ReadArgs.__annotations__:
         assert f"{name}:" in (ReadArgs.__doc__ or ""), name
@@ -149,7 +149,7 @@ def test_a_read_config_knob_given_to_a_reader_names_its_new_spelling(reader, tmp
 
 @pytest.mark.parametrize("gone", ["min_after_dequeue", "allow_smaller_final_batch", "num_threads"])
 def test_read_batches_has_no_second_name_for_a_concept(gone: str) -> None:
-    from tfr_hooks.tfrecord.options import ReadArgs
+    from tfr_hooks.tfrecord.pipelines.options import ReadArgs
 
     for reader in READERS:
         assert gone not in _parameters(reader)

@@ -100,7 +100,7 @@ class RunInput:
             ``loop.steps_per_epoch``; ``None``: learned from the first epoch.
         examples: The examples of one epoch whose pass may stall, when known (data read
             through a tf.data service:
-            :meth:`~tfr_hooks.tfrecord.contract.ReadFacts.served_examples`); after a
+            :meth:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts.served_examples`); after a
             stalled pass, later passes end at this size (see :class:`StallPolicy`).
         report: What the input report's remedy needs (an
             :class:`~tfr_hooks.input_report.InputFacts`), or a function returning it,

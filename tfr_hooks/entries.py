@@ -16,7 +16,7 @@ from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import CORRUPT_RECORDS
 
 if TYPE_CHECKING:
-    from tfr_hooks.tfrecord.contract import ReadFacts
+    from tfr_hooks.tfrecord.pipelines.contract import ReadFacts
 
 __all__ = ["HistoryEntry", "input_entries"]
 
@@ -47,7 +47,7 @@ def input_entries(facts: ReadFacts) -> list[Hook]:
     """The hooks of the history entries a read's ``facts`` add to a run, for both loops.
 
     :data:`~tfr_hooks.input_report.CORRUPT_RECORDS` (the damaged records the reader
-    skips, :attr:`~tfr_hooks.tfrecord.contract.ReadFacts.corrupt_count`) when the reader
+    skips, :attr:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts.corrupt_count`) when the reader
     looked for them (``max_corrupt_records`` above 0); none otherwise.
     """
     count = facts.corrupt_count

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tfr_hooks.calls import Call
-    from tfr_hooks.tfrecord.contract import ReadFacts
-    from tfr_hooks.tfrecord.decide import DataFacts
-    from tfr_hooks.tfrecord.options import PipelineKind
+    from tfr_hooks.tfrecord.pipelines.contract import ReadFacts
+    from tfr_hooks.tfrecord.pipelines.decide import DataFacts
+    from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 
 __all__ = [
     "WAIT_SHARE",
@@ -166,7 +166,7 @@ class InputFacts:
             pipeline kind, the examples a record, the damaged records skipped), or
             ``None``.
         measured: What was measured of the files
-            (:class:`~tfr_hooks.tfrecord.decide.DataFacts`: the bytes the decoded data
+            (:class:`~tfr_hooks.tfrecord.pipelines.decide.DataFacts`: the bytes the decoded data
             would take, the memory budget, the mean bytes of a record), or ``None``.
         steps_per_execution: The loop's ``steps_per_execution``; ``None`` for a loop
             without it (``SessionLoop`` runs one step per ``session.run``).
@@ -195,7 +195,7 @@ def facts_of_read(
 ) -> InputFacts:
     """The :class:`InputFacts` of what a reader knows (its input contract).
 
-    Both loops call it on their data's :class:`~tfr_hooks.tfrecord.contract.ReadFacts`
+    Both loops call it on their data's :class:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts`
     (``Batches.facts``, a ``Source``'s facts), so that the same files give the same facts
     in graph mode and in TF2. A plain dataset's facts name no files: nothing is measured
     then.
@@ -219,9 +219,9 @@ def measure_files(facts: ReadFacts) -> DataFacts:
         facts: What the reader knows: its files, their schema (the features parsed), the
             examples of one pass (if known) and the examples stored a record.
     """
-    from tfr_hooks.tfrecord.decide import DataFacts
     from tfr_hooks.tfrecord.errors import TFRecordError
-    from tfr_hooks.tfrecord.memory import estimate
+    from tfr_hooks.tfrecord.pipelines.decide import DataFacts
+    from tfr_hooks.tfrecord.pipelines.memory import estimate
 
     files, schema, num_examples = facts.files, facts.schema, facts.examples
     examples_per_record = facts.examples_per_record
@@ -263,7 +263,7 @@ _SERVICE_HINT = (
 def remedy(stats: InputStats, facts: InputFacts) -> str:
     """The change this package offers for a run measured as ``stats``.
 
-    The pipeline to move to is :func:`~tfr_hooks.tfrecord.decide.decide`'s choice for
+    The pipeline to move to is :func:`~tfr_hooks.tfrecord.pipelines.decide.decide`'s choice for
     ``facts`` (the same the readers' ``in_memory="auto"`` and ``tfr-hooks measure`` make).
     When the data is read from files and its decoded size does not fit the memory
     budget, the remedy also names the tf.data service and how to start it
@@ -297,8 +297,8 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
             "small, write packed shards (tfr-hooks convert --examples-per-record 64); "
             "otherwise move per-example work from map_fn to batch_map_fn" + spe_hint + "."
         )
-    from tfr_hooks.tfrecord.decide import decide
-    from tfr_hooks.tfrecord.options import PipelineKind
+    from tfr_hooks.tfrecord.pipelines.decide import decide
+    from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 
     data = _data_facts(facts)
     chosen = decide(data)
@@ -325,8 +325,11 @@ def remedy(stats: InputStats, facts: InputFacts) -> str:
 
 
 def _data_facts(facts: InputFacts) -> DataFacts:
-    """What was measured of the input, as :func:`~tfr_hooks.tfrecord.decide.decide` takes it."""
-    from tfr_hooks.tfrecord.decide import DataFacts
+    """What was measured of the input.
+
+    As :func:`~tfr_hooks.tfrecord.pipelines.decide.decide` takes it.
+    """
+    from tfr_hooks.tfrecord.pipelines.decide import DataFacts
 
     measured = facts.measured or DataFacts()
     kind = facts.kind

@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfr_hooks.checks import check_positive_int, expected
-from tfr_hooks.tfrecord.decide import DataFacts, Decision, decide, size_text
-from tfr_hooks.tfrecord.options import PipelineKind
+from tfr_hooks.tfrecord.pipelines.decide import DataFacts, Decision, decide, size_text
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.sources.base import open_source
 
 __all__ = [
@@ -140,7 +140,10 @@ class Measurement:
         return self.facts().fits
 
     def facts(self) -> DataFacts:
-        """The sizes and measured rates, as :func:`~tfr_hooks.tfrecord.decide.decide` reads them."""
+        """The sizes and measured rates.
+
+        As :func:`~tfr_hooks.tfrecord.pipelines.decide.decide` reads them.
+        """
         rates = [r for r in self.rates if r.pipeline != SERVICE_ROW]
         service = [r.examples_per_sec for r in self.rates if r.pipeline == SERVICE_ROW]
         return DataFacts(
@@ -153,7 +156,10 @@ class Measurement:
         )
 
     def decision(self) -> Decision:
-        """The pipeline to use: :func:`~tfr_hooks.tfrecord.decide.decide` on :meth:`facts`."""
+        """The pipeline to use.
+
+        :func:`~tfr_hooks.tfrecord.pipelines.decide.decide` on :meth:`facts`.
+        """
         return decide(self.facts())
 
     def to_dict(self) -> dict[str, Any]:
@@ -274,7 +280,7 @@ def _describe(
         The :class:`Measurement` without rates, the files' inspections, and their schema.
     """
     from tfr_hooks import tfrecord
-    from tfr_hooks.tfrecord.memory import estimate
+    from tfr_hooks.tfrecord.pipelines.memory import estimate
 
     infos = tfrecord.inspect(files, max_records=100)
     per_record = max(
@@ -394,7 +400,7 @@ def _decoded_bytes(infos: Any, schema: Any, examples: int, file_bytes: int, per_
     :data:`SEQUENCE_SAMPLE` records, parsed as the readers parse them; otherwise as the
     in-memory reader counts it.
     """
-    from tfr_hooks.tfrecord.memory import estimate
+    from tfr_hooks.tfrecord.pipelines.memory import estimate
 
     paths = [info.path for info in infos]
     compression = infos[0].compression if infos else ""
@@ -402,7 +408,7 @@ def _decoded_bytes(infos: Any, schema: Any, examples: int, file_bytes: int, per_
         return estimate.records_nbytes(paths, compression, schema, examples, file_bytes, per_record)
     import tensorflow as tf
 
-    from tfr_hooks.tfrecord.packed import unpack
+    from tfr_hooks.tfrecord.pipelines.packed import unpack
 
     records = tf.data.TFRecordDataset(paths[0], compression_type=compression)
     serialized = tf.stack(list(records.take(SEQUENCE_SAMPLE)))
@@ -552,7 +558,7 @@ def _compared(rates: list[PipelineRate]) -> str:
 def recommend(result: Measurement) -> str:
     """The pipeline to use, in one sentence: :meth:`Measurement.decision` in words.
 
-    The decision (:func:`~tfr_hooks.tfrecord.decide.decide`, the same the readers'
+    The decision (:func:`~tfr_hooks.tfrecord.pipelines.decide.decide`, the same the readers'
     ``in_memory="auto"`` and the input report's remedy make) is the highest measured
     rate among the pipelines the data allows: in memory counts only when the decoded
     data fits the memory budget (it is not timed otherwise). The sentence names the

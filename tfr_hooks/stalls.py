@@ -31,7 +31,7 @@ class StallPolicy:
 
     Args:
         epoch_examples: The examples of one pass of the training data, when the input
-            knows them (its :class:`~tfr_hooks.tfrecord.contract.ReadFacts`).
+            knows them (its :class:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts`).
 
     Attributes:
         lost: Whether a pass of this run stalled.

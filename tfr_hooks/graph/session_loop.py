@@ -44,7 +44,7 @@ from tfr_hooks.service.address import check_service_address
 from tfr_hooks.service.watch import check_service_timeout
 from tfr_hooks.signals import with_signal_hook
 from tfr_hooks.task import current_task
-from tfr_hooks.tfrecord.read import Batches, PipelineKind
+from tfr_hooks.tfrecord.pipelines.read import Batches, PipelineKind
 
 __all__ = ["SessionLoop"]
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 from tfr_hooks.checks import expected
 from tfr_hooks.data_errors import DataErrorHook
 from tfr_hooks.graph.queue_runners import QueueRunnerHook
-from tfr_hooks.tfrecord.read import Batches
+from tfr_hooks.tfrecord.pipelines.read import Batches
 
 __all__ = [
     "TrainingGraph",

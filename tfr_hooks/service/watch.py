@@ -13,7 +13,7 @@ one by one, bounds each step with ``timeout_in_ms`` and asks :func:`diagnose` wh
 waited.
 
 Which service a dataset reads through is the reader's fact
-(:class:`~tfr_hooks.tfrecord.contract.ReadFacts`), or what the dataset's graph shows
+(:class:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts`), or what the dataset's graph shows
 (:func:`tfr_hooks.tf_private.service_addresses`): never an attribute on a dataset.
 """
 

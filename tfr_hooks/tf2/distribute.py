@@ -13,7 +13,7 @@ The rest serves the package's loops: :func:`global_metric_results` (a Keras 3 mo
 metric results over every replica of every worker) and :func:`explain_lost_worker`. The
 task identity lives in the core module :mod:`tfr_hooks.task` (which the readers use
 too), and is re-exported here. The sharding policy of :func:`tfr_hooks.tfrecord.dataset` lives in
-:mod:`tfr_hooks.tfrecord.sharding`, with ``loopback_cluster`` (``TF_CONFIG`` values for N
+:mod:`tfr_hooks.tfrecord.pipelines.sharding`, with ``loopback_cluster`` (``TF_CONFIG`` values for N
 workers on free ``127.0.0.1`` ports, for tests and launchers).
 
 TensorFlow's cluster ports take unauthenticated gRPC: bind them on loopback or on a

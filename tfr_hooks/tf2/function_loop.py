@@ -32,8 +32,8 @@ from tfr_hooks.task import is_multi_worker
 from tfr_hooks.tf2 import distribute
 from tfr_hooks.tf2.compiled import CompiledSteps
 from tfr_hooks.tf2.runner import FunctionRunner
-from tfr_hooks.tfrecord.contract import ReadFacts, Source, data_and_facts
-from tfr_hooks.tfrecord.sharding import distributed_steps
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, data_and_facts
+from tfr_hooks.tfrecord.pipelines.sharding import distributed_steps
 from tfr_hooks.tuning import AUTO, AutoSteps, check_steps_per_execution
 
 __all__ = ["FunctionLoop"]

@@ -11,10 +11,6 @@ Examples:
     ...                       as_tuple=("image", "label"))  # doctest: +SKIP
 """
 
-from tfr_hooks.tfrecord.contract import ReadFacts, Source
-from tfr_hooks.tfrecord.convert import convert
-from tfr_hooks.tfrecord.damage import CorruptRecord
-from tfr_hooks.tfrecord.diagnose import explain_error
 from tfr_hooks.tfrecord.errors import (
     CorruptRecordError,
     EmptyFileError,
@@ -25,20 +21,24 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
-from tfr_hooks.tfrecord.files import detect_compression, iter_records
-from tfr_hooks.tfrecord.inspection import (
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadArgs, ReadConfig
+from tfr_hooks.tfrecord.pipelines.read import Batches, dataset, read_batches, source
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, load_schema
+from tfr_hooks.tfrecord.sources.base import resolve_files
+from tfr_hooks.tfrecord.sources.damage import CorruptRecord
+from tfr_hooks.tfrecord.sources.framing import detect_compression, iter_records
+from tfr_hooks.tfrecord.writing.convert import convert
+from tfr_hooks.tfrecord.writing.diagnose import explain_error
+from tfr_hooks.tfrecord.writing.inspection import (
     FeatureInfo,
     FeatureListInfo,
     FileInfo,
     infer_schema,
     inspect,
 )
-from tfr_hooks.tfrecord.options import PipelineKind, ReadArgs, ReadConfig
-from tfr_hooks.tfrecord.read import Batches, dataset, read_batches, source
-from tfr_hooks.tfrecord.schema import Feature, Schema
-from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME, load_schema
-from tfr_hooks.tfrecord.sources.base import resolve_files
-from tfr_hooks.tfrecord.write import WriteResult, write
+from tfr_hooks.tfrecord.writing.write import WriteResult, write
 
 __all__ = [
     # writing

@@ -6,7 +6,7 @@ plus a ``schema.json`` sidecar, :mod:`.converted`), or a directory TensorFlow Da
 prepared (:mod:`.tfds`). As Keras 3's data adapters (one ``get_data_adapter`` picks the
 adapter from what the user passed), :func:`open_source` looks at ``files`` once and
 returns the one :class:`RecordSource` that reads it; planning
-(:func:`~tfr_hooks.tfrecord.plan.make_plan`), conversion, measuring, inspection, the
+(:func:`~tfr_hooks.tfrecord.pipelines.plan.make_plan`), conversion, measuring, inspection, the
 command line and the directory listing of :func:`resolve_files` ask it, never the file
 names.
 
@@ -31,11 +31,11 @@ from typing import Any, ClassVar, Union
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.errors import NoFilesError
-from tfr_hooks.tfrecord.files import Files, check_readable
-from tfr_hooks.tfrecord.schema import Schema
-from tfr_hooks.tfrecord.sidecar import SCHEMA_FILENAME
+from tfr_hooks.tfrecord.schema.schema import Schema
+from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME
+from tfr_hooks.tfrecord.sources.damage import DamageMap, scan_damage
+from tfr_hooks.tfrecord.sources.framing import Files, check_readable
 
 __all__ = [
     "SOURCE_MODULES",
@@ -129,7 +129,9 @@ class RecordSource(abc.ABC):
         """
 
     def scan(self, compression: str, max_corrupt_records: int) -> DamageMap:
-        """Scan the files for damaged records (:func:`~tfr_hooks.tfrecord.damage.scan_damage`).
+        """Scan the files for damaged records.
+
+        With :func:`~tfr_hooks.tfrecord.sources.damage.scan_damage`.
 
         What it finds is kept as :attr:`damage`, which the schema and the checks use.
         """

@@ -1,6 +1,6 @@
 """Directories written by ``tfr-hooks convert`` (or ``tfrecord.write``) as a source.
 
-Their shards sit beside a ``schema.json`` sidecar (:mod:`~tfr_hooks.tfrecord.sidecar`)
+Their shards sit beside a ``schema.json`` sidecar (:mod:`~tfr_hooks.tfrecord.schema.sidecar`)
 that lists them, declares the schema with each feature's stored encoding, the examples
 of every shard and the examples per record (packed shards). A directory stands for the
 shards its sidecar lists; any file with a sidecar beside it (a glob into such a
@@ -14,8 +14,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tfr_hooks.tfrecord.schema import Schema
-from tfr_hooks.tfrecord.sidecar import Sidecar, check_written_size, find_sidecar, listed_shards
+from tfr_hooks.tfrecord.schema.schema import Schema
+from tfr_hooks.tfrecord.schema.sidecar import (
+    Sidecar,
+    check_written_size,
+    find_sidecar,
+    listed_shards,
+)
 from tfr_hooks.tfrecord.sources.base import RecordSource
 from tfr_hooks.tfrecord.sources.files import FileSource
 

@@ -18,7 +18,12 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.errors import MissingFeatureError
-from tfr_hooks.tfrecord.files import (
+from tfr_hooks.tfrecord.pipelines.packed import check_block
+from tfr_hooks.tfrecord.schema.records import as_record_content
+from tfr_hooks.tfrecord.schema.schema import Schema
+from tfr_hooks.tfrecord.schema.sidecar import load_schema
+from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
+from tfr_hooks.tfrecord.sources.framing import (
     check_compression,
     check_framing,
     detect_compression,
@@ -26,12 +31,7 @@ from tfr_hooks.tfrecord.files import (
     guess_compression,
     iter_records,
 )
-from tfr_hooks.tfrecord.inspection import infer_schema
-from tfr_hooks.tfrecord.packed import check_block
-from tfr_hooks.tfrecord.records import as_record_content
-from tfr_hooks.tfrecord.schema import Schema
-from tfr_hooks.tfrecord.sidecar import load_schema
-from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
+from tfr_hooks.tfrecord.writing.inspection import infer_schema
 
 __all__ = ["LIST_SCAN_RECORDS", "FeatureLists", "FileSource", "one_compression"]
 

@@ -5,7 +5,7 @@ count and, per feature, its kind (``bytes``/``float``/``int64``), how many recor
 it and how long its value lists are. Records of ``tf.train.SequenceExample`` are told
 from ``tf.train.Example`` ones by their ``feature_lists``: the context is reported as an
 Example's features, and each feature list per frame, with its frames per record.
-:func:`infer_schema` turns that into a :class:`~tfr_hooks.tfrecord.schema.Schema` the
+:func:`infer_schema` turns that into a :class:`~tfr_hooks.tfrecord.schema.schema.Schema` the
 readers can use, preferring the ``schema.json`` sidecar when the files were written by
 this package.
 """
@@ -20,22 +20,22 @@ import tensorflow as tf
 
 from tfr_hooks.checks import check_optional_positive_int
 from tfr_hooks.tfrecord.errors import EmptyFileError, SchemaMismatchError
-from tfr_hooks.tfrecord.files import (
-    Files,
-    check_compression,
-    detect_compression,
-    iter_records,
-)
-from tfr_hooks.tfrecord.records import (
+from tfr_hooks.tfrecord.schema.records import (
     EXAMPLE,
     NEITHER,
     SEQUENCE_EXAMPLE,
     not_a_proto_error,
     parse_record,
 )
-from tfr_hooks.tfrecord.schema import Feature, Schema
-from tfr_hooks.tfrecord.sidecar import Sidecar, find_sidecar
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.sidecar import Sidecar, find_sidecar
 from tfr_hooks.tfrecord.sources.base import resolve_files
+from tfr_hooks.tfrecord.sources.framing import (
+    Files,
+    check_compression,
+    detect_compression,
+    iter_records,
+)
 
 __all__ = ["FeatureInfo", "FeatureListInfo", "FileInfo", "inspect", "infer_schema"]
 

@@ -4,7 +4,7 @@
 schema into one numpy array per feature (a :class:`RaggedArray` for a feature of varying
 length), allocated once when the count is known and aligned so that TensorFlow takes the
 buffers without a copy; :func:`load_mapped` holds ``map_fn``'s output instead. Damaged
-files and outputs that cannot be held are named (:mod:`tfr_hooks.tfrecord.memory`).
+files and outputs that cannot be held are named (:mod:`tfr_hooks.tfrecord.pipelines.memory`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
-from tfr_hooks.tfrecord.packed import unpack
-from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples, is_list
-from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.pipelines.packed import unpack
+from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples, is_list
+from tfr_hooks.tfrecord.schema.schema import Schema
+from tfr_hooks.tfrecord.sources.damage import DamagedReads, DamageMap
 
 __all__ = [
     "aligned",
@@ -339,7 +339,7 @@ def _wrong_count(path: str, found: str, expected: int) -> CorruptRecordError:
 
 
 def _explain(error: BaseException, path: str, schema: Schema, compression: str) -> BaseException:
-    from tfr_hooks.tfrecord.diagnose import explain_error
+    from tfr_hooks.tfrecord.writing.diagnose import explain_error
 
     found = explain_error(error, [path], schema, compression)
     if found is not None:

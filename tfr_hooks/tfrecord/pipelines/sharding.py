@@ -5,7 +5,7 @@ TensorFlow only where a function needs it, so that a launcher (``--workers N``, 
 benchmark's parent) can pick ports without paying for TensorFlow's import. Who this
 process is (:class:`~tfr_hooks.task.TaskInfo`, :func:`~tfr_hooks.task.current_task`)
 lives in the core module :mod:`tfr_hooks.task`; its names are imported here too, so
-that ``tfr_hooks.tfrecord.sharding.current_task`` still works:
+that ``tfr_hooks.tfrecord.pipelines.sharding.current_task`` still works:
 
 * :func:`shard_dataset`: the sharding policy of :func:`tfr_hooks.tfrecord.dataset`: by
   file when there are at least as many files as workers, by data otherwise.

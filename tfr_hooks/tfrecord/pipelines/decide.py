@@ -2,11 +2,11 @@
 
 Three consumers ask the same question and must give the same answer for the same facts:
 the readers' automatic choice (``in_memory="auto"``,
-:func:`~tfr_hooks.tfrecord.pipeline.choose_kind`), the input report's remedy
+:func:`~tfr_hooks.tfrecord.pipelines.pipeline.choose_kind`), the input report's remedy
 (:func:`~tfr_hooks.input_report.remedy`) and ``tfr-hooks measure``'s recommendation
 (:func:`~tfr_hooks.measure.recommend`). Each states what it knows as a :class:`DataFacts`
 and :func:`decide` returns a :class:`Decision`: a
-:class:`~tfr_hooks.tfrecord.options.PipelineKind` and the reason, in words. Each consumer
+:class:`~tfr_hooks.tfrecord.pipelines.options.PipelineKind` and the reason, in words. Each consumer
 then says it in its own voice (a log line, a remedy, a recommendation with a command).
 
 The rule, by the sizes (:func:`decide` without measured rates):
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tfr_hooks.tfrecord.options import PipelineKind
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 
 __all__ = ["SMALL_RECORD_BYTES", "DataFacts", "Decision", "decide", "size_text"]
 

@@ -3,7 +3,7 @@
 ``string_input_producer`` + one ``TFRecordReader`` per reader thread +
 ``shuffle_batch_join`` (``batch_join`` when not shuffling), then one
 ``tf.io.parse_example`` per batch: the TF1 way, for graph-mode code that runs queue
-runners. Its options are checked by :func:`~tfr_hooks.tfrecord.options.queue_capacity`.
+runners. Its options are checked by :func:`~tfr_hooks.tfrecord.pipelines.options.queue_capacity`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
-from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
-from tfr_hooks.tfrecord.options import ReadOptions, queue_readers
-from tfr_hooks.tfrecord.pipeline import structure
-from tfr_hooks.tfrecord.plan import Plan
-from tfr_hooks.tfrecord.ragged import pad_batch
+from tfr_hooks.tfrecord.pipelines.options import ReadOptions, queue_readers
+from tfr_hooks.tfrecord.pipelines.pipeline import structure
+from tfr_hooks.tfrecord.pipelines.plan import Plan
+from tfr_hooks.tfrecord.pipelines.ragged import pad_batch
+from tfr_hooks.tfrecord.sources.damage import DamagedReads, DamageMap
 
 __all__ = ["queue_batches", "check_queue_plan"]
 

@@ -1,6 +1,7 @@
 """How much memory data takes: the budget, decoded and parsed bytes, example counts.
 
-What ``in_memory="auto"`` weighs before it loads anything (:mod:`tfr_hooks.tfrecord.memory`):
+What ``in_memory="auto"`` weighs before it loads anything
+(:mod:`tfr_hooks.tfrecord.pipelines.memory`):
 half the memory available (:func:`default_memory_budget`), the bytes of the decoded
 examples (exact for fixed-size numbers, sampled for features of varying length), of
 ``map_fn``'s output (sampled from the first examples) and the examples of files no
@@ -17,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from tfr_hooks.tfrecord.damage import DamageMap
-from tfr_hooks.tfrecord.memory.loading import collect_held, mapped_examples, nbytes_of
-from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.pipelines.memory.loading import collect_held, mapped_examples, nbytes_of
+from tfr_hooks.tfrecord.schema.schema import Schema
+from tfr_hooks.tfrecord.sources.damage import DamageMap
 
 __all__ = [
     "default_memory_budget",
@@ -110,8 +111,8 @@ def mean_lengths(
     Returns:
         The mean by feature name; empty if no record was read or nothing varies.
     """
-    from tfr_hooks.tfrecord.files import iter_records
-    from tfr_hooks.tfrecord.records import NEITHER, as_record_content
+    from tfr_hooks.tfrecord.schema.records import NEITHER, as_record_content
+    from tfr_hooks.tfrecord.sources.framing import iter_records
 
     counted = [f for f in schema if f.varying or f.sequence]
     totals = dict.fromkeys((f.name for f in counted), 0)
@@ -176,7 +177,7 @@ def records_nbytes(
 
 def count_examples(files: Sequence[str], compression: str, per_record: int) -> int:
     """Count the examples of files that have no ``schema.json`` listing them."""
-    from tfr_hooks.tfrecord.files import iter_records
+    from tfr_hooks.tfrecord.sources.framing import iter_records
 
     if per_record != 1:
         raise ValueError("Packed shards are counted from their schema.json")

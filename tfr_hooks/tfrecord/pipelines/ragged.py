@@ -18,7 +18,7 @@ frames). Three choices shape those batches, with the same arguments in
   ``boundaries[i-1] <= length < boundaries[i]`` (the first from 0, the last without an
   upper end) and each batch comes from one bucket. Streamed and packed, each batch comes
   from one pool of ``bucket_pool`` batches sorted by length (see
-  :mod:`tfr_hooks.tfrecord.pools`). ``bucket_by`` names the feature whose length decides
+  :mod:`tfr_hooks.tfrecord.pipelines.pools`). ``bucket_by`` names the feature whose length decides
   (by default the only feature of varying length).
 
 In memory, such a feature is held as a :class:`RaggedArray`: one flat array of all the

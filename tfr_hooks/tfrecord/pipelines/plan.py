@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfr_hooks.tfrecord.damage import DamageMap
-from tfr_hooks.tfrecord.files import Files
-from tfr_hooks.tfrecord.schema import Schema
+from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import RecordSource, SchemaLike, open_source
+from tfr_hooks.tfrecord.sources.damage import DamageMap
+from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = ["Plan", "make_plan"]
 
@@ -80,8 +80,8 @@ def make_plan(
     goes only with a source that has splits (a TensorFlow Datasets directory).
 
     With ``max_corrupt_records`` above 0, every file is scanned for damaged records first
-    (:mod:`tfr_hooks.tfrecord.damage`): the schema is then inferred from whole records
-    (:meth:`~tfr_hooks.tfrecord.damage.DamageMap.inference`), the checks read each file's
+    (:mod:`tfr_hooks.tfrecord.sources.damage`): the schema is then inferred from whole records
+    (:meth:`~tfr_hooks.tfrecord.sources.damage.DamageMap.inference`), the checks read each file's
     first whole record, and the counts are the whole records found.
     """
     source = open_source(files, split)

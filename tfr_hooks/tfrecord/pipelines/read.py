@@ -7,21 +7,22 @@ the features to return.
 
 * :func:`dataset` returns a ``tf.data.Dataset`` (eager TF2, ``tf.function``, or graph).
 * :func:`source` returns the same dataset with what the reader knows of it (a
-  :class:`~tfr_hooks.tfrecord.contract.Source`), for ``FunctionLoop``.
-* :func:`read_batches` (:mod:`tfr_hooks.tfrecord.batches`) builds graph-mode tensors
+  :class:`~tfr_hooks.tfrecord.pipelines.contract.Source`), for ``FunctionLoop``.
+* :func:`read_batches` (:mod:`tfr_hooks.tfrecord.pipelines.batches`) builds graph-mode tensors
   through ``tf.data`` or queue runners; its :class:`Batches` carry what a loop needs to
   run them, for ``SessionLoop(data=...)``.
 
 The three share one vocabulary, declared once:
-:class:`~tfr_hooks.tfrecord.options.ReadArgs` (taken as ``**options``), whose rarely
-touched knobs are one :class:`~tfr_hooks.tfrecord.options.ReadConfig`. Each reader
-checks its options once into a :class:`~tfr_hooks.tfrecord.options.ReadOptions`
-(:func:`~tfr_hooks.tfrecord.options.read_options`), resolves what to read into a
-:class:`~tfr_hooks.tfrecord.plan.Plan` (:func:`~tfr_hooks.tfrecord.pipeline.plan_of`),
-decides the :class:`~tfr_hooks.tfrecord.options.PipelineKind` once and builds its
-``tf.data`` pipeline (:mod:`tfr_hooks.tfrecord.pipeline`); the queue pipeline is built by
-:mod:`tfr_hooks.tfrecord.queue`. What it knows of the result is one
-:class:`~tfr_hooks.tfrecord.contract.ReadFacts`, made by ``ReadFacts.of_read``.
+:class:`~tfr_hooks.tfrecord.pipelines.options.ReadArgs` (taken as ``**options``), whose rarely
+touched knobs are one :class:`~tfr_hooks.tfrecord.pipelines.options.ReadConfig`. Each reader
+checks its options once into a :class:`~tfr_hooks.tfrecord.pipelines.options.ReadOptions`
+(:func:`~tfr_hooks.tfrecord.pipelines.options.read_options`), resolves what to read into a
+:class:`~tfr_hooks.tfrecord.pipelines.plan.Plan`
+(:func:`~tfr_hooks.tfrecord.pipelines.pipeline.plan_of`),
+decides the :class:`~tfr_hooks.tfrecord.pipelines.options.PipelineKind` once and builds its
+``tf.data`` pipeline (:mod:`tfr_hooks.tfrecord.pipelines.pipeline`); the queue pipeline is built
+by :mod:`tfr_hooks.tfrecord.pipelines.queue`. What it knows of the result is one
+:class:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts`, made by ``ReadFacts.of_read``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,10 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.task import TaskInfo, current_task
-from tfr_hooks.tfrecord import sharding
-from tfr_hooks.tfrecord.batches import PIPELINES, Batches, read_batches
-from tfr_hooks.tfrecord.contract import ReadFacts, Source
-from tfr_hooks.tfrecord.files import Files
-from tfr_hooks.tfrecord.options import (
+from tfr_hooks.tfrecord.pipelines import sharding
+from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, read_batches
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source
+from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
     ReadArgs,
     ReadConfig,
@@ -49,8 +49,9 @@ from tfr_hooks.tfrecord.options import (
     Unpack,
     read_options,
 )
-from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind, plan_of, serve
-from tfr_hooks.tfrecord.plan import Plan
+from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, plan_of, serve
+from tfr_hooks.tfrecord.pipelines.plan import Plan
+from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = [
     "Batches",
@@ -92,7 +93,7 @@ def dataset(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> tf.da
         set, its ``cardinality()`` is exact: the steps a pass makes, also when several
         workers split it by file (then more than the global batches of the data, as
         each worker's share may end in a partial batch; see
-        :func:`tfr_hooks.tfrecord.sharding.file_sharded_steps`). Its batch dimension is
+        :func:`tfr_hooks.tfrecord.pipelines.sharding.file_sharded_steps`). Its batch dimension is
         static only with ``drop_remainder=True``.
 
     Raises:
@@ -126,15 +127,15 @@ def source(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> Source
 
     It takes what :func:`dataset` takes (:class:`~tfr_hooks.tfrecord.ReadArgs`) and
     raises what it raises; it returns a
-    :class:`~tfr_hooks.tfrecord.contract.Source`: the dataset and its
-    :class:`~tfr_hooks.tfrecord.contract.ReadFacts` (the pipeline kind, the files and
+    :class:`~tfr_hooks.tfrecord.pipelines.contract.Source`: the dataset and its
+    :class:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts` (the pipeline kind, the files and
     schema, the examples of an epoch and the steps it makes, the tf.data service it is
     read through). Give it to :class:`~tfr_hooks.FunctionLoop` instead of the dataset:
     the loop then knows the epoch's length up front (also under a multi-worker strategy
     sharding by file), bounds a served epoch after a lost worker at its size, and its
     input report names the files' sizes, as :class:`~tfr_hooks.SessionLoop` does with
     :class:`Batches`. Augment it with :meth:`Source.map
-    <tfr_hooks.tfrecord.contract.Source.map>`, which keeps the facts.
+    <tfr_hooks.tfrecord.pipelines.contract.Source.map>`, which keeps the facts.
 
     Examples:
         >>> from tfr_hooks import tfrecord
@@ -218,7 +219,7 @@ def _with_steps(facts: ReadFacts, data: tf.data.Dataset, plan: Plan, task: TaskI
     """``facts`` with the steps a pass of the streamed ``data`` makes, when known.
 
     Under a multi-worker strategy sharding by file, each worker's share decides (see
-    :func:`~tfr_hooks.tfrecord.sharding.file_sharded_steps`): the steps are counted for
+    :func:`~tfr_hooks.tfrecord.pipelines.sharding.file_sharded_steps`): the steps are counted for
     the cluster's workers; otherwise they are the dataset's cardinality.
     """
     policy = data.options().experimental_distribute.auto_shard_policy

@@ -1,7 +1,7 @@
 """Inferring a :class:`~.schema.Schema` from arrays: the dtype, shape and encoding of each.
 
-What :meth:`Feature.for_array <tfr_hooks.tfrecord.schema.Feature.for_array>` (and so
-:meth:`Schema.from_arrays <tfr_hooks.tfrecord.schema.Schema.from_arrays>`) chooses, for
+What :meth:`Feature.for_array <tfr_hooks.tfrecord.schema.schema.Feature.for_array>` (and so
+:meth:`Schema.from_arrays <tfr_hooks.tfrecord.schema.schema.Schema.from_arrays>`) chooses, for
 :func:`~tfr_hooks.tfrecord.write`: numeric and string arrays, and object arrays of 1-D
 lists (a feature of varying length). (A schema inferred from records is
 :func:`~tfr_hooks.tfrecord.infer_schema`'s, in ``inspection.py``.)

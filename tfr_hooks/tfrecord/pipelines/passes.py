@@ -15,7 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamagedReads, DamageMap
+from tfr_hooks.tfrecord.sources.damage import DamagedReads, DamageMap
 
 __all__ = ["pass_seed", "record_passes", "record_stream"]
 
@@ -105,7 +105,7 @@ def record_stream(
         seed: Seed of that shuffle.
         damage: What a scan for damaged records found (``max_corrupt_records``): when
             some of ``files`` are damaged, only their whole records are read (see
-            :class:`~tfr_hooks.tfrecord.damage.DamagedReads`).
+            :class:`~tfr_hooks.tfrecord.sources.damage.DamagedReads`).
 
     Returns:
         A dataset of scalar ``tf.string`` records.

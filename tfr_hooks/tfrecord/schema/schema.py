@@ -3,7 +3,7 @@
 A :class:`Schema` says how arrays were stored in ``tf.train.Example`` records and how to
 turn a batch of serialized records back into tensors of the stored dtype and shape. The
 writer saves it, with the shard list and compression, in a JSON sidecar
-(``schema.json``, see :mod:`tfr_hooks.tfrecord.sidecar`) next to the shards, so readers
+(``schema.json``, see :mod:`tfr_hooks.tfrecord.schema.sidecar`) next to the shards, so readers
 need no hand-written feature spec.
 
 Encodings:
@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord import decode, infer, matching
-from tfr_hooks.tfrecord.records import where
+from tfr_hooks.tfrecord.schema import decode, infer, matching
+from tfr_hooks.tfrecord.schema.records import where
 
 __all__ = [
     "Feature",

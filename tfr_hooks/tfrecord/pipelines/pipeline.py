@@ -1,8 +1,8 @@
 """The ``tf.data`` pipeline both readers build: streamed, packed, or held in memory.
 
-:func:`choose_kind` decides once, from the :class:`~tfr_hooks.tfrecord.plan.Plan` and
-the :class:`~tfr_hooks.tfrecord.options.ReadOptions`, which
-:class:`~tfr_hooks.tfrecord.options.PipelineKind` to build (with ``in_memory="auto"``
+:func:`choose_kind` decides once, from the :class:`~tfr_hooks.tfrecord.pipelines.plan.Plan` and
+the :class:`~tfr_hooks.tfrecord.pipelines.options.ReadOptions`, which
+:class:`~tfr_hooks.tfrecord.pipelines.options.PipelineKind` to build (with ``in_memory="auto"``
 it logs its choice and why); :func:`build_pipeline` builds it.
 :func:`~tfr_hooks.tfrecord.dataset` returns that pipeline (sharded among a strategy's
 workers) and :func:`~tfr_hooks.tfrecord.read_batches` wraps it in an initializable
@@ -26,26 +26,28 @@ import tensorflow as tf
 from tfr_hooks.checks import expected
 from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.task import TaskInfo, current_task
-from tfr_hooks.tfrecord.contract import epoch_steps
-from tfr_hooks.tfrecord.decide import DataFacts, decide
-from tfr_hooks.tfrecord.files import Files
-from tfr_hooks.tfrecord.index import index_files
-from tfr_hooks.tfrecord.memory.estimate import (
+from tfr_hooks.tfrecord.pipelines.contract import epoch_steps
+from tfr_hooks.tfrecord.pipelines.decide import DataFacts, decide
+from tfr_hooks.tfrecord.pipelines.memory.estimate import (
     count_examples,
     default_memory_budget,
     mapped_sample_nbytes,
     records_nbytes,
 )
-from tfr_hooks.tfrecord.memory.loading import Held, load, load_mapped
-from tfr_hooks.tfrecord.memory.narrow import Widen, narrowing
-from tfr_hooks.tfrecord.memory.serve import PARALLEL_CALLS, fresh_randomness, memory_dataset
-from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
-from tfr_hooks.tfrecord.order import GlobalOrder
-from tfr_hooks.tfrecord.packed import packed_dataset
-from tfr_hooks.tfrecord.passes import record_passes
-from tfr_hooks.tfrecord.plan import Plan, make_plan
-from tfr_hooks.tfrecord.pools import batch_pools
-from tfr_hooks.tfrecord.ragged import (
+from tfr_hooks.tfrecord.pipelines.memory.loading import Held, load, load_mapped
+from tfr_hooks.tfrecord.pipelines.memory.narrow import Widen, narrowing
+from tfr_hooks.tfrecord.pipelines.memory.serve import (
+    PARALLEL_CALLS,
+    fresh_randomness,
+    memory_dataset,
+)
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
+from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
+from tfr_hooks.tfrecord.pipelines.packed import packed_dataset
+from tfr_hooks.tfrecord.pipelines.passes import record_passes
+from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
+from tfr_hooks.tfrecord.pipelines.pools import batch_pools
+from tfr_hooks.tfrecord.pipelines.ragged import (
     RaggedArray,
     Shaping,
     batch_examples,
@@ -53,7 +55,9 @@ from tfr_hooks.tfrecord.ragged import (
     bucket_of,
     pad_batch,
 )
-from tfr_hooks.tfrecord.sharding import SHARED_SEED
+from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
+from tfr_hooks.tfrecord.sources.framing import Files
+from tfr_hooks.tfrecord.sources.index import index_files
 
 __all__ = [
     "plan_of",
@@ -72,7 +76,7 @@ logger = logging.getLogger(__name__)
 def plan_of(files: Files, options: ReadOptions) -> Plan:
     """What a reader reads for ``options``: the files, their compression and the schema.
 
-    See :func:`~tfr_hooks.tfrecord.plan.make_plan`.
+    See :func:`~tfr_hooks.tfrecord.pipelines.plan.make_plan`.
     """
     config = options.config
     return make_plan(
@@ -91,7 +95,7 @@ def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> Pip
     """The kind of pipeline to build for ``plan`` and ``options`` (``queue``: queues).
 
     With ``in_memory="auto"`` this measures the data against ``memory_budget``, lets
-    :func:`~tfr_hooks.tfrecord.decide.decide` choose what to hold in memory, and logs the
+    :func:`~tfr_hooks.tfrecord.pipelines.decide.decide` choose what to hold in memory, and logs the
     choice at INFO level. Otherwise it reads the files it has: packed shards as
     :attr:`~PipelineKind.PACKED`, others as :attr:`~PipelineKind.STREAMED` (it cannot
     repack files of one example a record; the remedy and ``tfr-hooks measure`` advise it).
@@ -125,7 +129,7 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
 
     Bucketed (``bucket_boundaries``), it reads pools of ``bucket_pool`` batches, parsed
     as one batch each, and cuts each pool into batches by length (see
-    :mod:`tfr_hooks.tfrecord.pools`).
+    :mod:`tfr_hooks.tfrecord.pipelines.pools`).
     """
     batch_size, shaping, config = options.batch_size, options.shaping, options.config
     autotune = config.autotune
@@ -241,7 +245,7 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
 
     Shuffled, each pass gets its own order, in graph mode too (a seed drawn anew at every
     initialization, as for packed shards and in memory: see
-    :func:`~tfr_hooks.tfrecord.passes.record_passes`), reproducibly given ``seed``. With
+    :func:`~tfr_hooks.tfrecord.pipelines.passes.record_passes`), reproducibly given ``seed``. With
     ``shuffle="global"``, the batches of :func:`global_record_batches`.
     """
     if options.shuffle == "global":
@@ -273,14 +277,14 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     """Batches of serialized records in the global order (``shuffle="global"``).
 
     Every new iterator (in graph mode, every initialization of one) reads the next
-    ``num_epochs`` epochs of :class:`~tfr_hooks.tfrecord.order.GlobalOrder`: eagerly, a
+    ``num_epochs`` epochs of :class:`~tfr_hooks.tfrecord.pipelines.order.GlobalOrder`: eagerly, a
     counter of the iterators made (a variable the dataset increments when an iterator
     starts) numbers them; in graph mode, where an initializable iterator re-runs the
     captured tensors at each initialization, a number drawn anew then from ``seed`` (as
-    :func:`~tfr_hooks.tfrecord.passes.pass_seed` does). ``seed=None`` draws one seed
+    :func:`~tfr_hooks.tfrecord.pipelines.passes.pass_seed` does). ``seed=None`` draws one seed
     when the pipeline is built (logged at INFO level); under a multi-worker strategy
     every worker then uses the common seed of
-    :func:`~tfr_hooks.tfrecord.sharding.shared_seed`, and worker ``i`` of ``n`` reads
+    :func:`~tfr_hooks.tfrecord.pipelines.sharding.shared_seed`, and worker ``i`` of ``n`` reads
     the share ``shard=(i, n)`` of every epoch (the reader turns the strategy's own
     sharding off).
 
@@ -414,7 +418,7 @@ def _held(
 
     The widening turns features held narrower than ``map_fn`` returns them back into
     its output, each batch (``uint8`` images it casts to float:
-    :mod:`tfr_hooks.tfrecord.memory.narrow`); ``None`` when nothing is narrowed.
+    :mod:`tfr_hooks.tfrecord.pipelines.memory.narrow`); ``None`` when nothing is narrowed.
     """
     map_fn = options.map_fn
     if kind is PipelineKind.MEMORY_DECODED and map_fn is not None:
@@ -459,7 +463,7 @@ def _memory_kind(plan: Plan, options: ReadOptions) -> PipelineKind | None:
     """What to hold in memory: the decoded data, the encoded records, or nothing (``None``).
 
     ``in_memory=True`` holds the decoded data (``map_fn``'s output when given).
-    ``"auto"`` states the sizes and lets :func:`~tfr_hooks.tfrecord.decide.decide` choose:
+    ``"auto"`` states the sizes and lets :func:`~tfr_hooks.tfrecord.pipelines.decide.decide` choose:
     the decoded data when it fits ``memory_budget`` (with a ``map_fn``, whose output size
     is unknown before it runs, estimated by decoding the first examples); else, with a
     ``map_fn``, the parsed records when they fit (``map_fn`` then runs on every batch);

@@ -31,7 +31,7 @@ the iteration (0, 1, ... counted by a ``scan``, anew for each iterator) and ``sa
 fingerprint of the pool's ``bucket_by`` values. The pool's contents are the records of
 positions ``index * pool_examples`` to ``(index + 1) * pool_examples`` of the pass (the
 pass's order being a function of ``seed`` and the epoch, see
-:func:`~tfr_hooks.tfrecord.packed.record_passes`), so a pool's batches are a function of
+:func:`~tfr_hooks.tfrecord.pipelines.packed.record_passes`), so a pool's batches are a function of
 ``(seed, epoch, index)``: reading the same records again gives the same batches, and a
 run resumed from the start of a pool need read no further back. No second dataset
 source feeds the draws (a multi-worker strategy's file sharding needs a single one).

@@ -1,11 +1,11 @@
 """Whether records and stored schemas match a declared :class:`~.schema.Schema`.
 
-What :meth:`Feature.check <tfr_hooks.tfrecord.schema.Feature.check>`,
-:meth:`Schema.check_example <tfr_hooks.tfrecord.schema.Schema.check_example>`,
-:meth:`Schema.unread <tfr_hooks.tfrecord.schema.Schema.unread>`,
+What :meth:`Feature.check <tfr_hooks.tfrecord.schema.schema.Feature.check>`,
+:meth:`Schema.check_example <tfr_hooks.tfrecord.schema.schema.Schema.check_example>`,
+:meth:`Schema.unread <tfr_hooks.tfrecord.schema.schema.Schema.unread>`,
 :meth:`Schema.with_stored_encodings
-<tfr_hooks.tfrecord.schema.Schema.with_stored_encodings>` and
-:meth:`Schema.check_compatible <tfr_hooks.tfrecord.schema.Schema.check_compatible>` do:
+<tfr_hooks.tfrecord.schema.schema.Schema.with_stored_encodings>` and
+:meth:`Schema.check_compatible <tfr_hooks.tfrecord.schema.schema.Schema.check_compatible>` do:
 one record's features compared with their declaration (a clear error naming the file,
 record and feature, and the encoding that would have matched), what a record holds that
 the reader will not return, and a declared schema compared with the stored one.
@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
-from tfr_hooks.tfrecord.records import NEITHER, as_record_content, not_a_proto_error, where
+from tfr_hooks.tfrecord.schema.records import NEITHER, as_record_content, not_a_proto_error, where
 
 __all__ = [
     "check_compatible",

@@ -15,12 +15,12 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
-from tfr_hooks.tfrecord.files import Files, check_compression, iter_records
-from tfr_hooks.tfrecord.inspection import infer_schema
-from tfr_hooks.tfrecord.packed import check_block
-from tfr_hooks.tfrecord.schema import Schema
-from tfr_hooks.tfrecord.sidecar import find_sidecar
+from tfr_hooks.tfrecord.pipelines.packed import check_block
+from tfr_hooks.tfrecord.schema.schema import Schema
+from tfr_hooks.tfrecord.schema.sidecar import find_sidecar
 from tfr_hooks.tfrecord.sources.base import resolve_files
+from tfr_hooks.tfrecord.sources.framing import Files, check_compression, iter_records
+from tfr_hooks.tfrecord.writing.inspection import infer_schema
 
 __all__ = ["explain_error", "is_data_error"]
 

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import tfr_hooks.tf_private as tf_private
-from tfr_hooks.tfrecord.damage import CorruptRecord
-from tfr_hooks.tfrecord.options import PipelineKind, ReadOptions
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
+from tfr_hooks.tfrecord.sources.damage import CorruptRecord
 
 if TYPE_CHECKING:
-    from tfr_hooks.tfrecord.plan import Plan
+    from tfr_hooks.tfrecord.pipelines.plan import Plan
 
 __all__ = ["ReadFacts", "Source", "epoch_steps", "facts_of_dataset", "data_and_facts"]
 
@@ -64,7 +64,7 @@ class ReadFacts:
             file counted in a ``schema.json``, or the data loaded into memory.
         steps: The steps one epoch makes, when known before it runs (a dataset's
             cardinality; under a multi-worker strategy sharding by file, the steps the
-            strategy makes, see :func:`~tfr_hooks.tfrecord.sharding.file_sharded_steps`).
+            strategy makes, see :func:`~tfr_hooks.tfrecord.pipelines.sharding.file_sharded_steps`).
         steps_workers: The workers ``steps`` was counted for (1: no strategy).
         examples_per_record: Examples stored in a record (more than 1: packed shards).
         service: The tf.data service dispatcher whose workers run the pipeline

@@ -3,7 +3,7 @@
 :func:`memory_dataset` cuts each pass's permutation into slices and gathers them (a whole
 pass at once for small dense data), :func:`single_device_map` keeps the gather out of
 Grappler at each new iterator, and :func:`fresh_randomness` lets the random ops of a
-function draw new values every epoch (:mod:`tfr_hooks.tfrecord.memory`).
+function draw new values every epoch (:mod:`tfr_hooks.tfrecord.pipelines.memory`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tf_private import single_device_map
-from tfr_hooks.tfrecord.memory.loading import Held, aligned
-from tfr_hooks.tfrecord.passes import pass_seed
-from tfr_hooks.tfrecord.ragged import RaggedArray, batch_examples
+from tfr_hooks.tfrecord.pipelines.memory.loading import Held, aligned
+from tfr_hooks.tfrecord.pipelines.passes import pass_seed
+from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples
 
 __all__ = [
     "memory_dataset",
@@ -94,7 +94,7 @@ def memory_dataset(
             the pass is gathered whole.
         widen: Applied first to each gathered batch (a dict): features held narrower
             than they are served (``uint8`` images that ``map_fn`` cast to float, see
-            :mod:`tfr_hooks.tfrecord.memory.narrow`) made what ``map_fn`` returned.
+            :mod:`tfr_hooks.tfrecord.pipelines.memory.narrow`) made what ``map_fn`` returned.
 
     Returns:
         A dataset of dicts of batch tensors (or what ``select`` returns), of exact

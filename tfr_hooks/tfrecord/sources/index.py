@@ -2,7 +2,7 @@
 
 A reader that knows where records start can enter a file at a position instead of
 reading everything before it: a resume seeks, and an order over the whole data set
-(:mod:`tfr_hooks.tfrecord.order`) reads blocks of consecutive records in any order.
+(:mod:`tfr_hooks.tfrecord.pipelines.order`) reads blocks of consecutive records in any order.
 
 **What it holds.** For a file of ``count`` records, the byte offset of every
 :data:`INDEX_BLOCK`-th record (records ``0, B, 2B, ...``) and the file's end: 8 bytes a
@@ -73,7 +73,7 @@ logger = logging.getLogger(__name__)
 
 #: Records a block: the index holds the offset of every ``INDEX_BLOCK``-th record, and
 #: the global order reads blocks of this many consecutive records (see
-#: :mod:`tfr_hooks.tfrecord.order` for why 128).
+#: :mod:`tfr_hooks.tfrecord.pipelines.order` for why 128).
 INDEX_BLOCK = 128
 #: The suffix of an index file (beside its TFRecord file: ``FILE.tfrindex``).
 INDEX_SUFFIX = ".tfrindex"
@@ -228,7 +228,7 @@ def build_index(path: str, compression: str = "", *, block: int = INDEX_BLOCK) -
 
 def _damaged(path: str, compression: str, read: int, error: Exception) -> CorruptRecordError:
     """The error for a file whose records cannot all be read, naming its first bad one."""
-    from tfr_hooks.tfrecord.damage import scan_file
+    from tfr_hooks.tfrecord.sources.damage import scan_file
 
     record, reason = read, str(error).strip().splitlines()[0]
     try:

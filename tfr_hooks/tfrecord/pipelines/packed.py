@@ -48,11 +48,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.damage import DamageMap
-from tfr_hooks.tfrecord.decode import raw_values
 from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
-from tfr_hooks.tfrecord.passes import record_passes
-from tfr_hooks.tfrecord.schema import Feature, Schema
+from tfr_hooks.tfrecord.pipelines.passes import record_passes
+from tfr_hooks.tfrecord.schema.decode import raw_values
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
+from tfr_hooks.tfrecord.sources.damage import DamageMap
 
 __all__ = [
     "check_packable",

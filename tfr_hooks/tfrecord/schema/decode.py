@@ -1,8 +1,8 @@
 """Parsing and decoding batches of serialized records with a :class:`~.schema.Schema`.
 
-What :meth:`Schema.parse_batch <tfr_hooks.tfrecord.schema.Schema.parse_batch>`,
-:meth:`Feature.parse_spec <tfr_hooks.tfrecord.schema.Feature.parse_spec>` and
-:meth:`Feature.decode <tfr_hooks.tfrecord.schema.Feature.decode>` do: the ``tf.io`` spec
+What :meth:`Schema.parse_batch <tfr_hooks.tfrecord.schema.schema.Schema.parse_batch>`,
+:meth:`Feature.parse_spec <tfr_hooks.tfrecord.schema.schema.Feature.parse_spec>` and
+:meth:`Feature.decode <tfr_hooks.tfrecord.schema.schema.Feature.decode>` do: the ``tf.io`` spec
 of each feature, the decode of raw bytes, the default filled in for an optional feature,
 and the frames of a feature list (``tf.io.parse_sequence_example``).
 

@@ -2,9 +2,9 @@
 
 ``pipeline="dataset"`` builds the ``tf.data`` pipeline :func:`~tfr_hooks.tfrecord.dataset`
 builds, behind an initializable iterator; ``pipeline="queue"`` builds queue runners
-(:mod:`tfr_hooks.tfrecord.queue`). The :class:`Batches` carry what a loop needs to run
+(:mod:`tfr_hooks.tfrecord.pipelines.queue`). The :class:`Batches` carry what a loop needs to run
 them, and what the reader knows of them (``Batches.facts``, the input contract of
-:mod:`tfr_hooks.tfrecord.contract`), for ``SessionLoop(data=...)``.
+:mod:`tfr_hooks.tfrecord.pipelines.contract`), for ``SessionLoop(data=...)``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
-from tfr_hooks.tfrecord.contract import ReadFacts, epoch_steps
-from tfr_hooks.tfrecord.files import Files
-from tfr_hooks.tfrecord.options import (
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, epoch_steps
+from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
     ReadArgs,
     ReadOptions,
@@ -25,9 +24,10 @@ from tfr_hooks.tfrecord.options import (
     queue_capacity,
     read_options,
 )
-from tfr_hooks.tfrecord.pipeline import build_pipeline, choose_kind, plan_of, serve
-from tfr_hooks.tfrecord.plan import Plan
-from tfr_hooks.tfrecord.queue import check_queue_plan, queue_batches
+from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, plan_of, serve
+from tfr_hooks.tfrecord.pipelines.plan import Plan
+from tfr_hooks.tfrecord.pipelines.queue import check_queue_plan, queue_batches
+from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = ["Batches", "read_batches", "PIPELINES"]
 
@@ -48,7 +48,7 @@ class Batches:
         batch_size: A scalar ``int32`` tensor: the size of the current batch (for
             ``SessionLoop(batch_size=...)``). Running it takes the next batch.
         facts: What the reader knows of these batches
-            (:class:`~tfr_hooks.tfrecord.contract.ReadFacts`, the input contract): the
+            (:class:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts`, the input contract): the
             pipeline ``kind``, the ``files``, ``schema`` and ``compression`` read, the
             ``examples`` of one pass, the ``num_epochs`` of one initialization, the
             ``service``, the ``corrupt_records`` skipped.
@@ -79,7 +79,7 @@ def read_batches(
       next seed of a sequence that ``seed`` fixes), the same sequence in a new graph
       built alike.
     * ``pipeline="dataset", in_memory=True``: every shard is read and decoded once,
-      here; batches are gathered from memory (:mod:`tfr_hooks.tfrecord.memory`) through
+      here; batches are gathered from memory (:mod:`tfr_hooks.tfrecord.pipelines.memory`) through
       an initializable iterator as above. The data reaches the graph through a
       ``tf.numpy_function``, never as a constant.
     * ``pipeline="queue"``: ``string_input_producer(num_epochs=...)``, one

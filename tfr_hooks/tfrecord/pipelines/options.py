@@ -6,7 +6,7 @@
 here only. The knobs most reads never touch are one frozen :class:`ReadConfig`, passed as
 ``read_config=ReadConfig(...)`` (as ``tf.data.Options`` and ``tfds.ReadConfig`` do).
 :func:`read_options` checks them once into one frozen :class:`ReadOptions`, which the
-plan and the pipeline builder (:mod:`tfr_hooks.tfrecord.pipeline`) read;
+plan and the pipeline builder (:mod:`tfr_hooks.tfrecord.pipelines.pipeline`) read;
 :func:`queue_capacity` holds the checks only the queue pipeline needs. A
 :class:`PipelineKind` names what was built, once, for every consumer (``Batches``,
 ``SessionLoop``, the input report).
@@ -31,11 +31,11 @@ import tensorflow as tf
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.service.address import check_service_address
-from tfr_hooks.tfrecord.files import check_compression
-from tfr_hooks.tfrecord.pools import DEFAULT_POOL
-from tfr_hooks.tfrecord.ragged import PadTo, Shaping, check_shaping
-from tfr_hooks.tfrecord.sharding import check_shard
+from tfr_hooks.tfrecord.pipelines.pools import DEFAULT_POOL
+from tfr_hooks.tfrecord.pipelines.ragged import PadTo, Shaping, check_shaping
+from tfr_hooks.tfrecord.pipelines.sharding import check_shard
 from tfr_hooks.tfrecord.sources.base import SchemaLike
+from tfr_hooks.tfrecord.sources.framing import check_compression
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -130,7 +130,7 @@ class ReadConfig:
             ``batch_size`` is then the global batch size. With more than one worker and
             ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
             that every example is read once per epoch (see
-            :func:`tfr_hooks.tfrecord.sharding.shard_dataset`). With ``service``, the
+            :func:`tfr_hooks.tfrecord.pipelines.sharding.shard_dataset`). With ``service``, the
             service splits the data instead, and neither ``shard`` nor the common seed
             is used.
         capacity: ``read_batches(pipeline="queue")`` only: the queue's capacity;
@@ -138,7 +138,7 @@ class ReadConfig:
         name: ``read_batches`` only: the name scope of its ops.
         bucket_pool: With ``bucket_boundaries`` on a streamed or packed read: the
             batches of one pool, read and parsed at once, sorted by length and cut into
-            batches (see :mod:`tfr_hooks.tfrecord.pools`). A larger pool pads less and
+            batches (see :mod:`tfr_hooks.tfrecord.pipelines.pools`). A larger pool pads less and
             holds more examples in memory; 32 by default.
     """
 
@@ -200,7 +200,7 @@ class ReadArgs(TypedDict, total=False):
             default): the first damaged record raises
             :class:`~tfr_hooks.tfrecord.CorruptRecordError` naming its file and index.
             Above 0, every file is scanned when the reader is called (a read of every
-            byte: :mod:`tfr_hooks.tfrecord.damage`): a record failing a checksum, a
+            byte: :mod:`tfr_hooks.tfrecord.sources.damage`): a record failing a checksum, a
             truncated tail, a broken GZIP/ZLIB stream (the rest of the file, one record)
             or a record that is no Example is logged (file and index) and skipped; the
             ``max_corrupt_records + 1``-th raises that error there. The records skipped
@@ -219,14 +219,14 @@ class ReadArgs(TypedDict, total=False):
             ``min_after_dequeue`` of ``shuffle_batch_join`` (the file names shuffled).
         shuffle: ``None`` (the default): ``shuffle_buffer`` decides, as above; or
             ``"global"``: every epoch reads the whole data set in an order drawn from
-            ``(seed, epoch)`` (:mod:`tfr_hooks.tfrecord.order`), each example once, in
+            ``(seed, epoch)`` (:mod:`tfr_hooks.tfrecord.pipelines.order`), each example once, in
             memory bounded by the order's window (about two windows of 32,768 records,
             whatever the data's size). Choose it when the files hold the examples in
             some order (by class, by source, by time) that a buffer much smaller than
             the data cannot undo: a streamed ``shuffle_buffer`` only mixes examples
             that lie within the buffer of each other. It needs a record index of every
             file, built on the first read (one sequential pass, kept beside the files or
-            in a cache directory; see :mod:`tfr_hooks.tfrecord.index`). Each new
+            in a cache directory; see :mod:`tfr_hooks.tfrecord.sources.index`). Each new
             iterator (in graph mode, each initialization) is the next epoch, with its
             own order; the same seed gives the same orders. Not with
             ``shuffle_buffer > 0``. Streamed files of one example a record,
@@ -250,7 +250,7 @@ class ReadArgs(TypedDict, total=False):
             dict of feature name -> one of these (features not named stay ragged).
             Applied to ``map_fn``'s outputs when given, before ``batch_map_fn``; the
             value added is ``ReadConfig.padding_values``. See
-            :mod:`tfr_hooks.tfrecord.ragged`.
+            :mod:`tfr_hooks.tfrecord.pipelines.ragged`.
         bucket_boundaries: Batch examples of about the same length together. In
             memory, as ``tf.data.Dataset.bucket_by_sequence_length``: bucket ``i``
             holds lengths from ``bucket_boundaries[i-1]`` (0 for the first) up to, not
@@ -260,7 +260,7 @@ class ReadArgs(TypedDict, total=False):
             switches on batching from sorted pools: a pool of
             :attr:`ReadConfig.bucket_pool` batches is parsed at once, sorted by
             length, cut into batches, and their order shuffled with the seed (see
-            :mod:`tfr_hooks.tfrecord.pools`); every batch comes from one sorted pool
+            :mod:`tfr_hooks.tfrecord.pipelines.pools`); every batch comes from one sorted pool
             (it can straddle a boundary), and an epoch has as many batches as
             without bucketing. Not with ``pipeline="queue"`` (a queue batches records
             before they are parsed). Default ``None``.
@@ -290,7 +290,7 @@ class ReadArgs(TypedDict, total=False):
     Attributes:
         in_memory: ``True`` reads and decodes every shard once, when the reader is
             called, and serves the batches from memory by gathering (see
-            :mod:`tfr_hooks.tfrecord.memory`): each epoch (each new iterator) follows a
+            :mod:`tfr_hooks.tfrecord.pipelines.memory`): each epoch (each new iterator) follows a
             fresh permutation of all the examples when ``shuffle_buffer > 0``, the
             stored order when it is 0, and ends with its own final batch. With
             ``map_fn``, its output (dense tensors of one shape for all examples, or
