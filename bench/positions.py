@@ -86,7 +86,7 @@ def _parse_fn() -> Callable[[Any], Any]:
 
 def _resume_reader(files: list[str], mode: str) -> tuple[str, Callable[[int], Any]]:
     """How a read from record ``n`` is made in ``mode``, and its name in the report."""
-    from tfr_hooks.tfrecord.order import global_batches
+    from tfr_hooks.tfrecord.pipelines.order import global_batches
 
     probe = _source(files, mode)
     if mode != "buffer" and getattr(probe.facts, "position", None) is not None:
@@ -169,7 +169,7 @@ def input_rows(files: list[str], rounds: int) -> dict[str, Any]:
 
 def index_rows(files: list[str], repeats: int) -> dict[str, Any]:
     """The index build rate (MB/s, wall and CPU), then the files indexed for the reads."""
-    from tfr_hooks.tfrecord.index import build_index, index_files
+    from tfr_hooks.tfrecord.sources.index import build_index, index_files
 
     size = sum(os.path.getsize(f) for f in files) / 1e6
     walls, cpus = [], []
