@@ -27,10 +27,10 @@ class PositionTarget:
 
 def _grain_best(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
     grain = result.get("grain") or {}
-    if "threads" not in grain:
+    if "variants" not in grain:
         return None
-    runs = grain["threads"]
-    return runs.get(grain["best_threads"]) or runs.get(str(grain["best_threads"]))
+    best: Mapping[str, Any] = grain["variants"][grain["best"]]
+    return best
 
 
 def position_targets(result: Mapping[str, Any]) -> list[PositionTarget]:
@@ -183,21 +183,25 @@ def _checkpoint_lines(result: Mapping[str, Any]) -> list[str]:
         lines += ["", f"Grain: not measured ({grain.get('error', 'no result')})."]
         return lines
     lines.append(
-        f"| Grain, `MapDataset` global shuffle | `iterator.get_state()` as JSON "
+        f"| Grain, global shuffle (its best variant, below) | `iterator.get_state()` as JSON "
         f"(`{best['state']}`) | {best['state_bytes']} B | {best['restore_seconds']:.3f} |"
     )
     conv = grain["converted"]
-    threads = "; ".join(
-        f"{k} thread(s): {v['examples_per_sec']:,.0f} ex/s" for k, v in grain["threads"].items()
-    )
     lines += [
         "",
         f"Grain {grain['version']}, array-record {grain['array_record']}: the same "
         f"{conv['records']:,} records converted to ArrayRecord (`group_size:1`, "
-        f"{conv['bytes'] / 1e6:.1f} MB), read with `grain.MapDataset.source(...)"
-        f".shuffle(seed=3).batch(256).to_iter_dataset(ReadOptions(num_threads=k))`, the first "
-        f"{best['examples']:,} examples of the epoch, raw records (no parse): {threads} "
-        f"(the best, {grain['best_threads']}, is the figure above); "
-        f"{grain['first_batch_classes']} of 20 classes in its first batch.",
+        f"{conv['bytes'] / 1e6:.1f} MB), globally shuffled with seed 3, batch 256, read "
+        f"through `to_iter_dataset(ReadOptions(num_threads=k))` from the epoch's start, raw "
+        f"records (no parse); {grain['first_batch_classes']} of 20 classes in its first "
+        "batch. The best variant is the one in the table above and the targets.",
+        "",
+        "| Grain variant | examples read | examples/s | restore to the first batch (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {name}{' (best)' if name == grain['best'] else ''} | {v['examples']:,} | "
+        f"{v['examples_per_sec']:,.0f} | {v['restore_seconds']:.3f} |"
+        for name, v in grain["variants"].items()
     ]
     return lines
