@@ -18,6 +18,11 @@ written by a plain ``tf.io.TFRecordWriter``), batch 256, seed 3:
   (``global_batches(start=...)``, what that seek reads) and the other two replay:
   ``dataset.skip(batches)`` on the reader's batches, the batches read and parsed again
   inside tf.data (a lower bound of the loops' skip, which bench/skip_cost.py measures).
+- **resume, through the loop**: the seconds from ``FunctionLoop.run`` to the end of its
+  first step, the run resumed at step 0, 10% or 90% of the epoch by a hook that sets
+  ``loop.initial_step`` where ``PreemptionCheckpoint`` does after a restore: the real
+  resume path (a seek where the reader carries a position, else the engine's skip of
+  the trained batches). The resume targets are checked on these rows.
 - **TensorFlow's checkpoint**: ``tf.train.Checkpoint(iterator=...)`` of a tf.data
   iterator over the same files behind ``shuffle(10_000)`` (and, for contrast, without),
   saved at 10% of the epoch: its size on disk and the seconds from a new iterator to
@@ -125,6 +130,60 @@ def resume_rows(files: list[str], records: int, repeats: int) -> dict[str, Any]:
             for share in SHARES:
                 n = int(records * share) // BATCH * BATCH
                 seconds[str(share)].append(_first_batch_seconds(lambda n=n, make=make: make(n)))
+        median = {share: statistics.median(v) for share, v in seconds.items()}
+        rows[mode] = {
+            "how": how,
+            "first_batch": median,
+            "extra_10": median["0.1"] - median["0.0"],
+            "extra_90": median["0.9"] - median["0.0"],
+        }
+    return rows
+
+
+def _resumed_first_step_seconds(files: list[str], mode: str, step: int) -> float:
+    """Seconds from ``FunctionLoop.run`` to its first step, resumed at ``(0, step)``.
+
+    A hook sets ``loop.initial_step`` in ``after_create_session``, where
+    ``PreemptionCheckpoint`` sets it after restoring: the engine then reaches the
+    position as a resumed run does (a seek where the reader carries a position, else
+    the skip of the trained batches), and the hook stops the run after one step.
+    """
+    import tensorflow as tf
+
+    from tfr_hooks import FunctionLoop, Hook
+
+    class ResumeAt(Hook):  # type: ignore[misc]
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            self.loop.initial_step = step
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.first = time.perf_counter()
+            self.loop.request_stop("one step is enough")
+
+    hook = ResumeAt()
+    loop = FunctionLoop(
+        _source(files, mode),
+        step_fn=lambda batch: {"n": tf.cast(tf.size(batch["label"]), tf.float32)},
+        hooks=[hook],
+        handle_signals=False,
+    )
+    start = time.perf_counter()
+    loop.run(epochs=1)
+    return float(hook.first - start)
+
+
+def loop_resume_rows(files: list[str], records: int, repeats: int) -> dict[str, Any]:
+    """The time to the first step of a resumed ``FunctionLoop`` at 0%, 10%, 90% (medians)."""
+    rows: dict[str, Any] = {}
+    for mode in ("global", "none", "buffer"):
+        position = getattr(_source(files, mode).facts, "position", None)
+        how = "a seek (the reader's position)" if position is not None else "the skip (replay)"
+        _resumed_first_step_seconds(files, mode, 0)  # untimed: the first loop's costs
+        seconds: dict[str, list[float]] = {str(s): [] for s in SHARES}
+        for _ in range(repeats):
+            for share in SHARES:
+                steps = int(records * share) // BATCH
+                seconds[str(share)].append(_resumed_first_step_seconds(files, mode, steps))
         median = {share: statistics.median(v) for share, v in seconds.items()}
         rows[mode] = {
             "how": how,
@@ -324,6 +383,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     result["index"] = index_rows(files, spec["repeats"])
     result["input"] = input_rows(files, spec["rounds"])
     result["resume"] = resume_rows(files, spec["records"], spec["repeats"])
+    result["loop_resume"] = loop_resume_rows(files, spec["records"], spec["repeats"])
     result["tf_checkpoint"] = tf_checkpoint_rows(files, spec["records"], workdir)
     try:
         array_dir = root / f"records-{spec['records']}-array_record"

@@ -36,12 +36,14 @@ def _grain_best(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def position_targets(result: Mapping[str, Any]) -> list[PositionTarget]:
     """The issue's targets, checked on one run of the suite."""
     targets = []
+    loop = "loop_resume" in result  # the real resume path, when the run measured it
     for mode in ("global", "none"):
-        row = result["resume"][mode]
+        row = result["loop_resume" if loop else "resume"][mode]
         limit = 1.5 * max(row["extra_10"], 0.0) + 1.0
+        where = "FunctionLoop resumed" if loop else "reader"
         targets.append(
             PositionTarget(
-                f"resume, {MODES[mode]}: extra time at 90% <= 1.5x the 10% one + 1 s",
+                f"resume ({where}), {MODES[mode]}: extra time at 90% <= 1.5x the 10% one + 1 s",
                 f"{row['extra_90']:.3f} s (10%: {row['extra_10']:.3f} s)",
                 f"<= {limit:.3f} s",
                 row["extra_90"] <= limit,
@@ -140,13 +142,21 @@ def render_positions(result: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         "| read | how it reaches the position | 0% | 10% | 90% | extra at 10% | extra at 90% |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for mode in ("global", "none", "buffer"):
-        row = result["resume"][mode]
-        first = row["first_batch"]
-        lines.append(
-            f"| {MODES[mode]} | {row['how']} | {first['0.0']:.3f} | {first['0.1']:.3f} | "
-            f"{first['0.9']:.3f} | {row['extra_10']:.3f} | {row['extra_90']:.3f} |"
-        )
+    lines += _resume_lines(result["resume"])
+    if "loop_resume" in result:
+        lines += [
+            "",
+            "## Resume through the loop: seconds from `FunctionLoop.run` to its first step",
+            "",
+            "The run resumed at step 0, 10% or 90% of the epoch by a hook setting "
+            "`loop.initial_step` where `PreemptionCheckpoint` does after a restore (the "
+            "resume targets are checked on these rows); medians, extra as above.",
+            "",
+            "| read | how the engine reaches the position | 0% | 10% | 90% | extra at 10% "
+            "| extra at 90% |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        lines += _resume_lines(result["loop_resume"])
     lines += _checkpoint_lines(result)
     lines += [
         "",
@@ -159,6 +169,18 @@ def render_positions(result: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         f"| {t.target} | {t.value} | {t.needed} | {_met(t.met)} |" for t in position_targets(result)
     ]
     return "\n".join(lines) + "\n"
+
+
+def _resume_lines(rows: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for mode in ("global", "none", "buffer"):
+        row = rows[mode]
+        first = row["first_batch"]
+        lines.append(
+            f"| {MODES[mode]} | {row['how']} | {first['0.0']:.3f} | {first['0.1']:.3f} | "
+            f"{first['0.9']:.3f} | {row['extra_10']:.3f} | {row['extra_90']:.3f} |"
+        )
+    return lines
 
 
 def _checkpoint_lines(result: Mapping[str, Any]) -> list[str]:

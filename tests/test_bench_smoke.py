@@ -419,6 +419,11 @@ def test_positions_suite_reports_resume_checkpoints_and_grain_with_targets(
         assert set(row["first_batch"]) == {"0.0", "0.1", "0.9"}
         assert all(seconds > 0 for seconds in row["first_batch"].values())
     assert run["resume"]["buffer"]["how"].startswith("replay")
+    # the real resume path: FunctionLoop resumed mid-epoch, the time to its first step
+    assert set(run["loop_resume"]) == {"global", "none", "buffer"}
+    for row in run["loop_resume"].values():
+        assert all(seconds > 0 for seconds in row["first_batch"].values())
+    assert run["loop_resume"]["buffer"]["how"] == "the skip (replay)"
     # TensorFlow's checkpoint holds the shuffle buffer; without the shuffle it is far smaller
     ckpt = run["tf_checkpoint"]
     assert ckpt["shuffle"]["bytes"] > 2 * ckpt["no_shuffle"]["bytes"] > 0
@@ -427,12 +432,13 @@ def test_positions_suite_reports_resume_checkpoints_and_grain_with_targets(
     markdown = (out / "latest.md").read_text()
     assert "# tfr_hooks benchmark: positions" in markdown
     assert "## Resume: seconds to the first batch" in markdown
+    assert "## Resume through the loop: seconds from `FunctionLoop.run`" in markdown
     assert "| shuffle_buffer=10_000 | replay (dataset.skip on batches) |" in markdown
     assert "`tf.train.Checkpoint(iterator=...)`" in markdown
     targets = markdown.split("## Targets (issue 45)", 1)[1]
     for target in (
-        'resume, shuffle="global": extra time at 90%',
-        "resume, no shuffle: extra time at 90%",
+        'resume (FunctionLoop resumed), shuffle="global": extra time at 90%',
+        "resume (FunctionLoop resumed), no shuffle: extra time at 90%",
         'input alone: shuffle="global" / shuffle_buffer=10_000',
         'mixing, shuffle="global"',
     ):
