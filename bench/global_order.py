@@ -17,6 +17,10 @@ process. Rows:
 - the time to the first batch of a read started at 10% and at 90% of the epoch.
 
     python bench/global_order.py [--rounds 7] [--out bench/results/global_order.md]
+
+A quick side check on the issue's small layout (120,000 records); the run of record of
+these rows, on 2M records beside the replay, TensorFlow's iterator checkpoint and Grain,
+is ``python bench/run.py --suite positions`` (bench/positions.py).
 """
 
 from __future__ import annotations
