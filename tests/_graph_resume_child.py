@@ -123,6 +123,10 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         batches = tfrecord.read_batches(
             data["plain"], BATCH, shuffle_buffer=1, seed=SEED, in_memory=True
         )
+    elif pipeline == "global":  # shuffle="global": a resumed run seeks
+        batches = tfrecord.read_batches(data["plain"], BATCH, shuffle="global", seed=SEED)
+    elif pipeline == "unshuffled":  # no shuffle: a resumed run seeks
+        batches = tfrecord.read_batches(data["plain"], BATCH)
     elif pipeline == "packed":
         batches = tfrecord.read_batches(data["packed"], BATCH, shuffle_buffer=3, seed=SEED)
     elif pipeline == "served":  # through the tf.data service at $SERVICE
@@ -143,7 +147,8 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         )
     else:
         raise ValueError(
-            f"Expected one of {PIPELINES}, 'served', 'damaged' or 'queue'. Received: {pipeline!r}"
+            f"Expected one of {PIPELINES}, 'global', 'unshuffled', 'served', 'damaged' or "
+            f"'queue'. Received: {pipeline!r}"
         )
     model = LinearModel(batches.tensors["x"], batches.tensors["y"])
     return batches, model, batches.tensors["id"]

@@ -207,7 +207,8 @@ def _split(history: dict[str, Any]) -> dict[str, Any]:
 def order_mode(data: str, out: str) -> dict[str, Any]:
     """A ``step_fn`` that notes the examples each step of this worker trains on.
 
-    Shuffled (with the seed all workers share), sharded by file, with
+    Shuffled (with the seed all workers share), sharded by file (with
+    ``ORDER_READ=global``: ``shuffle="global"``, each worker its share), with
     ``PreemptionCheckpoint``; ``TERM_AT_EPOCH``/``TERM_AT_BATCH``/``TERM_TASK`` as in
     ``keras`` mode. The result (or the ``PREEMPTED`` line) holds ``seen``: epoch to the
     list of this worker's batches of example indexes.
@@ -217,7 +218,12 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     strategy = _strategy(tf)
     from tfr_hooks import FunctionLoop, Hook, Preempted, PreemptionCheckpoint, tfrecord
 
-    train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shuffle_buffer=64)
+    if os.environ.get("ORDER_READ") == "global":  # each worker its share; seeks
+        train: Any = tfrecord.source(
+            os.path.join(data, "train"), GLOBAL_BATCH, shuffle="global", seed=5
+        )
+    else:
+        train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shuffle_buffer=64)
     seen: dict[str, list[list[int]]] = {}
     state: list[Any] = []
     with strategy.scope():
@@ -256,7 +262,10 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
         print("PREEMPTED " + json.dumps({"epoch": stop.epoch, "step": stop.step, "seen": seen}))
         sys.stdout.flush()
         raise
-    return {"seen": seen, "steps": int(counter.numpy())}
+    result = {"seen": seen, "steps": int(counter.numpy())}
+    if os.environ.get("ORDER_READ") == "global":
+        result["position"] = train.facts.position.state()
+    return result
 
 
 class _EpochWatch:

@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from tfr_hooks.stalls import StallPolicy
 __all__ = [
     "Passes",
     "RunInput",
+    "Seekable",
     "check_run_args",
     "run_loop",
     "begin_run",
@@ -90,6 +91,20 @@ class Passes:
             self.started, self.session = 0, session
 
 
+class Seekable(Protocol):
+    """Input whose next pass can start at any epoch and record (see :class:`RunInput`)."""
+
+    #: The examples of a batch of this worker's share.
+    batch_size: int
+    #: Workers sharing an epoch (each reads its own share).
+    workers: int
+    #: Steps a batch makes (a multi-worker strategy splits it among the replicas).
+    split: int
+
+    def seek(self, epoch: int, records: int) -> None:
+        """Start the next pass as epoch ``epoch``, at this worker's record ``records``."""
+
+
 @dataclass(frozen=True)
 class RunInput:
     """What a loop knows of its training input, handed to :func:`run_loop` once a run.
@@ -105,11 +120,15 @@ class RunInput:
         report: What the input report's remedy needs (an
             :class:`~tfr_hooks.input_report.InputFacts`), or a function returning it,
             called when the first verdict is logged.
+        position: Where the training data's next pass starts, when it can start
+            anywhere (:class:`Seekable`: a reader's
+            :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`); ``None`` replays.
     """
 
     steps: int | None = None
     examples: int | None = None
     report: InputFacts | Callable[[], InputFacts] | None = None
+    position: Seekable | None = None
 
 
 def check_run_args(
@@ -296,7 +315,7 @@ def run_loop(
             if loop.stop_requested:
                 break
             logs, more = _run_epoch(
-                runner, hooks, loop, epoch, steps_per_epoch, passes, stalls, observers
+                runner, hooks, loop, epoch, steps_per_epoch, passes, stalls, observers, data
             )
             if logs is None:
                 break
@@ -339,14 +358,31 @@ def _run_epoch(
     passes: Passes,
     stalls: StallPolicy,
     observers: Sequence[CallObserver] = (),
+    data: RunInput | None = None,
 ) -> tuple[dict[str, Any] | None, bool]:
     """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
     first = epoch == loop.initial_epoch
-    clock = _begin_epoch(runner, hooks, loop, epoch, first, steps_per_epoch, passes)
-    # a run resumed mid-epoch (as hooks left it by now): the steps already run count, and
-    # only the rest are run
+    # a run resumed mid-epoch: the steps already run count, and only the rest are run
     done = loop.initial_step if first else 0
-    length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
+    seekable = first and data is not None and steps_per_epoch is None
+    position = data.position if seekable and data is not None else None
+    if position is not None:  # the pass starts where the interrupted run was: no replay
+        _seek(position, passes, epoch, done)
+    clock = _begin_epoch(
+        runner, hooks, loop, epoch, first and position is None, steps_per_epoch, passes, first
+    )
+    sought, done = done, loop.initial_step if first else 0  # as hooks left it by now
+    if position is not None:
+        if done != sought:  # a hook moved the start in epoch_begin: seek there instead
+            position.seek(passes.started - 1, done // position.split * position.batch_size)
+            runner.start_epoch(restart_data=True)
+        if done % position.split and runner.skips_batches:  # inside a split batch
+            runner.skip_batches(done % position.split)
+        length = None  # the data's end ends the epoch
+        loop.epoch_examples = done * position.batch_size * position.workers // position.split
+        loop.epoch_steps = done
+    else:
+        length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
     end = _run_steps(runner, hooks, loop, length, stalls, [*observers, clock])
     if loop.epoch_steps == done:
         logger.warning(
@@ -368,20 +404,22 @@ def _begin_epoch(
     hooks: HookList,
     loop: LoopState,
     epoch: int,
-    first: bool,
+    replay: bool,
     steps_per_epoch: int | None,
     passes: Passes,
+    first: bool,
 ) -> EpochClock:
     """Reset the epoch's state, start its data (a pass when it restarts) and its clock.
 
-    Fires ``epoch_begin`` last; returns the clock of the epoch's steps.
+    ``replay``: first replay the passes of the epochs before (a resumed run whose data
+    cannot seek). Fires ``epoch_begin`` last; returns the clock of the epoch's steps.
     """
     loop.epoch = epoch
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
     loop.input_stats = None
     loop.history_entries = {}
-    if first and steps_per_epoch is None:
+    if replay and steps_per_epoch is None:
         # the first epoch of a run that starts late (resumed): let the data's seeded
         # shuffles draw what they drew for the earlier epochs, so this one has its order
         _replay_passes(runner, passes, epoch)
@@ -394,6 +432,24 @@ def _begin_epoch(
         clock.restarted()
     hooks.epoch_begin(epoch)
     return clock
+
+
+def _seek(position: Seekable, passes: Passes, epoch: int, done: int) -> None:
+    """Start the first epoch's pass at step ``done`` of ``epoch``, without a replay.
+
+    The pass is numbered as a replay would have numbered it (the passes this loop
+    already started count: a second run of one loop goes on with new passes).
+    """
+    number = max(epoch, passes.started)
+    records = done // position.split * position.batch_size  # whole batches of the share
+    position.seek(number, records)
+    passes.started = number
+    if number or records:
+        logger.info(
+            "Resumed the input at epoch %d, record %d of this worker (a seek, no replay)",
+            number,
+            records,
+        )
 
 
 def _replay_passes(runner: Runner, passes: Passes, epoch: int) -> None:

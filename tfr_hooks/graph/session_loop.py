@@ -357,10 +357,18 @@ class SessionLoop:
                 data=RunInput(
                     examples=None if self._data is None else self._data.facts.served_examples(),
                     report=self._input_facts,
+                    position=self._position(runner),
                 ),
                 # the data's random ops go on in a session given again
                 passes=self._passes,
             )
+
+    def _position(self, runner: SessionRunner) -> Any:
+        """The training data's position, seeking in the runner's session (once made)."""
+        position = None if self._data is None else self._data.facts.position
+        if position is None or self._stream is not None:
+            return None
+        return position.in_session(lambda: runner.session)
 
     def _input_facts(self) -> InputFacts:
         """What the loop knows of its input's files, for the verdict's remedy."""

@@ -302,6 +302,7 @@ class FunctionLoop:
                 steps=known if known else None,
                 examples=self.facts.served_examples(),
                 report=self._input_facts,
+                position=self.facts.position,
             ),
             passes=self._passes,
         )

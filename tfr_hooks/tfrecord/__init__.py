@@ -23,6 +23,7 @@ from tfr_hooks.tfrecord.errors import (
 )
 from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadArgs, ReadConfig
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 from tfr_hooks.tfrecord.pipelines.read import Batches, dataset, read_batches, source
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, load_schema
@@ -68,6 +69,7 @@ __all__ = [
     "Batches",
     "Source",
     "ReadFacts",
+    "ReadPosition",
     "PipelineKind",
     "CorruptRecord",
     # errors

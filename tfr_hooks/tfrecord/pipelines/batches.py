@@ -26,6 +26,7 @@ from tfr_hooks.tfrecord.pipelines.options import (
 )
 from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, plan_of, serve
 from tfr_hooks.tfrecord.pipelines.plan import Plan
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 from tfr_hooks.tfrecord.pipelines.queue import check_queue_plan, queue_batches
 from tfr_hooks.tfrecord.sources.framing import Files
 
@@ -143,12 +144,12 @@ def read_batches(
         check_queue_plan(plan)
     kind = choose_kind(plan, checked, queue=queue)
     with tf.name_scope(checked.config.name):
-        tensors, initializers, examples = _graph_batches(plan, checked, kind, capacity)
+        tensors, initializers, examples, position = _graph_batches(plan, checked, kind, capacity)
         first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
         size = _batch_size_of(first)
     bucketed = checked.shaping.bucket_boundaries is not None and not kind.in_memory
     steps = None if bucketed else epoch_steps(examples, checked)
-    facts = ReadFacts.of_read(plan, checked, kind, examples, steps)
+    facts = ReadFacts.of_read(plan, checked, kind, examples, steps, position)
     return Batches(tensors, initializers, size, facts)
 
 
@@ -192,15 +193,22 @@ def _pipeline_capacity(queue: bool, options: ReadOptions) -> int | None:
 
 def _graph_batches(
     plan: Plan, options: ReadOptions, kind: PipelineKind, capacity: int | None
-) -> tuple[Any, list[Any], int | None]:
-    """The batch tensors of ``kind``, their initializers, and the examples of a pass."""
+) -> tuple[Any, list[Any], int | None, ReadPosition | None]:
+    """The batch tensors of ``kind``, their initializers, a pass's examples, the position.
+
+    The position is where the next initialization starts, when the pipeline can seek.
+    """
     if kind is PipelineKind.QUEUE:
-        return queue_batches(plan, options, capacity or 0), [], plan.examples
-    data, num_examples = build_pipeline(plan, options, kind)
+        return queue_batches(plan, options, capacity or 0), [], plan.examples, None
+    data, num_examples, position = build_pipeline(plan, options, kind, seekable=True)
     if options.service is not None:
         data = serve(data, options.service)
     iterator = tf.compat.v1.data.make_initializable_iterator(data)
-    return iterator.get_next(), [iterator.initializer], num_examples
+    initializer = iterator.initializer
+    if position is not None:  # its variables ready before the pass reads them
+        with tf.control_dependencies([position.initialize_once()]):
+            initializer = tf.group(iterator.initializer)
+    return iterator.get_next(), [initializer], num_examples, position
 
 
 def _batch_size_of(tensor: Any) -> Any:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 from tfr_hooks.tfrecord.sources.damage import CorruptRecord
 
 if TYPE_CHECKING:
@@ -73,6 +74,12 @@ class ReadFacts:
             (:class:`~tfr_hooks.tfrecord.CorruptRecord`), found when it was built with
             ``max_corrupt_records`` above 0; ``None`` when it did not look (0, the
             default: a damaged record raises).
+        position: Where the next pass starts (a
+            :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`), when the pipeline can
+            start a pass anywhere: a resumed run seeks there instead of replaying the
+            passes and batches before it. ``None`` when it cannot (``shuffle_buffer``
+            streamed, the queue, the tf.data service, damaged files, bucketing,
+            ``num_epochs`` other than 1, a plain dataset).
     """
 
     kind: PipelineKind | None = None
@@ -88,6 +95,7 @@ class ReadFacts:
     examples_per_record: int = 1
     service: str | None = None
     corrupt_records: tuple[CorruptRecord, ...] | None = None
+    position: ReadPosition | None = None
 
     @classmethod
     def of_read(
@@ -97,6 +105,7 @@ class ReadFacts:
         kind: PipelineKind,
         examples: int | None,
         steps: int | None,
+        position: ReadPosition | None = None,
     ) -> ReadFacts:
         """The facts of a read: what ``plan`` resolved, ``options`` asked and the build gave.
 
@@ -110,6 +119,7 @@ class ReadFacts:
             examples: The examples of one pass, when known.
             steps: The steps of one epoch (one iterator, one initialization), when
                 known before it runs; ``None`` also when read through a service.
+            position: The pipeline's position, when it can seek (not when served).
         """
         return cls(
             kind=kind,
@@ -124,6 +134,7 @@ class ReadFacts:
             examples_per_record=plan.per_record,
             service=options.service,
             corrupt_records=None if plan.damage is None else plan.damage.corrupt,
+            position=None if options.service is not None else position,
         )
 
     def steps_on(self, num_workers: int) -> int | None:

@@ -265,7 +265,7 @@ class GlobalOrder:
         ``int64`` scalar tensor (read when the pass starts: a resumed pass's position).
         """
         if isinstance(start, (int, np.integer)):
-            window_int, begin_int = self.locate(start)
+            window_int, begin_int = self.locate(int(start))
             if window_int >= self.windows:
                 return tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
             window, begin = tf.constant(window_int, tf.int64), tf.constant(begin_int, tf.int64)

@@ -47,6 +47,7 @@ from tfr_hooks.tfrecord.pipelines.packed import packed_dataset, unpack, window_s
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pipelines.pools import batch_pools
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition, position_of
 from tfr_hooks.tfrecord.pipelines.ragged import (
     RaggedArray,
     Shaping,
@@ -55,6 +56,7 @@ from tfr_hooks.tfrecord.pipelines.ragged import (
     bucket_of,
     pad_batch,
 )
+from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.sources.framing import Files
 from tfr_hooks.tfrecord.sources.index import RecordIndex, index_runs, record_index
@@ -110,22 +112,31 @@ def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> Pip
 
 
 def build_pipeline(
-    plan: Plan, options: ReadOptions, kind: PipelineKind
-) -> tuple[tf.data.Dataset, int | None]:
-    """The ``tf.data`` pipeline of ``kind``, and the examples of one pass (if known).
+    plan: Plan, options: ReadOptions, kind: PipelineKind, *, seekable: bool = False
+) -> tuple[tf.data.Dataset, int | None, ReadPosition | None]:
+    """The ``tf.data`` pipeline of ``kind``, the examples of a pass, and its position.
 
-    Its elements are what the reader returns: dicts of batch tensors, or tuples when
+    The examples are ``None`` when unknown; the position (see
+    :func:`~tfr_hooks.tfrecord.pipelines.position.position_of`) is ``None`` when the
+    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by
+    :func:`~tfr_hooks.tfrecord.source` and ``read_batches``, whose facts carry it: a
+    pass entered at a position is shorter, so the dataset asserts no cardinality). Its
+    elements are what the reader returns: dicts of batch tensors, or tuples when
     ``as_tuple`` names the features.
     """
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
+    position = position_of(plan, options, kind) if seekable else None
     if kind.in_memory:
-        data, examples = _memory_data(plan, options, kind)  # as_tuple applied there
-        return finish(data, None, prefetch=None, autotune=options.config.autotune), examples
-    return _build_dataset(plan, options), plan.examples
+        data, examples = _memory_data(plan, options, kind, position)  # as_tuple applied there
+        finished = finish(data, None, prefetch=None, autotune=options.config.autotune)
+        return finished, examples, position
+    return _build_dataset(plan, options, position), plan.examples, position
 
 
-def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
+def _build_dataset(
+    plan: Plan, options: ReadOptions, position: ReadPosition | None = None
+) -> tf.data.Dataset:
     """The streamed pipeline: from shards of one example a record, or packed shards.
 
     Bucketed (``bucket_boundaries``), it reads pools of ``bucket_pool`` batches, parsed
@@ -164,7 +175,7 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
             deterministic=config.deterministic,
         )
     else:
-        parsed = _stream_batches(plan, read, reads=reads, calls=calls)
+        parsed = _stream_batches(plan, read, reads=reads, calls=calls, position=position)
     if options.map_fn is not None:
         examples = parsed.unbatch().map(
             as_dict(options.map_fn, plan.names),
@@ -191,7 +202,8 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         parsed = _map_batches(parsed, options.batch_map_fn)
     # served, the batches of an epoch depend on how the workers split the files (each
     # worker batches its own share); bucketed, each full pool gives whole batches
-    if options.service is None and not (options.shuffle and current_task().num_workers > 1):
+    sharded = options.shuffle and current_task().num_workers > 1
+    if options.service is None and not sharded and position is None:
         parsed = _with_cardinality(parsed, plan, options)  # a worker's global share varies
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
@@ -234,7 +246,14 @@ def serve(data: tf.data.Dataset, service: str, *, job_name: str | None = None) -
     )
 
 
-def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int) -> tf.data.Dataset:
+def _stream_batches(
+    plan: Plan,
+    options: ReadOptions,
+    *,
+    reads: int,
+    calls: int,
+    position: ReadPosition | None = None,
+) -> tf.data.Dataset:
     """Batches parsed from shards of one example a record.
 
     Shuffled, each pass gets its own order, in graph mode too (a seed drawn anew at every
@@ -243,12 +262,22 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
     ``shuffle="global"``, the batches of :func:`global_record_batches`.
     """
     if options.shuffle == "global":  # parsed a window at once, then cut into batches
-        windows = global_windows(plan, options).map(
+        windows = global_windows(plan, options, position=position).map(
             plan.schema.parse_batch,
             num_parallel_calls=calls,
             deterministic=options.config.deterministic,
         )
         return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+    if position is not None:  # unshuffled, entered where the position is
+        records = stream_from_position(
+            plan.files, reads=reads, deterministic=options.config.deterministic, position=position
+        )
+        batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
+        return batches.map(
+            plan.schema.parse_batch,
+            num_parallel_calls=calls,
+            deterministic=options.config.deterministic,
+        )
     records, _ = record_passes(
         plan.records,
         reads=reads,
@@ -276,7 +305,11 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
 
 
 def global_windows(
-    plan: Plan, options: ReadOptions, *, window: int = DEFAULT_WINDOW
+    plan: Plan,
+    options: ReadOptions,
+    *,
+    window: int = DEFAULT_WINDOW,
+    position: ReadPosition | None = None,
 ) -> tf.data.Dataset:
     """Windows of serialized records in the global order (``shuffle="global"``): vectors.
 
@@ -298,6 +331,9 @@ def global_windows(
         plan: The files (uncompressed), and the damage found in them.
         options: The reader's options (``seed``, ``num_epochs``).
         window: Records a window (packed shards: records of ``per_record`` examples).
+        position: Where each new iterator starts (one epoch an iterator): it reads the
+            epoch and the records the position holds then, so a resumed run seeks there
+            instead of replaying.
 
     Raises:
         ValueError: The files are compressed (naming ``shuffle``).
@@ -320,6 +356,8 @@ def global_windows(
         window=window,
         shard=(worker_index(task), task.num_workers),
     )
+    if position is not None:
+        return position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
     num_epochs = options.num_epochs
     span = num_epochs if num_epochs is not None else 1 << 40
     if tf.executing_eagerly():
@@ -412,7 +450,7 @@ def finish(
 
 
 def _memory_data(
-    plan: Plan, options: ReadOptions, kind: PipelineKind
+    plan: Plan, options: ReadOptions, kind: PipelineKind, position: ReadPosition | None = None
 ) -> tuple[tf.data.Dataset, int]:
     """The in-memory pipeline of batches (dicts), and the examples of one pass."""
     arrays, decode_each_batch, widen = _held(plan, options, kind)
@@ -445,6 +483,7 @@ def _memory_data(
         batch_fn=pad if decode_each_batch is None else None,
         select=functools.partial(structure, names=names) if last and names else None,
         widen=widen or None,
+        position=position,
     )
     if pad is not None and pad_after:
         data = data.map(pad, num_parallel_calls=PARALLEL_CALLS, deterministic=True)

@@ -40,7 +40,7 @@ import tensorflow as tf
 from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.pipelines import sharding
 from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, read_batches
-from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, epoch_steps
 from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
     ReadArgs,
@@ -158,8 +158,8 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         shared = sharding.shared_seed(options.seed, shuffled, task)
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
-    data, examples = build_pipeline(plan, options, kind)
-    facts = ReadFacts.of_read(plan, options, kind, examples, None)
+    data, examples, position = build_pipeline(plan, options, kind, seekable=reader == "source")
+    facts = ReadFacts.of_read(plan, options, kind, examples, None, position)
     if options.service is not None:
         # a trainer of a shared job reads a part of the epoch, of unknown size
         examples = examples if task.num_workers == 1 else None
@@ -168,7 +168,7 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
     if kind.in_memory:
         # no files to split: every worker gathers the same batches and keeps its share
         data = sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
-        return Source(data, replace(facts, steps=_cardinality(data)))
+        return Source(data, replace(facts, steps=_steps_of(data, facts, options)))
     if options.shuffle is not None:
         shard = "off"  # shuffle="global" reads this worker's share itself
     data = sharding.shard_dataset(
@@ -181,7 +181,7 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
     )
-    return Source(data, _with_steps(facts, data, plan, task))
+    return Source(data, _with_steps(facts, data, plan, task, options))
 
 
 def _served(data: tf.data.Dataset, plan: Plan, options: ReadOptions, task: TaskInfo) -> Any:
@@ -209,13 +209,26 @@ def _job_name(plan: Plan, options: ReadOptions) -> str:
     return "tfr_hooks-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+def _steps_of(data: tf.data.Dataset, facts: ReadFacts, options: ReadOptions) -> int | None:
+    """The steps of a pass: the dataset's cardinality, or counted when it seeks.
+
+    A pipeline with a position asserts no cardinality (a pass it enters mid-way is
+    shorter); a whole pass makes the steps the examples give.
+    """
+    if facts.position is not None and facts.position.workers == 1:
+        return epoch_steps(facts.examples, options)
+    return _cardinality(data)
+
+
 def _cardinality(data: tf.data.Dataset) -> int | None:
     """The dataset's cardinality when known (``None``: unknown or infinite)."""
     cardinality = int(data.cardinality())
     return cardinality if cardinality >= 0 else None
 
 
-def _with_steps(facts: ReadFacts, data: tf.data.Dataset, plan: Plan, task: TaskInfo) -> ReadFacts:
+def _with_steps(
+    facts: ReadFacts, data: tf.data.Dataset, plan: Plan, task: TaskInfo, options: ReadOptions
+) -> ReadFacts:
     """``facts`` with the steps a pass of the streamed ``data`` makes, when known.
 
     Under a multi-worker strategy sharding by file, each worker's share decides (see
@@ -235,4 +248,4 @@ def _with_steps(facts: ReadFacts, data: tf.data.Dataset, plan: Plan, task: TaskI
                 num_epochs=facts.num_epochs,
             )
         return replace(facts, steps=steps, steps_workers=workers)
-    return replace(facts, steps=_cardinality(data))
+    return replace(facts, steps=_steps_of(data, facts, options))

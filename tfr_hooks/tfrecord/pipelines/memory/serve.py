@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ import tensorflow as tf
 from tfr_hooks.tf_private import single_device_map
 from tfr_hooks.tfrecord.pipelines.memory.loading import Held, aligned
 from tfr_hooks.tfrecord.pipelines.passes import pass_seed
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples
 
 __all__ = [
@@ -62,6 +64,7 @@ def memory_dataset(
     batch_fn: Callable[[dict[str, Any]], Any] | None = None,
     select: Callable[[dict[str, Any]], Any] | None = None,
     widen: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    position: ReadPosition | None = None,
 ) -> tf.data.Dataset:
     """Batches gathered from in-memory arrays, a fresh permutation every pass.
 
@@ -95,6 +98,9 @@ def memory_dataset(
         widen: Applied first to each gathered batch (a dict): features held narrower
             than they are served (``uint8`` images that ``map_fn`` cast to float, see
             :mod:`tfr_hooks.tfrecord.pipelines.memory.narrow`) made what ``map_fn`` returned.
+        position: Where each pass starts (one pass an iterator, no ``buckets``): the
+            pass's permutation is drawn from ``(seed, epoch)`` and served from the
+            record the position holds when the iterator starts.
 
     Returns:
         A dataset of dicts of batch tensors (or what ``select`` returns), of exact
@@ -110,7 +116,10 @@ def memory_dataset(
         raise ValueError("Expected `widen` without `map_fn` (held decoded features)")
     gather.map_fn, gather.batch_fn, gather.select = map_fn, batch_fn, select
     gather.widen = widen
-    if tf.executing_eagerly():
+    if position is not None:
+        base = tf.constant([seed if seed is not None else secrets.randbits(62), 0], tf.int64)
+        salts = position.start().map(lambda epoch, start: (_salt(base, epoch), start))
+    elif tf.executing_eagerly():
         salts = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     else:
         start = pass_seed(seed)
@@ -120,11 +129,12 @@ def memory_dataset(
     if num_epochs is not None:
         salts = salts.take(num_epochs)
     if gather.whole:  # the next pass gathered while this one is consumed, if there is one
-        batches = gather.whole_passes(salts, overlap=num_epochs != 1)
+        batches = gather.whole_passes(salts, overlap=num_epochs != 1, one_pass=position is not None)
     else:
         batches = salts.flat_map(gather.one_pass)
     total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * gather.per_pass
-    batches = batches.apply(tf.data.experimental.assert_cardinality(total))
+    if position is None:  # entered at a position, a pass holds fewer batches
+        batches = batches.apply(tf.data.experimental.assert_cardinality(total))
     if prefetch:
         batches = batches.prefetch(prefetch)
     if select is not None and not gather.whole:  # gathered whole, selected with the gather
@@ -136,6 +146,12 @@ def memory_dataset(
         options.experimental_optimization.apply_default_optimizations = False
         batches = batches.with_options(options)
     return batches
+
+
+def _salt(base: Any, epoch: Any) -> Any:
+    """The salt of pass ``epoch``'s permutation: drawn from ``(seed, epoch)``, stateless."""
+    key = tf.random.experimental.stateless_fold_in(base, epoch)
+    return tf.random.stateless_uniform([], key, minval=None, maxval=None, dtype=tf.int64)
 
 
 class _Gather:
@@ -207,7 +223,9 @@ class _Gather:
         """Whether each pass is gathered whole (small dense data, no buckets or functions)."""
         return self.small and self.plan is None and self.map_fn is None and self.batch_fn is None
 
-    def whole_passes(self, salts: tf.data.Dataset, overlap: bool) -> tf.data.Dataset:
+    def whole_passes(
+        self, salts: tf.data.Dataset, overlap: bool, one_pass: bool = False
+    ) -> tf.data.Dataset:
         """The batches of the passes ``salts`` shuffle, each pass gathered whole.
 
         One function a pass (hand the arrays over, permute, gather every example, and
@@ -227,9 +245,9 @@ class _Gather:
 
         widen, select = self.widen, self.select
 
-        def gather_all(salt: Any) -> dict[str, Any]:
+        def gather_all(salt: Any, start: Any = 0) -> dict[str, Any]:
             _, *data = self.columns(held)
-            order = self.permutation(salt)[:kept]
+            order = self.permutation(salt)[start:kept]
             if not self.drop_remainder:  # the batches' size unknown, whatever the count
                 order = unknown_rows(order)
             gathered = {name: tf.gather(t, order) for name, t in zip(self.names, data, strict=True)}
@@ -238,7 +256,10 @@ class _Gather:
         passes = single_device_map(salts, gather_all)
         if overlap:
             passes = passes.prefetch(1)
-        batches = passes.rebatch(sizes if len(set(sizes)) > 1 else sizes[0])
+        if one_pass:  # its batches cut from its start (a multiple of the batch) on
+            batches = passes.rebatch(self.batch_size, drop_remainder=self.drop_remainder)
+        else:
+            batches = passes.rebatch(sizes if len(set(sizes)) > 1 else sizes[0])
         if widen is None:
             return batches
 
@@ -296,8 +317,8 @@ class _Gather:
             )
         return order
 
-    def slices_of(self, salt: Any, bucket: Any) -> tf.data.Dataset:
-        """The index slices of a pass: one per gathered element."""
+    def slices_of(self, salt: Any, bucket: Any, start: Any = 0) -> tf.data.Dataset:
+        """The index slices of a pass from ``start`` on: one per gathered element."""
         order = self.permutation(salt)
         if self.plan is not None:
             starts, sizes = (tf.constant(a) for a in self.plan)
@@ -318,6 +339,8 @@ class _Gather:
                 )
             return bounds.map(lambda start, size: by_bucket[start : start + size])
         full, chunk = self.full, self.chunk
+        if not (isinstance(start, int) and start == 0):  # entered at a position
+            return self._slices_from(order[start:])
         chunks = tf.reshape(order[: full * chunk], [full, chunk])
         if not self.drop_remainder:  # the batches' size unknown, whatever the count
             chunks = unknown_rows(chunks, dims=2)
@@ -326,8 +349,21 @@ class _Gather:
             slices = slices.concatenate(tf.data.Dataset.from_tensors(order[full * chunk :]))
         return slices
 
-    def one_pass(self, salt: Any) -> tf.data.Dataset:
-        """The batches of the pass that ``salt`` shuffles."""
+    def _slices_from(self, order: Any) -> tf.data.Dataset:
+        """:meth:`slices_of` for the rest of a permutation (entered at a batch's start)."""
+        chunk = self.chunk
+        full = tf.size(order, out_type=tf.int64) // chunk
+        chunks = tf.reshape(order[: full * chunk], [-1, chunk])
+        if not self.drop_remainder:
+            chunks = unknown_rows(chunks, dims=2)
+        slices = tf.data.Dataset.from_tensor_slices(chunks)
+        if self.drop_remainder and chunk == self.batch_size:  # a short rest is dropped
+            return slices
+        rest = tf.data.Dataset.from_tensors(order[full * chunk :])
+        return slices.concatenate(rest.filter(lambda r: tf.size(r) > 0))
+
+    def one_pass(self, salt: Any, start: Any = 0) -> tf.data.Dataset:
+        """The batches of the pass that ``salt`` shuffles, from example ``start`` on."""
         bucket, *data = self.columns()
         batch_fn, widen = self.batch_fn if self.fused else None, self.widen
 
@@ -339,7 +375,7 @@ class _Gather:
             batch = widen(batch) if widen is not None else batch
             return batch_fn(batch) if batch_fn is not None else batch
 
-        gathered = self.slices_of(salt, bucket).map(
+        gathered = self.slices_of(salt, bucket, start).map(
             gather, num_parallel_calls=PARALLEL_CALLS, deterministic=True
         )
         if self.map_fn is not None:  # encoded examples: decode each pass, in parallel

@@ -1,0 +1,266 @@
+"""Resume by position: a resumed run seeks its input instead of replaying it.
+
+``shuffle="global"`` (streamed and in memory), an unshuffled read in memory and an
+unshuffled stream carry a :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`: a run
+resumed mid-epoch starts the pass at ``(epoch, records done)`` and trains on the
+batches (and reaches the weights) of an uninterrupted run, without reading the records
+before its position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from helpers import preemptible_run
+from tfr_hooks import tfrecord
+
+EPOCHS = 3
+
+PIPELINES = [
+    pytest.param({"shuffle": "global", "seed": 3}, id="global-streamed"),
+    pytest.param({"shuffle": "global", "seed": 3, "in_memory": True}, id="global-memory"),
+    pytest.param({"in_memory": True}, id="unshuffled-memory"),
+    pytest.param({"shuffle_buffer": 64, "seed": 3, "in_memory": True}, id="buffer-memory"),
+    pytest.param({}, id="unshuffled-streamed"),
+    pytest.param(
+        {"read_config": tfrecord.ReadConfig(num_parallel_reads=2)}, id="unshuffled-2-reads"
+    ),
+]
+
+
+def _write(directory: Path, n: int, shards: int) -> Path:
+    tfrecord.write({"index": np.arange(n)}, directory, shards=shards)
+    return directory
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+@pytest.mark.parametrize(("n", "batch"), [(400, 16), (403, 13)], ids=["divides", "remainder"])
+def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: dict[str, Any], n: int, batch: int
+) -> None:
+    data = _write(tmp_path / "data", n, 3)
+    per_epoch = -(-n // batch)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        source = tfrecord.source(data, batch, **pipeline)  # a new process's reader
+        assert source.facts.position is not None
+        return preemptible_run(source, "index", directory, at, EPOCHS)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == EPOCHS * per_epoch
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        after, (_, total) = run(tmp_path / "p", None)
+    assert total == EPOCHS * per_epoch  # the steps of an uninterrupted run
+    assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    resumed = [i for b in before[1][: stop.step] + after[1] for i in b]
+    assert sorted(resumed) == list(range(n))  # every example once
+    assert reference[1] != reference[2] or "shuffle" not in pipeline
+
+
+def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """BackupAndRestore through KerasCallbacks, resumed mid-epoch on shuffle='global'."""
+    import keras
+
+    from tfr_hooks import FunctionLoop, KerasCallbacks
+
+    n, batch = 600, 20
+    x = np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32)
+    y = (x @ np.arange(1, 5, dtype=np.float32))[:, None]
+    tfrecord.write({"x": x, "y": y}, tmp_path / "data", shards=2)
+
+    class Interrupt(keras.callbacks.Callback):
+        def __init__(self, at: int) -> None:
+            super().__init__()
+            self.at, self.steps = at, 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.steps += 1
+            if self.steps == self.at:
+                raise KeyboardInterrupt("preempted")
+
+    def train(backup: Path, interrupt: int | None) -> np.ndarray:
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.01), "mse")
+        source = tfrecord.source(
+            tmp_path / "data", batch, shuffle="global", seed=5, as_tuple=("x", "y")
+        )
+        callbacks: list[Any] = [keras.callbacks.BackupAndRestore(str(backup), save_freq=1)]
+        if interrupt is not None:
+            callbacks.append(Interrupt(interrupt))
+        loop = FunctionLoop(source, model=model, hooks=[KerasCallbacks(callbacks, model=model)])
+        with contextlib.suppress(KeyboardInterrupt):
+            loop.run(epochs=3)
+        return np.concatenate([w.reshape(-1) for w in model.get_weights()])
+
+    reference = train(tmp_path / "ref", None)
+    train(tmp_path / "b", 30 + 11)  # in epoch 1 (30 steps an epoch), at its step 11
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        resumed = train(tmp_path / "b", None)
+    assert "Resumed the input at epoch 1, record" in caplog.text  # a seek, not a replay
+    assert "Skipped" not in caplog.text
+    np.testing.assert_allclose(resumed, reference, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("pipeline", ["global", "unshuffled", "memory"])
+def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: str
+) -> None:
+    """SessionLoop + EpochCheckpoint stopped mid-epoch: the resumed run seeks, exactly."""
+    from _graph_resume_child import BATCH, StopAt, run, write_data
+    from _graph_resume_child import EPOCHS as GRAPH_EPOCHS
+
+    data = write_data(str(tmp_path / "data"))
+    reference = run(data, pipeline, None)
+    logdir = str(tmp_path / "ckpt")
+    first = run(data, pipeline, logdir, StopAt(epoch=1, step=3))
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        second = run(data, pipeline, logdir)
+    assert second["initial"] == (1, 3)
+    assert f"Resumed the input at epoch 1, record {3 * BATCH}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text
+    assert first["steps"] + second["steps"] == reference["steps"]
+    assert len(second["history"]["loss"]) == GRAPH_EPOCHS - 1
+    for name, value in second["state"].items():
+        np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
+
+
+@pytest.mark.slow  # two workers on 127.0.0.1, three clusters; about a minute of CPU
+def test_mwms_workers_resume_their_shares_by_a_seek(tmp_path: Path) -> None:
+    """shuffle='global' under MultiWorkerMirroredStrategy, a worker SIGTERMed mid-epoch."""
+    from _cluster import run_cluster
+
+    n = 600  # 2 files of 300: each worker's share 300 records, 19 batches of 16
+    tfrecord.write({"index": np.arange(n)}, tmp_path / "data" / "train", shards=2)
+    argv = ["tests/_multi_worker_child.py", "order", str(tmp_path / "data"), "{out}"]
+    env = {"GLOBAL_BATCH": "16", "ORDER_READ": "global"}
+
+    def cluster(out: str, extra: dict[str, str]) -> list:
+        args = [a.replace("{out}", out) for a in argv]
+        return run_cluster(args, 2, timeout=300, env={**env, **extra})
+
+    reference = [w.result() for w in cluster(str(tmp_path / "ref"), {})]
+    term = {"TERM_AT_EPOCH": "1", "TERM_AT_BATCH": "5", "TERM_TASK": "1"}
+    workers = cluster(str(tmp_path / "run"), term)
+    before = []
+    for worker in workers:
+        assert worker.returncode == 42, worker.stderr[-3000:]
+        line = [x for x in worker.stdout.splitlines() if x.startswith("PREEMPTED ")][-1]
+        before.append(json.loads(line[len("PREEMPTED ") :]))
+    step = before[0]["step"]
+    after = [w.result() for w in cluster(str(tmp_path / "run"), {})]
+    for ref, old, new in zip(reference, before, after, strict=True):
+        assert new["steps"] == ref["steps"]
+        assert old["seen"]["1"][:step] + new["seen"]["1"] == ref["seen"]["1"]
+        assert new["seen"]["2"] == ref["seen"]["2"]
+        assert new["position"]["epoch"] == EPOCHS  # the passes it read, counted
+    for epoch in ("1", "2"):
+        examples = [
+            i
+            for old, new in zip(before, after, strict=True)
+            for b in old["seen"].get(epoch, [])[:step] + new["seen"][epoch]
+            for i in b
+        ]
+        assert sorted(examples) == list(range(n)), epoch
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts bytes in /proc/self/io")
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        pytest.param({"read_config": tfrecord.ReadConfig(num_parallel_reads=1)}, id="unshuffled"),
+    ],
+)
+def test_a_resumed_read_does_not_read_the_records_before_its_position(
+    tmp_path: Path, pipeline: dict[str, Any]
+) -> None:
+    """The bytes read up to the first batch, at 10% and at 90% of a 300,000-record epoch."""
+    n, batch = 300_000, 100
+    data = _write(tmp_path / "data", n, 4)
+    size = sum(p.stat().st_size for p in (tmp_path / "data").iterdir() if "tfrecord" in p.name)
+    source = tfrecord.source(data, batch, **pipeline)  # builds the index: a read of all
+    position = source.facts.position
+    assert position is not None
+    read = {}
+    for fraction in (0.1, 0.9):
+        records = int(n * fraction) // batch * batch
+        position.seek(0, records)
+        before = _rchar()
+        first = next(iter(source.dataset))
+        read[fraction] = _rchar() - before
+        assert int(tf.size(first["index"])) == batch
+    # replayed, the late read would take 90% of the files before its first batch
+    assert read[0.9] < size * 0.35, (read, size)
+    assert read[0.9] <= read[0.1] + size * 0.25, (read, size)
+
+
+@pytest.mark.parametrize("reads", [1, 2, 3, 5])
+def test_an_unshuffled_stream_entered_at_any_record_goes_on_as_the_interleave(
+    tmp_path: Path, reads: int
+) -> None:
+    """The interleave's state, played forward by arithmetic, at every record."""
+    from tfr_hooks.tfrecord.pipelines.position import ReadPosition
+    from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
+
+    counts = [300, 1, 0, 129, 128, 5, 260]
+    files = []
+    for f, count in enumerate(counts):
+        path = str(tmp_path / f"part-{f}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for r in range(count):
+                writer.write(f"{f}:{r}".encode())
+        files.append(path)
+    paths = tf.data.Dataset.from_tensor_slices(files)
+    parallel: dict[str, Any] = {"num_parallel_calls": reads} if reads > 1 else {}
+    whole = list(
+        paths.interleave(tf.data.TFRecordDataset, cycle_length=reads, block_length=1, **parallel)
+    )
+    position = ReadPosition(1)
+    stream = stream_from_position(files, reads=reads, deterministic=True, position=position)
+    for records in [*range(0, 40), *range(40, sum(counts) + 2, 37), sum(counts) - 1]:
+        position.seek(0, records)
+        assert [r.numpy() for r in stream] == [r.numpy() for r in whole[records:]], records
+
+
+def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:
+    data = _write(tmp_path / "data", 300, 2)
+    source = tfrecord.source(data, 10, shuffle="global", seed=7)
+    position = source.facts.position
+    assert position is not None
+    position.seek(4, 120)
+    state = position.state()
+    assert state == {"seed": 7, "epoch": 4, "records": 120}
+    assert len(json.dumps(state).encode()) <= 1024
+    first = next(iter(source.dataset))  # the pass starts there, then counts itself
+    assert position.state() == {"seed": 7, "epoch": 5, "records": 0}
+    assert int(tf.size(first["index"])) == 10
+
+
+def test_what_replays_has_no_position(tmp_path: Path) -> None:
+    data = _write(tmp_path / "data", 300, 2)
+    assert tfrecord.source(data, 10, shuffle_buffer=64, seed=1).facts.position is None
+    assert tfrecord.source(data, 10, shuffle="global", num_epochs=2).facts.position is None
+    with pytest.raises(ValueError, match="epoch"):
+        tfrecord.source(data, 10, shuffle="global", seed=1).facts.position.seek(-1, 0)  # type: ignore[union-attr]

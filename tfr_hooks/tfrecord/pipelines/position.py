@@ -1,0 +1,221 @@
+"""Where a reader's next pass starts: a declared position, read when the pass starts.
+
+A pipeline that can enter its data anywhere (``shuffle="global"``, streamed or in
+memory; no shuffle, streamed or in memory) reads its passes through a
+:class:`ReadPosition`: two ``int64`` variables, the number of the next pass (its epoch)
+and the records of this worker's share to start it at. Each new iterator (in graph
+mode, each initialization of one) reads both when its pass starts, counts the pass,
+and puts the records back to 0, so that later passes start at their beginning.
+
+A resumed run puts the position where the interrupted run was (:meth:`ReadPosition.seek`,
+called by the engine: ``(epoch, records done by this worker)``) instead of replaying
+the passes before it and skipping the batches already trained on: the pass starts
+there, reading nothing before it (a global order rereads at most the window it starts
+in; an unshuffled stream at most the block of 128 records each file is entered in).
+The whole input state is :meth:`ReadPosition.state`: three integers.
+
+Examples:
+    >>> from tfr_hooks import tfrecord
+    >>> train = tfrecord.source("data/train", 128, shuffle="global", seed=3)  # doctest: +SKIP
+    >>> train.facts.position.seek(epoch=4, records=128 * 900)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import tensorflow as tf
+
+from tfr_hooks.task import current_task
+from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
+
+if TYPE_CHECKING:
+    from tfr_hooks.tfrecord.pipelines.plan import Plan
+
+__all__ = ["ReadPosition", "SessionPosition", "position_of"]
+
+
+class ReadPosition:
+    """The pass a pipeline reads next and the records to start it at (this worker's).
+
+    Made by the readers for the pipelines that can enter their data at a position; a
+    :class:`~tfr_hooks.tfrecord.ReadFacts` carries it as ``position``. In graph mode its
+    variables live in the graph the reader was built in (initialized with the others).
+
+    Args:
+        batch_size: The examples of a batch of this worker's share (the reader's).
+        workers: The workers sharing an epoch (each reads its own share).
+        split: The steps one batch makes: under ``MultiWorkerMirroredStrategy``, the
+            workers (the strategy splits each worker's batch among the replicas), else 1.
+        seed: The seed of the passes' orders (kept with the position, as a record of
+            what it means), or ``None`` when unshuffled.
+    """
+
+    def __init__(
+        self, batch_size: int, *, workers: int = 1, split: int = 1, seed: int | None = None
+    ) -> None:
+        self.batch_size, self.workers, self.split, self.seed = batch_size, workers, split, seed
+        self._eager = tf.executing_eagerly()
+        with tf.init_scope():
+            self.epoch = _variable("read_epoch", self._eager)
+            self.records = _variable("read_records", self._eager)
+        if not self._eager:  # the assignments a session runs, made once in the graph
+            self._epoch_in = tf.compat.v1.placeholder(tf.int64, [], name="read_epoch_in")
+            self._records_in = tf.compat.v1.placeholder(tf.int64, [], name="read_records_in")
+            self._assign = tf.group(
+                self.epoch.assign(self._epoch_in), self.records.assign(self._records_in)
+            )
+
+    def start(self) -> tf.data.Dataset:
+        """One element, ``(epoch, records)``, read when an iterator over it starts.
+
+        Reading it counts the pass (the epoch goes up by one) and puts the records back
+        to 0. The pipelines ``flat_map`` their pass over it.
+        """
+
+        def take(_: Any) -> tuple[tf.Tensor, tf.Tensor]:
+            records = self.records.read_value()
+            with tf.control_dependencies([records]):
+                reset = self.records.assign(0)
+            epoch = self.epoch.assign_add(1) - 1
+            with tf.control_dependencies([reset]):
+                return tf.identity(epoch), tf.identity(records)
+
+        return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(take)
+
+    def initialize_once(self) -> Any:
+        """Graph mode: an op initializing the variables when they are not yet (else nothing).
+
+        The reader runs it with the iterator's initializer, so that a session which
+        initializes no local variable reads all the same, and one that seeked keeps its
+        position.
+        """
+
+        def once(variable: Any) -> Any:
+            return tf.cond(
+                variable.is_initialized(),
+                lambda: tf.constant(0, tf.int64),
+                lambda: tf.identity(variable.assign(0)),
+            )
+
+        return tf.group(once(self.epoch), once(self.records))
+
+    def seek(self, epoch: int, records: int, session: Any = None) -> None:
+        """Start the next pass as epoch ``epoch``, at this worker's record ``records``.
+
+        Args:
+            epoch: The epoch (pass number) the next pass reads.
+            records: The records of this worker's share of that epoch already read.
+            session: In graph mode, the session the variables live in.
+
+        Raises:
+            ValueError: ``epoch`` or ``records`` is negative, or graph mode without a
+                session.
+        """
+        for name, value in (("epoch", epoch), ("records", records)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"Expected `{name}` to be an integer >= 0. Received: {name}={value!r}"
+                )
+        if self._eager:
+            self.epoch.assign(epoch)
+            self.records.assign(records)
+            return
+        if session is None:
+            raise ValueError(
+                "Expected the session of the reader's graph to seek in graph mode. "
+                "Received: session=None"
+            )
+        session.run(self._assign, {self._epoch_in: epoch, self._records_in: records})
+
+    def state(self, session: Any = None) -> dict[str, int]:
+        """The whole input state: the seed, the next pass's epoch and its records."""
+        if self._eager:
+            epoch, records = int(self.epoch.numpy()), int(self.records.numpy())
+        else:
+            epoch, records = (int(v) for v in session.run([self.epoch, self.records]))
+        return {"seed": int(self.seed or 0), "epoch": epoch, "records": records}
+
+    def in_session(self, session: Any) -> SessionPosition:
+        """This position seeking in graph-mode ``session`` (what a session loop hands on)."""
+        return SessionPosition(self, session)
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadPosition(batch_size={self.batch_size}, workers={self.workers}, "
+            f"seed={self.seed!r})"
+        )
+
+
+class SessionPosition:
+    """A graph-mode :class:`ReadPosition` bound to a session: ``seek(epoch, records)``.
+
+    Args:
+        position: The position (its variables live in the session's graph).
+        session: The session, or a function returning it (made when the loop starts).
+    """
+
+    def __init__(self, position: ReadPosition, session: Any) -> None:
+        self.position = position
+        self.batch_size, self.workers = position.batch_size, position.workers
+        self.split = position.split
+        self._session = session
+
+    def seek(self, epoch: int, records: int) -> None:
+        """:meth:`ReadPosition.seek` in the session."""
+        session = self._session() if callable(self._session) else self._session
+        self.position.seek(epoch, records, session=session)
+
+
+def _variable(name: str, eager: bool) -> Any:
+    """An ``int64`` counter at 0; in graph mode, a local resource variable.
+
+    Local: initialized with the others, never in a checkpoint (a model's checkpoints
+    stay as they were).
+    """
+    if eager:
+        return tf.Variable(0, dtype=tf.int64, trainable=False, name=name)
+    return tf.compat.v1.Variable(
+        0,
+        dtype=tf.int64,
+        trainable=False,
+        name=name,
+        use_resource=True,
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+    )
+
+
+def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPosition | None:
+    """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
+
+    One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
+    this process (no service), undamaged, not bucketed: ``shuffle="global"`` streamed
+    (each worker its share), and on one worker the in-memory pipelines (any shuffle)
+    and an unshuffled stream read in a fixed order. Else ``None``: a resumed run
+    replays (``shuffle_buffer`` streamed, the packed shards).
+    """
+    if options.num_epochs != 1 or options.service is not None:
+        return None
+    if plan.damage is not None or options.shaping.bucket_boundaries is not None:
+        return None
+    workers = current_task().num_workers
+    streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
+    if streamed and options.shuffle == "global" and not plan.compression:
+        if workers == 1:
+            return ReadPosition(options.batch_size, seed=options.seed)
+        # under MultiWorkerMirroredStrategy each batch of a worker's share makes
+        # `workers` steps (the strategy splits it among the replicas); a graph-mode
+        # cluster restores on the chief only, and a split that is not even replays
+        if tf.executing_eagerly() and options.batch_size % workers == 0:
+            return ReadPosition(
+                options.batch_size, workers=workers, split=workers, seed=options.seed
+            )
+        return None
+    if workers > 1:
+        return None
+    if kind.in_memory:
+        return ReadPosition(options.batch_size, seed=options.seed)
+    unshuffled = options.shuffle is None and not options.shuffle_buffer
+    if streamed and unshuffled and not plan.compression and options.config.deterministic:
+        return ReadPosition(options.batch_size)
+    return None
