@@ -614,7 +614,9 @@ def assert_same_columns(found: dict, wanted: dict) -> None:
             np.testing.assert_array_equal(found[name], values, err_msg=name)
 
 
-@pytest.mark.parametrize("examples_per_record", [1, 8])
+@pytest.mark.parametrize(
+    "examples_per_record", [1, pytest.param(8, marks=pytest.mark.slow)]
+)  # packed: about 2 s of CPU; the fast run packs in the tests below
 def test_convert_the_seed_layout_reads_back_the_same_examples(tmp_path, examples_per_record):
     images = seed_images(70)
     source = tmp_path / "in"

@@ -80,6 +80,7 @@ def test_mixes_class_ordered_files_in_every_early_batch(indexed: list[ix.RecordI
     assert max(len(np.unique(batch)) for batch in buffered) < 15
 
 
+@pytest.mark.slow  # 4 passes over 120,000 records; the fast run checks it on 6,000 (below)
 def test_each_record_once_new_order_each_epoch_same_for_a_seed(
     indexed: list[ix.RecordIndex],
 ) -> None:
@@ -142,7 +143,9 @@ def damage_before(order: GlobalOrder, window: int, epoch: int) -> None:
                 handle.write(bytes([byte[0] ^ 0xFF]))
 
 
-@pytest.mark.parametrize("where", ["early", "late"])
+@pytest.mark.parametrize(
+    "where", ["early", pytest.param("late", marks=pytest.mark.slow)]
+)  # each about 1 s of CPU: the fast run enters one window
 def test_a_read_from_a_position_reads_nothing_before_its_window(
     small: list[ix.RecordIndex], tmp_path: Path, where: str
 ) -> None:
