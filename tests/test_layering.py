@@ -173,6 +173,24 @@ def test_only_the_tfds_source_names_a_tfds_file() -> None:
     assert all(any(name in text for text in tfds) for name in TFDS_FILE_NAMES)
 
 
+#: what looks for the ``schema.json`` written beside files, which only the sources may ask
+SIDECAR_FINDERS = ("find_sidecar", "listed_shards")
+
+
+def test_only_the_sources_look_for_a_sidecar_beside_the_files() -> None:
+    """Inspection, diagnosis and conversion ask the source what was written beside a file."""
+    found = [
+        f"{module}: {node.module}.{alias.name}"
+        for module, path in MODULES.items()
+        if not module.startswith("tfr_hooks.tfrecord.sources.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.name in SIDECAR_FINDERS
+    ]
+    assert found == []
+
+
 def test_the_two_modes_have_their_own_folders() -> None:
     graph = {p.stem for p in (PACKAGE / "graph").glob("*.py")}
     tf2 = {p.stem for p in (PACKAGE / "tf2").glob("*.py")}
