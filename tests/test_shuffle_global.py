@@ -180,6 +180,7 @@ def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
         tfrecord.read_batches(class_files, 8, shuffle="global", pipeline="queue")
 
 
+@pytest.mark.slow  # two passes; test_tfrecord_order.py checks the shares in the fast run
 def test_workers_read_disjoint_shares_that_cover_the_data(class_files, monkeypatch):
     shares = []
     for worker in range(2):

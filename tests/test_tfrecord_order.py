@@ -197,6 +197,7 @@ def test_arguments_are_checked(
         GlobalOrder(small, **{"seed": 0, **arguments})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # 5 passes over 6,000 records; a read from a position above stays fast
 def test_global_batches_follow_epochs_and_resume_mid_run(small: list[ix.RecordIndex]) -> None:
     """Epochs 2, 3, 4 after each other; a run resumed in epoch 3 at position p reads the
     same records from there; the indexes are built and kept by the call."""
