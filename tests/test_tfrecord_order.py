@@ -213,3 +213,20 @@ def test_global_batches_follow_epochs_and_resume_mid_run(small: list[ix.RecordIn
         files, "", 256, seed=9, num_epochs=2, first_epoch=3, start=4000, window=1024
     )
     assert np.array_equal(np.concatenate(parsed(resumed, "id")), expected[6000 + 4000 :])
+
+
+def test_a_start_given_as_a_tensor_reads_what_an_integer_start_reads(
+    small: list[ix.RecordIndex],
+) -> None:
+    """A pass's position read from a variable when it starts (a resumed run's seek)."""
+    order = GlobalOrder(small, seed=4, window=1024)
+    whole = ids(order.records(epoch=1))
+    position = tf.Variable(0, dtype=tf.int64)
+    records = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).flat_map(
+        lambda _: order.records(epoch=1, start=position.read_value())
+    )
+    for start in (0, 1, 1023, 1116, 3000, order.total - 1, order.total):
+        position.assign(start)
+        np.testing.assert_array_equal(ids(records), whole[start:])
+        window, begin = order.locate_tensor(tf.constant(start, tf.int64))
+        assert (int(window), int(begin)) == order.locate(start)

@@ -190,6 +190,17 @@ class GlobalOrder:
         window = min(window, self.windows)
         return window, position - int(self.starts[window])
 
+    def locate_tensor(self, position: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`locate` of an ``int64`` scalar tensor (a position read when a pass starts).
+
+        A position past :attr:`total` is taken as :attr:`total` (nothing left to read).
+        """
+        position = tf.clip_by_value(tf.cast(position, tf.int64), 0, self.total)
+        starts = tf.constant(self.starts, tf.int64)
+        window = tf.searchsorted(starts, position[None], side="right", out_type=tf.int64)[0] - 1
+        window = tf.minimum(window, self.windows)
+        return window, position - tf.gather(starts, window)
+
     # -- in TensorFlow ----------------------------------------------------------------
 
     def _key(self, epoch: Any, stream: Any) -> tf.Tensor:
@@ -245,16 +256,21 @@ class GlobalOrder:
         )
         return tf.gather(records, order[begin:])
 
-    def windows_of(self, epoch: Any = 0, *, start: int = 0) -> tf.data.Dataset:
+    def windows_of(self, epoch: Any = 0, *, start: Any = 0) -> tf.data.Dataset:
         """This worker's windows of ``epoch`` from position ``start``: one vector each.
 
         Each element holds a window's records (serialized) in their order; the first
         starts at ``start``'s offset in its window. The blocks are read in order, each
-        with one seek, and cut into windows by their known sizes.
+        with one seek, and cut into windows by their known sizes. ``start`` may be an
+        ``int64`` scalar tensor (read when the pass starts: a resumed pass's position).
         """
-        window, begin = self.locate(start)
-        if window >= self.windows:
-            return tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
+        if isinstance(start, (int, np.integer)):
+            window_int, begin_int = self.locate(start)
+            if window_int >= self.windows:
+                return tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
+            window, begin = tf.constant(window_int, tf.int64), tf.constant(begin_int, tf.int64)
+        else:
+            window, begin = self.locate_tensor(start)
         windows = tf.data.Dataset.range(window, self.windows)
         units = windows.flat_map(lambda w: self._units(w, epoch))
         read = lambda path, offset, n, size: (  # noqa: E731
@@ -270,19 +286,22 @@ class GlobalOrder:
             )
         else:
             records = units.flat_map(read)
-        vectors = records.batch(self.block).rebatch(self.sizes[window:])
+        # one size more than the windows: never an empty vector, and never reached
+        sizes = tf.constant(np.append(self.sizes, 1), tf.int64)[window:]
+        vectors = records.batch(self.block).rebatch(sizes)
         mixed = tf.data.Dataset.zip((windows, vectors)).map(
             lambda w, v: self._mix(w, epoch, v, tf.where(tf.equal(w, window), begin, 0))
         )
         return mixed.prefetch(1)
 
-    def records(self, epoch: Any = 0, *, start: int = 0) -> tf.data.Dataset:
+    def records(self, epoch: Any = 0, *, start: Any = 0) -> tf.data.Dataset:
         """This worker's records (serialized) for epoch ``epoch``, from position ``start``.
 
         Args:
             epoch: The epoch (an integer, or an ``int64`` scalar tensor).
             start: The position in the epoch to start at (records this worker already
-                read this epoch): its window is read again, nothing before it.
+                read this epoch; an integer or an ``int64`` scalar tensor): its window
+                is read again, nothing before it.
         """
         return self.windows_of(epoch, start=start).unbatch()
 
