@@ -25,17 +25,18 @@ def class_ordered(directory: Path, classes: int, per_class: int, files: int) -> 
     """Files written in class order by a plain TFRecordWriter, as a converter walking
     class folders writes them: file ``f`` holds classes ``f*c .. f*c+c-1``, each in a run."""
     paths, per_file, record = [], classes // files, 0
+    example = tf.train.Example()  # one message, its values set for each record (fast)
+    feature = example.features.feature
+    feature["label"].int64_list.value.append(0)
+    feature["id"].int64_list.value.append(0)
+    feature["x"].float_list.value.extend([0.5] * 8)
+    labels, ids = feature["label"].int64_list.value, feature["id"].int64_list.value
     for f in range(files):
         path = str(directory / f"part-{f}.tfrecord")
         with tf.io.TFRecordWriter(path) as writer:
             for label in range(f * per_file, (f + 1) * per_file):
                 for _ in range(per_class):
-                    features = {
-                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                        "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[record])),
-                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[0.5] * 8)),
-                    }
-                    example = tf.train.Example(features=tf.train.Features(feature=features))
+                    labels[0], ids[0] = label, record
                     writer.write(example.SerializeToString())
                     record += 1
         paths.append(path)
