@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["worker_entry", "write_entry", "real_entry", "versions_entry"]
+__all__ = ["worker_entry", "write_entry", "real_entry", "positions_entry", "versions_entry"]
 
 
 def worker_entry(spec: dict[str, Any], conn: Any) -> None:
@@ -30,6 +30,25 @@ def real_entry(root: str, images: int, texts: int, seed: int, conn: Any) -> None
     import bench_workloads
 
     bench_workloads.real_entry(root, images, texts, seed, conn)
+
+
+def positions_entry(spec: dict[str, Any], conn: Any) -> None:
+    """Run ``--suite positions`` (:func:`positions.measure`); send its result through ``conn``."""
+    import platform
+    import traceback
+
+    import bench_workloads
+
+    try:
+        bench_workloads.quiet()
+        import positions
+
+        conn.send({"ok": True, "python": platform.python_version(), **positions.measure(spec)})
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        conn.send({"ok": False, "error": error, "traceback": traceback.format_exc()})
+    finally:
+        conn.close()
 
 
 def versions_entry(conn: Any) -> None:

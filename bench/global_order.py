@@ -6,14 +6,21 @@ process. Rows:
 
 - the index build rate (MB/s, wall and CPU), a fresh build of the 4 files each round;
 - input alone (read, batch, ``tf.io.parse_example``), examples per second: the global
-  order (``GlobalOrder.batches``) and the same files streamed through
+  order (``GlobalOrder.windows_of``: each window parsed at once, then cut into batches
+  of 256, as the readers do) and the same files streamed through
   ``shuffle(10_000)``, in paired rounds (one of each, alternating which goes first); the
-  ratio is the median of the rounds' ratios;
+  ratio is the median of the rounds' ratios; then the same pair through the readers
+  (``tfrecord.dataset(files, 256, shuffle="global")`` against ``shuffle_buffer=10_000``:
+  what a user gets, the global read parsing a window at once);
 - mixing: classes in each of the first 20 batches and the mean total-variation distance
   of a batch's class histogram from uniform, for both;
 - the time to the first batch of a read started at 10% and at 90% of the epoch.
 
     python bench/global_order.py [--rounds 7] [--out bench/results/global_order.md]
+
+A quick side check on the issue's small layout (120,000 records); the run of record of
+these rows, on 2M records beside the replay, TensorFlow's iterator checkpoint and Grain,
+is ``python bench/run.py --suite positions`` (bench/positions.py).
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     import tensorflow as tf
 
+    from tfr_hooks import tfrecord
     from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
     from tfr_hooks.tfrecord.sources.index import build_index
 
@@ -80,10 +88,13 @@ def main() -> None:
             builds.append((time.perf_counter() - wall, time.process_time() - cpu))
         order = GlobalOrder(indexes, seed=3)
         pipelines = {
-            "global": lambda: order.batches(256).map(parse),
+            "global": lambda: order.windows_of(0).map(parse).rebatch(256),
             "streamed": lambda: (
                 tf.data.TFRecordDataset(files).shuffle(10_000, seed=3).batch(256).map(parse)
             ),
+            # what a user gets: the readers, parse and all
+            "reader global": lambda: tfrecord.dataset(files, 256, shuffle="global", seed=3),
+            "reader streamed": lambda: tfrecord.dataset(files, 256, shuffle_buffer=10_000, seed=3),
         }
 
         def rate(name: str) -> tuple[float, float]:
@@ -93,16 +104,16 @@ def main() -> None:
             return count / (time.perf_counter() - wall), count / (time.process_time() - cpu)
 
         rates: dict[str, list[tuple[float, float]]] = {name: [] for name in pipelines}
-        ratios, cpu_ratios = [], []
+        ratios: dict[str, list[tuple[float, float]]] = {"": [], "reader ": []}
         for round_ in range(args.rounds):
-            names = ["global", "streamed"] if round_ % 2 else ["streamed", "global"]
-            got = {name: rate(name) for name in names}
-            for name in names:
-                rates[name].append(got[name])
-            ratios.append(got["global"][0] / got["streamed"][0])
-            cpu_ratios.append(got["global"][1] / got["streamed"][1])
+            for kind, pair in ratios.items():
+                names = [kind + "global", kind + "streamed"]
+                got = {name: rate(name) for name in (names if round_ % 2 else names[::-1])}
+                for name in names:
+                    rates[name].append(got[name])
+                pair.append(tuple(got[names[0]][i] / got[names[1]][i] for i in (0, 1)))
         mixing = {}
-        for name in pipelines:
+        for name in ("global", "streamed"):
             labels = [b["label"].numpy() for b in pipelines[name]().take(20)]
             tv = [0.5 * np.abs(np.bincount(b, minlength=20) / len(b) - 0.05).sum() for b in labels]
             mixing[name] = (min(len(np.unique(b)) for b in labels), float(np.mean(tv)))
@@ -122,20 +133,29 @@ def main() -> None:
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"{platform.node()}, {os.cpu_count()} cores (shared), TensorFlow {tf.__version__}; "
         f"20 classes x 6,000 records in 4 class-ordered files ({size:.1f} MB), batch 256, "
-        f"{args.rounds} paired rounds.",
+        f"{args.rounds} paired rounds; 1-minute load average {os.getloadavg()[0]:.1f} at the "
+        "end (other processes share the cores: compare the ratios of one run, each a "
+        "median of rounds that ran back to back).",
         "",
         "| row | figure | target |",
         "| --- | --- | --- |",
         f"| index build rate | {size / median(b[0] for b in builds):.1f} MB/s wall, "
         f"{size / median(b[1] for b in builds):.1f} MB/s CPU "
         f"({120_000 / median(b[1] for b in builds) / 1e3:.0f}k records/s CPU) | - |",
-        f"| input alone, global | {median(r[0] for r in rates['global']):,.0f} examples/s wall, "
-        f"{median(r[1] for r in rates['global']):,.0f} /CPU-s | - |",
-        f"| input alone, streamed shuffle_buffer=10_000 | "
-        f"{median(r[0] for r in rates['streamed']):,.0f} examples/s wall, "
-        f"{median(r[1] for r in rates['streamed']):,.0f} /CPU-s | - |",
-        f"| global / streamed (median of paired rounds) | {median(ratios):.2f}x wall "
-        f"(rounds {min(ratios):.2f}-{max(ratios):.2f}), {median(cpu_ratios):.2f}x CPU | >= 0.9x |",
+        *[
+            f"| input alone{' (' + kind.strip() + ')' if kind else ''}, {name} | "
+            f"{median(r[0] for r in rates[kind + key]):,.0f} examples/s wall, "
+            f"{median(r[1] for r in rates[kind + key]):,.0f} /CPU-s | - |"
+            for kind in ratios
+            for key, name in (("global", "global"), ("streamed", "shuffle_buffer=10_000"))
+        ],
+        *[
+            f"| global / streamed{' (' + kind.strip() + ')' if kind else ''}, median of paired "
+            f"rounds | {median(r[0] for r in pair):.2f}x wall (rounds "
+            f"{min(r[0] for r in pair):.2f}-{max(r[0] for r in pair):.2f}), "
+            f"{median(r[1] for r in pair):.2f}x CPU | >= 0.9x |"
+            for kind, pair in ratios.items()
+        ],
         f"| mixing, global: fewest classes in the first 20 batches, mean TV | "
         f"{mixing['global'][0]} of 20, {mixing['global'][1]:.3f} | >= 15, <= 0.25 |",
         f"| mixing, streamed: fewest classes, mean TV | {mixing['streamed'][0]} of 20, "

@@ -20,7 +20,13 @@ Run:
 ``--suite real`` runs the rows of ``bench_configs.REAL_ROWS`` instead: data shaped as real
 TFRecords are (JPEG ``image/encoded`` with variable-length box labels; token-id lists of
 long-tailed lengths), written with a plain ``tf.io.TFRecordWriter`` and cached by their
-parameters under the data directory (``--images``, ``--texts``); ``--suite all`` runs both.
+parameters under the data directory (``--images``, ``--texts``).
+
+``--suite positions`` runs issue 45's rows in one worker (bench/positions.py): resume by
+position against the replay, TensorFlow's own iterator checkpoint, Grain over ArrayRecord,
+the global shuffle's input-alone speed and the record index's build rate, on
+``--records`` class-ordered records (2M; cached under the data directory; about 10 min
+on 2 cores the first time). ``--suite all`` runs the three suites.
 """
 
 from __future__ import annotations
@@ -61,9 +67,13 @@ from bench_report import (  # noqa: E402
     replace_summary,
     summarize,
 )
+from positions import DEFAULTS as POSITIONS_DEFAULTS  # noqa: E402
+from positions import QUICK as POSITIONS_QUICK  # noqa: E402
+from positions_report import render_positions  # noqa: E402
 
 DEFAULTS = {"examples": 60000, "repeats": 3, "epochs": 2, "images": 20000, "texts": 50000}
 QUICK = {"examples": 2048, "repeats": 1, "epochs": 1, "images": 2048, "texts": 4096}
+SUITE_FILES = ("latest.json", "latest_real.json", "latest_positions.json")
 TMP = Path(tempfile.gettempdir()) / "tfr_hooks_bench"
 
 
@@ -82,10 +92,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp,cnn")
     parser.add_argument(
         "--suite",
-        choices=("digits", "real", "all"),
+        choices=("digits", "real", "positions", "all"),
         default="digits",
-        help="digits rows (default), real-world-shaped data (images, text), or both",
+        help="digits rows (default), real-world-shaped data (images, text), positions "
+        "(resume, checkpoints, Grain: bench/positions.py), or all three",
     )
+    parser.add_argument("--records", type=int, help="--suite positions: records (2,000,000)")
     parser.add_argument("--images", type=int, help="--suite real: JPEG images (default 20000)")
     parser.add_argument("--texts", type=int, help="--suite real: token sequences (50000)")
     parser.add_argument("--only", help="comma-separated configurations to run")
@@ -103,6 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in base.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.records is None:
+        args.records = (POSITIONS_QUICK if args.quick else POSITIONS_DEFAULTS)["records"]
+    args.positions_dir = TMP / "positions" if args.data_dir is None else args.data_dir
     # the real suite's data sets sit in one directory, each named by its parameters
     args.real_dir = TMP / "real" if args.data_dir is None else args.data_dir / "real"
     if args.data_dir is None:
@@ -115,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--models takes mlp and/or cnn; got {args.models!r}")
     digits = [name for name, _ in ROWS]
     real = [name for name, _ in REAL_ROWS]
-    configs = {"digits": digits, "real": real, "all": digits + real}[args.suite]
+    configs = {"digits": digits, "real": real, "positions": [], "all": digits + real}[args.suite]
     if args.only:
         wanted = [c.strip() for c in args.only.split(",") if c.strip()]
         unknown = [c for c in wanted if c not in DESCRIPTIONS]
@@ -295,14 +310,51 @@ def write_report(
         page = HERE.parent / "docs" / "benchmarks.md"
         summary = render_summary(tables, meta)
         page.write_text(replace_summary(page.read_text(), summary))
-        if (args.out / "latest_real.json").exists():
+        if any((args.out / name).exists() for name in SUITE_FILES[1:]):
             md.write_text(records_report(args.out))
     return md
 
 
+def run_positions(args: argparse.Namespace, pool: Pool, meta: dict[str, Any]) -> int:
+    """``--suite positions``: bench/positions.py in one worker; its report and targets.
+
+    In ``bench/results`` the run is kept in ``latest_positions.json`` and ``latest.md``
+    holds it after the other suites' reports; elsewhere (``--out``, ``--quick``)
+    ``latest.md`` holds it alone.
+    """
+    started = time.perf_counter()
+    spec = {
+        **(POSITIONS_QUICK if args.quick else POSITIONS_DEFAULTS),
+        "records": args.records,
+        "data_dir": str(args.positions_dir),
+        "workdir": str(TMP / "work" / "positions"),
+    }
+    print(f"positions: {args.records:,} records in {args.positions_dir} ...", flush=True)
+    result = pool.call("positions_entry", spec)
+    if not result.get("ok"):
+        print(result.get("traceback", result.get("error")), file=sys.stderr)
+        return 1
+    meta = {**meta, "python": result.pop("python", platform.python_version())}
+    meta["wall_minutes"] = (time.perf_counter() - started) / 60
+    saved = {"meta": meta, "positions": {k: v for k, v in result.items() if k != "ok"}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = args.out / "latest.md"
+    if args.out.resolve() == (HERE / "results").resolve():
+        (args.out / "latest_positions.json").write_text(json.dumps(saved, indent=1))
+        md.write_text(records_report(args.out))
+    else:
+        (args.out / "positions.json").write_text(json.dumps(saved, indent=1))
+        md.write_text(render_positions(saved["positions"], meta))
+    print(f"wrote {md}", flush=True)
+    print(render_positions(saved["positions"], meta))
+    return 0
+
+
 def _report_of(path: Path) -> str:
-    """The markdown report of one saved run (``latest.json`` or ``latest_real.json``)."""
+    """The markdown report of one saved run (``latest.json``, ``latest_real.json``, ...)."""
     saved = json.loads(path.read_text())
+    if "positions" in saved:
+        return render_positions(saved["positions"], saved["meta"])
     results: dict[tuple[str, str], list[Any]] = {}
     for key, runs in saved["runs"].items():
         config, model = key.split("|", 1)
@@ -314,12 +366,8 @@ def _report_of(path: Path) -> str:
 
 
 def records_report(out: Path) -> str:
-    """``latest.md`` of the runs of record: the digits run, then the real suite's run."""
-    parts = [
-        _report_of(out / name)
-        for name in ("latest.json", "latest_real.json")
-        if (out / name).exists()
-    ]
+    """``latest.md`` of the runs of record: the digits run, the real suite's, the positions'."""
+    parts = [_report_of(out / name) for name in SUITE_FILES if (out / name).exists()]
     return "\n\n---\n\n".join(part.rstrip("\n") for part in parts) + "\n"
 
 
@@ -339,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         **machine(),
     }
     pool = Pool(args.timeout)
+    if args.suite == "positions":
+        pool.timeout = max(args.timeout, 3600.0)  # one worker runs the whole suite
+        return run_positions(args, pool, meta)
     if any(kind_of(c) is None for c in args.configs):
         print(f"writing {args.examples:,} examples to {args.data_dir} ...", flush=True)
         info = pool.call("write_entry", str(args.data_dir), args.examples, args.seed)
@@ -397,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     md = write_report(args, results, meta)
     print(f"wrote {md} and {md.with_suffix('.png')}", flush=True)
     print(md.read_text())
+    if args.suite == "all" and not args.only:
+        pool.timeout = max(args.timeout, 3600.0)
+        return run_positions(args, pool, {k: v for k, v in meta.items() if k != "configs"})
     return 0
 
 

@@ -7,6 +7,7 @@ and builds a report whose ratios come from the measured medians. It never assert
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -374,3 +375,94 @@ def test_float_small_image_rows_run_and_have_their_targets(
     )
     assert pair.threshold == 1.0
     assert targets["img_input_small_memory_f32_30k / img_input_small_cached_f32_30k"].met is None
+
+
+@pytest.mark.slow
+@pytest.mark.main_only
+@pytest.mark.timeout(300)
+def test_positions_suite_reports_resume_checkpoints_and_grain_with_targets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 45's rows: `python bench/run.py --suite positions`, on tiny data
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(BENCH.parent), env.get("PYTHONPATH", "")) if p
+    )
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "run.py"),
+            "--suite=positions",
+            "--quick",
+            "--records=2560",
+            f"--data-dir={tmp_path / 'data'}",
+            f"--out={out}",
+            "--timeout=240",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr
+    # the records are a plain tf.io.TFRecordWriter's: no schema sidecar
+    assert not (tmp_path / "data" / "records-2560" / "schema.json").exists()
+    saved = json.loads((out / "positions.json").read_text())
+    run = saved["positions"]
+    assert run["data"]["records"] == 2560 and run["data"]["classes"] == 20
+    assert run["index"]["mb_per_sec"] > 0
+    assert set(run["input"]["examples_per_sec"]) == {"global", "buffer"}
+    assert all(rate > 0 for rate in run["input"]["examples_per_sec"].values())
+    assert set(run["resume"]) == {"global", "none", "buffer"}
+    for row in run["resume"].values():
+        assert set(row["first_batch"]) == {"0.0", "0.1", "0.9"}
+        assert all(seconds > 0 for seconds in row["first_batch"].values())
+    assert run["resume"]["buffer"]["how"].startswith("replay")
+    # the real resume path: FunctionLoop resumed mid-epoch, the time to its first step
+    assert set(run["loop_resume"]) == {"global", "none", "buffer"}
+    for row in run["loop_resume"].values():
+        assert all(seconds > 0 for seconds in row["first_batch"].values())
+    assert run["loop_resume"]["buffer"]["how"] == "the skip (replay)"
+    # TensorFlow's checkpoint holds the shuffle buffer; without the shuffle it is far smaller
+    ckpt = run["tf_checkpoint"]
+    assert ckpt["shuffle"]["bytes"] > 2 * ckpt["no_shuffle"]["bytes"] > 0
+    assert ckpt["shuffle"]["restore_seconds"] > 0
+
+    markdown = (out / "latest.md").read_text()
+    assert "# tfr_hooks benchmark: positions" in markdown
+    assert "## Resume: seconds to the first batch" in markdown
+    assert "## Resume through the loop: seconds from `FunctionLoop.run`" in markdown
+    assert "| shuffle_buffer=10_000 | replay (dataset.skip on batches) |" in markdown
+    assert "`tf.train.Checkpoint(iterator=...)`" in markdown
+    targets = markdown.split("## Targets (issue 45)", 1)[1]
+    for target in (
+        'resume (FunctionLoop resumed), shuffle="global": extra time at 90%',
+        "resume (FunctionLoop resumed), no shuffle: extra time at 90%",
+        'input alone: shuffle="global" / shuffle_buffer=10_000',
+        'mixing, shuffle="global"',
+    ):
+        (line,) = [line for line in targets.splitlines() if line.startswith(f"| {target}")]
+        assert line.endswith(("| met |", "| **missed** |")), line
+
+    # in bench/results, latest.md holds the suite's report after the other suites'
+    monkeypatch.syspath_prepend(str(BENCH))
+    import run as bench_run
+
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "latest_positions.json").write_text(json.dumps(saved))
+    assert bench_run.records_report(tmp_path / "records") == markdown
+
+    try:
+        import grain  # noqa: F401  (the bench extra)
+    except ImportError:
+        assert "Grain: not measured (ModuleNotFoundError" in markdown
+        return
+    grain_run = run["grain"]
+    assert grain_run["converted"]["records"] == 2560
+    assert len(grain_run["variants"]) == 4
+    for variant in grain_run["variants"].values():
+        assert variant["examples_per_sec"] > 0 and variant["state_bytes"] < 1024
+    assert f"| {grain_run['best']} (best) |" in markdown
+    assert "Grain's global shuffle (examples/s)" in targets
+    assert "Grain's restore + 1 s" in targets

@@ -162,8 +162,6 @@ def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
         tfrecord.dataset(class_files, 8, shuffle="full")
     with pytest.raises(ValueError, match=r"shuffle_buffer=0 with shuffle='global'"):
         tfrecord.dataset(class_files, 8, shuffle="global", shuffle_buffer=100)
-    with pytest.raises(ValueError, match=r"shuffle=None with max_corrupt_records"):
-        tfrecord.dataset(class_files, 8, shuffle="global", max_corrupt_records=1)
     with pytest.raises(ValueError, match=r"shuffle=None with service="):
         tfrecord.dataset(class_files, 8, shuffle="global", service="grpc://localhost:1")
     gzipped = str(tmp_path / "data.tfrecord.gz")
@@ -171,11 +169,6 @@ def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
         writer.write(_example(0, 0))
     with pytest.raises(ValueError, match=r"uncompressed files with shuffle='global'"):
         tfrecord.dataset([gzipped], 8, shuffle="global")
-    packed = tfrecord.write(
-        {"x": np.arange(64, dtype=np.int64)}, str(tmp_path / "packed"), examples_per_record=8
-    )
-    with pytest.raises(ValueError, match=r"shuffle=None with packed shards"):
-        tfrecord.dataset(packed.directory, 8, shuffle="global")
     with tf.Graph().as_default(), pytest.raises(ValueError, match=r"shuffle.*pipeline='queue'"):
         tfrecord.read_batches(class_files, 8, shuffle="global", pipeline="queue")
 

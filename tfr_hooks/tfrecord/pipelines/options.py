@@ -460,15 +460,11 @@ def _check_shuffle(options: ReadOptions) -> None:
         )
     if options.service is not None:
         raise ValueError(
-            "Expected shuffle=None with service= (the tf.data service splits the files "
-            "among its workers; shuffle='global' reads streamed or in-memory data here). "
-            f"Received: shuffle={shuffle!r}, service={options.service!r}"
-        )
-    if options.max_corrupt_records:
-        raise ValueError(
-            "Expected shuffle=None with max_corrupt_records > 0 (shuffle='global' reads "
-            "undamaged files only for now; use shuffle_buffer). Received: "
-            f"shuffle={shuffle!r}, max_corrupt_records={options.max_corrupt_records}"
+            "Expected shuffle=None with service= (the tf.data service's dispatcher hands "
+            "its workers one file at a time, so no worker can read blocks of every file "
+            "in one order over the whole data set; read without service= for "
+            "shuffle='global', which then runs in the trainer, or shuffle served data "
+            f"with shuffle_buffer). Received: shuffle={shuffle!r}, service={options.service!r}"
         )
 
 
@@ -543,8 +539,10 @@ def queue_capacity(options: ReadOptions) -> int:
         raise ValueError(
             expected(
                 "shuffle",
-                "None with pipeline='queue' (a queue reads the files as a stream; "
-                "shuffle='global' works with pipeline='dataset', or shuffle the queue "
+                "None with pipeline='queue' (TensorFlow's queue readers read each file "
+                "as a stream from its start, with no seek to a block, so the queue cannot "
+                "read the global order; use pipeline='dataset', the default of "
+                "read_batches, for shuffle='global' in graph mode, or shuffle the queue "
                 "with shuffle_buffer)",
                 options.shuffle,
             )

@@ -273,22 +273,23 @@ class GlobalOrder:
             window, begin = self.locate_tensor(start)
         windows = tf.data.Dataset.range(window, self.windows)
         units = windows.flat_map(lambda w: self._units(w, epoch))
+        # a block is one element: its records batched inside its own reader, so the
+        # interleave and the cut into windows handle a vector a block, not a record
         read = lambda path, offset, n, size: (  # noqa: E731
-            tf_private.records_from_offset(path, offset, size).take(n)
+            tf_private.records_from_offset(path, offset, size).take(n).batch(n)
         )
         if _UNIT_READS > 1:
-            records = units.interleave(
+            blocks = units.interleave(
                 read,
                 cycle_length=_UNIT_READS,
-                block_length=self.block,
                 num_parallel_calls=_UNIT_READS,
                 deterministic=True,
             )
         else:
-            records = units.flat_map(read)
+            blocks = units.flat_map(read)
         # one size more than the windows: never an empty vector, and never reached
         sizes = tf.constant(np.append(self.sizes, 1), tf.int64)[window:]
-        vectors = records.batch(self.block).rebatch(sizes)
+        vectors = blocks.rebatch(sizes)
         mixed = tf.data.Dataset.zip((windows, vectors)).map(
             lambda w, v: self._mix(w, epoch, v, tf.where(tf.equal(w, window), begin, 0))
         )

@@ -61,6 +61,7 @@ __all__ = [
     "unpack",
     "check_block",
     "packed_dataset",
+    "window_salt",
     "WINDOW_EXAMPLES",
     "LENGTHS",
     "lengths_name",
@@ -560,7 +561,7 @@ def packed_dataset(
         base = 0 if seed is None else int(seed)
 
         def unpack_window(serialized: Any) -> dict[str, Any]:
-            return unpack(schema, serialized, per_record, order_seed=_window_salt(serialized, base))
+            return unpack(schema, serialized, per_record, order_seed=window_salt(serialized, base))
 
         examples = windows.map(unpack_window, num_parallel_calls=2, deterministic=deterministic)
     elif shuffle_buffer:
@@ -584,7 +585,7 @@ def packed_dataset(
     return batches
 
 
-def _window_salt(serialized: Any, seed: int) -> Any:
+def window_salt(serialized: Any, seed: int) -> Any:
     """An ``int64`` seed for a window's permutation: its blocks' fingerprints, in order."""
     prints = tf.fingerprint(tf.reshape(tf.fingerprint(serialized), [1, -1]))
     salt = tf.bitcast(prints, tf.int64)[0]

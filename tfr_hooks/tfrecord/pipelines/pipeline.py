@@ -42,8 +42,8 @@ from tfr_hooks.tfrecord.pipelines.memory.serve import (
     memory_dataset,
 )
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
-from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
-from tfr_hooks.tfrecord.pipelines.packed import packed_dataset
+from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW, GlobalOrder
+from tfr_hooks.tfrecord.pipelines.packed import packed_dataset, unpack, window_salt
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pipelines.pools import batch_pools
@@ -57,13 +57,14 @@ from tfr_hooks.tfrecord.pipelines.ragged import (
 )
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.sources.framing import Files
-from tfr_hooks.tfrecord.sources.index import index_files
+from tfr_hooks.tfrecord.sources.index import RecordIndex, index_runs, record_index
 
 __all__ = [
     "plan_of",
     "choose_kind",
     "build_pipeline",
     "global_record_batches",
+    "global_windows",
     "worker_index",
     "serve",
     "finish",
@@ -146,14 +147,9 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         if bucketed
         else options
     )
-    if plan.per_record > 1 and options.shuffle is not None:
-        raise ValueError(
-            "Expected shuffle=None with packed shards (shuffle='global' reads files of one "
-            "example a record, streamed or in memory, for now; shuffle packed shards with "
-            f"shuffle_buffer). Received: shuffle={options.shuffle!r}, "
-            f"files={list(plan.files)[:3]!r}"
-        )
-    if plan.per_record > 1:  # packed shards
+    if plan.per_record > 1 and options.shuffle == "global":
+        parsed = _global_packed(plan, read, calls)
+    elif plan.per_record > 1:  # packed shards
         parsed = packed_dataset(
             plan.files,
             plan.compression,
@@ -248,13 +244,13 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
     :func:`~tfr_hooks.tfrecord.pipelines.passes.record_passes`), reproducibly given ``seed``. With
     ``shuffle="global"``, the batches of :func:`global_record_batches`.
     """
-    if options.shuffle == "global":
-        batches = global_record_batches(plan, options)
-        return batches.map(
+    if options.shuffle == "global":  # parsed a window at once, then cut into batches
+        windows = global_windows(plan, options).map(
             plan.schema.parse_batch,
             num_parallel_calls=calls,
             deterministic=options.config.deterministic,
         )
+        return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
     records, _ = record_passes(
         plan.files,
         plan.compression,
@@ -276,6 +272,18 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
 def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     """Batches of serialized records in the global order (``shuffle="global"``).
 
+    The windows of :func:`global_windows` cut into batches of ``batch_size``.
+    """
+    return global_windows(plan, options).rebatch(
+        options.batch_size, drop_remainder=options.drop_remainder
+    )
+
+
+def global_windows(
+    plan: Plan, options: ReadOptions, *, window: int = DEFAULT_WINDOW
+) -> tf.data.Dataset:
+    """Windows of serialized records in the global order (``shuffle="global"``): vectors.
+
     Every new iterator (in graph mode, every initialization of one) reads the next
     ``num_epochs`` epochs of :class:`~tfr_hooks.tfrecord.pipelines.order.GlobalOrder`: eagerly, a
     counter of the iterators made (a variable the dataset increments when an iterator
@@ -286,7 +294,14 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
     every worker then uses the common seed of
     :func:`~tfr_hooks.tfrecord.pipelines.sharding.shared_seed`, and worker ``i`` of ``n`` reads
     the share ``shard=(i, n)`` of every epoch (the reader turns the strategy's own
-    sharding off).
+    sharding off). With ``max_corrupt_records``, a damaged file's runs of whole records
+    are ordered as files of their own (:func:`~tfr_hooks.tfrecord.sources.index.index_runs`):
+    the damage is never read.
+
+    Args:
+        plan: The files (uncompressed), and the damage found in them.
+        options: The reader's options (``seed``, ``num_epochs``).
+        window: Records a window (packed shards: records of ``per_record`` examples).
 
     Raises:
         ValueError: The files are compressed (naming ``shuffle``).
@@ -304,8 +319,9 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
         logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
     order = GlobalOrder(
-        index_files(plan.files, plan.compression),
+        _global_indexes(plan),
         seed=seed,
+        window=window,
         shard=(worker_index(task), task.num_workers),
     )
     num_epochs = options.num_epochs
@@ -320,8 +336,42 @@ def global_record_batches(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         drawn = tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=seed)
         passes = tf.data.Dataset.from_tensors(drawn)
     epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
-    windows = epochs.flat_map(order.windows_of)
-    return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+    return epochs.flat_map(order.windows_of)
+
+
+def _global_indexes(plan: Plan) -> list[RecordIndex]:
+    """The record indexes the global order reads: a damaged file's runs of whole records."""
+    damage = plan.damage
+    indexes: list[RecordIndex] = []
+    for path in plan.files:
+        found = damage.of(path) if damage is not None else None
+        if found is not None and found.damaged:
+            indexes.extend(index_runs(path, found.offsets, found.lengths))
+        else:
+            indexes.append(record_index(path, plan.compression))
+    return indexes
+
+
+def _global_packed(plan: Plan, options: ReadOptions, calls: int) -> tf.data.Dataset:
+    """Batches of examples from packed shards in the global order (``shuffle="global"``).
+
+    The global order runs over the records (each a block of ``per_record`` examples) in
+    windows of about :data:`~tfr_hooks.tfrecord.pipelines.order.DEFAULT_WINDOW` examples; each
+    window is unpacked at once and its examples put in an order drawn from its records
+    (the window's one vectorized permutation, as a packed ``shuffle_buffer`` window),
+    then cut into batches.
+    """
+    per_record = plan.per_record
+    windows = global_windows(plan, options, window=max(1, DEFAULT_WINDOW // per_record))
+
+    def unpack_window(serialized: Any) -> dict[str, Any]:
+        salt = window_salt(serialized, 0)
+        return unpack(plan.schema, serialized, per_record, order_seed=salt)
+
+    examples = windows.map(
+        unpack_window, num_parallel_calls=calls, deterministic=options.config.deterministic
+    )
+    return examples.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
 
 
 def worker_index(task: TaskInfo) -> int:

@@ -63,6 +63,7 @@ __all__ = [
     "file_key",
     "index_files",
     "index_locations",
+    "index_runs",
     "load_index",
     "read_index_file",
     "record_index",
@@ -84,6 +85,7 @@ _MAGIC = b"TFRHIDX1"
 _EDGE = 4096  # bytes hashed at each end of a file
 _BATCH = 1 << 16  # record lengths fetched from TensorFlow at once (a multiple of blocks)
 _FRAME = 16  # a record's framing: length (8), its CRC (4), the data's CRC (4)
+_HEADER = 12  # before a record's data: its length and the length's CRC
 
 
 @dataclass(frozen=True)
@@ -198,13 +200,11 @@ def build_index(path: str, compression: str = "", *, block: int = INDEX_BLOCK) -
         CorruptRecordError: A record of the file is damaged (naming the file and record).
     """
     key = file_key(path)
-    # batched, then measured eagerly: a traced map would cost more than a small file's read
-    records = tf.data.TFRecordDataset([path], compression_type=compression, buffer_size=1 << 20)
     starts: list[np.ndarray] = []
     count = end = 0
     try:
-        for batch in records.batch(_BATCH):
-            sizes = tf.strings.length(batch).numpy().astype(np.int64) + _FRAME
+        for lengths in _record_lengths(path, compression):
+            sizes = lengths.astype(np.int64) + _FRAME
             if not compression:
                 firsts = end + np.concatenate(([0], np.cumsum(sizes[:-1])))
                 starts.append(firsts[::block])
@@ -226,6 +226,33 @@ def build_index(path: str, compression: str = "", *, block: int = INDEX_BLOCK) -
     return RecordIndex(path, compression, key, count, block, bounds)
 
 
+def _record_lengths(path: str, compression: str) -> Iterator[np.ndarray]:
+    """The lengths of the records of ``path``, a batch of them at a time.
+
+    Eagerly, TensorFlow's reader is iterated at once; in graph mode (``read_batches``
+    building a pipeline), in a graph and session of its own, so that nothing is added
+    to the caller's graph.
+    """
+
+    def batches() -> tf.data.Dataset:
+        # batched, then measured: a traced map would cost more than a small file's read
+        records = tf.data.TFRecordDataset([path], compression_type=compression, buffer_size=1 << 20)
+        return records.batch(_BATCH)
+
+    if tf.executing_eagerly():
+        for batch in batches():
+            yield tf.strings.length(batch).numpy()
+        return
+    with tf.Graph().as_default():
+        lengths = tf.strings.length(tf.compat.v1.data.make_one_shot_iterator(batches()).get_next())
+        with tf.compat.v1.Session() as session:
+            while True:
+                try:
+                    yield session.run(lengths)
+                except tf.errors.OutOfRangeError:
+                    return
+
+
 def _damaged(path: str, compression: str, read: int, error: Exception) -> CorruptRecordError:
     """The error for a file whose records cannot all be read, naming its first bad one."""
     from tfr_hooks.tfrecord.sources.damage import scan_file
@@ -241,7 +268,7 @@ def _damaged(path: str, compression: str, read: int, error: Exception) -> Corrup
         pass
     return CorruptRecordError(
         f"Cannot index {path}: record {record} is damaged ({reason}). Rewrite the file, "
-        "or read it with max_corrupt_records to skip the damage (without shuffle='global').",
+        "or read it with max_corrupt_records to skip the damage.",
         file=path,
         record=record,
     )
@@ -416,3 +443,33 @@ def index_files(
     return [
         record_index(path, kind, rebuild=rebuild) for path, kind in zip(files, kinds, strict=True)
     ]
+
+
+def index_runs(
+    path: str, offsets: np.ndarray, lengths: np.ndarray, *, block: int = INDEX_BLOCK
+) -> list[RecordIndex]:
+    """The indexes of the runs of whole records of a damaged uncompressed file.
+
+    A run is a stretch of consecutive whole records with no damage between them; each is
+    indexed as a file of its own (one offset a ``block``, then the run's end), so that
+    ``shuffle="global"`` reads blocks of whole records only and never enters the damage
+    (:class:`~tfr_hooks.tfrecord.pipelines.order.GlobalOrder` takes each run as a file).
+
+    Args:
+        path: The file.
+        offsets: The byte offsets of its whole records' data, in file order (the damage
+            scan's :attr:`~tfr_hooks.tfrecord.sources.damage.FileDamage.offsets`).
+        lengths: Their lengths, in bytes.
+        block: Records a block.
+    """
+    data = np.asarray(offsets, np.int64)
+    starts = data - _HEADER
+    ends = data + np.asarray(lengths, np.int64) + _FRAME - _HEADER
+    breaks = (np.flatnonzero(starts[1:] != ends[:-1]) + 1).tolist()
+    key = file_key(path)
+    runs = []
+    for low, high in zip([0, *breaks], [*breaks, len(starts)], strict=True):
+        if high > low:
+            bounds = np.concatenate([starts[low:high:block], ends[high - 1 : high]])
+            runs.append(RecordIndex(path, "", key, high - low, block, bounds))
+    return runs
