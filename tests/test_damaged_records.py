@@ -23,7 +23,7 @@ import tensorflow as tf
 import tfr_hooks
 from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.input_report import CORRUPT_RECORDS, InputStats, facts_of_read, verdict
-from tfr_hooks.tfrecord.sources.damage import masked_crc32c, scan_damage, scan_file
+from tfr_hooks.tfrecord.sources.damage import RecordFiles, masked_crc32c, scan_damage, scan_file
 
 v1 = tf.compat.v1
 PER_FILE = 12  # records of a small file
@@ -160,6 +160,27 @@ def test_each_kind_of_damage_is_found_and_its_record_skipped(
     assert len(skipped) == 1  # logged once, naming the file and the record
     assert files[1] in skipped[0].getMessage()
     assert f"record {record.index} " in skipped[0].getMessage()
+
+
+def test_one_record_files_value_reads_the_whole_records_however_it_is_asked(
+    clean: list[Path],
+) -> None:
+    files, kept = three(clean, "data_crc")
+    whole = RecordFiles(files, "", scan_damage(files, "", 1))
+    assert whole.damaged() and not whole.damaged([files[0], files[2]])
+    assert whole.clean() == [files[0], files[2]]
+
+    def ids(records: tf.data.Dataset) -> list[int]:
+        parsed = [tf.train.Example.FromString(r) for r in records.as_numpy_iterator()]
+        return [int(e.features.feature["id"].int64_list.value[0]) for e in parsed]
+
+    assert ids(whole.records()) == sorted(kept)  # file after file, the damaged one skipped
+    paths, read = whole.per_file(files[1:])  # the elements interleave reads, one a file
+    assert ids(paths.flat_map(read)) == sorted(kept)[12:]
+    assert ids(whole.file_records(files[1], whole.position(files[1]))) == sorted(kept)[12:23]
+    unscanned = RecordFiles(files, "")  # no map: every record is read, as without damage
+    assert not unscanned.damaged() and unscanned.clean() == files
+    assert len(ids(unscanned.file_records(files[0], unscanned.position(files[0])))) == 12
 
 
 def test_a_damaged_gzip_member_skips_the_rest_of_its_file_as_one_record(

@@ -635,6 +635,7 @@ def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
     from tfr_hooks.tfrecord.pipelines.memory.estimate import records_nbytes
     from tfr_hooks.tfrecord.pipelines.memory.loading import load, nbytes_of
     from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray
+    from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
     values = [sequence_values(i, sequence_frames(i)) for i in range(20)]
     path = write_sequences(tmp_path / "videos.tfrecord", values)
@@ -645,7 +646,7 @@ def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
             tfrecord.Feature("audio", "float32", (4,), sequence=True),
         ]
     )
-    held = load([path], "", schema, progress=False)
+    held = load(RecordFiles([path], ""), schema, progress=False)
     frames = [sequence_frames(i) for i in range(20)]
     for name, width, dtype in (("rgb", 8, np.uint8), ("audio", 4, np.float32)):
         ragged = held[name]
@@ -654,5 +655,5 @@ def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
         assert ragged.lengths.tolist() == frames
         np.testing.assert_array_equal(ragged.values, np.concatenate([v[name] for v in values]))
     held_bytes = sum(nbytes_of(v) for v in held.values())
-    estimate = records_nbytes([path], "", schema, 20)
+    estimate = records_nbytes(RecordFiles([path], ""), schema, 20)
     assert estimate == held_bytes  # every example sampled: exact

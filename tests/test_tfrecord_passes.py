@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.pipelines.passes import record_passes, record_stream
-from tfr_hooks.tfrecord.sources.damage import scan_damage
+from tfr_hooks.tfrecord.sources.damage import RecordFiles, scan_damage
 
 try:
     from _tfrecord_data import example, int64_feature, write_records
@@ -37,7 +37,7 @@ def _values(data: tf.data.Dataset) -> list[int]:
 def test_each_pass_holds_every_record_once_in_its_own_order(tmp_path):
     files = _files(tmp_path)
     records, seed = record_passes(
-        files, "", reads=2, deterministic=True, buffer=60, seed=7, num_epochs=2
+        RecordFiles(files, ""), reads=2, deterministic=True, buffer=60, seed=7, num_epochs=2
     )
     assert seed == 7  # eagerly, the seed itself
     values = _values(records)
@@ -45,7 +45,7 @@ def test_each_pass_holds_every_record_once_in_its_own_order(tmp_path):
     assert sorted(first) == sorted(second) == list(range(60))
     assert first != second  # reshuffled each pass
     again, _ = record_passes(
-        files, "", reads=2, deterministic=True, buffer=60, seed=7, num_epochs=2
+        RecordFiles(files, ""), reads=2, deterministic=True, buffer=60, seed=7, num_epochs=2
     )
     assert _values(again) == values  # reproducible given the seed
 
@@ -53,7 +53,7 @@ def test_each_pass_holds_every_record_once_in_its_own_order(tmp_path):
 def test_without_a_buffer_the_stored_order_is_kept_and_files_interleave(tmp_path):
     files = _files(tmp_path, per_file=2)
     records, seed = record_passes(
-        files, "", reads=3, deterministic=True, buffer=0, seed=None, num_epochs=1
+        RecordFiles(files, ""), reads=3, deterministic=True, buffer=0, seed=None, num_epochs=1
     )
     assert seed is None
     assert _values(records) == [0, 2, 4, 1, 3, 5]  # one record of each file in turn
@@ -67,7 +67,11 @@ def test_the_damage_map_plugs_into_the_read_and_skips_the_damaged_record(tmp_pat
     damage = scan_damage(files, "", 1)
     read = _values(
         record_stream(
-            files, "", reads=1, deterministic=True, shuffle_files=False, seed=None, damage=damage
+            RecordFiles(files, "", damage),
+            reads=1,
+            deterministic=True,
+            shuffle_files=False,
+            seed=None,
         )
     )
     assert read == [i for i in range(12) if i != 7]

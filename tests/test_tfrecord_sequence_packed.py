@@ -29,6 +29,7 @@ from tfr_hooks.tfrecord.pipelines import packed
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import load_sidecar
+from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 try:
     from _tfrecord_data import write_records
@@ -161,8 +162,7 @@ def test_packed_shards_keep_every_feature_list(packed_dir, written):
 def test_packed_dataset_returns_the_values_and_frame_counts_written(packed_dir, written):
     schema = load_sidecar(packed_dir / "schema.json").schema
     ds = packed.packed_dataset(
-        _packed_files(packed_dir),
-        "",
+        RecordFiles(_packed_files(packed_dir), ""),
         schema,
         16,
         batch_size=32,

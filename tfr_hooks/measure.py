@@ -39,6 +39,7 @@ from tfr_hooks.checks import check_positive_int, expected
 from tfr_hooks.tfrecord.pipelines.decide import DataFacts, Decision, decide, size_text
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.sources.base import open_source
+from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = [
     "PACKED_EXAMPLES_PER_RECORD",
@@ -297,8 +298,7 @@ def _describe(
     decoded_as = "parsed records" if encoded else "decoded"
     if map_fn is not None and infos:
         sample = estimate.mapped_sample_nbytes(
-            [info.path for info in infos],
-            infos[0].compression,
+            RecordFiles(tuple(info.path for info in infos), infos[0].compression),
             schema,
             map_fn,
             per_record=per_record,
@@ -405,7 +405,8 @@ def _decoded_bytes(infos: Any, schema: Any, examples: int, file_bytes: int, per_
     paths = [info.path for info in infos]
     compression = infos[0].compression if infos else ""
     if not infos or not schema.sequence_features:
-        return estimate.records_nbytes(paths, compression, schema, examples, file_bytes, per_record)
+        records = RecordFiles(tuple(paths), compression)
+        return estimate.records_nbytes(records, schema, examples, file_bytes, per_record)
     import tensorflow as tf
 
     from tfr_hooks.tfrecord.pipelines.packed import unpack

@@ -52,7 +52,7 @@ from tfr_hooks.tfrecord.errors import MissingFeatureError, SchemaMismatchError
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.schema.decode import raw_values
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
-from tfr_hooks.tfrecord.sources.damage import DamageMap
+from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = [
     "check_packable",
@@ -505,8 +505,7 @@ def _check_counted_block(
 
 
 def packed_dataset(
-    files: list[str],
-    compression: str,
+    records: RecordFiles,
     schema: Schema,
     per_record: int,
     batch_size: int,
@@ -518,13 +517,12 @@ def packed_dataset(
     num_epochs: int | None,
     prefetch: int | None,
     deterministic: bool = True,
-    damage: DamageMap | None = None,
 ) -> tf.data.Dataset:
     """A dataset of batches (dicts of tensors) from packed shards.
 
     Args:
-        files: The packed shards.
-        compression: Their compression.
+        records: The packed shards, their compression, and the damaged records to skip
+            (``max_corrupt_records``).
         schema: The features to return.
         per_record: Examples per record (``examples_per_record`` of ``schema.json``).
         batch_size: Examples per batch.
@@ -536,7 +534,6 @@ def packed_dataset(
         num_epochs: Passes over the files; ``None`` repeats forever.
         prefetch: Batches to prefetch (0 or ``None`` for none).
         deterministic: Whether parallel reads and parsing keep a fixed order.
-        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
 
     Returns:
         The dataset.
@@ -544,14 +541,12 @@ def packed_dataset(
     window_examples = shuffle_buffer or max(batch_size, WINDOW_EXAMPLES)
     window = max(1, math.ceil(window_examples / per_record))
     blocks, seed_value = record_passes(
-        files,
-        compression,
+        records,
         reads=num_parallel_reads,
         deterministic=deterministic,
         buffer=max(2 * window, 16) if shuffle_buffer else 0,
         seed=seed,
         num_epochs=num_epochs,
-        damage=damage,
     )
     windows = blocks.batch(window)
     if shuffle_buffer and tf.executing_eagerly():

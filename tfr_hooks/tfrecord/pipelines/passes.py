@@ -1,7 +1,8 @@
 """The streamed pipelines' passes over the records: file order, shuffle, seed, epochs.
 
-:func:`record_passes` reads the records of the files (:func:`record_stream`, where a
-damage map skips the damaged records) for ``num_epochs`` passes, shuffling the
+:func:`record_passes` reads the records of a
+:class:`~tfr_hooks.tfrecord.sources.damage.RecordFiles` (:func:`record_stream`: of a damaged
+file, only the whole records) for ``num_epochs`` passes, shuffling the
 files and the records anew every pass, seeded by :func:`pass_seed` so that each pass of a
 graph-mode iterator gets its own order too. The streamed pipeline (one example a record)
 batches and parses what it returns; the packed pipeline cuts windows of blocks from it;
@@ -10,12 +11,11 @@ the in-memory pipeline draws its permutations' seeds from :func:`pass_seed`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.sources.damage import DamagedReads, DamageMap
+from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = ["pass_seed", "record_passes", "record_stream"]
 
@@ -33,17 +33,15 @@ def pass_seed(seed: int | None) -> Any:
 
 
 def record_passes(
-    files: list[str],
-    compression: str,
+    records: RecordFiles,
     *,
     reads: int,
     deterministic: bool,
     buffer: int,
     seed: int | None,
     num_epochs: int | None,
-    damage: DamageMap | None = None,
 ) -> tuple[tf.data.Dataset, Any]:
-    """The records of ``files`` for ``num_epochs`` passes, shuffled anew every pass.
+    """The records of ``records``' files for ``num_epochs`` passes, shuffled anew every pass.
 
     With ``buffer > 0`` the files are shuffled, then the records in a buffer of
     ``buffer``, both seeded by :func:`pass_seed`: eagerly, every new iterator reshuffles
@@ -53,93 +51,60 @@ def record_passes(
     through it.
 
     Args:
-        files: The shards.
-        compression: Their compression.
+        records: The shards, their compression, and the damaged records to skip
+            (``max_corrupt_records``).
         reads: Files read at once.
         deterministic: Whether parallel reads keep a fixed order.
         buffer: Records (blocks, for packed shards) in the shuffle buffer; 0 keeps the
             stored order.
         seed: Seed of the shuffles.
         num_epochs: Passes; ``None`` repeats forever.
-        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
 
     Returns:
         The records, and the seed of the pass (``None`` unshuffled) for the shuffles
         that follow.
     """
     seed_value = pass_seed(seed) if buffer else None
-    records = record_stream(
-        files,
-        compression,
+    stream = record_stream(
+        records,
         reads=reads,
         deterministic=deterministic,
         shuffle_files=bool(buffer),
         seed=seed_value,
-        damage=damage,
     )
     if buffer:
-        records = records.shuffle(buffer, seed=seed_value)
+        stream = stream.shuffle(buffer, seed=seed_value)
     if num_epochs != 1:
-        records = records.repeat(num_epochs)
-    return records, seed_value
+        stream = stream.repeat(num_epochs)
+    return stream, seed_value
 
 
 def record_stream(
-    files: Sequence[str],
-    compression: str,
+    records: RecordFiles,
     *,
     reads: int,
     deterministic: bool,
     shuffle_files: bool,
     seed: int | None,
-    damage: DamageMap | None = None,
 ) -> tf.data.Dataset:
-    """The serialized records of ``files``, ``reads`` files interleaved one record at a time.
+    """The serialized records of the files, ``reads`` files interleaved one record at a time.
 
     Args:
-        files: The shards.
-        compression: Their compression (``""``, ``"GZIP"``, ``"ZLIB"``).
+        records: The shards, their compression, and what a scan for damaged records
+            found (``max_corrupt_records``): of a damaged file, only the whole records
+            are read (:meth:`~tfr_hooks.tfrecord.sources.damage.RecordFiles.per_file`).
         reads: Files read at once (in parallel when more than 1).
         deterministic: Whether parallel reads keep a fixed order.
         shuffle_files: Whether to shuffle the order of the files (each pass anew).
         seed: Seed of that shuffle.
-        damage: What a scan for damaged records found (``max_corrupt_records``): when
-            some of ``files`` are damaged, only their whole records are read (see
-            :class:`~tfr_hooks.tfrecord.sources.damage.DamagedReads`).
 
     Returns:
         A dataset of scalar ``tf.string`` records.
     """
-    if damage is not None and damage.damages(files):
-        return _damaged_stream(files, damage, reads, deterministic, shuffle_files, seed)
-    paths = tf.data.Dataset.from_tensor_slices(list(files))
+    paths, file_records = records.per_file()
     if shuffle_files:
-        paths = paths.shuffle(len(files), seed=seed)
+        paths = paths.shuffle(len(records.files), seed=seed)
     parallel: dict[str, Any] = {}
     if reads > 1:
         parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    return paths.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
-        cycle_length=reads,
-        block_length=1,
-        **parallel,
-    )
-
-
-def _damaged_stream(
-    files: Sequence[str],
-    damage: DamageMap,
-    reads: int,
-    deterministic: bool,
-    shuffle_files: bool,
-    seed: int | None,
-) -> tf.data.Dataset:
-    """:func:`record_stream` over files some of which hold damaged records."""
-    damaged = DamagedReads(damage)
-    paths = damaged.paths(files)
-    if shuffle_files:
-        paths = paths.shuffle(len(files), seed=seed)
-    parallel: dict[str, Any] = {}
-    if reads > 1:
-        parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    return paths.interleave(damaged.records, cycle_length=reads, block_length=1, **parallel)
+    return paths.interleave(file_records, cycle_length=reads, block_length=1, **parallel)

@@ -151,8 +151,7 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
         parsed = _global_packed(plan, read, calls)
     elif plan.per_record > 1:  # packed shards
         parsed = packed_dataset(
-            plan.files,
-            plan.compression,
+            plan.records,
             plan.schema,
             plan.per_record,
             read.batch_size,
@@ -163,7 +162,6 @@ def _build_dataset(plan: Plan, options: ReadOptions) -> tf.data.Dataset:
             num_epochs=options.num_epochs,
             prefetch=None,
             deterministic=config.deterministic,
-            damage=plan.damage,
         )
     else:
         parsed = _stream_batches(plan, read, reads=reads, calls=calls)
@@ -252,14 +250,12 @@ def _stream_batches(plan: Plan, options: ReadOptions, *, reads: int, calls: int)
         )
         return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
     records, _ = record_passes(
-        plan.files,
-        plan.compression,
+        plan.records,
         reads=reads,
         deterministic=options.config.deterministic,
         buffer=options.shuffle_buffer,
         seed=options.seed,
         num_epochs=options.num_epochs,
-        damage=plan.damage,
     )
     batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
     return batches.map(
@@ -477,23 +473,10 @@ def _held(
             count = count_examples(plan.files, plan.compression, plan.per_record)
         narrowed, widen = narrowing(as_dict(map_fn, plan.names))
         arrays = load_mapped(
-            plan.files,
-            plan.compression,
-            plan.schema,
-            narrowed,
-            per_record=plan.per_record,
-            count=count,
-            damage=plan.damage,
+            plan.records, plan.schema, narrowed, per_record=plan.per_record, count=count
         )
         return arrays, None, widen
-    arrays = load(
-        plan.files,
-        plan.compression,
-        plan.schema,
-        per_record=plan.per_record,
-        counts=plan.counts,
-        damage=plan.damage,
-    )
+    arrays = load(plan.records, plan.schema, per_record=plan.per_record, counts=plan.counts)
     return arrays, None if map_fn is None else as_dict(map_fn, plan.names), None
 
 
@@ -549,14 +532,7 @@ def _mapped_kind(
     plan: Plan, map_fn: Callable[..., Any], examples: int, file_bytes: int, budget: int
 ) -> PipelineKind | None:
     """``_memory_kind`` with a ``map_fn``: its output's size, then the records' if needed."""
-    sample = mapped_sample_nbytes(
-        plan.files,
-        plan.compression,
-        plan.schema,
-        map_fn,
-        per_record=plan.per_record,
-        damage=plan.damage,
-    )
+    sample = mapped_sample_nbytes(plan.records, plan.schema, map_fn, per_record=plan.per_record)
     decoded = None if sample is None else sample[0] * examples // max(1, sample[1])
     why = (
         "map_fn's output is not of one fixed shape"
@@ -598,15 +574,7 @@ def _mapped_kind(
 
 def _records_nbytes(plan: Plan, examples: int, file_bytes: int) -> int:
     """Bytes the parsed records take in memory; sampled when a feature varies in length."""
-    return records_nbytes(
-        plan.files,
-        plan.compression,
-        plan.schema,
-        examples,
-        file_bytes,
-        plan.per_record,
-        damage=plan.damage,
-    )
+    return records_nbytes(plan.records, plan.schema, examples, file_bytes, plan.per_record)
 
 
 def as_dict(map_fn: Callable[..., Any], names: tuple[str, ...] | None) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import RecordSource, SchemaLike, open_source
-from tfr_hooks.tfrecord.sources.damage import DamageMap
+from tfr_hooks.tfrecord.sources.damage import DamageMap, RecordFiles
 from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = ["Plan", "make_plan"]
@@ -38,6 +38,11 @@ class Plan:
     per_record: int = 1  # examples per record (packed shards)
     damage: DamageMap | None = None  # max_corrupt_records > 0: what the scan found
     source: RecordSource | None = None  # where the files come from
+
+    @property
+    def records(self) -> RecordFiles:
+        """The reading of the files' records, where the damage map plugs in."""
+        return RecordFiles(tuple(self.files), self.compression, self.damage)
 
     @property
     def examples(self) -> int | None:

@@ -20,7 +20,6 @@ from tfr_hooks.tfrecord.pipelines.options import ReadOptions, queue_readers
 from tfr_hooks.tfrecord.pipelines.pipeline import structure
 from tfr_hooks.tfrecord.pipelines.plan import Plan
 from tfr_hooks.tfrecord.pipelines.ragged import pad_batch
-from tfr_hooks.tfrecord.sources.damage import DamagedReads, DamageMap
 
 __all__ = ["queue_batches", "check_queue_plan"]
 
@@ -73,8 +72,7 @@ def _quiet_deprecations() -> Iterator[None]:
 
 def _queue_pipeline(plan: Plan, options: ReadOptions, capacity: int) -> dict[str, Any]:
     batch_size, shuffle_buffer, seed = options.batch_size, options.shuffle_buffer, options.seed
-    damage = plan.damage
-    files = plan.files if damage is None else damage.clean(plan.files)
+    files = plan.records.clean()
     reads = []
     if files:
         filenames = tf.compat.v1.train.string_input_producer(
@@ -89,8 +87,8 @@ def _queue_pipeline(plan: Plan, options: ReadOptions, capacity: int) -> dict[str
             reader = tf.compat.v1.TFRecordReader(options=tf_options)
             _, serialized = reader.read_up_to(filenames, num_records=batch_size)
             reads.append([serialized])
-    if damage is not None and len(files) < len(plan.files):
-        reads.append([_whole_records(plan, options, damage)])
+    if len(files) < len(plan.files):
+        reads.append([_whole_records(plan, options)])
     if shuffle_buffer > 0:
         batch = tf.compat.v1.train.shuffle_batch_join(
             reads,
@@ -113,7 +111,7 @@ def _queue_pipeline(plan: Plan, options: ReadOptions, capacity: int) -> dict[str
     return plan.schema.parse_batch(serialized_batch)
 
 
-def _whole_records(plan: Plan, options: ReadOptions, damage: DamageMap) -> Any:
+def _whole_records(plan: Plan, options: ReadOptions) -> Any:
     """Batches of the whole records of the damaged files, one more reader of the queue.
 
     A ``TFRecordReader`` cannot skip a damaged record: the damaged files are read by a
@@ -121,8 +119,9 @@ def _whole_records(plan: Plan, options: ReadOptions, damage: DamageMap) -> Any:
     whose batches join the readers' (``OutOfRangeError`` ends its enqueue thread as the
     end of the file names ends the readers').
     """
-    damaged = [path for path in plan.files if damage.of(path).damaged]
-    records = DamagedReads(damage).all_records(damaged)
+    source = plan.records
+    damaged = [path for path in plan.files if source.damaged([path])]
+    records = source.records(damaged)
     if options.shuffle_buffer > 0:
         records = records.shuffle(max(1, options.shuffle_buffer), seed=options.seed)
     records = records.repeat(options.num_epochs).batch(options.batch_size)

@@ -25,7 +25,7 @@ from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import Sidecar, load_schema
 from tfr_hooks.tfrecord.sources.base import open_source
-from tfr_hooks.tfrecord.sources.damage import DamagedReads, DamageMap, scan_damage
+from tfr_hooks.tfrecord.sources.damage import DamageMap, RecordFiles, scan_damage
 from tfr_hooks.tfrecord.sources.framing import (
     Files,
     check_compression,
@@ -239,9 +239,7 @@ class _InputFile:
 
     def records(self) -> tf.data.Dataset:
         """The file's records (the whole ones only, under ``max_corrupt_records``)."""
-        if self.damage is not None and self.damage.of(self.path).damaged:
-            return DamagedReads(self.damage).all_records([self.path])
-        return tf.data.TFRecordDataset(self.path, compression_type=self.compression)
+        return RecordFiles((self.path,), self.compression, self.damage).records()
 
 
 def _check_not_input(paths: Sequence[str], out_dir: str) -> None:

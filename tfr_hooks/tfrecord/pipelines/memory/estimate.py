@@ -20,7 +20,7 @@ import numpy as np
 
 from tfr_hooks.tfrecord.pipelines.memory.loading import collect_held, mapped_examples, nbytes_of
 from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.sources.damage import DamageMap
+from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = [
     "default_memory_budget",
@@ -145,13 +145,11 @@ LENGTH_SAMPLE = 256
 
 
 def records_nbytes(
-    files: Sequence[str],
-    compression: str,
+    records: RecordFiles,
     schema: Schema,
     examples: int,
     file_bytes: int = 0,
     per_record: int = 1,
-    damage: DamageMap | None = None,
 ) -> int:
     """Bytes the parsed (decoded by the schema) examples take in memory.
 
@@ -162,13 +160,7 @@ def records_nbytes(
     if not any(f.varying or f.sequence for f in schema):  # frames: sampled too
         return decoded_nbytes(schema, examples, file_bytes)
     sample = mapped_sample_nbytes(
-        files,
-        compression,
-        schema,
-        lambda example: example,
-        per_record=per_record,
-        sample=LENGTH_SAMPLE,
-        damage=damage,
+        records, schema, lambda example: example, per_record=per_record, sample=LENGTH_SAMPLE
     )
     if sample is None:
         return decoded_nbytes(schema, examples, file_bytes)
@@ -185,14 +177,12 @@ def count_examples(files: Sequence[str], compression: str, per_record: int) -> i
 
 
 def mapped_sample_nbytes(
-    files: Sequence[str],
-    compression: str,
+    records: RecordFiles,
     schema: Schema,
     map_fn: Callable[[dict[str, Any]], Any],
     *,
     per_record: int = 1,
     sample: int = 16,
-    damage: DamageMap | None = None,
 ) -> tuple[int, int] | None:
     """Bytes of ``map_fn``'s output for the first ``sample`` examples, and their number.
 
@@ -200,9 +190,7 @@ def mapped_sample_nbytes(
     """
     try:
         arrays = collect_held(
-            lambda: mapped_examples(
-                files, compression, schema, map_fn, per_record, take=sample, damage=damage
-            ),
+            lambda: mapped_examples(records, schema, map_fn, per_record, take=sample),
             None,
             batch=sample,
         )

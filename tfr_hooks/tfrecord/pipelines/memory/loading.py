@@ -25,7 +25,7 @@ from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.pipelines.packed import unpack
 from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples, is_list
 from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.sources.damage import DamagedReads, DamageMap
+from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = [
     "aligned",
@@ -172,24 +172,14 @@ class _Join:
 class _FileReaders:
     """One graph and session reading (and decoding) whole files, one iterator per worker."""
 
-    def __init__(
-        self,
-        compression: str,
-        schema: Schema,
-        per_record: int,
-        workers: int,
-        damage: DamageMap | None = None,
-    ) -> None:
-        self.schema, self.compression, self.damage = schema, compression, damage
+    def __init__(self, records: RecordFiles, schema: Schema, per_record: int, workers: int) -> None:
+        self.schema, self.records = schema, records
         graph = tf.Graph()
         with graph.as_default():
             self.path = tf.compat.v1.placeholder(tf.string, [], name="path")
             self.position = tf.compat.v1.placeholder_with_default(np.int64(0), [])
-            if damage is None:
-                records = tf.data.TFRecordDataset(self.path, compression_type=compression)
-            else:  # only the whole records (max_corrupt_records)
-                records = DamagedReads(damage).records(self.path, self.position)
-            chunks = records.batch(max(1, LOAD_CHUNK // per_record))
+            whole = records.file_records(self.path, self.position)  # max_corrupt_records
+            chunks = whole.batch(max(1, LOAD_CHUNK // per_record))
             if per_record == 1:
                 parsed = chunks.map(schema.parse_batch)
             else:
@@ -203,9 +193,7 @@ class _FileReaders:
 
     def chunks(self, worker: int, name: str) -> Iterator[dict[str, Any]]:
         """The decoded chunks of file ``name`` (ragged features as values and splits)."""
-        feed: dict[Any, Any] = {self.path: name}
-        if self.damage is not None:
-            feed[self.position] = self.damage.index(name)
+        feed: dict[Any, Any] = {self.path: name, self.position: self.records.position(name)}
         self.session.run(self.iterators[worker].initializer, feed)
         while True:
             try:
@@ -213,7 +201,7 @@ class _FileReaders:
             except tf.errors.OutOfRangeError:
                 return
             except tf.errors.OpError as error:
-                raise _explain(error, name, self.schema, self.compression) from error
+                raise _explain(error, name, self.schema, self.records.compression) from error
             for feature in self.schema:
                 if feature.varying or feature.sequence:
                     value = values[feature.name]
@@ -225,14 +213,12 @@ class _FileReaders:
 
 
 def load(
-    files: Sequence[str],
-    compression: str,
+    records: RecordFiles,
     schema: Schema,
     *,
     per_record: int = 1,
     counts: Sequence[int | None] | None = None,
     progress: bool = True,
-    damage: DamageMap | None = None,
 ) -> dict[str, Held]:
     """Read and decode every example of ``files`` into one numpy array per feature.
 
@@ -245,13 +231,12 @@ def load(
     frames, ``[total frames, *frame shape]``, and their offsets).
 
     Args:
-        files: The shards.
-        compression: Their compression.
+        records: The shards, their compression, and the damaged records to skip
+            (``max_corrupt_records``).
         schema: The features to decode (fixed shapes).
         per_record: Examples per record (packed shards).
         counts: Each file's examples, where known.
         progress: Show a progress bar on stderr when loading takes more than 2 s.
-        damage: The damaged records to skip (``max_corrupt_records``), or ``None``.
 
     Returns:
         Feature name to array of shape ``[examples, *feature.shape]`` (a
@@ -262,6 +247,7 @@ def load(
             than ``schema.json`` says.
         SchemaMismatchError: If records do not match the schema.
     """
+    files = records.files
     known = counts is not None and all(c is not None for c in counts)
     sizes = [int(c or 0) for c in counts] if counts is not None and known else []
     workers = max(1, min(len(files), os.cpu_count() or 1, 8))
@@ -271,7 +257,7 @@ def load(
     offsets = list(itertools.accumulate(sizes, initial=0))
     if known:
         join.allocate(offsets[-1], dense)
-    readers = _FileReaders(compression, schema, per_record, workers, damage)
+    readers = _FileReaders(records, schema, per_record, workers)
     bar = _Progress(offsets[-1] if known else None, progress)
 
     def read(worker: int, index: int) -> None:
@@ -353,22 +339,17 @@ def _explain(error: BaseException, path: str, schema: Schema, compression: str) 
 
 
 def mapped_examples(
-    files: Sequence[str],
-    compression: str,
+    records: RecordFiles,
     schema: Schema,
     map_fn: Callable[[dict[str, Any]], Any],
     per_record: int,
     take: int | None = None,
-    damage: DamageMap | None = None,
 ) -> tf.data.Dataset:
-    """The examples of ``files``, in order, each through ``map_fn`` (in parallel)."""
-    if damage is not None and damage.damages(files):  # only the whole records
-        records = DamagedReads(damage).all_records(files)
-    else:
-        records = tf.data.TFRecordDataset(list(files), compression_type=compression)
+    """The examples of the files, in order, each through ``map_fn`` (in parallel)."""
+    serialized = records.records()  # of a damaged file, only the whole records
     if take is not None:
-        records = records.take(max(1, -(-take // per_record)))
-    chunks = records.batch(max(1, LOAD_CHUNK // per_record))
+        serialized = serialized.take(max(1, -(-take // per_record)))
+    chunks = serialized.batch(max(1, LOAD_CHUNK // per_record))
     if per_record == 1:
         parsed = chunks.map(schema.parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
     else:
@@ -498,16 +479,14 @@ def _dense_of(values: Mapping[str, np.ndarray]) -> _Dense:
 
 
 def load_mapped(
-    files: Sequence[str],
-    compression: str,
+    records: RecordFiles,
     schema: Schema,
     map_fn: Callable[[dict[str, Any]], Any],
     *,
     per_record: int = 1,
     count: int | None = None,
-    damage: DamageMap | None = None,
 ) -> dict[str, Held]:
-    """Read every example of ``files`` once, through ``map_fn``, into numpy arrays.
+    """Read every example of ``records``' files once, through ``map_fn``, into numpy arrays.
 
     ``map_fn`` (the user's decoding function: ``tf.io.decode_jpeg``...) runs once per
     example, in parallel (``num_parallel_calls=AUTOTUNE``); its outputs are gathered
@@ -518,6 +497,6 @@ def load_mapped(
         ValueError: If an output is not a dense tensor of one shape for all examples.
     """
     return collect_held(
-        lambda: mapped_examples(files, compression, schema, map_fn, per_record, damage=damage),
+        lambda: mapped_examples(records, schema, map_fn, per_record),
         count,
     )
