@@ -426,6 +426,7 @@ def test_a_queue_over_damaged_files_only_ends_every_epoch(clean: list[Path]) -> 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # packs and reads back; the command's conversion below stays fast
 def test_convert_leaves_the_damaged_records_out_of_packed_shards(
     clean: list[Path], tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import os
 import subprocess
@@ -67,10 +68,16 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of a module, parsed once for all the rules (which only read it)."""
+    return ast.parse(path.read_text())
+
+
 def imports(path: Path) -> set[str]:
     """The ``tfr_hooks`` modules ``path`` imports (at any depth of its code)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith("tfr_hooks"))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfr_hooks"):
@@ -119,7 +126,7 @@ def test_no_module_reaches_another_through_the_package_namespace() -> None:
     for module, path in MODULES.items():
         if module == "tfr_hooks":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and node.module == "tfr_hooks":
                 names = [a.name for a in node.names]
                 assert names == ["tfrecord"], f"{module}: from tfr_hooks import {names}"
@@ -129,7 +136,7 @@ def test_no_module_imports_a_private_name_from_another() -> None:
     """What two modules share is public in one of them (``_x`` stays in its module)."""
     found = []
     for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfr_hooks"):
                 found += [
                     f"{module}: {node.module}.{a.name}" for a in node.names if a.name[0] == "_"
@@ -143,7 +150,7 @@ TFDS_FILE_NAMES = ("dataset_info.json", "features.json", ".labels.txt")
 
 def _code_strings(path: Path) -> list[str]:
     """The string constants of a module's code: its docstrings left out."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     docstrings = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -171,6 +178,24 @@ def test_only_the_tfds_source_names_a_tfds_file() -> None:
     assert found == []
     tfds = _code_strings(MODULES["tfr_hooks.tfrecord.sources.tfds"])
     assert all(any(name in text for text in tfds) for name in TFDS_FILE_NAMES)
+
+
+#: what looks for the ``schema.json`` written beside files, which only the sources may ask
+SIDECAR_FINDERS = ("find_sidecar", "listed_shards")
+
+
+def test_only_the_sources_look_for_a_sidecar_beside_the_files() -> None:
+    """Inspection, diagnosis and conversion ask the source what was written beside a file."""
+    found = [
+        f"{module}: {node.module}.{alias.name}"
+        for module, path in MODULES.items()
+        if not module.startswith("tfr_hooks.tfrecord.sources.")
+        for node in ast.walk(parsed(path))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.name in SIDECAR_FINDERS
+    ]
+    assert found == []
 
 
 def test_the_two_modes_have_their_own_folders() -> None:

@@ -58,6 +58,7 @@ def _mixing(data, batches: int = 20) -> tuple[int, float]:
     return fewest, float(np.mean(distances))
 
 
+@pytest.mark.slow  # writes 120,000 records: test_tfrecord_order.py mixes them in the fast run
 def test_global_shuffle_mixes_class_ordered_files(tmp_path):
     files = _write(tmp_path, CLASSES, 6_000)  # the layout: 120,000 records
     fewest, distance = _mixing(tfrecord.dataset(files, 256, shuffle="global", seed=3))
@@ -144,6 +145,7 @@ def test_in_memory_global_is_a_fresh_permutation_each_epoch(class_files):
     assert not np.array_equal(first, second)
 
 
+@pytest.mark.slow  # a training run; the reads above check the epoch it trains on
 def test_function_loop_trains_an_epoch(class_files):
     import tfr_hooks
 
@@ -171,6 +173,7 @@ def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
         tfrecord.read_batches(class_files, 8, shuffle="global", pipeline="queue")
 
 
+@pytest.mark.slow  # two passes; test_tfrecord_order.py checks the shares in the fast run
 def test_workers_read_disjoint_shares_that_cover_the_data(class_files, monkeypatch):
     shares = []
     for worker in range(2):

@@ -62,6 +62,7 @@ def packed_classes(tmp_path_factory: pytest.TempPathFactory) -> str:
     return written.directory
 
 
+@pytest.mark.slow  # several passes over 12,000 examples; read_batches below checks it lighter
 def test_packed_shards_each_example_once_an_epoch(packed_classes: str) -> None:
     _exact(
         lambda seed: tfrecord.dataset(packed_classes, 256, shuffle="global", seed=seed),
@@ -129,6 +130,7 @@ def damaged(tmp_path: Path) -> tuple[list[str], np.ndarray]:
     return [str(f) for f in files], np.array(sorted(set(range(1600)) - lost))
 
 
+@pytest.mark.slow  # several passes; the workers' shares below cover each whole record once
 def test_damaged_files_each_whole_record_once_an_epoch(
     damaged: tuple[list[str], np.ndarray],
 ) -> None:

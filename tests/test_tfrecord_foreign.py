@@ -447,7 +447,9 @@ def test_a_feature_some_records_lack_reads_as_ragged_in_graph_mode(tmp_path, mis
     assert column(results, "t") == expected_t(missing)
 
 
-@pytest.mark.parametrize("missing", [0, 30])
+@pytest.mark.parametrize(
+    "missing", [0, pytest.param(30, marks=pytest.mark.slow)]
+)  # both pipelines: about 1.5 s of CPU each; record 30 lacking stays fast, streamed, above
 def test_a_feature_some_records_lack_reads_as_ragged_in_memory_too(tmp_path, missing):
     # held as values and row offsets: the same ragged rows as streamed, empty where absent
     path = write_file_lacking_t(tmp_path / f"lacks-{missing}.tfrecord", missing)
@@ -614,7 +616,9 @@ def assert_same_columns(found: dict, wanted: dict) -> None:
             np.testing.assert_array_equal(found[name], values, err_msg=name)
 
 
-@pytest.mark.parametrize("examples_per_record", [1, 8])
+@pytest.mark.parametrize(
+    "examples_per_record", [1, pytest.param(8, marks=pytest.mark.slow)]
+)  # packed: about 2 s of CPU; the fast run packs in the tests below
 def test_convert_the_seed_layout_reads_back_the_same_examples(tmp_path, examples_per_record):
     images = seed_images(70)
     source = tmp_path / "in"

@@ -146,6 +146,8 @@ def test_graph_mode_serves_the_same_float_images(pngs: str) -> None:
     assert np.array_equal(got.view(np.uint8), expected.view(np.uint8))
 
 
+@pytest.mark.slow  # 2,000 images loaded under tracemalloc: several s of CPU; the tests
+# above check that uint8 is what is held
 def test_float_images_are_held_in_a_quarter_of_the_memory(tmp_path: Path) -> None:
     # what holding uint8 is for: the floats map_fn returns are never all in memory at once
     import tracemalloc

@@ -25,17 +25,18 @@ def class_ordered(directory: Path, classes: int, per_class: int, files: int) -> 
     """Files written in class order by a plain TFRecordWriter, as a converter walking
     class folders writes them: file ``f`` holds classes ``f*c .. f*c+c-1``, each in a run."""
     paths, per_file, record = [], classes // files, 0
+    example = tf.train.Example()  # one message, its values set for each record (fast)
+    feature = example.features.feature
+    feature["label"].int64_list.value.append(0)
+    feature["id"].int64_list.value.append(0)
+    feature["x"].float_list.value.extend([0.5] * 8)
+    labels, ids = feature["label"].int64_list.value, feature["id"].int64_list.value
     for f in range(files):
         path = str(directory / f"part-{f}.tfrecord")
         with tf.io.TFRecordWriter(path) as writer:
             for label in range(f * per_file, (f + 1) * per_file):
                 for _ in range(per_class):
-                    features = {
-                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                        "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[record])),
-                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[0.5] * 8)),
-                    }
-                    example = tf.train.Example(features=tf.train.Features(feature=features))
+                    labels[0], ids[0] = label, record
                     writer.write(example.SerializeToString())
                     record += 1
         paths.append(path)
@@ -80,6 +81,7 @@ def test_mixes_class_ordered_files_in_every_early_batch(indexed: list[ix.RecordI
     assert max(len(np.unique(batch)) for batch in buffered) < 15
 
 
+@pytest.mark.slow  # 4 passes over 120,000 records; the fast run checks it on 6,000 (below)
 def test_each_record_once_new_order_each_epoch_same_for_a_seed(
     indexed: list[ix.RecordIndex],
 ) -> None:
@@ -142,7 +144,9 @@ def damage_before(order: GlobalOrder, window: int, epoch: int) -> None:
                 handle.write(bytes([byte[0] ^ 0xFF]))
 
 
-@pytest.mark.parametrize("where", ["early", "late"])
+@pytest.mark.parametrize(
+    "where", ["early", pytest.param("late", marks=pytest.mark.slow)]
+)  # each about 1 s of CPU: the fast run enters one window
 def test_a_read_from_a_position_reads_nothing_before_its_window(
     small: list[ix.RecordIndex], tmp_path: Path, where: str
 ) -> None:
@@ -194,6 +198,7 @@ def test_arguments_are_checked(
         GlobalOrder(small, **{"seed": 0, **arguments})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # 5 passes over 6,000 records; a read from a position above stays fast
 def test_global_batches_follow_epochs_and_resume_mid_run(small: list[ix.RecordIndex]) -> None:
     """Epochs 2, 3, 4 after each other; a run resumed in epoch 3 at position p reads the
     same records from there; the indexes are built and kept by the call."""

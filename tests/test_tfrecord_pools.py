@@ -82,8 +82,19 @@ def check_pools(batches: list[tuple[list[int], list[int]]], n: int, drop: bool) 
             assert max(shorter) <= min(longer), (start, shorter, longer)
 
 
-@pytest.mark.parametrize("drop", [False, True], ids=["partial", "drop_remainder"])
-@pytest.mark.parametrize("n", [300, 256, -300], ids=["300", "256", "packed-300"])
+def sizes_and_drops() -> list[Any]:
+    """Each file of ``texts`` with and without ``drop_remainder``; the fast run keeps one
+    case of each (a streamed partial pool, a count of whole pools, the packed shards)."""
+    cases = []
+    for n, name in ((300, "300"), (256, "256"), (-300, "packed-300")):
+        for drop, how in ((False, "partial"), (True, "drop_remainder")):
+            slow = (n, drop) not in {(300, False), (256, True), (-300, False)}
+            marks = [pytest.mark.slow] if slow else []  # about 1.5 s of CPU each
+            cases.append(pytest.param(n, drop, marks=marks, id=f"{name}-{how}"))
+    return cases
+
+
+@pytest.mark.parametrize(("n", "drop"), sizes_and_drops())
 def test_each_example_once_an_epoch_in_length_sorted_pools(texts, n, drop):
     count = abs(n)
     data = read(texts[n], drop_remainder=drop)
@@ -165,6 +176,7 @@ def test_pool_order_sorts_cuts_and_shuffles_the_batches():
 # --- resumed mid-epoch (FunctionLoop; SessionLoop in test_checkpoint_mid_epoch.py) ------
 
 
+@pytest.mark.slow  # three training runs, one stopped and resumed: about 5 s of CPU
 def test_a_preempted_function_loop_resumes_at_the_next_bucketed_batch(texts, tmp_path, monkeypatch):
     monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")  # no cloud probe: refused at once
     epochs, steps = 3, -(-300 // BATCH)

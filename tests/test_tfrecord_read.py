@@ -406,7 +406,10 @@ KINDS = {
 }
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(
+    "kind",
+    [k if k == "memory_decoded" else pytest.param(k, marks=pytest.mark.slow) for k in KINDS],
+)  # about 2 s of CPU each: the fast run keeps the in-memory read the issue found
 def test_the_batch_dimension_is_static_only_with_drop_remainder(shards, tmp_path, kind):
     # issue 44: an in-memory read whose count the batch divides had a static batch
     # dimension without drop_remainder, so tf.shape(x)[0] folded to a constant and a

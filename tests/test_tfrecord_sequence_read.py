@@ -176,7 +176,7 @@ PIPELINES: dict[str, Callable[..., list[dict[str, Any]]]] = {
         **{"read_config": tfrecord.ReadConfig(memory_budget=ENCODED_BUDGET), **kw},
     ),
 }
-HEAVY = {"graph_dataset", "queue", "graph_memory"}
+HEAVY = {"graph_dataset", "queue", "graph_memory", "memory_encoded"}
 
 
 @pytest.mark.parametrize(

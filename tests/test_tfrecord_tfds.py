@@ -446,7 +446,9 @@ def test_measure_times_a_tfds_split(tfds_dirs, capsys):
     assert rates["in_memory"]["examples_per_sec"] > 0
 
 
-@pytest.mark.parametrize("per_record", [1, 2])
+@pytest.mark.parametrize(
+    "per_record", [1, pytest.param(2, marks=pytest.mark.slow)]
+)  # about 1.5 s of CPU each: the fast run converts once
 def test_convert_writes_a_tfds_split_decoded(tfds_dirs, tmp_path, capsys, per_record):
     out = tmp_path / "converted"
     argv = ["convert", tfds_dirs["detection"], str(out), "--split", "train", "--no-progress"]

@@ -61,7 +61,15 @@ def _read_all(files: object, **kwargs: object) -> dict[str, np.ndarray]:
     return {name: value[order] for name, value in merged.items()}
 
 
-@pytest.mark.parametrize(("compression", "shards"), [(None, 1), ("gzip", 3), ("zlib", 2), ("", 4)])
+@pytest.mark.parametrize(
+    ("compression", "shards"),
+    [
+        (None, 1),
+        ("gzip", 3),
+        pytest.param("zlib", 2, marks=pytest.mark.slow),  # about 1 s of CPU each
+        pytest.param("", 4, marks=pytest.mark.slow),
+    ],
+)
 def test_round_trip_every_dtype_and_shape(tmp_path, compression, shards):
     arrays = _all_arrays()
     result = tfrecord.write(arrays, tmp_path, shards=shards, compression=compression)

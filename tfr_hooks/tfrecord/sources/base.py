@@ -6,9 +6,9 @@ plus a ``schema.json`` sidecar, :mod:`.converted`), or a directory TensorFlow Da
 prepared (:mod:`.tfds`). As Keras 3's data adapters (one ``get_data_adapter`` picks the
 adapter from what the user passed), :func:`open_source` looks at ``files`` once and
 returns the one :class:`RecordSource` that reads it; planning
-(:func:`~tfr_hooks.tfrecord.pipelines.plan.make_plan`), conversion, measuring, inspection, the
-command line and the directory listing of :func:`resolve_files` ask it, never the file
-names.
+(:func:`~tfr_hooks.tfrecord.pipelines.plan.make_plan`), conversion, measuring, inspection,
+diagnosis, the command line and the directory listing of :func:`resolve_files` ask it,
+never the file names.
 
 A source gives the files (the shards of the chosen split, for TFDS), their example
 counts when known up front, their compression, the schema (with its decoders: a TFDS
@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import NoFilesError
 from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME
+from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar
 from tfr_hooks.tfrecord.sources.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.sources.framing import Files, check_readable
 
@@ -113,6 +113,19 @@ class RecordSource(abc.ABC):
     def counts(self) -> list[int | None]:
         """The examples of each file known before reading (``None``: unknown)."""
         return [None] * len(self.files)
+
+    def sidecar(self, path: str) -> Sidecar | None:
+        """What this package wrote beside ``path`` when it wrote it, else ``None``.
+
+        The stored schema, compression, packing and counts of a directory written by
+        ``tfr-hooks convert`` or :func:`~tfr_hooks.tfrecord.write`; inspection,
+        diagnosis and conversion ask the source for it, never the file names.
+
+        Args:
+            path: One of the source's files.
+        """
+        del path
+        return None
 
     def names(self, as_tuple: object) -> object:
         """``as_tuple`` as the source reads it (TFDS: ``True`` for the supervised keys)."""

@@ -55,7 +55,7 @@ class ConvertedSource(FileSource):
         return listed_shards(directory) or None
 
     def sidecar(self, path: str) -> Sidecar | None:
-        """The sidecar beside ``path``, or ``None``."""
+        """The ``schema.json`` beside ``path``, or ``None`` (a plain file in the list)."""
         return find_sidecar(path, self.sidecars)
 
     def counts(self) -> list[int | None]:

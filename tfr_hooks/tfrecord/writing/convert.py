@@ -23,7 +23,7 @@ from tfr_hooks.checks import check_non_negative_int, check_positive_int, expecte
 from tfr_hooks.tfrecord.pipelines.packed import check_block, check_packable, unpack
 from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
-from tfr_hooks.tfrecord.schema.sidecar import find_sidecar, load_schema
+from tfr_hooks.tfrecord.schema.sidecar import Sidecar, load_schema
 from tfr_hooks.tfrecord.sources.base import open_source
 from tfr_hooks.tfrecord.sources.damage import DamageMap, RecordFiles, scan_damage
 from tfr_hooks.tfrecord.sources.framing import (
@@ -155,7 +155,7 @@ def convert(
     _check_not_input(paths, out_dir)
     if map_fn is not None and not callable(map_fn):
         raise TypeError(expected("map_fn", "callable or None", map_fn))
-    sources = [_InputFile(path) for path in paths]
+    sources = [_InputFile(path, origin.sidecar(path)) for path in paths]
     inferred_from = paths
     if max_corrupt_records:  # the whole records only; inferred from undamaged files
         damage = scan_damage(paths, [s.compression for s in sources], max_corrupt_records)
@@ -198,10 +198,10 @@ def convert(
 class _InputFile:
     """One input file: its compression, sidecar (if written by this package) and packing."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, sidecar: Sidecar | None) -> None:
         self.path = path
         self.damage: DamageMap | None = None  # max_corrupt_records: what the scan found
-        self.sidecar = find_sidecar(path)
+        self.sidecar = sidecar
         if self.sidecar is not None:
             self.compression = self.sidecar.compression
             self.per_record = self.sidecar.examples_per_record

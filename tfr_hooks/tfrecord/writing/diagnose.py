@@ -17,8 +17,7 @@ from tensorflow.core.example import example_pb2
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.pipelines.packed import check_block
 from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.schema.sidecar import find_sidecar
-from tfr_hooks.tfrecord.sources.base import resolve_files
+from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
 from tfr_hooks.tfrecord.sources.framing import Files, check_compression, iter_records
 from tfr_hooks.tfrecord.writing.inspection import infer_schema
 
@@ -104,19 +103,19 @@ def explain_error(
     try:
         codec = check_compression(compression)
         paths = resolve_files(files)
+        source = open_source(paths)
         if schema is None:
             schema = infer_schema(paths, compression=codec)
         for path in paths:
-            _check_file(path, codec, schema)
+            sidecar = source.sidecar(path)  # packed shards are checked block by block
+            _check_file(path, codec, schema, 1 if sidecar is None else sidecar.examples_per_record)
     except TFRecordError as found:
         logger.debug("Read error explained: %s", found)
         return found
     return None
 
 
-def _check_file(path: str, compression: str | None, schema: Schema) -> None:
-    sidecar = find_sidecar(path)
-    per_record = 1 if sidecar is None else sidecar.examples_per_record
+def _check_file(path: str, compression: str | None, schema: Schema, per_record: int) -> None:
     example = example_pb2.Example()
     for index, record in enumerate(iter_records(path, compression)):
         if per_record == 1:  # an Example or SequenceExample, or an error saying what it is

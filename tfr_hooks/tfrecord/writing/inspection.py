@@ -28,8 +28,8 @@ from tfr_hooks.tfrecord.schema.records import (
     parse_record,
 )
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
-from tfr_hooks.tfrecord.schema.sidecar import Sidecar, find_sidecar
-from tfr_hooks.tfrecord.sources.base import resolve_files
+from tfr_hooks.tfrecord.schema.sidecar import Sidecar
+from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
 from tfr_hooks.tfrecord.sources.framing import (
     Files,
     check_compression,
@@ -306,10 +306,15 @@ class FileInfo:
 
 
 def _inspect_file(
-    path: str, compression: str | None, max_records: int | None, *, count_all: bool = True
+    path: str,
+    compression: str | None,
+    max_records: int | None,
+    stored: Sidecar | None,
+    *,
+    count_all: bool = True,
 ) -> FileInfo:
     codec = detect_compression(path) if compression is None else compression
-    info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=find_sidecar(path))
+    info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=stored)
     first_other: tuple[int, str] | None = None
     for index, record in enumerate(iter_records(path, codec)):
         info.num_records += 1
@@ -401,7 +406,9 @@ def inspect(
     """
     codec = check_compression(compression)
     check_optional_positive_int(max_records, "max_records")
-    return [_inspect_file(path, codec, max_records) for path in resolve_files(files)]
+    paths = resolve_files(files)
+    source = open_source(paths)  # what was written beside the files: the source knows
+    return [_inspect_file(path, codec, max_records, source.sidecar(path)) for path in paths]
 
 
 def _schema_from_infos(
@@ -471,12 +478,12 @@ def infer_schema(
         TFRecordError: Any error of :func:`inspect`.
     """
     paths = resolve_files(files)
-    sidecar = find_sidecar(paths[0])
+    sidecar = open_source(paths).sidecar(paths[0])
     if sidecar is not None:
         return sidecar.schema
     codec = check_compression(compression)
     # only the records examined are read: num_records stays a lower bound here
-    infos = [_inspect_file(path, codec, max_records, count_all=False) for path in paths]
+    infos = [_inspect_file(path, codec, max_records, None, count_all=False) for path in paths]
     merged: dict[str, FeatureInfo] = {}
     lists: dict[str, FeatureListInfo] = {}
     scanned = 0
