@@ -23,15 +23,22 @@ from helpers import preemptible_run
 from tfr_hooks import tfrecord
 
 EPOCHS = 3
+SLOW = pytest.mark.slow
 
+# the fast run keeps one streamed case of each order and the in-memory shuffle; the
+# rest (about 3 s of CPU each) run with the slow tests
 PIPELINES = [
     pytest.param({"shuffle": "global", "seed": 3}, id="global-streamed"),
-    pytest.param({"shuffle": "global", "seed": 3, "in_memory": True}, id="global-memory"),
-    pytest.param({"in_memory": True}, id="unshuffled-memory"),
+    pytest.param(
+        {"shuffle": "global", "seed": 3, "in_memory": True}, id="global-memory", marks=SLOW
+    ),
+    pytest.param({"in_memory": True}, id="unshuffled-memory", marks=SLOW),
     pytest.param({"shuffle_buffer": 64, "seed": 3, "in_memory": True}, id="buffer-memory"),
     pytest.param({}, id="unshuffled-streamed"),
     pytest.param(
-        {"read_config": tfrecord.ReadConfig(num_parallel_reads=2)}, id="unshuffled-2-reads"
+        {"read_config": tfrecord.ReadConfig(num_parallel_reads=2)},
+        id="unshuffled-2-reads",
+        marks=SLOW,
     ),
 ]
 
@@ -216,7 +223,8 @@ def test_a_resumed_read_does_not_read_the_records_before_its_position(
     assert read[0.9] <= read[0.1] + size * 0.25, (read, size)
 
 
-@pytest.mark.parametrize("reads", [1, 2, 3, 5])
+# each case checks every record (about 7 s of CPU): 2 and 3 reads in the fast run
+@pytest.mark.parametrize("reads", [pytest.param(1, marks=SLOW), 2, 3, pytest.param(5, marks=SLOW)])
 def test_an_unshuffled_stream_entered_at_any_record_goes_on_as_the_interleave(
     tmp_path: Path, reads: int
 ) -> None:
