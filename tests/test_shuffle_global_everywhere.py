@@ -71,6 +71,7 @@ def test_packed_shards_each_example_once_an_epoch(packed_classes: str) -> None:
     )
 
 
+@pytest.mark.slow  # about 1.5 s of CPU; CI runs it
 def test_packed_shards_mix_examples_not_records(packed_classes: str) -> None:
     data = tfrecord.dataset(packed_classes, 256, shuffle="global", seed=3)
     fewest, distances = 20, []
@@ -159,6 +160,7 @@ class ManyPhotos(builders.PhotosJpeg):
     splits: ClassVar[dict[str, int]] = {"train": 300}
 
 
+@pytest.mark.slow  # about 1.5 s of CPU; CI runs it
 def test_tfds_directory_each_example_once_an_epoch(tmp_path: Path) -> None:
     builder = ManyPhotos(data_dir=str(tmp_path))
     builder.download_and_prepare()
@@ -251,6 +253,7 @@ def test_queue_and_service_say_why_and_what_works(plain: list[str]) -> None:
 # -- workers --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 1.5 s of CPU; CI runs it
 def test_workers_share_packed_and_damaged_reads_disjointly(
     packed_classes: str, damaged: tuple[list[str], np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:

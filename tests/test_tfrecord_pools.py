@@ -116,6 +116,7 @@ def test_each_example_once_an_epoch_in_length_sorted_pools(texts, n, drop):
     assert sum(waste) < sum(plain) / 3
 
 
+@pytest.mark.slow  # about 2 s of CPU; the order tests of the fast run stay
 def test_the_seed_fixes_every_epoch_and_another_seed_changes_it(texts):
     first = read(texts[300])
     again = read(texts[300])
