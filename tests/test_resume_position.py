@@ -80,6 +80,58 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
     assert reference[1] != reference[2] or "shuffle" not in pipeline
 
 
+def _damaged(directory: Path) -> tuple[list[str], list[int]]:
+    """Four files of 100 records; three damaged inside their blocks (one record lost each)."""
+    try:
+        from test_damaged_records import flip_data, flip_header, not_an_example, write
+    except ImportError:  # tests imported as a package
+        from tests.test_damaged_records import flip_data, flip_header, not_an_example, write
+    directory.mkdir()
+    files = [
+        flip_data(write(directory / "a.tfrecord", range(0, 100)), 40),
+        flip_header(write(directory / "b.tfrecord", range(100, 200)), 70),
+        not_an_example(directory / "c.tfrecord", range(200, 300), 250),
+        write(directory / "d.tfrecord", range(300, 400)),
+    ]
+    return [str(f) for f in files], sorted(set(range(400)) - {40, 170, 250})
+
+
+def _packed(directory: Path) -> tuple[Path, list[int]]:
+    """403 examples, 4 a record, in 3 shards: each shard's last record holds fewer."""
+    tfrecord.write({"id": np.arange(403)}, directory, examples_per_record=4, shards=3)
+    return directory, list(range(403))
+
+
+@pytest.mark.parametrize("layout", ["damaged"])
+def test_global_order_on_damaged_files_and_packed_shards_resumes_by_a_seek(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, layout: str
+) -> None:
+    """``max_corrupt_records`` and packed shards under ``shuffle="global"``: a seek, exact."""
+    batch = 13  # divides neither the 397 whole records nor the 403 examples
+    extra: dict[str, Any] = {"max_corrupt_records": 3} if layout == "damaged" else {}
+    data, whole = (_damaged if layout == "damaged" else _packed)(tmp_path / "data")
+    per_epoch = -(-len(whole) // batch)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        source = tfrecord.source(data, batch, shuffle="global", seed=3, **extra)
+        return preemptible_run(source, "id", directory, at, EPOCHS)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == EPOCHS * per_epoch
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        after, (_, total) = run(tmp_path / "p", None)
+    assert total == EPOCHS * per_epoch
+    assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    assert sorted(i for b in before[1][: stop.step] + after[1] for i in b) == whole
+    assert reference[1] != reference[2]
+
+
 def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -196,10 +196,11 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     """
     if options.num_epochs != 1 or options.service is not None:
         return None
-    if plan.damage is not None or options.shaping.bucket_boundaries is not None:
+    if options.shaping.bucket_boundaries is not None:
         return None
     workers = current_task().num_workers
     streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
+    # the global order reads a damaged file's runs of whole records, the same every pass
     if streamed and options.shuffle == "global" and not plan.compression:
         if workers == 1:
             return ReadPosition(options.batch_size, seed=options.seed)
@@ -211,7 +212,7 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
                 options.batch_size, workers=workers, split=workers, seed=options.seed
             )
         return None
-    if workers > 1:
+    if workers > 1 or plan.damage is not None:
         return None
     if kind.in_memory:
         return ReadPosition(options.batch_size, seed=options.seed)
