@@ -102,7 +102,7 @@ def _packed(directory: Path) -> tuple[Path, list[int]]:
     return directory, list(range(403))
 
 
-@pytest.mark.parametrize("layout", ["damaged"])
+@pytest.mark.parametrize("layout", ["damaged", "packed"])
 def test_global_order_on_damaged_files_and_packed_shards_resumes_by_a_seek(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, layout: str
 ) -> None:
@@ -130,6 +130,33 @@ def test_global_order_on_damaged_files_and_packed_shards_resumes_by_a_seek(
     assert after[2] == reference[2]
     assert sorted(i for b in before[1][: stop.step] + after[1] for i in b) == whole
     assert reference[1] != reference[2]
+
+
+@pytest.mark.parametrize(
+    "records", [384, pytest.param(400, marks=SLOW)], ids=["short-in-full-block", "in-tail"]
+)
+def test_packed_shards_entered_at_any_example_go_on_as_the_whole_pass(
+    tmp_path: Path, records: int
+) -> None:
+    """Three windows of 512 records of 64 examples; each shard's last record is short.
+
+    384 records a shard: the short record ends a full block of 128, whose window the
+    epoch's order picks; 400: it is in a shard's last 16 records, dealt to a window.
+    """
+    n = 3 * (records * 64 - 5)
+    tfrecord.write({"id": np.arange(n)}, tmp_path / "data", examples_per_record=64, shards=3)
+    source = tfrecord.source(tmp_path / "data", 1000, shuffle="global", seed=5)
+    position = source.facts.position
+    assert position is not None
+
+    def ids_from(records: int) -> np.ndarray:
+        position.seek(1, records)
+        return np.concatenate([np.zeros(0, np.int64)] + [b["id"].numpy() for b in source.dataset])
+
+    whole = ids_from(0)
+    np.testing.assert_array_equal(np.sort(whole), np.arange(n))
+    for at in (1, 13, 32_767, 32_768, 32_769, 40_000, 65_535, 65_536, 65_541, n - 1, n):
+        np.testing.assert_array_equal(ids_from(at), whole[at:], err_msg=str(at))
 
 
 def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(

@@ -200,8 +200,10 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
         return None
     workers = current_task().num_workers
     streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
-    # the global order reads a damaged file's runs of whole records, the same every pass
-    if streamed and options.shuffle == "global" and not plan.compression:
+    # the global order reads a damaged file's runs of whole records, the same every
+    # pass; on packed shards it counts examples, each file's count known
+    packed = kind is PipelineKind.PACKED and plan.damage is None and plan.examples is not None
+    if (streamed or packed) and options.shuffle == "global" and not plan.compression:
         if workers == 1:
             return ReadPosition(options.batch_size, seed=options.seed)
         # under MultiWorkerMirroredStrategy each batch of a worker's share makes
