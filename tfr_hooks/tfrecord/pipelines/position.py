@@ -1,7 +1,7 @@
 """Where a reader's next pass starts: a declared position, read when the pass starts.
 
-A pipeline that can enter its data anywhere (``shuffle="global"``, streamed or in
-memory; no shuffle, streamed or in memory) reads its passes through a
+A pipeline that can enter its data anywhere (``shuffle="global"``, streamed, on packed
+shards, on damaged files or in memory; no shuffle, streamed or in memory) reads its passes through a
 :class:`ReadPosition`: two ``int64`` variables, the number of the next pass (its epoch)
 and the records of this worker's share to start it at. Each new iterator (in graph
 mode, each initialization of one) reads both when its pass starts, counts the pass,
@@ -189,10 +189,12 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
 
     One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
-    this process (no service), undamaged, not bucketed: ``shuffle="global"`` streamed
-    (each worker its share), and on one worker the in-memory pipelines (any shuffle)
-    and an unshuffled stream read in a fixed order. Else ``None``: a resumed run
-    replays (``shuffle_buffer`` streamed, the packed shards).
+    this process (no service), not bucketed: ``shuffle="global"`` streamed (each worker
+    its share; with ``max_corrupt_records``, over the damaged files' runs of whole
+    records) or on packed shards whose example counts are known (the position counts
+    examples), and on one undamaged worker the in-memory pipelines (any shuffle) and an
+    unshuffled stream read in a fixed order. Else ``None``: a resumed run replays
+    (``shuffle_buffer`` streamed, packed shards without ``shuffle="global"``).
     """
     if options.num_epochs != 1 or options.service is not None:
         return None
