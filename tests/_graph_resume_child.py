@@ -127,6 +127,8 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         batches = tfrecord.read_batches(data["plain"], BATCH, shuffle="global", seed=SEED)
     elif pipeline == "unshuffled":  # no shuffle: a resumed run seeks
         batches = tfrecord.read_batches(data["plain"], BATCH)
+    elif pipeline == "packed_global":  # packed shards, shuffle="global": a seek too
+        batches = tfrecord.read_batches(data["packed"], BATCH, shuffle="global", seed=SEED)
     elif pipeline == "packed":
         batches = tfrecord.read_batches(data["packed"], BATCH, shuffle_buffer=3, seed=SEED)
     elif pipeline == "served":  # through the tf.data service at $SERVICE
@@ -147,8 +149,8 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         )
     else:
         raise ValueError(
-            f"Expected one of {PIPELINES}, 'global', 'unshuffled', 'served', 'damaged' or "
-            f"'queue'. Received: {pipeline!r}"
+            f"Expected one of {PIPELINES}, 'global', 'unshuffled', 'packed_global', 'served', "
+            f"'damaged' or 'queue'. Received: {pipeline!r}"
         )
     model = LinearModel(batches.tensors["x"], batches.tensors["y"])
     return batches, model, batches.tensors["id"]

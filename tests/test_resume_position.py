@@ -1,7 +1,8 @@
 """Resume by position: a resumed run seeks its input instead of replaying it.
 
-``shuffle="global"`` (streamed and in memory), an unshuffled read in memory and an
-unshuffled stream carry a :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`: a run
+``shuffle="global"`` (streamed, on packed shards, on damaged files and in memory), an
+unshuffled read in memory and an unshuffled stream carry a
+:class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`: a run
 resumed mid-epoch starts the pass at ``(epoch, records done)`` and trains on the
 batches (and reaches the weights) of an uninterrupted run, without reading the records
 before its position.
@@ -80,6 +81,86 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
     assert reference[1] != reference[2] or "shuffle" not in pipeline
 
 
+def _damaged(directory: Path) -> tuple[list[str], list[int]]:
+    """Four files of 100 records; three damaged inside their blocks (one record lost each)."""
+    try:
+        from test_damaged_records import flip_data, flip_header, not_an_example, write
+    except ImportError:  # tests imported as a package
+        from tests.test_damaged_records import flip_data, flip_header, not_an_example, write
+    directory.mkdir()
+    files = [
+        flip_data(write(directory / "a.tfrecord", range(0, 100)), 40),
+        flip_header(write(directory / "b.tfrecord", range(100, 200)), 70),
+        not_an_example(directory / "c.tfrecord", range(200, 300), 250),
+        write(directory / "d.tfrecord", range(300, 400)),
+    ]
+    return [str(f) for f in files], sorted(set(range(400)) - {40, 170, 250})
+
+
+def _packed(directory: Path) -> tuple[Path, list[int]]:
+    """403 examples, 4 a record, in 3 shards: each shard's last record holds fewer."""
+    tfrecord.write({"id": np.arange(403)}, directory, examples_per_record=4, shards=3)
+    return directory, list(range(403))
+
+
+# about 4 s of CPU each: the fast run keeps the packed one (the window arithmetic)
+@pytest.mark.parametrize("layout", [pytest.param("damaged", marks=SLOW), "packed"])
+def test_global_order_on_damaged_files_and_packed_shards_resumes_by_a_seek(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, layout: str
+) -> None:
+    """``max_corrupt_records`` and packed shards under ``shuffle="global"``: a seek, exact."""
+    batch = 13  # divides neither the 397 whole records nor the 403 examples
+    extra: dict[str, Any] = {"max_corrupt_records": 3} if layout == "damaged" else {}
+    data, whole = (_damaged if layout == "damaged" else _packed)(tmp_path / "data")
+    per_epoch = -(-len(whole) // batch)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        source = tfrecord.source(data, batch, shuffle="global", seed=3, **extra)
+        return preemptible_run(source, "id", directory, at, EPOCHS)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == EPOCHS * per_epoch
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        after, (_, total) = run(tmp_path / "p", None)
+    assert total == EPOCHS * per_epoch
+    assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    assert sorted(i for b in before[1][: stop.step] + after[1] for i in b) == whole
+    assert reference[1] != reference[2]
+
+
+@pytest.mark.parametrize(
+    "records", [384, pytest.param(400, marks=SLOW)], ids=["short-in-full-block", "in-tail"]
+)
+def test_packed_shards_entered_at_any_example_go_on_as_the_whole_pass(
+    tmp_path: Path, records: int
+) -> None:
+    """Three windows of 512 records of 64 examples; each shard's last record is short.
+
+    384 records a shard: the short record ends a full block of 128, whose window the
+    epoch's order picks; 400: it is in a shard's last 16 records, dealt to a window.
+    """
+    n = 3 * (records * 64 - 5)
+    tfrecord.write({"id": np.arange(n)}, tmp_path / "data", examples_per_record=64, shards=3)
+    source = tfrecord.source(tmp_path / "data", 1000, shuffle="global", seed=5)
+    position = source.facts.position
+    assert position is not None
+
+    def ids_from(records: int) -> np.ndarray:
+        position.seek(1, records)
+        return np.concatenate([np.zeros(0, np.int64)] + [b["id"].numpy() for b in source.dataset])
+
+    whole = ids_from(0)
+    np.testing.assert_array_equal(np.sort(whole), np.arange(n))
+    for at in (1, 13, 32_767, 32_768, 32_769, 40_000, 65_535, 65_536, 65_541, n - 1, n):
+        np.testing.assert_array_equal(ids_from(at), whole[at:], err_msg=str(at))
+
+
 def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -129,7 +210,12 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
 
 @pytest.mark.parametrize(
     "pipeline",
-    ["global", pytest.param("unshuffled", marks=SLOW), pytest.param("memory", marks=SLOW)],
+    [
+        "global",
+        pytest.param("unshuffled", marks=SLOW),
+        pytest.param("memory", marks=SLOW),
+        pytest.param("packed_global", marks=SLOW),
+    ],
 )
 def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: str

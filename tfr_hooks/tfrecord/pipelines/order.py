@@ -121,6 +121,7 @@ class GlobalOrder:
         """The static plan: blocks per file, the short blocks, and the window sizes."""
         block, (worker, count) = self.block, self.shard
         counts = np.array([index.count for index in self.indexes], np.int64)
+        self._counts = counts
         full = counts // block
         self._cum_full = np.concatenate(([0], np.cumsum(full))).astype(np.int64)
         self._full = int(self._cum_full[-1])
@@ -200,6 +201,52 @@ class GlobalOrder:
         window = tf.searchsorted(starts, position[None], side="right", out_type=tf.int64)[0] - 1
         window = tf.minimum(window, self.windows)
         return window, position - tf.gather(starts, window)
+
+    def window_examples(self, epoch: Any, per_record: int, examples: Sequence[int]) -> tf.Tensor:
+        """Examples in each of this worker's windows of ``epoch``, records packing several.
+
+        Each record holds ``per_record`` examples but a file's last, which holds what is
+        left of the file's ``examples`` (packed shards). A short last record in a full
+        block lands in a window the epoch's block order picks, so the sizes are computed
+        for ``epoch`` (an ``int64`` vector; a pass over this worker's full blocks).
+        """
+        block, (worker, count) = self.block, self.shard
+        short = np.maximum(self._counts * per_record - np.asarray(examples, np.int64), 0)
+        rows = np.repeat(np.arange(self.windows), np.diff(self._tail_splits))
+        tail_short = np.bincount(
+            rows, weights=short[self._tails[:, 0]].astype(np.float64), minlength=self.windows
+        ).astype(np.int64)
+        sizes = tf.constant(self.sizes * per_record - tail_short, tf.int64)
+        full_short = np.where(self._counts % block == 0, short, 0).astype(np.int64)
+        if not self._mine or not full_short.any():
+            return sizes
+        at = tf.range(self._mine, dtype=tf.int64)
+        blocks = tf.random.experimental.index_shuffle(
+            at * count + worker, self._key(epoch, 0), tf.constant(self._full - 1, tf.int64)
+        )
+        files = tf.searchsorted(self._cum_full[1:], blocks, side="right", out_type=tf.int64)
+        last = tf.equal(blocks, tf.gather(self._cum_full, files + 1) - 1)
+        lost = tf.where(last, tf.gather(full_short, files), tf.zeros_like(blocks))
+        return sizes - tf.math.unsorted_segment_sum(lost, at // self.units, self.windows)
+
+    def locate_examples(
+        self, epoch: Any, position: Any, per_record: int, examples: Sequence[int]
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(window, examples into it)`` of example ``position`` of ``epoch`` (packed).
+
+        The examples are counted as :meth:`window_examples` does; a position past the
+        epoch's examples is taken as its end (``(windows, 0)``: nothing left to read).
+        """
+        sizes = self.window_examples(epoch, per_record, examples)
+        starts = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(sizes)], 0)
+        position = tf.clip_by_value(tf.cast(position, tf.int64), 0, starts[-1])
+        window = tf.searchsorted(starts, position[None], side="right", out_type=tf.int64)[0] - 1
+        window = tf.minimum(window, self.windows)
+        return window, position - tf.gather(starts, window)
+
+    def window_start(self, window: Any) -> tf.Tensor:
+        """The position (in records) where window ``window`` starts (an ``int64`` tensor)."""
+        return tf.gather(tf.constant(self.starts, tf.int64), window)
 
     # -- in TensorFlow ----------------------------------------------------------------
 

@@ -159,7 +159,7 @@ def _build_dataset(
         else options
     )
     if plan.per_record > 1 and options.shuffle == "global":
-        parsed = _global_packed(plan, read, calls)
+        parsed = _global_packed(plan, read, calls, position)
     elif plan.per_record > 1:  # packed shards
         parsed = packed_dataset(
             plan.records,
@@ -338,6 +338,14 @@ def global_windows(
     Raises:
         ValueError: The files are compressed (naming ``shuffle``).
     """
+    order = _global_order(plan, options, window)
+    if position is not None:
+        return position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
+    return _epoch_windows(order, options)
+
+
+def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
+    """The :class:`GlobalOrder` of ``plan`` for this worker (the seed drawn when ``None``)."""
     if plan.compression:
         raise ValueError(
             "Expected uncompressed files with shuffle='global' (a GZIP or ZLIB file "
@@ -350,14 +358,17 @@ def global_windows(
     if seed is None:
         seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
         logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
-    order = GlobalOrder(
+    return GlobalOrder(
         _global_indexes(plan),
         seed=seed,
         window=window,
         shard=(worker_index(task), task.num_workers),
     )
-    if position is not None:
-        return position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
+
+
+def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
+    """The windows of ``num_epochs`` epochs of ``order`` each new iterator reads."""
+    seed = order.seed
     num_epochs = options.num_epochs
     span = num_epochs if num_epochs is not None else 1 << 40
     if tf.executing_eagerly():
@@ -386,25 +397,44 @@ def _global_indexes(plan: Plan) -> list[RecordIndex]:
     return indexes
 
 
-def _global_packed(plan: Plan, options: ReadOptions, calls: int) -> tf.data.Dataset:
+def _global_packed(
+    plan: Plan, options: ReadOptions, calls: int, position: ReadPosition | None = None
+) -> tf.data.Dataset:
     """Batches of examples from packed shards in the global order (``shuffle="global"``).
 
     The global order runs over the records (each a block of ``per_record`` examples) in
     windows of about :data:`~tfr_hooks.tfrecord.pipelines.order.DEFAULT_WINDOW` examples; each
     window is unpacked at once and its examples put in an order drawn from its records
     (the window's one vectorized permutation, as a packed ``shuffle_buffer`` window),
-    then cut into batches.
+    then cut into batches. With ``position`` (counting examples), each pass reads its
+    epoch's windows from the one holding the position, and drops that window's examples
+    before it: the same examples as the pass read from its start.
     """
     per_record = plan.per_record
-    windows = global_windows(plan, options, window=max(1, DEFAULT_WINDOW // per_record))
+    order = _global_order(plan, options, max(1, DEFAULT_WINDOW // per_record))
+    deterministic = options.config.deterministic
 
     def unpack_window(serialized: Any) -> dict[str, Any]:
         salt = window_salt(serialized, 0)
         return unpack(plan.schema, serialized, per_record, order_seed=salt)
 
-    examples = windows.map(
-        unpack_window, num_parallel_calls=calls, deterministic=options.config.deterministic
-    )
+    def pass_from(epoch: Any, done: Any) -> tf.data.Dataset:
+        counts = [int(c or 0) for c in plan.counts]
+        window, begin = order.locate_examples(epoch, done, per_record, counts)
+        windows = order.windows_of(epoch, start=order.window_start(window))
+        unpacked = windows.map(
+            unpack_window, num_parallel_calls=calls, deterministic=deterministic
+        ).enumerate()
+        return unpacked.map(  # the first window's examples from `begin`
+            lambda i, ex: {k: v[tf.where(tf.equal(i, 0), begin, 0) :] for k, v in ex.items()}
+        )
+
+    if position is not None:
+        examples = position.start().flat_map(pass_from)
+    else:
+        examples = _epoch_windows(order, options).map(
+            unpack_window, num_parallel_calls=calls, deterministic=deterministic
+        )
     return examples.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
 
 

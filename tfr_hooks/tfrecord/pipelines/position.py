@@ -1,7 +1,7 @@
 """Where a reader's next pass starts: a declared position, read when the pass starts.
 
-A pipeline that can enter its data anywhere (``shuffle="global"``, streamed or in
-memory; no shuffle, streamed or in memory) reads its passes through a
+A pipeline that can enter its data anywhere (``shuffle="global"``, streamed, on packed
+shards, on damaged files or in memory; no shuffle, streamed or in memory) reads its passes through a
 :class:`ReadPosition`: two ``int64`` variables, the number of the next pass (its epoch)
 and the records of this worker's share to start it at. Each new iterator (in graph
 mode, each initialization of one) reads both when its pass starts, counts the pass,
@@ -189,18 +189,23 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
 
     One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
-    this process (no service), undamaged, not bucketed: ``shuffle="global"`` streamed
-    (each worker its share), and on one worker the in-memory pipelines (any shuffle)
-    and an unshuffled stream read in a fixed order. Else ``None``: a resumed run
-    replays (``shuffle_buffer`` streamed, the packed shards).
+    this process (no service), not bucketed: ``shuffle="global"`` streamed (each worker
+    its share; with ``max_corrupt_records``, over the damaged files' runs of whole
+    records) or on packed shards whose example counts are known (the position counts
+    examples), and on one undamaged worker the in-memory pipelines (any shuffle) and an
+    unshuffled stream read in a fixed order. Else ``None``: a resumed run replays
+    (``shuffle_buffer`` streamed, packed shards without ``shuffle="global"``).
     """
     if options.num_epochs != 1 or options.service is not None:
         return None
-    if plan.damage is not None or options.shaping.bucket_boundaries is not None:
+    if options.shaping.bucket_boundaries is not None:
         return None
     workers = current_task().num_workers
     streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
-    if streamed and options.shuffle == "global" and not plan.compression:
+    # the global order reads a damaged file's runs of whole records, the same every
+    # pass; on packed shards it counts examples, each file's count known
+    packed = kind is PipelineKind.PACKED and plan.damage is None and plan.examples is not None
+    if (streamed or packed) and options.shuffle == "global" and not plan.compression:
         if workers == 1:
             return ReadPosition(options.batch_size, seed=options.seed)
         # under MultiWorkerMirroredStrategy each batch of a worker's share makes
@@ -211,7 +216,7 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
                 options.batch_size, workers=workers, split=workers, seed=options.seed
             )
         return None
-    if workers > 1:
+    if workers > 1 or plan.damage is not None:
         return None
     if kind.in_memory:
         return ReadPosition(options.batch_size, seed=options.seed)
