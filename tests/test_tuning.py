@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import random
@@ -735,16 +734,14 @@ def test_stop_requests_and_sigterm_are_answered_within_the_call_bound(stop: Any)
         hooks=[latency],
         steps_per_execution="auto",
     )
-    started = time.monotonic()
     loop.run(epochs=1)
-    ended = time.monotonic()
     assert latency.asked is not None and latency.asked != float("inf"), "never stopped"
-    assert ended - started < 30
-    assert ended - latency.asked < 2 * CALL_SECS + 0.5  # a call, its hook, the teardown
-    times = [t for t, _ in latency.calls]
-    gaps = [b - a for a, b in itertools.pairwise(times[4:])]  # past the first run's tracing
-    assert max(gaps) < 2 * CALL_SECS
-    assert max(value for _, value in latency.calls) in (16, 32)
+    # counted in calls, not seconds (a loaded machine stretches both): the call under way
+    # when the stop came ends, and no other starts
+    after = [value for at, value in latency.calls if at > latency.asked]
+    assert len(after) <= 1, after
+    assert latency.loop.global_step < 20000 // 2  # the epoch was cut short
+    assert max(value for _, value in latency.calls) in (16, 32)  # held by the call bound
 
 
 @pytest.mark.slow
