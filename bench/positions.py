@@ -119,6 +119,17 @@ def _resume_reader(files: list[str], mode: str) -> tuple[str, Callable[[int], An
     return "replay (dataset.skip on batches)", replay
 
 
+def _resume_row(how: str, seconds: dict[str, list[float]]) -> dict[str, Any]:
+    """A resume row: the median seconds at each share, and the extra at 10% and 90%."""
+    median = {share: statistics.median(v) for share, v in seconds.items()}
+    return {
+        "how": how,
+        "first_batch": median,
+        "extra_10": median["0.1"] - median["0.0"],
+        "extra_90": median["0.9"] - median["0.0"],
+    }
+
+
 def resume_rows(files: list[str], records: int, repeats: int) -> dict[str, Any]:
     """Seconds to the first batch at 0%, 10%, 90% of the epoch, per mode (medians)."""
     rows: dict[str, Any] = {}
@@ -130,13 +141,7 @@ def resume_rows(files: list[str], records: int, repeats: int) -> dict[str, Any]:
             for share in SHARES:
                 n = int(records * share) // BATCH * BATCH
                 seconds[str(share)].append(_first_batch_seconds(lambda n=n, make=make: make(n)))
-        median = {share: statistics.median(v) for share, v in seconds.items()}
-        rows[mode] = {
-            "how": how,
-            "first_batch": median,
-            "extra_10": median["0.1"] - median["0.0"],
-            "extra_90": median["0.9"] - median["0.0"],
-        }
+        rows[mode] = _resume_row(how, seconds)
     return rows
 
 
@@ -184,13 +189,7 @@ def loop_resume_rows(files: list[str], records: int, repeats: int) -> dict[str, 
             for share in SHARES:
                 steps = int(records * share) // BATCH
                 seconds[str(share)].append(_resumed_first_step_seconds(files, mode, steps))
-        median = {share: statistics.median(v) for share, v in seconds.items()}
-        rows[mode] = {
-            "how": how,
-            "first_batch": median,
-            "extra_10": median["0.1"] - median["0.0"],
-            "extra_90": median["0.9"] - median["0.0"],
-        }
+        rows[mode] = _resume_row(how, seconds)
     return rows
 
 
