@@ -119,6 +119,16 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         batches = tfrecord.read_batches(
             data["plain"], BATCH, shuffle_buffer=16, seed=SEED, bucket_boundaries=[4], bucket_by="x"
         )
+    elif pipeline == "global_bucketed":  # pools of 2 batches: a seek to a pool's start
+        batches = tfrecord.read_batches(
+            data["plain"],
+            BATCH,
+            shuffle="global",
+            seed=SEED,
+            bucket_boundaries=[4],
+            bucket_by="x",
+            read_config=tfrecord.ReadConfig(bucket_pool=2),
+        )
     elif pipeline == "memory":
         batches = tfrecord.read_batches(
             data["plain"], BATCH, shuffle_buffer=1, seed=SEED, in_memory=True
@@ -149,7 +159,8 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         )
     else:
         raise ValueError(
-            f"Expected one of {PIPELINES}, 'global', 'unshuffled', 'packed_global', 'served', "
+            f"Expected one of {PIPELINES}, 'global', 'global_bucketed', 'unshuffled', "
+            "'packed_global', 'served', "
             f"'damaged' or 'queue'. Received: {pipeline!r}"
         )
     model = LinearModel(batches.tensors["x"], batches.tensors["y"])

@@ -1,7 +1,8 @@
 """Resume by position: a resumed run seeks its input instead of replaying it.
 
 ``shuffle="global"`` (streamed, on packed shards, on damaged files and in memory), an
-unshuffled read in memory and an unshuffled stream carry a
+unshuffled read in memory and an unshuffled stream (bucketed from pools too: entered at
+the pool's start) carry a
 :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`: a run
 resumed mid-epoch starts the pass at ``(epoch, records done)`` and trains on the
 batches (and reaches the weights) of an uninterrupted run, without reading the records
@@ -79,6 +80,65 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
     resumed = [i for b in before[1][: stop.step] + after[1] for i in b]
     assert sorted(resumed) == list(range(n))  # every example once
     assert reference[1] != reference[2] or "shuffle" not in pipeline
+
+
+def _texts(directory: Path, n: int) -> str:
+    """``n`` token lists of long-tailed lengths (a plain TFRecordWriter), with their index."""
+    from _tfrecord_data import example, int64_feature, write_records
+
+    lengths = np.clip(np.random.default_rng(n).lognormal(2.3, 0.9, n).astype(int), 1, 90)
+    records = [
+        example(tokens=int64_feature(range(1, m + 1)), index=int64_feature([i]))
+        for i, m in enumerate(lengths)
+    ]
+    return write_records(directory / "texts.tfrecord", records)
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        pytest.param({}, id="unshuffled", marks=SLOW),
+    ],
+)
+def test_a_bucketed_stream_resumes_at_its_pool_and_skips_inside_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: dict[str, Any]
+) -> None:
+    """Batches cut from sorted pools: the pass is entered at the pool's start (no replay)."""
+    n, batch, pool = 300, 4, 8  # pools of 32 examples; 75 batches an epoch
+    data = _texts(tmp_path, n)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        source = tfrecord.source(
+            data,
+            batch,
+            bucket_boundaries=[8, 16, 32],
+            pad_to="longest",
+            read_config=tfrecord.ReadConfig(bucket_pool=pool),
+            **pipeline,
+        )
+        assert source.facts.position is not None and source.facts.position.grain == pool
+        return preemptible_run(source, "index", directory, at, EPOCHS)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == EPOCHS * 75
+    before, (stop, _) = run(tmp_path / "p", (1, 19))  # inside the third pool of epoch 1
+    assert stop is not None and stop.epoch == 1 and stop.step % pool
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+        after, (_, total) = run(tmp_path / "p", None)
+    assert total == EPOCHS * 75
+    entered = stop.step // pool * pool * batch  # the records of the pools before
+    assert f"Resumed the input at epoch 1, record {entered}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    resumed = [i for b in before[1][: stop.step] + after[1] for i in np.ravel(b)]
+    assert sorted(resumed) == list(range(n))  # every example once
+    with pytest.raises(ValueError, match="pool's start"):
+        tfrecord.source(
+            data, batch, bucket_boundaries=[8], read_config=tfrecord.ReadConfig(bucket_pool=pool)
+        ).facts.position.seek(0, batch)  # type: ignore[union-attr]
 
 
 def _damaged(directory: Path) -> tuple[list[str], list[int]]:
@@ -212,16 +272,17 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
 
 
 @pytest.mark.parametrize(
-    "pipeline",
+    ("pipeline", "entered"),
     [
-        "global",
-        pytest.param("unshuffled", marks=SLOW),
-        pytest.param("memory", marks=SLOW),
-        pytest.param("packed_global", marks=SLOW),
+        ("global", 3),
+        pytest.param("unshuffled", 3, marks=SLOW),
+        pytest.param("memory", 3, marks=SLOW),
+        pytest.param("packed_global", 3, marks=SLOW),
+        ("global_bucketed", 2),  # pools of 2 batches: the second pool's start
     ],
 )
 def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: str
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: str, entered: int
 ) -> None:
     """SessionLoop + EpochCheckpoint stopped mid-epoch: the resumed run seeks, exactly."""
     from _graph_resume_child import BATCH, StopAt, run, write_data
@@ -234,7 +295,7 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
     with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
         second = run(data, pipeline, logdir)
     assert second["initial"] == (1, 3)
-    assert f"Resumed the input at epoch 1, record {3 * BATCH}" in caplog.text
+    assert f"Resumed the input at epoch 1, record {entered * BATCH}" in caplog.text
     assert "Skipped" not in caplog.text and "Started" not in caplog.text
     assert first["steps"] + second["steps"] == reference["steps"]
     assert len(second["history"]["loss"]) == GRAPH_EPOCHS - 1
@@ -367,5 +428,8 @@ def test_what_replays_has_no_position(tmp_path: Path) -> None:
     data = _write(tmp_path / "data", 300, 2)
     assert tfrecord.source(data, 10, shuffle_buffer=64, seed=1).facts.position is None
     assert tfrecord.source(data, 10, shuffle="global", num_epochs=2).facts.position is None
+    bucketed: dict[str, Any] = {"bucket_boundaries": [2], "bucket_by": "index"}
+    assert tfrecord.source(data, 10, shuffle_buffer=64, **bucketed).facts.position is None
+    assert tfrecord.source(data, 10, in_memory=True, **bucketed).facts.position is None
     with pytest.raises(ValueError, match="epoch"):
         tfrecord.source(data, 10, shuffle="global", seed=1).facts.position.seek(-1, 0)  # type: ignore[union-attr]

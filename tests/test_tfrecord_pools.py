@@ -134,6 +134,18 @@ def test_without_shuffling_each_pool_serves_its_batches_shortest_first(texts):
     assert [i for ids, _ in batches[:DEFAULT_POOL] for i in ids] != list(range(POOL))
 
 
+def test_the_global_order_shuffles_each_pools_batches_too(texts):
+    data = read(texts[300], shuffle_buffer=0, shuffle="global")
+    epochs = [batches_of(data) for _ in range(2)]
+    for batches in epochs:
+        check_pools(batches, 300, False)
+        assert sorted(i for ids, _ in batches for i in ids) == list(range(300))
+    assert epochs[0] != epochs[1]  # a new global order every epoch
+    # not served shortest first: the first pool's batches come in a shuffled order
+    longest = [max(ln) for _, ln in epochs[0][:DEFAULT_POOL]]
+    assert longest != sorted(longest)
+
+
 @pytest.mark.parametrize("drop", [False, True])
 def test_fewer_examples_than_a_batch(texts, drop):
     batches = batches_of(read(texts[3], drop_remainder=drop))

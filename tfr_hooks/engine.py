@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -47,12 +47,12 @@ from tfr_hooks.checks import (
 from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_all
 from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
 from tfr_hooks.runners import Runner, StepResult
+from tfr_hooks.seeking import Seekable, entry
 from tfr_hooks.stalls import StallPolicy
 
 __all__ = [
     "Passes",
     "RunInput",
-    "Seekable",
     "check_run_args",
     "run_loop",
     "begin_run",
@@ -91,20 +91,6 @@ class Passes:
             self.started, self.session = 0, session
 
 
-class Seekable(Protocol):
-    """Input whose next pass can start at any epoch and record (see :class:`RunInput`)."""
-
-    #: The examples of a batch of this worker's share.
-    batch_size: int
-    #: Workers sharing an epoch (each reads its own share).
-    workers: int
-    #: Steps a batch makes (a multi-worker strategy splits it among the replicas).
-    split: int
-
-    def seek(self, epoch: int, records: int) -> None:
-        """Start the next pass as epoch ``epoch``, at this worker's record ``records``."""
-
-
 @dataclass(frozen=True)
 class RunInput:
     """What a loop knows of its training input, handed to :func:`run_loop` once a run.
@@ -121,7 +107,7 @@ class RunInput:
             :class:`~tfr_hooks.input_report.InputFacts`), or a function returning it,
             called when the first verdict is logged.
         position: Where the training data's next pass starts, when it can start
-            anywhere (:class:`Seekable`: a reader's
+            anywhere (:class:`~tfr_hooks.seeking.Seekable`: a reader's
             :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`); ``None`` replays.
     """
 
@@ -366,6 +352,8 @@ def _run_epoch(
     done = loop.initial_step if first else 0
     seekable = first and data is not None and steps_per_epoch is None
     position = data.position if seekable and data is not None else None
+    if position is not None and position.grain > 1 and not runner.skips_batches:
+        position = None  # entered at a pool's start, it could not skip to the step
     if position is not None:  # the pass starts where the interrupted run was: no replay
         _seek(position, passes, epoch, done)
     clock = _begin_epoch(
@@ -373,11 +361,12 @@ def _run_epoch(
     )
     sought, done = done, loop.initial_step if first else 0  # as hooks left it by now
     if position is not None:
+        records, skip = entry(position, done)
         if done != sought:  # a hook moved the start in epoch_begin: seek there instead
-            position.seek(passes.started - 1, done // position.split * position.batch_size)
+            position.seek(passes.started - 1, records)
             runner.start_epoch(restart_data=True)
-        if done % position.split and runner.skips_batches:  # inside a split batch
-            runner.skip_batches(done % position.split)
+        if skip and runner.skips_batches:  # inside a split batch, or a bucketed pool
+            runner.skip_batches(skip)
         length = None  # the data's end ends the epoch
         loop.epoch_examples = done * position.batch_size * position.workers // position.split
         loop.epoch_steps = done
@@ -441,7 +430,7 @@ def _seek(position: Seekable, passes: Passes, epoch: int, done: int) -> None:
     already started count: a second run of one loop goes on with new passes).
     """
     number = max(epoch, passes.started)
-    records = done // position.split * position.batch_size  # whole batches of the share
+    records, _ = entry(position, done)
     position.seek(number, records)
     passes.started = number
     if number or records:

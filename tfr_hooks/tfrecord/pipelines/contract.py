@@ -77,9 +77,10 @@ class ReadFacts:
         position: Where the next pass starts (a
             :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`), when the pipeline can
             start a pass anywhere: a resumed run seeks there instead of replaying the
-            passes and batches before it. ``None`` when it cannot (``shuffle_buffer``
-            streamed, the queue, the tf.data service, damaged files, bucketing,
-            ``num_epochs`` other than 1, a plain dataset).
+            passes and batches before it (bucketed from pools, at the pool's start:
+            see its ``grain``). ``None`` when it cannot (``shuffle_buffer`` streamed,
+            the queue, the tf.data service, damaged files without ``shuffle="global"``,
+            bucketing in memory, ``num_epochs`` other than 1, a plain dataset).
     """
 
     kind: PipelineKind | None = None

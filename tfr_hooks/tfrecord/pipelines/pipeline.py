@@ -190,7 +190,7 @@ def _build_dataset(
             batch_size=batch_size,
             drop_remainder=options.drop_remainder,
             seed=options.seed,
-            shuffle=options.shuffle_buffer > 0,
+            shuffle=options.shuffle_buffer > 0 or options.shuffle == "global",
             deterministic=config.deterministic,
             calls=calls,
         )

@@ -24,17 +24,20 @@ an epoch has as many batches as without bucketing and each example comes once.
 
 **Determinism per pool.** The random draws of a pool depend on nothing but
 
-    pool_seed(seed, salt, index) = [seed XOR salt, index]
+    pool_seed(seed, salt) = [seed, salt]
 
-where ``seed`` is the reader's ``seed`` (0 when ``None``), ``index`` the pool's place in
-the iteration (0, 1, ... counted by a ``scan``, anew for each iterator) and ``salt`` a
-fingerprint of the pool's ``bucket_by`` values. The pool's contents are the records of
-positions ``index * pool_examples`` to ``(index + 1) * pool_examples`` of the pass (the
-pass's order being a function of ``seed`` and the epoch, see
-:func:`~tfr_hooks.tfrecord.pipelines.packed.record_passes`), so a pool's batches are a function of
+where ``seed`` is the reader's ``seed`` (0 when ``None``) and ``salt`` a fingerprint of
+the pool's ``bucket_by`` values. The pool's contents are the records of positions
+``index * pool_examples`` to ``(index + 1) * pool_examples`` of the pass (the pass's
+order being a function of ``seed`` and the epoch, see
+:func:`~tfr_hooks.tfrecord.pipelines.passes.record_passes` and
+:mod:`~tfr_hooks.tfrecord.pipelines.order`), so a pool's batches are a function of
 ``(seed, epoch, index)``: reading the same records again gives the same batches, and a
-run resumed from the start of a pool need read no further back. No second dataset
-source feeds the draws (a multi-worker strategy's file sharding needs a single one).
+pass entered at a pool's start (a resumed run's seek, see
+:class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`'s ``grain``) gives the
+pool's batches of a whole pass, needing no count of the pools before it. No second
+dataset source feeds the draws (a multi-worker strategy's file sharding needs a single
+one).
 """
 
 from __future__ import annotations
@@ -52,15 +55,14 @@ __all__ = ["DEFAULT_POOL", "pool_seed", "pool_order", "batch_pools"]
 DEFAULT_POOL = 32
 
 
-def pool_seed(seed: Any, salt: Any, index: Any) -> Any:
-    """The ``int64`` stateless seed pair of pool ``index``: ``[seed ^ salt, index]``.
+def pool_seed(seed: Any, salt: Any) -> Any:
+    """The ``int64`` stateless seed pair of a pool: ``[seed, salt]``.
 
     Args:
         seed: The reader's seed (an ``int64`` scalar; 0 for none).
         salt: The pool's fingerprint (an ``int64`` scalar, see :func:`_salt`).
-        index: The pool's index in the iteration (an ``int64`` scalar).
     """
-    return tf.stack([tf.bitwise.bitwise_xor(seed, salt), index])
+    return tf.stack([seed, salt])
 
 
 def _salt(value: Any) -> Any:
@@ -164,9 +166,9 @@ def batch_pools(
     """
     base = tf.constant(0 if seed is None else int(seed), tf.int64)
 
-    def arrange(index: Any, pool: dict[str, Any]) -> dict[str, Any]:
+    def arrange(pool: dict[str, Any]) -> dict[str, Any]:
         value = pool[key]
-        pool_key = pool_seed(base, _salt(value), index) if shuffle else None
+        pool_key = pool_seed(base, _salt(value)) if shuffle else None
         full, rest = pool_order(_lengths(value), batch_size, seed=pool_key)
         if drop_remainder:
             rows = full
@@ -176,9 +178,8 @@ def batch_pools(
             rows = tf.RaggedTensor.from_row_lengths(flat, tf.cast(sizes[sizes > 0], tf.int64))
         return {name: _cut(v, rows) for name, v in pool.items()}
 
-    counted = pools.scan(tf.constant(0, tf.int64), lambda index, pool: (index + 1, (index, pool)))
-    arranged = counted.map(
-        lambda index, pool: arrange(index, pool),
+    arranged = pools.map(
+        arrange,
         num_parallel_calls=calls,
         deterministic=deterministic,
     )

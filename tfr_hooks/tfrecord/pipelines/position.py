@@ -49,12 +49,22 @@ class ReadPosition:
             workers (the strategy splits each worker's batch among the replicas), else 1.
         seed: The seed of the passes' orders (kept with the position, as a record of
             what it means), or ``None`` when unshuffled.
+        grain: The batches a pass can be entered at a multiple of: a bucketed read's
+            ``bucket_pool`` (its batches are cut from whole pools, so a pass starts at a
+            pool's start and the steps inside the pool are skipped), else 1.
     """
 
     def __init__(
-        self, batch_size: int, *, workers: int = 1, split: int = 1, seed: int | None = None
+        self,
+        batch_size: int,
+        *,
+        workers: int = 1,
+        split: int = 1,
+        seed: int | None = None,
+        grain: int = 1,
     ) -> None:
         self.batch_size, self.workers, self.split, self.seed = batch_size, workers, split, seed
+        self.grain = grain
         self._eager = tf.executing_eagerly()
         with tf.init_scope():
             self.epoch = _variable("read_epoch", self._eager)
@@ -109,14 +119,23 @@ class ReadPosition:
             session: In graph mode, the session the variables live in.
 
         Raises:
-            ValueError: ``epoch`` or ``records`` is negative, or graph mode without a
-                session.
+            ValueError: ``epoch`` or ``records`` is negative, ``records`` is not at a
+                pool's start of a bucketed read, or graph mode without a session.
         """
         for name, value in (("epoch", epoch), ("records", records)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(
                     f"Expected `{name}` to be an integer >= 0. Received: {name}={value!r}"
                 )
+        pool = self.grain * self.batch_size
+        if self.grain > 1 and records % pool:
+            raise ValueError(
+                f"Expected `records` at a pool's start (a multiple of {pool}: bucket_pool "
+                f"{self.grain} x batch size {self.batch_size}); a bucketed read cuts its "
+                f"batches from whole pools: seek to {records - records % pool} and skip "
+                f"the {(records % pool) // self.batch_size} batches after it. "
+                f"Received: records={records}"
+            )
         if self._eager:
             self.epoch.assign(epoch)
             self.records.assign(records)
@@ -143,7 +162,7 @@ class ReadPosition:
     def __repr__(self) -> str:
         return (
             f"ReadPosition(batch_size={self.batch_size}, workers={self.workers}, "
-            f"seed={self.seed!r})"
+            f"seed={self.seed!r}, grain={self.grain})"
         )
 
 
@@ -158,7 +177,7 @@ class SessionPosition:
     def __init__(self, position: ReadPosition, session: Any) -> None:
         self.position = position
         self.batch_size, self.workers = position.batch_size, position.workers
-        self.split = position.split
+        self.split, self.grain = position.split, position.grain
         self._session = session
 
     def seek(self, epoch: int, records: int) -> None:
@@ -189,17 +208,22 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
 
     One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
-    this process (no service), not bucketed: ``shuffle="global"`` streamed (each worker
-    its share; with ``max_corrupt_records``, over the damaged files' runs of whole
-    records) or on packed shards whose example counts are known (the position counts
-    examples), and on one undamaged worker the in-memory pipelines (any shuffle) and an
-    unshuffled stream read in a fixed order. Else ``None``: a resumed run replays
-    (``shuffle_buffer`` streamed, packed shards without ``shuffle="global"``).
+    this process (no service): ``shuffle="global"`` streamed (each worker its share;
+    with ``max_corrupt_records``, over the damaged files' runs of whole records) or on
+    packed shards whose example counts are known (the position counts examples), and on
+    one undamaged worker the in-memory pipelines (any shuffle, not bucketed) and an
+    unshuffled stream read in a fixed order. Streamed bucketing (pools sorted by length)
+    seeks too, to a pool's start (``grain``: the pool's batches). Else ``None``: a
+    resumed run replays (``shuffle_buffer`` streamed, packed shards without
+    ``shuffle="global"``, bucketing in memory).
     """
     if options.num_epochs != 1 or options.service is not None:
         return None
-    if options.shaping.bucket_boundaries is not None:
-        return None
+    bucketed = options.shaping.bucket_boundaries is not None
+    if bucketed and (kind.in_memory or options.shuffle_buffer):
+        return None  # in memory, buckets drawn per pass; streamed, pools of a buffer's state
+    # bucketed, the batches are cut from pools: a pass is entered at a pool's start
+    grain = options.config.bucket_pool if bucketed else 1
     workers = current_task().num_workers
     streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
     # the global order reads a damaged file's runs of whole records, the same every
@@ -207,13 +231,13 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     packed = kind is PipelineKind.PACKED and plan.damage is None and plan.examples is not None
     if (streamed or packed) and options.shuffle == "global" and not plan.compression:
         if workers == 1:
-            return ReadPosition(options.batch_size, seed=options.seed)
+            return ReadPosition(options.batch_size, seed=options.seed, grain=grain)
         # under MultiWorkerMirroredStrategy each batch of a worker's share makes
         # `workers` steps (the strategy splits it among the replicas); a graph-mode
         # cluster restores on the chief only, and a split that is not even replays
         if tf.executing_eagerly() and options.batch_size % workers == 0:
             return ReadPosition(
-                options.batch_size, workers=workers, split=workers, seed=options.seed
+                options.batch_size, workers=workers, split=workers, seed=options.seed, grain=grain
             )
         return None
     if workers > 1 or plan.damage is not None:
@@ -222,5 +246,5 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
         return ReadPosition(options.batch_size, seed=options.seed)
     unshuffled = options.shuffle is None and not options.shuffle_buffer
     if streamed and unshuffled and not plan.compression and options.config.deterministic:
-        return ReadPosition(options.batch_size)
+        return ReadPosition(options.batch_size, grain=grain)
     return None
