@@ -208,7 +208,8 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     """A ``step_fn`` that notes the examples each step of this worker trains on.
 
     Shuffled (with the seed all workers share), sharded by file (with
-    ``ORDER_READ=global``: ``shuffle="global"``, each worker its share), with
+    ``ORDER_READ=global``: ``shuffle="global"``, each worker its share; with
+    ``ORDER_BUCKET_POOL=N`` too, bucketed from pools of ``N`` batches), with
     ``PreemptionCheckpoint``; ``TERM_AT_EPOCH``/``TERM_AT_BATCH``/``TERM_TASK`` as in
     ``keras`` mode. The result (or the ``PREEMPTED`` line) holds ``seen``: epoch to the
     list of this worker's batches of example indexes.
@@ -219,8 +220,18 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     from tfr_hooks import FunctionLoop, Hook, Preempted, PreemptionCheckpoint, tfrecord
 
     if os.environ.get("ORDER_READ") == "global":  # each worker its share; seeks
+        pool = os.environ.get("ORDER_BUCKET_POOL")  # bucketed: pools of that many batches
+        bucketed: dict[str, Any] = (
+            {}
+            if pool is None
+            else {
+                "bucket_boundaries": [2],
+                "bucket_by": "index",
+                "read_config": tfrecord.ReadConfig(bucket_pool=int(pool)),
+            }
+        )
         train: Any = tfrecord.source(
-            os.path.join(data, "train"), GLOBAL_BATCH, shuffle="global", seed=5
+            os.path.join(data, "train"), GLOBAL_BATCH, shuffle="global", seed=5, **bucketed
         )
     else:
         train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shuffle_buffer=64)

@@ -305,14 +305,21 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
 
 
 @pytest.mark.slow  # two workers on 127.0.0.1, three clusters; about a minute of CPU
-def test_mwms_workers_resume_their_shares_by_a_seek(tmp_path: Path) -> None:
-    """shuffle='global' under MultiWorkerMirroredStrategy, a worker SIGTERMed mid-epoch."""
+@pytest.mark.parametrize("pool", [None, "2"], ids=["batches", "bucketed-pools-of-2"])
+def test_mwms_workers_resume_their_shares_by_a_seek(tmp_path: Path, pool: str | None) -> None:
+    """shuffle='global' under MultiWorkerMirroredStrategy, a worker SIGTERMed mid-epoch.
+
+    Bucketed, each worker's pools of 2 batches (4 steps): step 5 is entered at the
+    second pool's start and the step inside it is skipped.
+    """
     from _cluster import run_cluster
 
     n = 600  # 2 files of 300: each worker's share 300 records, 19 batches of 16
     tfrecord.write({"index": np.arange(n)}, tmp_path / "data" / "train", shards=2)
     argv = ["tests/_multi_worker_child.py", "order", str(tmp_path / "data"), "{out}"]
     env = {"GLOBAL_BATCH": "16", "ORDER_READ": "global"}
+    if pool is not None:
+        env["ORDER_BUCKET_POOL"] = pool
 
     def cluster(out: str, extra: dict[str, str]) -> list:
         args = [a.replace("{out}", out) for a in argv]

@@ -134,6 +134,15 @@ def test_without_shuffling_each_pool_serves_its_batches_shortest_first(texts):
     assert [i for ids, _ in batches[:DEFAULT_POOL] for i in ids] != list(range(POOL))
 
 
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_dense_feature_stays_dense(texts, drop):
+    """The partial batch is cut by ragged rows; the spec stays what padding gives."""
+    spec = read(texts[300], drop_remainder=drop).element_spec
+    padded = read(texts[300], bucket_boundaries=None, drop_remainder=drop).element_spec
+    assert spec["id"] == padded["id"] and isinstance(spec["id"], tf.TensorSpec)
+    assert isinstance(spec["tokens"], tf.RaggedTensorSpec)
+
+
 def test_the_global_order_shuffles_each_pools_batches_too(texts):
     data = read(texts[300], shuffle_buffer=0, shuffle="global")
     epochs = [batches_of(data) for _ in range(2)]

@@ -183,4 +183,15 @@ def batch_pools(
         num_parallel_calls=calls,
         deterministic=deterministic,
     )
-    return arranged.unbatch()
+    batches = arranged.unbatch()
+    if any(_uniform_ragged(spec) for spec in tf.nest.flatten(batches.element_spec)):
+        # a dense feature cut by ragged rows (a partial batch last) unbatches with a
+        # ragged spec of no ragged dimension: declared dense again, as without bucketing
+        # (a multi-worker strategy's iterator compares it with the dense spec it expects)
+        batches = batches.map(lambda batch: batch)
+    return batches
+
+
+def _uniform_ragged(spec: Any) -> bool:
+    """Whether ``spec`` is a ``RaggedTensorSpec`` without a ragged dimension."""
+    return isinstance(spec, tf.RaggedTensorSpec) and spec.ragged_rank == 0
