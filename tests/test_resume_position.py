@@ -97,7 +97,8 @@ def _texts(directory: Path, n: int) -> str:
 @pytest.mark.parametrize(
     "pipeline",
     [
-        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        # three training runs each (about 9 s of CPU): with the slow tests
+        pytest.param({"shuffle": "global", "seed": 3}, id="global", marks=SLOW),
         pytest.param({}, id="unshuffled", marks=SLOW),
     ],
 )
