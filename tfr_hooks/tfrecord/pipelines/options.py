@@ -372,6 +372,11 @@ class ReadOptions:
     config: ReadConfig = field(default_factory=ReadConfig)
 
     @property
+    def shuffles(self) -> bool:
+        """Whether the reader shuffles: with a buffer, or in the global order."""
+        return self.shuffle_buffer > 0 or self.shuffle == "global"
+
+    @property
     def renamed(self) -> bool:
         """Whether ``as_tuple`` names the outputs of ``map_fn``/``batch_map_fn``."""
         return self.map_fn is not None or self.batch_map_fn is not None

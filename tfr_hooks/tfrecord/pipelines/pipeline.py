@@ -190,7 +190,7 @@ def _build_dataset(
             batch_size=batch_size,
             drop_remainder=options.drop_remainder,
             seed=options.seed,
-            shuffle=options.shuffle_buffer > 0 or options.shuffle == "global",
+            shuffle=options.shuffles,
             deterministic=config.deterministic,
             calls=calls,
         )
@@ -503,7 +503,7 @@ def _memory_data(
     data = memory_dataset(
         arrays,
         options.batch_size,
-        shuffle=options.shuffle_buffer > 0 or options.shuffle == "global",
+        shuffle=options.shuffles,
         seed=options.seed,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,

@@ -244,7 +244,6 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
         return None
     if kind.in_memory:
         return ReadPosition(options.batch_size, seed=options.seed)
-    unshuffled = options.shuffle is None and not options.shuffle_buffer
-    if streamed and unshuffled and not plan.compression and options.config.deterministic:
+    if streamed and not options.shuffles and not plan.compression and options.config.deterministic:
         return ReadPosition(options.batch_size, grain=grain)
     return None
