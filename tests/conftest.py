@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast run's budget (``tests/_budget.py``): on when tox's ``fast`` environment sets it."""
+    from _budget import configure
+
+    configure(config)
+
+
 def write_records(path: Path, n: int, *, width: int = 4, seed: int = 0) -> Path:
     """Write ``n`` Examples with an int64 ``index``, a float ``x`` of ``width`` and a label."""
     import tensorflow as tf
