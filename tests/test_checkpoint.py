@@ -89,6 +89,7 @@ def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
 
 
 @pytest.mark.slow  # trains and resumes; about 1 s of CPU
+@pytest.mark.range_ends
 def test_session_loop_resumes_at_the_right_epoch_step_and_optimizer_state(tmp_path):
     reference, _, _ = _session_run(tmp_path / "ref", with_checkpoint=False)
 
@@ -173,6 +174,7 @@ def test_a_latest_checkpoint_whose_files_are_gone_is_not_blamed_on_the_model(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.range_ends
 def test_function_loop_resumes_with_keras_backup_and_restore(tmp_path):
     import keras
 

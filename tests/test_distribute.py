@@ -214,6 +214,7 @@ def test_a_non_chief_worker_writes_to_a_temporary_place_that_is_removed(
 
 
 @pytest.mark.slow  # trains and resumes; about 1 s of CPU
+@pytest.mark.range_ends
 def test_a_non_chief_worker_resumes_from_the_chiefs_backup_without_touching_it(
     tmp_path, as_task
 ) -> None:

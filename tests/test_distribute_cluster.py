@@ -18,7 +18,7 @@ import pytest
 from _cluster import run_cluster
 from tfr_hooks.tfrecord.pipelines.sharding import loopback_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.range_ends]
 
 CHILD = "tests/_multi_worker_child.py"
 N_TRAIN, N_VAL = 96, 48

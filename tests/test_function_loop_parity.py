@@ -96,6 +96,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.range_ends
 @pytest.mark.parametrize("steps_per_execution", [1, 2])
 def test_same_calls_logs_and_stop_as_model_fit(tmp_path: Path, steps_per_execution: int) -> None:
     fit_model = make_model(steps_per_execution)

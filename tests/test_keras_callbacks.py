@@ -41,6 +41,7 @@ def keras_stop_epoch(values: list[float], min_delta: float, patience: int) -> tu
 
 
 @pytest.mark.slow
+@pytest.mark.range_ends
 def test_same_calls_logs_and_stopping_epoch_as_model_fit() -> None:
     def early() -> cb.EarlyStopping:
         return cb.EarlyStopping(monitor="val_loss", min_delta=0.02, patience=1)
@@ -263,6 +264,7 @@ def test_reduce_lr_on_plateau_changes_the_optimizer_and_logs_lr(graph: tf.Graph)
 
 
 @pytest.mark.slow
+@pytest.mark.range_ends
 def test_keras3_early_stopping_backup_and_reduce_lr_resume_as_model_fit(tmp_path: Path) -> None:
     import keras
 

@@ -59,6 +59,7 @@ class Record(Hook):
 
 
 @pytest.mark.slow  # trains and resumes; about 1 s of CPU
+@pytest.mark.range_ends
 def test_sigterm_saves_stops_with_code_42_and_a_restart_resumes_mid_epoch(tmp_path) -> None:
     import keras
 

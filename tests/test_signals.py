@@ -148,6 +148,7 @@ def _load_all(path: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
+@pytest.mark.range_ends
 def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensorboard(start):
     proc = start("graceful")
     proc.wait_for("READY", START_TIMEOUT_S)  # epoch 1, step 3; the steps are now slow

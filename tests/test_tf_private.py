@@ -234,6 +234,7 @@ def test_call_cancellable_returns_what_the_function_returns() -> None:
 
 
 @pytest.mark.slow  # a fresh process imports TensorFlow (about 14 s of CPU)
+@pytest.mark.range_ends
 def test_op_determinism_enabled_follows_tensorflow() -> None:
     """Before and after ``enable_op_determinism()``, in a fresh process (it is global)."""
     script = (

@@ -346,6 +346,7 @@ def test_function_loop_runs_each_layout_in_memory_with_exact_epochs(tfds_dirs, n
 
 @pytest.mark.parametrize("name", LAYOUTS)
 @pytest.mark.slow  # trains on 6 layouts; about 2 s of CPU
+@pytest.mark.range_ends
 def test_session_loop_runs_each_layout_streamed_with_exact_epochs(tfds_dirs, name):
     v1 = tf.compat.v1
     with tf.Graph().as_default():
