@@ -15,18 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records
 from tfr_hooks import cli, tfrecord
-
-try:
-    from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        int64_feature,
-        write_records,
-    )
 
 SRC = Path(cli.__file__).resolve().parents[2]
 # the checkout's examples, also when tox runs the tests against the installed wheel

@@ -144,10 +144,8 @@ def test_a_bucketed_stream_resumes_at_its_pool_and_skips_inside_it(
 
 def _damaged(directory: Path) -> tuple[list[str], list[int]]:
     """Four files of 100 records; three damaged inside their blocks (one record lost each)."""
-    try:
-        from test_damaged_records import flip_data, flip_header, not_an_example, write
-    except ImportError:  # tests imported as a package
-        from tests.test_damaged_records import flip_data, flip_header, not_an_example, write
+    from test_damaged_records import flip_data, flip_header, not_an_example, write
+
     directory.mkdir()
     files = [
         flip_data(write(directory / "a.tfrecord", range(0, 100)), 40),

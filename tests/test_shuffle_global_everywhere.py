@@ -15,15 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import _tfds_builders as builders
 import tfr_hooks
+from test_damaged_records import flip_data, flip_header, not_an_example, write
 from tfr_hooks import FunctionLoop, tfrecord
-
-try:
-    import _tfds_builders as builders
-    from test_damaged_records import flip_data, flip_header, not_an_example, write
-except ImportError:  # tests imported as a package
-    from tests import _tfds_builders as builders
-    from tests.test_damaged_records import flip_data, flip_header, not_an_example, write
 
 
 def _epochs(data: tf.data.Dataset, name: str, epochs: int = 2) -> list[np.ndarray]:

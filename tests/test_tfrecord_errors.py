@@ -12,33 +12,19 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
+from _tfrecord_data import (
+    bytes_feature,
+    example,
+    float_feature,
+    image_label_arrays,
+    int64_feature,
+    new_session,
+    raw_image_records,
+    run_graph_batches,
+    write_records,
+)
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord import Feature, Schema
-
-try:
-    from _tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        image_label_arrays,
-        int64_feature,
-        new_session,
-        raw_image_records,
-        run_graph_batches,
-        write_records,
-    )
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        image_label_arrays,
-        int64_feature,
-        new_session,
-        raw_image_records,
-        run_graph_batches,
-        write_records,
-    )
 
 RECORD_BYTES = 65  # one raw_image_records() record: 16 + 49 bytes
 SCHEMA = Schema([Feature("image", "uint8", (16,)), Feature("label", "int64", (), "int64")])

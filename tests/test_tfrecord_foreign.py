@@ -12,29 +12,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _tfrecord_data import (
+    bytes_feature,
+    example,
+    float_feature,
+    int64_feature,
+    new_session,
+    run_graph_batches,
+    write_records,
+)
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
-
-try:
-    from _tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        int64_feature,
-        new_session,
-        run_graph_batches,
-        write_records,
-    )
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        int64_feature,
-        new_session,
-        run_graph_batches,
-        write_records,
-    )
 
 SIDE = 28
 

@@ -628,10 +628,7 @@ def test_bad_functions(jpegs):
 
 @pytest.mark.slow  # decodes every record; about 1 s of CPU
 def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
-    try:
-        from _tfrecord_data import sequence_frames, sequence_values, write_sequences
-    except ImportError:  # tests imported as a package
-        from tests._tfrecord_data import sequence_frames, sequence_values, write_sequences
+    from _tfrecord_data import sequence_frames, sequence_values, write_sequences
     from tfr_hooks.tfrecord.pipelines.memory.estimate import records_nbytes
     from tfr_hooks.tfrecord.pipelines.memory.loading import load, nbytes_of
     from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray

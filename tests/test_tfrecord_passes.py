@@ -10,13 +10,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from _tfrecord_data import example, int64_feature, write_records
 from tfr_hooks.tfrecord.pipelines.passes import record_passes, record_stream
 from tfr_hooks.tfrecord.sources.damage import RecordFiles, scan_damage
-
-try:
-    from _tfrecord_data import example, int64_feature, write_records
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import example, int64_feature, write_records
 
 
 def _files(tmp_path: Path, per_file: int = 20) -> list[str]:

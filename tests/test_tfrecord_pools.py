@@ -18,14 +18,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _tfrecord_data import example, int64_feature, write_records
 from helpers import preemptible_run
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord.pipelines.pools import DEFAULT_POOL, pool_order
-
-try:
-    from _tfrecord_data import example, int64_feature, write_records
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import example, int64_feature, write_records
 
 BATCH = 4
 POOL = DEFAULT_POOL * BATCH  # examples a pool

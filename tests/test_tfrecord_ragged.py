@@ -18,28 +18,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _tfrecord_data import (
+    bytes_feature,
+    example,
+    float_feature,
+    int64_feature,
+    new_session,
+    run_graph_batches,
+    write_records,
+)
 from tfr_hooks import tfrecord
-
-try:
-    from _tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        int64_feature,
-        new_session,
-        run_graph_batches,
-        write_records,
-    )
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        int64_feature,
-        new_session,
-        run_graph_batches,
-        write_records,
-    )
 
 IMAGES = 60
 SIDE = 8

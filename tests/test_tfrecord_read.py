@@ -7,28 +7,16 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
-from tfr_hooks import tfrecord
-
-try:
-    from _tfrecord_data import (
-        example,
-        image_label_arrays,
-        int64_feature,
-        new_session,
-        run_graph_batches,
-        write_records,
-    )
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        example,
-        image_label_arrays,
-        int64_feature,
-        new_session,
-        run_graph_batches,
-        write_records,
-    )
-
+from _tfrecord_data import (
+    example,
+    image_label_arrays,
+    int64_feature,
+    new_session,
+    run_graph_batches,
+    write_records,
+)
 from helpers import EpochSizes
+from tfr_hooks import tfrecord
 
 N = 1000
 BATCH = 128

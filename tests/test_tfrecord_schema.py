@@ -6,20 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import Sidecar
-
-try:
-    from _tfrecord_data import bytes_feature, example, float_feature, int64_feature, write_records
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        bytes_feature,
-        example,
-        float_feature,
-        int64_feature,
-        write_records,
-    )
 
 
 def _foreign_records(n: int = 12) -> list[bytes]:

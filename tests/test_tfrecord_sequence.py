@@ -18,27 +18,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _tfrecord_data import (
+    example,
+    int64_feature,
+    sequence_frames,
+    sequence_values,
+    write_records,
+    write_sequences,
+)
 from tfr_hooks import cli, tfrecord
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
-
-try:
-    from _tfrecord_data import (
-        example,
-        int64_feature,
-        sequence_frames,
-        sequence_values,
-        write_records,
-        write_sequences,
-    )
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        example,
-        int64_feature,
-        sequence_frames,
-        sequence_values,
-        write_records,
-        write_sequences,
-    )
 
 N = 300
 SCHEMA_LOGGER = "tfr_hooks.tfrecord.schema.schema"

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _tfrecord_data import write_records
 from tfr_hooks import cli, tfrecord
 from tfr_hooks.input_report import measure_files
 from tfr_hooks.measure import measure
@@ -30,11 +31,6 @@ from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import load_sidecar
 from tfr_hooks.tfrecord.sources.damage import RecordFiles
-
-try:
-    from _tfrecord_data import write_records
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import write_records
 
 N = 300
 #: How the files are read: rgb's bytes as 8 uint8 values a frame.

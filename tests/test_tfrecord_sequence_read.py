@@ -21,27 +21,16 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
+from _tfrecord_data import (
+    new_session,
+    run_graph_batches,
+    sequence_frames,
+    sequence_values,
+    write_records,
+    write_sequences,
+)
 from tfr_hooks import FunctionLoop, Hook, tfrecord
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
-
-try:
-    from _tfrecord_data import (
-        new_session,
-        run_graph_batches,
-        sequence_frames,
-        sequence_values,
-        write_records,
-        write_sequences,
-    )
-except ImportError:  # tests imported as a package
-    from tests._tfrecord_data import (
-        new_session,
-        run_graph_batches,
-        sequence_frames,
-        sequence_values,
-        write_records,
-        write_sequences,
-    )
 
 N = 300
 BATCH = 16

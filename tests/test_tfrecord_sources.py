@@ -21,7 +21,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import _tfds_builders as builders
 import tfr_hooks
+from _manifest_source import ManifestSource, write_manifest_folder
+from _tfrecord_data import example, int64_feature, write_records
+from helpers import EpochSizes
+from test_size_matrix import BATCH, EPOCHS, _reader_args, expected_epochs
 from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.sources.base import (
@@ -36,19 +41,6 @@ from tfr_hooks.tfrecord.sources.base import (
 from tfr_hooks.tfrecord.sources.converted import ConvertedSource
 from tfr_hooks.tfrecord.sources.files import FileSource
 from tfr_hooks.tfrecord.sources.tfds import TfdsSource
-
-try:
-    import _tfds_builders as builders
-    from _manifest_source import ManifestSource, write_manifest_folder
-    from _tfrecord_data import example, int64_feature, write_records
-    from helpers import EpochSizes
-    from test_size_matrix import BATCH, EPOCHS, _reader_args, expected_epochs
-except ImportError:  # tests imported as a package
-    from tests import _tfds_builders as builders
-    from tests._manifest_source import ManifestSource, write_manifest_folder
-    from tests._tfrecord_data import example, int64_feature, write_records
-    from tests.helpers import EpochSizes
-    from tests.test_size_matrix import BATCH, EPOCHS, _reader_args, expected_epochs
 
 v1 = tf.compat.v1
 

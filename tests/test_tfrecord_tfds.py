@@ -23,15 +23,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+import _tfds_builders as builders
 import tfr_hooks
+from _tfrecord_data import new_session, run_graph_batches, write_records
 from tfr_hooks import FunctionLoop, tfrecord
-
-try:
-    import _tfds_builders as builders
-    from _tfrecord_data import new_session, run_graph_batches, write_records
-except ImportError:  # tests imported as a package
-    from tests import _tfds_builders as builders
-    from tests._tfrecord_data import new_session, run_graph_batches, write_records
 
 BATCH = 2
 
