@@ -1,0 +1,230 @@
+"""ArrayRecord files: recognized, counted, read a batch of records by index, and written.
+
+ArrayRecord (the ``array-record`` package, the format TensorFlow Datasets writes with
+``file_format="array_record"`` and Grain reads) is a random-access container: each file
+knows its record count, and any set of records is read by index in one call, with the
+GIL released. There is no TensorFlow op for it, so a batch of indices becomes a batch
+of serialized records in one :func:`tf.numpy_function` call (:func:`read_records`): the
+batch, not the record, is the unit of work, and the parse that follows is one
+``tf.io.parse_example`` a batch, as for TFRecord files.
+
+The files hold the same serialized ``tf.train.Example`` (or ``SequenceExample``)
+records as TFRecord shards. They are recognized by their name (``.array_record`` or
+``.arrayrecord`` in it, TFDS's ``{name}-{split}.array_record-00000-of-00001`` included)
+or by their content (the Riegeli file signature that starts every ArrayRecord file).
+
+``array-record`` is an optional extra (``pip install tfr_hooks[arrayrecord]``): without
+it, reading or writing such a file raises an :class:`ImportError` that names the extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent import futures
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfr_hooks.tfrecord.errors import NoFilesError, UnreadableFileError
+
+__all__ = [
+    "EXTRA",
+    "SIGNATURE",
+    "ArrayRecordFiles",
+    "is_array_record",
+    "read_records",
+    "write_array_record",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The extra that installs ``array-record``.
+EXTRA = "arrayrecord"
+#: The first 8 bytes of every ArrayRecord file: the Riegeli file signature.
+SIGNATURE = b"\x83\xafp\xd1\r\x88J?"
+_NAME_MARKS = (".array_record", ".arrayrecord")
+#: What ``tfds`` and Grain write: one record a chunk, so a record is read alone.
+WRITER_OPTIONS = "group_size:1"
+#: Random access reads only the chunks asked for (as ``ArrayRecordDataSource`` does).
+_READER_OPTIONS = "readahead_buffer_size:0"
+
+
+def _module() -> Any:
+    """``array_record``'s reader and writer module, or an ImportError naming the extra."""
+    try:
+        from array_record.python import array_record_module
+    except ImportError as error:  # pragma: no cover - the extra is installed in the tests
+        raise ImportError(
+            "Reading or writing ArrayRecord files needs the `array-record` package: "
+            f"pip install 'tfr_hooks[{EXTRA}]'. ({error})"
+        ) from error
+    return array_record_module
+
+
+def is_array_record(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an ArrayRecord file, by its name or its first bytes."""
+    name = os.path.basename(os.fspath(path)).lower()
+    if any(mark in name for mark in _NAME_MARKS):
+        return True
+    try:
+        with tf.io.gfile.GFile(os.fspath(path), "rb") as f:
+            return bytes(f.read(len(SIGNATURE))) == SIGNATURE
+    except (OSError, tf.errors.OpError):
+        return False
+
+
+class ArrayRecordFiles:
+    """Several ArrayRecord files read as one sequence of records, by global index.
+
+    Record ``i`` of the sequence is record ``i - start`` of the file whose range holds
+    it, the files in the order given. A batch of indices is split among the files with
+    one vectorized search and read with one ``read`` call a file; several files are read
+    in parallel threads (the reads release the GIL). Readers are opened at the first
+    read, in the process that reads (so the object can be handed to a ``tf.data``
+    function and pickled).
+
+    Args:
+        paths: The files, in order.
+
+    Raises:
+        NoFilesError: If ``paths`` is empty.
+        UnreadableFileError: If a file cannot be opened as an ArrayRecord file.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]]) -> None:
+        self.paths = [os.fspath(p) for p in paths]
+        if not self.paths:
+            raise NoFilesError("Expected at least one ArrayRecord file. Received: paths=[]")
+        module = _module()
+        counts = []
+        for path in self.paths:
+            try:
+                reader = module.ArrayRecordReader(path, _READER_OPTIONS)
+            except Exception as error:  # the module raises plain RuntimeErrors/ValueErrors
+                raise UnreadableFileError(
+                    f"Cannot open {path!r} as an ArrayRecord file: {error}", file=path
+                ) from error
+            counts.append(int(reader.num_records()))
+            reader.close()
+        self.counts = counts
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._readers: list[Any] = [None] * len(self.paths)
+        self._lock = threading.Lock()
+        self._pool: futures.ThreadPoolExecutor | None = None
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_readers"] = [None] * len(self.paths)
+        state["_lock"] = None
+        state["_pool"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _reader(self, file: int) -> Any:
+        reader = self._readers[file]
+        if reader is None:
+            with self._lock:
+                reader = self._readers[file]
+                if reader is None:
+                    reader = _module().ArrayRecordReader(self.paths[file], _READER_OPTIONS)
+                    self._readers[file] = reader
+        return reader
+
+    def read(self, indices: Iterable[int] | np.ndarray) -> np.ndarray:
+        """The serialized records at global ``indices``, in that order.
+
+        Args:
+            indices: Global record indices, each in ``[0, len(self))``.
+
+        Returns:
+            A 1-D object array of ``bytes``.
+
+        Raises:
+            IndexError: If an index is out of range (naming it and the range).
+        """
+        keys = np.asarray(indices, dtype=np.int64).reshape(-1)
+        out = np.empty(keys.shape[0], dtype=object)
+        if keys.size == 0:
+            return out
+        low, high = int(keys.min()), int(keys.max())
+        if low < 0 or high >= len(self):
+            bad = low if low < 0 else high
+            raise IndexError(
+                f"Expected record indices in [0, {len(self)}) of the ArrayRecord files "
+                f"{self.paths}. Received: index={bad}"
+            )
+        files = np.searchsorted(self.starts, keys, side="right") - 1
+        groups = [int(f) for f in np.unique(files)]
+
+        def one(file: int) -> None:
+            where = np.nonzero(files == file)[0]
+            local = (keys[where] - self.starts[file]).tolist()
+            out[where] = self._reader(file).read(local)
+
+        if len(groups) == 1:
+            one(groups[0])
+        else:
+            if self._pool is None:
+                self._pool = futures.ThreadPoolExecutor(min(8, len(self.paths)))
+            list(self._pool.map(one, groups))
+        return out
+
+    def close(self) -> None:
+        """Close the open readers and the thread pool."""
+        for reader in self._readers:
+            if reader is not None:
+                reader.close()
+        self._readers = [None] * len(self.paths)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def read_records(files: ArrayRecordFiles, indices: Any) -> tf.Tensor:
+    """A ``tf.string`` vector of the records at ``indices``: one Python call a batch.
+
+    Args:
+        files: The files to read.
+        indices: An ``int64`` vector tensor of global record indices.
+
+    Returns:
+        The serialized records, in the order of ``indices``.
+    """
+    records = tf.numpy_function(files.read, [indices], tf.string, stateful=False)
+    records.set_shape([None])
+    return records
+
+
+def write_array_record(
+    path: str | os.PathLike[str], records: Iterable[bytes], *, options: str = WRITER_OPTIONS
+) -> int:
+    """Write serialized records to one ArrayRecord file (``group_size:1`` by default).
+
+    Args:
+        path: The file to write (replaced if it exists).
+        records: The serialized records, in order.
+        options: ``ArrayRecordWriter`` options; the default writes one record a chunk,
+            as TensorFlow Datasets does, so any record is read alone.
+
+    Returns:
+        The number of records written.
+    """
+    writer = _module().ArrayRecordWriter(os.fspath(path), options)
+    count = 0
+    try:
+        for record in records:
+            writer.write(record)
+            count += 1
+    finally:
+        writer.close()
+    return count
