@@ -9,6 +9,7 @@ from typing import Any
 
 from bench_configs import (
     DESCRIPTIONS,
+    GROUPS,
     INPUT_CEILINGS,
     LOOPS,
     MODEL_CEILINGS,
@@ -273,7 +274,11 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         f"{meta.get('epochs')} timed epoch(s); {meta.get('repeats')} repeats, round-robin "
         "(every other round in reverse), "
         "each run in a fresh worker process (peak RSS is the worker's, which includes "
-        "the TensorFlow/Keras libraries it shares with the fork server, about 0.35 GB)",
+        "the TensorFlow/Keras libraries it shares with the fork server, about 0.35 GB); "
+        "the rows of a group (bench_configs.GROUPS: "
+        + ", ".join(f"`{g}`" for g in GROUPS)
+        + ") run in one worker process, their epochs in turn, and their peak RSS is the "
+        "group's",
         f"- Total wall time: {meta.get('wall_minutes', 0):.1f} min",
         "",
         "Median examples/second over the repeats, the spread (min-max), and the median as a "

@@ -173,7 +173,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
 
     The real suite's rows run once each, under their data set's name (``img``, ``txt``).
     A row without the input measurement (``UNMEASURED``) runs right after its partner,
-    when both run, so the pair sees the same state of the machine.
+    when both run, so the pair sees the same state of the machine. The rows of a group
+    (``GROUPS``) run as one entry, the group, in one worker process, their epochs in turn.
     """
     configs = [c for c in args.configs if c not in UNMEASURED or UNMEASURED[c] not in args.configs]
     for unmeasured, measured in UNMEASURED.items():
