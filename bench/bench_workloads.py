@@ -1072,8 +1072,10 @@ def run_group(spec: Spec) -> dict[str, Any]:
     """
     import dataclasses
 
+    import bench_real  # the rows of --suite real (imports this module)
     from bench_turns import run_group as take_turns
 
+    functions = {**FUNCTIONS, **bench_real.FUNCTIONS}
     names = list(spec.group or [])
     order = names if spec.repeat % 2 == 0 else names[::-1]
 
@@ -1081,7 +1083,7 @@ def run_group(spec: Spec) -> dict[str, Any]:
         row = dataclasses.replace(
             spec, config=name, group=None, workdir=os.path.join(spec.workdir, name)
         )
-        result = FUNCTIONS[name](row)
+        result = functions[name](row)
         result["examples_per_sec"] = result["examples"] / result["seconds"]
         return result
 
