@@ -13,6 +13,8 @@ __all__ = [
     "STREAMING_INPUTS",
     "MULTI_WORKER",
     "UNMEASURED",
+    "GROUPS",
+    "GROUP_OF",
     "REAL_ROWS",
     "REAL_KINDS",
     "REAL_REFERENCE",
@@ -226,6 +228,41 @@ UNMEASURED = {
     "session_loop_memory_cb_unmeasured": "session_loop_memory_cb",
     "function_loop_32_memory_cb_unmeasured": "function_loop_32_memory_cb",
 }
+#: Rows run together in one worker process, their epochs in turn (bench_turns): a
+#: target between two rows of one group reads the median of the rounds' ratios, a
+#: paired reading, instead of a ratio of medians over separate processes (whose spreads
+#: crossed most targets). Each row is in at most one group; a group runs only when two
+#: or more of its rows are asked for.
+GROUPS = {
+    "group_graph_memory": (
+        "session_loop_memory",
+        "session_loop_memory_cb",
+        "model_only",
+        "feed_dict_memory",
+    ),
+    "group_tf2_memory": (
+        "function_loop_32_memory",
+        "function_loop_32_memory_cb",
+        "function_loop_32_cached",
+        "model_only_tf2",
+        "keras3_fit_arrays",
+    ),
+    "group_graph_stream": (
+        "session_loop_queue",
+        "session_loop_dataset",
+        "bare_queue",
+        "bare_dataset",
+        "feed_dict_parse",
+    ),
+    "group_fit_peers": (
+        "function_loop_1_cb",
+        "keras3_fit_cb",
+        "function_loop_32_cb",
+        "keras3_fit_spe32_cb",
+    ),
+}
+#: Row -> its group.
+GROUP_OF = {row: group for group, rows in GROUPS.items() for row in rows}
 #: The package's loops.
 LOOPS = (
     "session_loop_queue",

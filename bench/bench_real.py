@@ -180,8 +180,7 @@ def package_pipeline(spec: w.Spec, kind: str, source: str, service: str | None =
         kwargs.update(in_memory=True, shuffle_buffer=1)
         if kind == "img":  # the RSS check: images are where the data dominates
             info = _info(spec, kind)
-            w.MEMORY_USE["rss_baseline_mb"] = w._rss_now_mb()
-            w.MEMORY_USE["decoded_mb"] = info["examples"] * (IMAGE_BYTES + 8) / 2**20
+            w._before_loading(spec, info["examples"] * (IMAGE_BYTES + 8) / 2**20)
     else:
         kwargs["shuffle_buffer"] = w.PACKED_WINDOW if base == "packed" else SHUFFLE
     return tfrecord.dataset(files, spec.batch_size, service=service, **kwargs)

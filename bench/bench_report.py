@@ -9,6 +9,7 @@ from typing import Any
 
 from bench_configs import (
     DESCRIPTIONS,
+    GROUPS,
     INPUT_CEILINGS,
     LOOPS,
     MODEL_CEILINGS,
@@ -20,16 +21,16 @@ from bench_configs import (
     REAL_ROWS,
     REFERENCE,
     ROWS,
-    STREAMING_INPUTS,
     UNMEASURED,
     kind_of,
 )
+from bench_targets import check_targets, twin_ratio
 
 __all__ = [
     "Row",
     "ModelTable",
     "summarize",
-    "check_targets",
+    "check_targets",  # re-exported from bench_targets
     "render_markdown",
     "render_png",
     "chart_title",
@@ -56,6 +57,13 @@ class Row:
     memory_use: list[tuple[float, float, float]] = field(default_factory=list)
     # text rows of the real suite: the share of padded (0) token positions, per repeat
     padded: list[float] = field(default_factory=list)
+    # every row run since issue 56: its worker's anonymous RSS, peak - its own baseline
+    # after its imports (MiB, per repeat); in-memory rows: the decoded data (MiB)
+    anon_growth: list[float] = field(default_factory=list)
+    # a row of a group: (group, repeat) -> its timed epochs' examples a second, which
+    # alternated with the other rows' epochs in that process (the paired readings)
+    epoch_rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    decoded_mb: list[float] = field(default_factory=list)
     # the package's loops: the input wait share they reported themselves, per repeat
     input_wait: list[float] = field(default_factory=list)
     # the _unmeasured rows: their measured twin's examples/second in the same process,
@@ -78,12 +86,6 @@ class Row:
     def peak_rss_mb(self) -> float | None:
         """The largest peak RSS of the repeats."""
         return max(self.rss_mb) if self.rss_mb else None
-
-    @property
-    def rss_over_data(self) -> float | None:
-        """The largest (peak RSS - RSS before loading) / decoded data of the repeats."""
-        ratios = [(peak - base) / data for peak, base, data in self.memory_use if data > 0]
-        return max(ratios) if ratios else None
 
     @property
     def padded_share(self) -> float | None:
@@ -180,6 +182,12 @@ def summarize(
                 if run.get("ok"):
                     row.runs.append(float(run["examples_per_sec"]))
                     row.rss_mb.append(float(run["rss_mb"]))
+                    if "anon_peak_mb" in run:  # the worker's own baseline (issue 56)
+                        row.anon_growth.append(run["anon_peak_mb"] - run["anon_baseline_mb"])
+                    if "group" in run:
+                        row.epoch_rates[(run["group"], run["repeat"])] = run["epoch_rates"]
+                    if "decoded_mb" in run:
+                        row.decoded_mb.append(float(run["decoded_mb"]))
                     if "rss_baseline_mb" in run:
                         row.memory_use.append(
                             (float(run["rss_mb"]), run["rss_baseline_mb"], run["decoded_mb"])
@@ -224,177 +232,9 @@ def summarize(
     return tables
 
 
-@dataclass
-class Target:
-    """One target of the issue, checked on one model's medians."""
-
-    model: str
-    target: str
-    comparison: str
-    ratio: float | None
-    threshold: float
-    met: bool | None
-
-
 def _ratio(table: ModelTable, a: str, b: str) -> float | None:
     x, y = table.median(a), table.median(b)
     return None if x is None or not y else x / y
-
-
-def check_targets(tables: Sequence[ModelTable]) -> list[Target]:
-    """The issue's targets, each as a ratio of medians and whether it is met."""
-    targets: list[Target] = []
-
-    def add(table: ModelTable, target: str, a: str, b: str, threshold: float) -> None:
-        ratio = _ratio(table, a, b)
-        met = None if ratio is None else ratio >= threshold
-        targets.append(Target(table.model, target, f"{a} / {b}", ratio, threshold, met))
-
-    for t in tables:
-        _auto_targets(t, targets)
-        if t.model in REAL_KINDS:
-            _real_targets(t, add, targets)
-            continue
-        for loop in ("session_loop_queue_cb", "session_loop_dataset_cb"):
-            add(t, "with callbacks >= Keras 3 fit with callbacks", loop, "keras3_fit_cb", 1.0)
-        for loop in ("function_loop_1_cb", "function_loop_32_cb"):
-            add(t, "with callbacks >= Keras 3 fit with callbacks", loop, "keras3_fit_cb", 1.0)
-        add(
-            t,
-            "steps_per_execution=32 clearly faster (>= 1.1x)",
-            "function_loop_32",
-            "keras3_fit",
-            1.1,
-        )
-        add(
-            t,
-            "steps_per_execution=32 clearly faster (>= 1.1x)",
-            "function_loop_32_cb",
-            "keras3_fit_cb",
-            1.1,
-        )
-        for base in (
-            "session_loop_queue",
-            "session_loop_dataset",
-            "function_loop_1",
-            "function_loop_32",
-        ):
-            add(t, "hooks + callbacks cost < 3%", f"{base}_cb", base, 0.97)
-        for row_name in (
-            "session_loop_queue_cb",
-            "session_loop_dataset_cb",
-            "function_loop_1_cb",
-            "function_loop_32_cb",
-            "keras3_fit_cb",
-        ):
-            row = t.get(row_name)
-            share = None if row is None else row.in_callbacks
-            targets.append(
-                Target(
-                    t.model,
-                    "time inside the callbacks < 3% (same run)",
-                    f"{row_name}: 1 - share in callbacks",
-                    None if share is None else 1.0 - share,
-                    0.97,
-                    None if share is None else share < 0.03,
-                )
-            )
-        for base, bare in (
-            ("session_loop_queue", "bare_queue"),
-            ("session_loop_dataset", "bare_dataset"),
-        ):
-            add(t, "the loop itself costs < 3% (vs hand-written)", base, bare, 0.97)
-        by_name = {r.config: r for r in t.rows}
-        standard = [n for n in LOOPS if not n.endswith(("_reinit", "_cached", "_unmeasured"))]
-        for label, names in (
-            ("best loop within 10% of the smaller ceiling", standard),
-            ("... on batches cached in RAM (function_loop_32_cached)", ["function_loop_32_cached"]),
-        ):
-            best, best_name = _best(by_name, names)
-            ratio = None if best is None or not t.ceiling else best / t.ceiling
-            targets.append(
-                Target(
-                    t.model,
-                    label,
-                    f"{best_name} / {t.ceiling_from}",
-                    ratio,
-                    0.9,
-                    None if ratio is None else ratio >= 0.9,
-                )
-            )
-        for loop in (
-            "session_loop_queue",
-            "session_loop_dataset",
-            "function_loop_1",
-            "function_loop_32",
-        ):
-            add(t, "tensor-fed >= 3x feed_dict parsing in Python", loop, "feed_dict_parse", 3.0)
-        for loop in (
-            "session_loop_queue",
-            "session_loop_dataset",
-            "function_loop_1",
-            "function_loop_32",
-        ):
-            add(t, "tensor-fed >= feed_dict from memory", loop, "feed_dict_memory", 1.0)
-        add(
-            t,
-            "... on batches cached in RAM",
-            "function_loop_32_cached",
-            "feed_dict_memory",
-            1.0,
-        )
-        _issue12_targets(t, add, targets)
-        for unmeasured, measured in UNMEASURED.items():
-            ratio = _twin_ratio(t.get(unmeasured))
-            met = None if ratio is None else ratio >= 0.99
-            targets.append(
-                Target(
-                    t.model,
-                    "the input measurement costs <= 1% (one process, epochs in turn)",
-                    f"median over rounds of {measured} / {unmeasured}",
-                    ratio,
-                    0.99,
-                    met,
-                )
-            )
-    return targets
-
-
-#: The models whose steps are short: there ``"auto"`` at 1 would mean a hook held it (on
-#: the CNNs a step can be long enough for 1 to be the right value).
-SHORT_STEPS = ("mlp", "txt")
-
-
-def _auto_targets(t: ModelTable, targets: list[Target]) -> None:
-    """Each ``_auto`` row of a model of short steps: the value it ran at is above 1."""
-    if t.model not in SHORT_STEPS:
-        return
-    for row in t.rows:
-        if row.ran_at is not None:
-            met = row.ran_at > 1
-            targets.append(
-                Target(
-                    t.model,
-                    "steps_per_execution='auto' runs above 1",
-                    f"{row.config}: steps_per_execution it ran at",
-                    row.ran_at,
-                    2.0,
-                    met,
-                )
-            )
-
-
-def _twin_ratio(row: Row | None) -> float | None:
-    """An ``_unmeasured`` row's cost ratio: the median of its rounds' ratios.
-
-    Each round ran the measured twin and the row's own loop one after the other in one
-    process (measured / unmeasured examples a second); pooled over the repeats. A ratio
-    of the two loops' medians over the repeats would mix the processes' spread (a few
-    percent here) back in.
-    """
-    if row is None or not row.twin_rounds:
-        return None
-    return statistics.median(row.twin_rounds)
 
 
 def _twin_medians(row: Row) -> float | None:
@@ -402,253 +242,6 @@ def _twin_medians(row: Row) -> float | None:
     if not row.twin or not row.runs:
         return None
     return statistics.median(row.twin) / statistics.median(row.runs)
-
-
-def _service_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
-    """The targets of issue 27: a trainer on 1 core, with and without a served worker."""
-    add(
-        t,
-        "1 core: input alone through the service >= 1.5x local",
-        "img_input_1core_service",
-        "img_input_1core",
-        1.5,
-    )
-    add(
-        t,
-        "1 core: FunctionLoop through the service >= 1.3x local",
-        "img_loop_1core_service",
-        "img_loop_1core",
-        1.3,
-    )
-    by_name = {r.config: r for r in t.rows}
-    served, local = by_name.get("img_loop_1core_service"), by_name.get("img_loop_1core")
-    mine = None if served is None else served.input_wait_share
-    base = None if local is None else local.input_wait_share
-    # a wait share of 0 (the served trainer never waits) counts as 0.1%
-    ratio = None if mine is None or base is None else base / max(mine, 0.001)
-    targets.append(
-        Target(
-            t.model,
-            "1 core: lower input-wait share through the service",
-            "input wait share: img_loop_1core / img_loop_1core_service",
-            ratio,
-            1.0,
-            None if mine is None or base is None else mine < base,
-        )
-    )
-
-
-def _stream_bucketed_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
-    """Issue 46: streamed bucketing (sorted pools) near streaming speed, padding and all."""
-    add(
-        t,
-        "streamed bucketed input alone >= 0.5x streamed padded",
-        "txt_input_stream_bucketed",
-        "txt_input_stream",
-        0.5,
-    )
-    add(
-        t,
-        "FunctionLoop on streamed bucketing >= on streamed padding",
-        "txt_loop_stream_bucketed",
-        "txt_loop_stream",
-        1.0,
-    )
-    by_name = {r.config: r for r in t.rows}
-    ours, theirs = by_name.get("txt_input_stream_bucketed"), by_name.get("txt_input_bucketed")
-    mine = None if ours is None else ours.padded_share
-    base = None if theirs is None else theirs.padded_share
-    ratio = None if mine is None or not base else 1.25 * base / max(mine, 1e-9)
-    targets.append(
-        Target(
-            t.model,
-            "streamed bucketed padded share <= 1.25x bucket_by_sequence_length's",
-            "padded share: 1.25 x txt_input_bucketed / txt_input_stream_bucketed",
-            ratio,
-            1.0,
-            None if ratio is None else ratio >= 1.0,
-        )
-    )
-
-
-def _real_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
-    """The targets of issue 19 on the real suite's data (images ``img``, text ``txt``)."""
-    k = t.model
-    cached = "img_input_hand_cached" if k == "img" else "txt_input_padded_cached"
-    hand_input = "img_input_hand" if k == "img" else "txt_input_padded"
-    fit = "img_fit_hand" if k == "img" else "txt_fit_padded"
-    add(
-        t,
-        "in-memory input alone >= the hand-written .cache() pass",
-        f"{k}_input_memory",
-        cached,
-        1.0,
-    )
-    add(
-        t, "streamed input alone >= the hand-written pipeline", f"{k}_input_stream", hand_input, 1.0
-    )
-    add(t, "packed input alone >= 2x streamed", f"{k}_input_packed", f"{k}_input_stream", 2.0)
-    add(
-        t,
-        "FunctionLoop + 3 callbacks, fastest pipeline >= 0.90x the model alone",
-        f"{k}_loop_memory",
-        f"{k}_model_only",
-        0.9,
-    )
-    add(
-        t,
-        "FunctionLoop + 3 callbacks, fastest pipeline >= fit on the hand-written one",
-        f"{k}_loop_memory",
-        fit,
-        1.0,
-    )
-    if k == "img":
-        add(
-            t,
-            "TFDS directory in memory, input alone >= builder_from_directory + .cache()",
-            "img_input_tfds_memory",
-            "img_input_tfds_cached",
-            1.0,
-        )
-        for small in ("small", "small_digits"):
-            add(
-                t,
-                f"in-memory input alone >= .cache(), {small.replace('_', ' ')} (3,072 a pass)",
-                f"img_input_{small}_memory",
-                f"img_input_{small}_cached",
-                1.0,
-            )
-        for size, count in (("", "3,072"), ("_30k", "30,720")):
-            add(
-                t,
-                f"in-memory input alone >= .cache(), float32 images from map_fn ({count} a pass)",
-                f"img_input_small_memory_f32{size}",
-                f"img_input_small_cached_f32{size}",
-                1.0,
-            )
-        _service_targets(t, add, targets)
-    if k == "txt":
-        add(
-            t,
-            "bucketed input alone >= the hand-written bucketed pipeline",
-            "txt_input_memory_bucketed",
-            "txt_input_bucketed",
-            1.0,
-        )
-        add(
-            t,
-            "FunctionLoop bucketed >= fit on the hand-written bucketed pipeline",
-            "txt_loop_memory_bucketed",
-            "txt_fit_bucketed",
-            1.0,
-        )
-        _stream_bucketed_targets(t, add, targets)
-        by_name = {r.config: r for r in t.rows}
-        ours, theirs = by_name.get("txt_input_memory_bucketed"), by_name.get("txt_input_padded")
-        mine = None if ours is None else ours.padded_share
-        base = None if theirs is None else theirs.padded_share
-        ratio = None if not mine or base is None else base / mine
-        targets.append(
-            Target(
-                k,
-                "bucketed batches waste less padding than padded_batch",
-                "padded share: txt_input_padded / txt_input_memory_bucketed",
-                ratio,
-                1.0,
-                None if ratio is None else ratio > 1.0,
-            )
-        )
-    by_name = {r.config: r for r in t.rows}
-    for memory, streamed in (
-        (f"{k}_loop_memory", f"{k}_loop_stream"),
-        (f"{k}_input_memory", f"{k}_input_stream"),
-    ):
-        # "above a no-data run of the same script": the same row on the streamed pipeline
-        mem, other = by_name.get(memory), by_name.get(streamed)
-        if mem is None or other is None or not mem.memory_use:
-            continue  # text rows: the data held is too small to tell from the noise
-        held = max(data for _, _, data in mem.memory_use)
-        if mem.peak_rss_mb is None or other.peak_rss_mb is None or held <= 0:
-            continue
-        share = (mem.peak_rss_mb - other.peak_rss_mb) / held
-        targets.append(
-            Target(
-                k,
-                "in-memory peak RSS above the same row streamed <= 1.5x the bytes held",
-                f"1.5 / (({memory} - {streamed}) peak RSS / held)",
-                1.5 / share if share > 0 else None,
-                1.0,
-                share <= 1.5,
-            )
-        )
-
-
-def _issue12_targets(t: ModelTable, add: Any, targets: list[Target]) -> None:
-    """The targets of issue 12: in-memory and packed input, fit at equal settings."""
-    by_name = {r.config: r for r in t.rows}
-    with_callbacks = [n for n in LOOPS if n.endswith("_cb")]
-    best, best_name = _best(by_name, with_callbacks)
-    model, model_name = _best(by_name, MODEL_CEILINGS)
-    memory = by_name.get("feed_dict_memory")
-    for label, other, other_name, threshold in (
-        ("best loop + 3 callbacks >= 0.90x the model alone", model, model_name, 0.9),
-        (
-            "best loop + 3 callbacks >= feed_dict from memory",
-            None if memory is None else memory.median,
-            "feed_dict_memory",
-            1.0,
-        ),
-    ):
-        ratio = None if best is None or not other else best / other
-        met = None if ratio is None else ratio >= threshold
-        targets.append(Target(t.model, label, f"{best_name} / {other_name}", ratio, threshold, met))
-    for loop, fit in (
-        ("function_loop_32_cb", "keras3_fit_spe32_cb"),
-        ("function_loop_32_memory_cb", "keras3_fit_arrays"),
-    ):
-        add(t, "FunctionLoop(spe=32) + 3 callbacks >= fit at spe=32", loop, fit, 1.0)
-    streaming, streaming_name = _best(by_name, STREAMING_INPUTS)
-    for names, needed, times in (
-        (("input_memory", "input_memory_tf2"), 1_000_000.0, 3.0),
-        (("input_packed", "input_packed_tf2"), 750_000.0, 2.0),
-    ):
-        value, name = _best(by_name, names)
-        ratio = None if value is None else value / needed
-        targets.append(
-            Target(
-                t.model,
-                f"input alone >= {needed:,.0f} ex/s",
-                f"{name} / {needed:,.0f}",
-                ratio,
-                1.0,
-                None if ratio is None else ratio >= 1.0,
-            )
-        )
-        ratio = None if value is None or not streaming else value / streaming
-        targets.append(
-            Target(
-                t.model,
-                f"input alone >= {times:.0f}x the best streaming input row (same run)",
-                f"{name} / {streaming_name}",
-                ratio,
-                times,
-                None if ratio is None else ratio >= times,
-            )
-        )
-    for row in t.rows:
-        share = row.rss_over_data
-        if share is None:
-            continue
-        targets.append(
-            Target(
-                t.model,
-                "in-memory peak RSS <= 1.5x decoded data + baseline",
-                f"{row.config}: 1.5 / ((peak - baseline) / decoded)",
-                1.5 / share if share > 0 else None,
-                1.0,
-                share <= 1.5,
-            )
-        )
 
 
 def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
@@ -681,7 +274,11 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
         f"{meta.get('epochs')} timed epoch(s); {meta.get('repeats')} repeats, round-robin "
         "(every other round in reverse), "
         "each run in a fresh worker process (peak RSS is the worker's, which includes "
-        "the TensorFlow/Keras libraries it shares with the fork server, about 0.35 GB)",
+        "the TensorFlow/Keras libraries it shares with the fork server, about 0.35 GB); "
+        "the rows of a group (bench_configs.GROUPS: "
+        + ", ".join(f"`{g}`" for g in GROUPS)
+        + ") run in one worker process, their epochs in turn, and their peak RSS is the "
+        "group's",
         f"- Total wall time: {meta.get('wall_minutes', 0):.1f} min",
         "",
         "Median examples/second over the repeats, the spread (min-max), and the median as a "
@@ -741,14 +338,24 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             "",
             "## Targets (ratios of medians)",
             "",
-            "| model | target | ratio | value | needed | met |",
-            "|---|---|---|---:|---:|---|",
+            "Each target's anchor and the reason for its threshold: docs/benchmarks.md"
+            " (Targets and their anchors). Spread: the least and the largest ratio the"
+            " repeats allow (min / max, max / min), for a ratio of two rows run in"
+            " processes of their own; 'crosses' when it lies on both sides of the"
+            " threshold, where the verdict is noise's. Paired and same-run readings have"
+            " none.",
+            "",
+            "| model | target | ratio | value | spread | needed | met |",
+            "|---|---|---|---:|---:|---:|---|",
         ]
     for t in targets:
         met = "n/a" if t.met is None else ("yes" if t.met else "**no**")
+        spread = "" if t.spread is None else f"{t.spread[0]:.2f}-{t.spread[1]:.2f}"
+        if t.crossed:
+            spread += " crosses"
         lines.append(
             f"| {t.model} | {t.target} | `{t.comparison}` | {_num(t.ratio, '{:.2f}')} | "
-            f">= {t.threshold:.2f} | {met} |"
+            f"{spread} | >= {t.threshold:.2f} | {met} |"
         )
     lines += _multi_worker_lines(tables)
     lines += _input_cost_lines(tables)
@@ -829,7 +436,7 @@ def _input_cost_lines(tables: Sequence[ModelTable]) -> list[str]:
     for t in tables:
         for unmeasured, measured in UNMEASURED.items():
             row = t.get(unmeasured)
-            paired = _twin_ratio(row)
+            paired = twin_ratio(row)
             if row is None or paired is None:
                 continue
             ratio = _twin_medians(row)
@@ -1020,8 +627,8 @@ def render_summary(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> str
         lines.append(f"| {label} (`{config}`) | " + " | ".join(values) + " |")
     lines += ["", "Targets, as ratios of medians in that run (all of them in latest.md):", ""]
     wanted = (
-        "best loop + 3 callbacks >= 0.90x the model alone",
-        "best loop + 3 callbacks >= feed_dict from memory",
+        "loop + 3 callbacks >= 0.90x its own mode's model alone, in-memory data",
+        "tensor-fed from memory >= feed_dict from memory (same arrays, same model)",
         "FunctionLoop(spe=32) + 3 callbacks >= fit at spe=32",
     )
     for t in check_targets(tables):

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import bench_turns
+
 from tfr_hooks.quiet import import_tensorflow
 
 # Before anything imports TensorFlow: drops its start-up notices ("failed call to
@@ -71,6 +73,9 @@ class Spec:
     #: the timed rounds of an ``_unmeasured`` row (``None``: ``PAIRED_ROUNDS_PER_EPOCH``
     #: a timed epoch)
     paired_rounds: int | None = None
+    #: the rows of a group (``bench_configs.GROUPS``) run in this process, their epochs
+    #: in turn (bench_turns); ``config`` is then the group's name
+    group: list[str] | None = None
 
 
 def quiet() -> None:
@@ -98,12 +103,21 @@ class Clock:
         self.in_hooks = {"batch": 0.0, "epoch": 0.0}
         self.hook_marks: list[dict[str, float]] = []
         self._started = 0.0
+        #: after each mark: when this row ran again (its turn back, in a group), its CPU
+        #: time and hook times then; alone, the mark itself
+        self.resumed: list[tuple[float, float, dict[str, float]]] = []
 
     def mark(self, examples: int) -> None:
         now = time.perf_counter()
         self.marks.append((now, int(examples)))
         self.cpu.append(_cpu_seconds())
         self.hook_marks.append(dict(self.in_hooks))
+        pass_on = bench_turns.current()
+        if pass_on is not None and len(self.marks) < self.total:
+            pass_on()  # a row of a group: the next row's epoch, then this row's again
+            self.resumed.append((time.perf_counter(), _cpu_seconds(), dict(self.in_hooks)))
+        else:
+            self.resumed.append((now, self.cpu[-1], self.hook_marks[-1]))
         if self.profile_path and len(self.marks) == 1:
             from pyinstrument import Profiler
 
@@ -118,15 +132,29 @@ class Clock:
     def result(self) -> dict[str, Any]:
         if len(self.marks) < 2:
             raise RuntimeError(f"Expected a warm-up epoch and a timed epoch; got {len(self.marks)}")
-        seconds = self.marks[-1][0] - self.marks[0][0]
-        examples = sum(n for _, n in self.marks[1:])
+        # each timed epoch: from this row's start of it (the previous mark, or its turn
+        # back after it in a group) to its end
+        spans = [
+            (self.marks[i][0] - self.resumed[i - 1][0], self.marks[i][1])
+            for i in range(1, len(self.marks))
+        ]
+        hooks = {
+            kind: sum(
+                self.hook_marks[i][kind] - self.resumed[i - 1][2][kind]
+                for i in range(1, len(self.marks))
+            )
+            for kind in ("batch", "epoch")
+        }
         return {
-            "seconds": seconds,
-            "examples": examples,
-            "epochs": len(self.marks) - 1,
-            "cpu_seconds": self.cpu[-1] - self.cpu[0],
-            "hook_batch_seconds": self.hook_marks[-1]["batch"] - self.hook_marks[0]["batch"],
-            "hook_epoch_seconds": self.hook_marks[-1]["epoch"] - self.hook_marks[0]["epoch"],
+            "seconds": sum(s for s, _ in spans),
+            "examples": sum(n for _, n in spans),
+            "epochs": len(spans),
+            "epoch_rates": [n / s for s, n in spans],
+            "cpu_seconds": sum(
+                self.cpu[i] - self.resumed[i - 1][1] for i in range(1, len(self.marks))
+            ),
+            "hook_batch_seconds": hooks["batch"],
+            "hook_epoch_seconds": hooks["epoch"],
         }
 
     def enter(self) -> None:
@@ -340,8 +368,12 @@ def records(spec: Spec, source: str = "records") -> str:
 
 #: Shuffle window of the packed rows, in examples (32 blocks of 128).
 PACKED_WINDOW = 4096
-#: What the in-memory rows measure for the RSS check (baseline and decoded size, MiB).
+#: What the in-memory rows note for the RSS check (MiB): the decoded size
+#: (``decoded_mb``) and the whole RSS just before the load (``rss_baseline_mb``, kept for
+#: the record; the check reads every row's ``anon_baseline_mb`` and ``anon_peak_mb``).
 MEMORY_USE: dict[str, float] = {}
+#: Seconds between two samples of the worker's anonymous RSS.
+RSS_SAMPLE_SECONDS = 0.05
 
 
 def _rss_now_mb() -> float:
@@ -351,10 +383,57 @@ def _rss_now_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _before_loading(spec: Spec) -> None:
-    """Note the worker's RSS before the in-memory pipeline loads, and the decoded size."""
+def _anon_rss_mb() -> float:
+    """This process's anonymous resident memory now (``RssAnon``), in MiB (Linux).
+
+    The memory the process itself allocated (numpy arrays, tensors, buffers, stacks),
+    without the file-backed pages of its libraries: a worker forked from the fork server
+    maps TensorFlow's libraries without having touched their pages, and faults in the
+    pages it runs (a hundred MB and more) whether or not it holds any data. Those pages
+    made the whole RSS before the load a baseline of the fork server's, not the worker's.
+    """
+    with open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("Expected an RssAnon line in /proc/self/status (Linux 4.5+)")
+
+
+class AnonPeak:
+    """A worker's anonymous RSS: its baseline now and its peak from now on.
+
+    Started when the worker starts its row (after its imports, which the fork server
+    did); a daemon thread samples every :data:`RSS_SAMPLE_SECONDS` until :meth:`stop`.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self.baseline = self.peak = _anon_rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(RSS_SAMPLE_SECONDS):
+            self.peak = max(self.peak, _anon_rss_mb())
+
+    def stop(self) -> dict[str, float]:
+        """Stop sampling; the baseline and the peak (with a last sample taken now), MiB."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        return {
+            "anon_baseline_mb": self.baseline,
+            "anon_peak_mb": max(self.peak, _anon_rss_mb()),
+        }
+
+
+def _before_loading(spec: Spec, decoded_mb: float | None = None) -> None:
+    """Note the decoded size the in-memory pipeline will hold (and the RSS before it)."""
     MEMORY_USE["rss_baseline_mb"] = _rss_now_mb()
-    MEMORY_USE["decoded_mb"] = num_examples(spec) * (784 + 8) / 2**20
+    if decoded_mb is None:
+        decoded_mb = num_examples(spec) * (784 + 8) / 2**20
+    MEMORY_USE["decoded_mb"] = decoded_mb
 
 
 def num_examples(spec: Spec) -> int:
@@ -983,18 +1062,56 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
 }
 
 
+def run_group(spec: Spec) -> dict[str, Any]:
+    """Run the rows of ``spec.group`` in this process, their epochs in turn.
+
+    Every other repeat the rows go in reverse order. Each row gets a directory of its
+    own; its result has its own seconds, examples and CPU time (its epochs only) and its
+    epochs' examples a second (``epoch_rates``), from which a target between two rows of
+    the group reads the median of the rounds' ratios. Their peak RSS is the process's.
+    """
+    import dataclasses
+
+    import bench_real  # the rows of --suite real (imports this module)
+    from bench_turns import run_group as take_turns
+
+    functions = {**FUNCTIONS, **bench_real.FUNCTIONS}
+    names = list(spec.group or [])
+    order = names if spec.repeat % 2 == 0 else names[::-1]
+
+    def run_one(name: str) -> dict[str, Any]:
+        row = dataclasses.replace(
+            spec, config=name, group=None, workdir=os.path.join(spec.workdir, name)
+        )
+        result = functions[name](row)
+        result["examples_per_sec"] = result["examples"] / result["seconds"]
+        return result
+
+    rows = take_turns(order, run_one)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    for result in rows.values():
+        result.update(rss_mb=rss, repeat=spec.repeat, group=spec.config)
+    return {"group": rows, "rss_mb": rss}
+
+
 def run_config(spec: Spec) -> dict[str, Any]:
     """Run one configuration in this process; add its peak RSS to the result."""
     os.makedirs(spec.workdir, exist_ok=True)
+    if spec.group:
+        return run_group(spec)
     import bench_real  # the rows of --suite real (imports this module)
 
     functions = {**FUNCTIONS, **bench_real.FUNCTIONS}
     if spec.config not in functions:
         raise ValueError(f"Expected one of {sorted(functions)}. Received: config={spec.config!r}")
     MEMORY_USE.clear()
-    result = functions[spec.config](spec)
+    anon = AnonPeak()  # this worker's own baseline, after its imports, and its peak
+    try:
+        result = functions[spec.config](spec)
+    finally:
+        MEMORY_USE.update(anon.stop())
     result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    result.update(MEMORY_USE)  # in-memory rows: the RSS before loading, the decoded size
+    result.update(MEMORY_USE)  # anonymous RSS: baseline, peak; in-memory rows: decoded size
     result["examples_per_sec"] = result["examples"] / result["seconds"]
     return result
 

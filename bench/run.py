@@ -51,6 +51,8 @@ if (ROOT / "tfr_hooks").is_dir():  # a checkout: benchmark the working tree
 
 from bench_configs import (  # noqa: E402
     DESCRIPTIONS,
+    GROUP_OF,
+    GROUPS,
     MODEL_FREE,
     MULTI_WORKER,
     REAL_KINDS,
@@ -162,6 +164,7 @@ def spec_for(args: argparse.Namespace, config: str, model: str, repeat: int) -> 
         "seed": args.seed,
         "repeat": repeat,
         "paired_rounds": args.paired_rounds,
+        "group": [c for c in GROUPS[config] if c in args.configs] if config in GROUPS else None,
     }
 
 
@@ -170,12 +173,14 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
 
     The real suite's rows run once each, under their data set's name (``img``, ``txt``).
     A row without the input measurement (``UNMEASURED``) runs right after its partner,
-    when both run, so the pair sees the same state of the machine.
+    when both run, so the pair sees the same state of the machine. The rows of a group
+    (``GROUPS``) run as one entry, the group, in one worker process, their epochs in turn.
     """
     configs = [c for c in args.configs if c not in UNMEASURED or UNMEASURED[c] not in args.configs]
     for unmeasured, measured in UNMEASURED.items():
         if unmeasured in args.configs and measured in configs:
             configs.insert(configs.index(measured) + 1, unmeasured)
+    configs = _grouped(configs)
     pairs = [(c, "-") for c in configs if c in MODEL_FREE]
     for model in args.model_list:
         if model in REAL_KINDS:
@@ -183,6 +188,22 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
         else:
             pairs += [(c, model) for c in configs if c not in MODEL_FREE and not kind_of(c)]
     return pairs
+
+
+def _grouped(configs: list[str]) -> list[str]:
+    """``configs`` with the rows of a group (two or more asked for) replaced by the group.
+
+    The group takes the place of its first row; a lone row of a group runs on its own.
+    """
+    asked = {group: [c for c in rows if c in configs] for group, rows in GROUPS.items()}
+    out: list[str] = []
+    for config in configs:
+        group = GROUP_OF.get(config)
+        if group is None or len(asked[group]) < 2:
+            out.append(config)
+        elif group not in out:
+            out.append(group)
+    return out
 
 
 class Pool:
@@ -427,9 +448,20 @@ def main(argv: list[str] | None = None) -> int:
             if config in MULTI_WORKER:
                 result = pool.call_cluster(spec, MULTI_WORKER[config])
             else:
+                rows = len(spec["group"] or [None])  # a group: its rows' time in one worker
+                pool.timeout = args.timeout * rows
                 result = pool.call("worker_entry", spec)
-            results.setdefault((config, model), []).append(result)
-            if result.get("ok"):
+                pool.timeout = args.timeout
+            if result.get("ok") and "group" in result:
+                _report_group(result, model, results, f"[{repeat + 1}/{args.repeats}")
+            elif config in GROUPS:  # the whole group failed: each of its rows did
+                for row in spec["group"]:
+                    results.setdefault((row, model), []).append(result)
+            else:
+                results.setdefault((config, model), []).append(result)
+            if result.get("ok") and "group" in result:
+                status = f"{len(result['group'])} rows in turn  RSS {result['rss_mb']:5.0f} MB"
+            elif result.get("ok"):
                 status = (
                     f"{result['examples_per_sec']:9,.0f} ex/s  {result['seconds']:6.2f} s timed  "
                     f"RSS {result['rss_mb']:5.0f} MB"
@@ -452,6 +484,24 @@ def main(argv: list[str] | None = None) -> int:
         pool.timeout = max(args.timeout, 3600.0)
         return run_positions(args, pool, {k: v for k, v in meta.items() if k != "configs"})
     return 0
+
+
+def _report_group(
+    result: dict[str, Any],
+    model: str,
+    results: dict[tuple[str, str], list[dict[str, Any]]],
+    prefix: str,
+) -> None:
+    """File each row of a group's result under its own name, and print it."""
+    for row, outcome in result["group"].items():
+        results.setdefault((row, model), []).append(outcome)
+        if outcome.get("ok"):
+            status = f"{outcome['examples_per_sec']:9,.0f} ex/s  {outcome['seconds']:6.2f} s timed"
+        else:
+            status = "FAILED: " + str(outcome.get("error")).splitlines()[0][:200]
+            if outcome.get("traceback"):
+                print(outcome["traceback"], file=sys.stderr, flush=True)
+        print(f"{prefix}    ] {row:24s} {model:3s} {status}", flush=True)
 
 
 def _versions(pool: Pool) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -466,3 +467,62 @@ def test_positions_suite_reports_resume_checkpoints_and_grain_with_targets(
     assert f"| {grain_run['best']} (best) |" in markdown
     assert "Grain's global shuffle (examples/s)" in targets
     assert "Grain's restore + 1 s" in targets
+
+
+@pytest.mark.slow
+@pytest.mark.main_only
+@pytest.mark.timeout(300)
+def test_group_runs_its_rows_in_one_process_epochs_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 56: the rows a target compares run in one worker, their epochs in turn, and
+    # the target reads the rounds' ratios; a standalone row's memory is its worker's own
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("bench_configs", "bench_data", "bench_report", "bench_workloads", "bench_turns"):
+        sys.modules.pop(name, None)
+    import bench_data
+    import bench_report
+    import bench_workloads
+
+    bench_data.write_dataset(tmp_path / "data", 512)
+    rows = ["session_loop_memory", "model_only"]
+    results: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for repeat in (0, 1):
+        spec = bench_workloads.Spec(
+            config="group_graph_memory",
+            model="mlp",
+            data_dir=str(tmp_path / "data"),
+            batch_size=64,
+            epochs=2,
+            workdir=str(tmp_path / "work" / str(repeat)),
+            repeat=repeat,
+            group=rows,
+        )
+        outcome = bench_workloads.run_config(spec)
+        for row, result in outcome["group"].items():
+            assert result["ok"], result.get("traceback")
+            assert (result["examples"], result["epochs"], result["repeat"]) == (1024, 2, repeat)
+            assert len(result["epoch_rates"]) == 2 and min(result["epoch_rates"]) > 0
+            results.setdefault((row, "mlp"), []).append(result)
+    alone = bench_workloads.run_config(
+        bench_workloads.Spec(
+            config="input_memory_tf2",
+            model="-",
+            data_dir=str(tmp_path / "data"),
+            batch_size=64,
+            epochs=1,
+            workdir=str(tmp_path / "work" / "alone"),
+        )
+    )
+    assert alone["anon_peak_mb"] >= alone["anon_baseline_mb"] > 0 and alone["decoded_mb"] > 0
+
+    tables = bench_report.summarize(results, ["mlp"], rows)
+    targets = {t.comparison: t for t in bench_report.check_targets(tables)}
+    paired = targets["session_loop_memory / model_only (paired)"]
+    loop, model = tables[0].get("session_loop_memory"), tables[0].get("model_only")
+    rounds = [
+        p / q
+        for key in loop.epoch_rates
+        for p, q in zip(loop.epoch_rates[key], model.epoch_rates[key], strict=True)
+    ]
+    assert len(rounds) == 4 and paired.ratio == pytest.approx(statistics.median(rounds))

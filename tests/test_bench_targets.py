@@ -1,0 +1,144 @@
+"""The benchmark's targets (bench/): anchors, paired readings of grouped rows, memory.
+
+Fast and without TensorFlow: the targets are checked on made-up results, and the turns
+of a group on threads that stand in for rows. No speed is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("bench_configs", "bench_anchors", "bench_targets", "bench_report", "bench_turns"):
+        sys.modules.pop(name, None)
+
+
+def _run(rate: float, **extra: object) -> dict[str, object]:
+    return {"ok": True, "examples_per_sec": rate, "rss_mb": 400.0, **extra}
+
+
+@pytest.mark.usefixtures("bench")
+def test_rows_of_a_group_take_turns_one_epoch_at_a_time() -> None:
+    import bench_turns
+
+    events: list[tuple[str, str]] = []
+    running: set[str] = set()
+    overlap: list[set[str]] = []
+
+    def row(name: str) -> dict[str, object]:
+        for _ in range(3):  # three epochs, each ended by the clock's mark
+            running.add(name)
+            if len(running) > 1:
+                overlap.append(set(running))
+            events.append((name, "epoch"))
+            running.discard(name)
+            pass_on = bench_turns.current()
+            assert pass_on is not None  # inside a group
+            pass_on()
+        if name == "b":
+            raise RuntimeError("boom")  # a failed row is skipped, the others go on
+        return {"name": name}
+
+    results = bench_turns.run_group(["a", "b", "c"], row)
+    assert [name for name, _ in events] == ["a", "b", "c"] * 3
+    assert overlap == []
+    assert results["a"] == {"ok": True, "name": "a"} and results["c"]["ok"] is True
+    assert results["b"]["ok"] is False and "boom" in str(results["b"]["error"])
+    assert bench_turns.current() is None  # outside a group: a clock does not wait
+
+
+@pytest.mark.usefixtures("bench")
+def test_target_between_rows_of_a_group_reads_the_rounds_ratios() -> None:
+    import bench_report
+
+    # the medians say 1.2 (60 / 50), the rounds of one process say 0.8: the rounds win
+    group = {"group": "group_graph_memory"}
+    results = {
+        ("session_loop_memory", "mlp"): [
+            _run(60.0, repeat=0, epoch_rates=[40.0, 40.0], **group),
+            _run(60.0, repeat=1, epoch_rates=[80.0, 80.0], **group),
+        ],
+        ("model_only", "mlp"): [
+            _run(50.0, repeat=0, epoch_rates=[50.0, 50.0], **group),
+            _run(50.0, repeat=1, epoch_rates=[100.0, 100.0], **group),
+        ],
+        # rows of separate processes: a ratio of medians, with the spread of the ratio
+        ("session_loop_dataset", "mlp"): [_run(100.0), _run(120.0)],
+        ("feed_dict_parse", "mlp"): [_run(80.0), _run(100.0)],
+    }
+    tables = bench_report.summarize(results, ["mlp"], [c for c, _ in results])
+    targets = {t.comparison: t for t in bench_report.check_targets(tables)}
+    paired = targets["session_loop_memory / model_only (paired)"]
+    assert paired.ratio == pytest.approx(0.8) and paired.met is False
+    assert paired.spread is None and not paired.crossed
+    apart = targets["session_loop_dataset / feed_dict_parse"]
+    assert apart.ratio == pytest.approx(110.0 / 90.0)
+    assert apart.spread == pytest.approx((1.0, 1.5))
+    assert apart.crossed  # 1.0 < 1.1 <= 1.5: the verdict is noise's
+    markdown = bench_report.render_markdown(tables, {"date": "today", "configs": []})
+    assert "| 1.00-1.50 crosses | >= 1.10 |" in markdown
+
+
+@pytest.mark.usefixtures("bench")
+def test_memory_target_reads_growth_over_the_workers_own_baseline_less_the_streamed_row() -> None:
+    import bench_report
+
+    def run(peak: float, baseline: float, **extra: object) -> dict[str, object]:
+        # the whole RSS before the load (the old baseline) is far below: not read
+        return _run(1.0, anon_peak_mb=peak, anon_baseline_mb=baseline, **extra)
+
+    results = {
+        ("input_memory_tf2", "-"): [run(380.0, 280.0, decoded_mb=50.0, rss_baseline_mb=10.0)],
+        ("input_tf2", "-"): [run(320.0, 280.0)],  # the same row streamed grows 40 MB
+    }
+    tables = bench_report.summarize(results, ["mlp"], [c for c, _ in results])
+    (memory,) = [
+        t for t in bench_report.check_targets(tables) if t.target.startswith("in-memory RSS")
+    ]
+    # (100 - 40) / 50 = 1.2 of the decoded size, within 1.5
+    assert memory.ratio == pytest.approx(1.5 / 1.2) and memory.met is True
+
+
+@pytest.mark.usefixtures("bench")
+def test_every_target_has_an_anchor_and_unlike_comparisons_are_gone() -> None:
+    import bench_anchors
+    import bench_report
+    import bench_targets
+
+    with pytest.raises(ValueError, match="Received: target='faster than light'"):
+        bench_targets.Target("mlp", "faster than light", "a / b", 1.0, 1.0, True)
+    tables, _ = bench_report.load_results(str(BENCH / "results" / "latest.json"))
+    targets = bench_report.check_targets(tables)
+    assert {t.target for t in targets} <= bench_anchors.LABELS
+    pairs = {t.comparison.removesuffix(" (paired)") for t in targets}
+    # the TF2 loops against their own ceiling; tensor-fed against feed_dict on one model
+    assert "function_loop_32_memory / model_only_tf2" in pairs
+    assert not any(p.startswith("function_loop") and p.endswith("/ model_only") for p in pairs)
+    assert not any(p.startswith("function_loop") and "feed_dict" in p for p in pairs)
+    assert "function_loop_32_cb / keras3_fit_cb" not in pairs  # spe 32 against 1
+    assert all(t.threshold <= 1.1 for t in targets if "feed_dict_parse" in t.comparison)
+    old = " ".join(r.old for r in bench_anchors.RESTATED)
+    for gone in ("3x feed_dict parsing", "smaller ceiling", "decoded data + baseline"):
+        assert gone in old  # listed in its old form, not dropped silently
+
+
+def test_groups_hold_each_row_once_and_only_known_rows() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        sys.modules.pop("bench_configs", None)
+        import bench_configs
+    finally:
+        sys.path.remove(str(BENCH))
+    rows = [r for members in bench_configs.GROUPS.values() for r in members]
+    assert len(rows) == len(set(rows))
+    assert set(rows) <= {name for name, _ in bench_configs.ROWS}
+    assert json.dumps(bench_configs.GROUP_OF)  # plain data
