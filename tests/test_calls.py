@@ -15,18 +15,28 @@ from tfr_hooks.runners import StepResult
 
 
 class Watcher(tfr_hooks.Hook):
-    """Records each call it is handed; its ``before_run`` takes 20 ms (a slow hook)."""
+    """Records each call it is handed; its ``before_run`` takes 20 ms (a slow hook).
+
+    ``events`` is the order of its ``before_run``s and the calls, ``before_run_secs``
+    what each ``before_run`` took by the engine's clock.
+    """
 
     needs_every_step = False
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
+        self.events: list[str] = []
+        self.before_run_secs: list[float] = []
 
     def before_run(self, run_context: Any) -> None:
+        started = time.perf_counter()
         time.sleep(0.02)
+        self.before_run_secs.append(time.perf_counter() - started)
+        self.events.append("before_run")
 
     def observe_call(self, call: Call) -> None:
         self.calls.append(call)
+        self.events.append("validation" if call.validation else "training")
 
 
 class Measured(FakeRunner):
@@ -52,10 +62,13 @@ def test_the_engine_hands_each_training_and_validation_call_to_the_hooks_that_ob
         (1, 1, 4, 0.001),
         (0, 1, 0, None),
     ]
-    assert all(c.secs >= 0.02 for c in training)  # the hooks' time is the call's
+    # the hooks' time is the call's: each call spans its before_run (one clock, no bound)
+    assert len(watcher.before_run_secs) == len(training)
+    assert all(c.secs >= s for c, s in zip(training, watcher.before_run_secs, strict=True))
     # the two validation batches; the call that found the end is not handed on
     assert [(c.steps, c.limit) for c in validation] == [(1, 1), (1, 1)]
-    assert all(c.secs < 0.02 for c in validation)  # no before_run around them
+    # no before_run around them: none runs between the last training call and them
+    assert watcher.events == ["before_run", "training"] * 4 + ["validation"] * 2
 
 
 def test_only_hooks_with_observe_call_are_call_observers() -> None:

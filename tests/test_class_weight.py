@@ -1,4 +1,4 @@
-"""``class_weight`` as ``model.fit`` means it: the lookup, and FunctionLoop against fit.
+"""``class_weight`` as ``model.fit`` means it: the lookup, and both loops against fit.
 
 The parity tests train Keras 3's own ``model.fit(..., class_weight=...)`` and
 ``FunctionLoop(..., class_weight=...)`` from the same initial weights on the same
@@ -15,8 +15,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
-from tfr_hooks import FunctionLoop, tfrecord
+from tfr_hooks import FunctionLoop, SessionLoop, keras_training_graph, tfrecord
 from tfr_hooks.class_weight import check_class_weight, class_weights, weigh_batch
 
 N_TRAIN, N_VAL, BATCH, CLASSES = 90, 40, 16, 3  # 5 full batches and one of 10
@@ -183,6 +184,90 @@ def test_class_weight_changes_training_and_validation_stays_unweighted(
     val_weighted = val.map(lambda x, y: (x, y, tf.gather(table, y)))
     as_if_weighted = weighted.evaluate(val_weighted, verbose=0, return_dict=True)
     assert history["val_loss"][-1] != pytest.approx(as_if_weighted["loss"], rel=1e-3)
+
+
+WEIGHTED = ["accuracy", "sparse_categorical_crossentropy"]
+
+
+def _graph_mode_history(
+    records: dict[str, Path], initial: list[np.ndarray]
+) -> tuple[dict[str, list[Any]], list[np.ndarray]]:
+    """SessionLoop on a tensor-fed tf_keras copy of ``_model``, from ``initial`` weights.
+
+    Trained with the ``w`` column and ``CLASS_WEIGHT``, validated with the ``w`` column.
+    """
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():
+        train = v1.data.make_initializable_iterator(_fit_batches(records["train"], ("x", "y", "w")))
+        val = v1.data.make_initializable_iterator(_fit_batches(records["val"], ("x", "y", "w")))
+        x, y, w = train.get_next()
+        inputs = tf_keras.Input(tensor=x)
+        layers = [
+            tf_keras.layers.Dense(
+                units,
+                activation=activation,
+                kernel_initializer=tf_keras.initializers.Constant(kernel),
+                bias_initializer=tf_keras.initializers.Constant(bias),
+            )
+            for units, activation, kernel, bias in (
+                (8, "relu", *initial[:2]),
+                (CLASSES, "softmax", *initial[2:]),
+            )
+        ]
+        model = tf_keras.Model(inputs, layers[1](layers[0](inputs)))
+        training = keras_training_graph(
+            model,
+            y,
+            loss="sparse_categorical_crossentropy",
+            optimizer=tf_keras.optimizers.legacy.SGD(0.1),
+            metrics=["accuracy"],
+            weighted_metrics=WEIGHTED,
+            sample_weight=w,
+            class_weight=CLASS_WEIGHT,
+        )
+        vx, vy, vw = val.get_next()
+        validation = training.validation(vx, vy, initializers=[val.initializer], sample_weight=vw)
+        loop = SessionLoop(training, initializers=[train.initializer], handle_signals=False)
+        with v1.Session() as session:
+            history = loop.run(EPOCHS, validation_data=validation, session=session)
+            weights = session.run(model.weights)
+    return history, weights
+
+
+@pytest.mark.slow
+def test_graph_mode_weighted_metrics_are_fit_s_epoch_values(records: dict[str, Path]) -> None:
+    # batches of 16 with a last one of 10 (train) and 8 (validation): a batch's size and
+    # its weight are not proportional, so an epoch mean by size differs from fit's
+    reference = _model("sparse_categorical_crossentropy")
+    reference.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        weighted_metrics=WEIGHTED,
+        steps_per_execution=1,
+    )
+    initial = reference.get_weights()
+    expected = reference.fit(
+        _fit_batches(records["train"], ("x", "y", "w"), CLASS_WEIGHT),
+        validation_data=_fit_batches(records["val"], ("x", "y", "w")),
+        epochs=EPOCHS,
+        shuffle=False,
+        verbose=0,
+    ).history
+    ours, weights = _graph_mode_history(records, initial)
+
+    for theirs, mine in zip(reference.get_weights(), weights, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-5)
+    assert set(expected) == {
+        f"{prefix}{name}"
+        for prefix in ("", "val_")
+        for name in ("loss", "accuracy", "weighted_accuracy", *WEIGHTED[1:])
+    }
+    for key in expected:  # each epoch, training and validation
+        assert ours[key] == pytest.approx(expected[key], rel=0, abs=1e-6), key
+    # the weights matter: the weighted accuracy is not the plain one
+    assert ours["weighted_accuracy"] != pytest.approx(ours["accuracy"], abs=1e-3)
+    assert ours["val_weighted_accuracy"] != pytest.approx(ours["val_accuracy"], abs=1e-3)
 
 
 def test_arguments_are_checked() -> None:

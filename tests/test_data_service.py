@@ -80,17 +80,20 @@ def test_a_malformed_address_is_refused(given: str) -> None:
 
 
 def test_a_closed_port_is_an_error_at_once_naming_the_address(closed_port: int) -> None:
-    started = time.monotonic()
-    with pytest.raises(ConnectionError, match=rf"grpc://127\.0\.0\.1:{closed_port}: .*refused"):
+    # at once: the refused connection is the error, not a wait for the timeout's end
+    with pytest.raises(
+        ConnectionError, match=rf"grpc://127\.0\.0\.1:{closed_port}: .*refused"
+    ) as error:
         check_dispatcher(f"127.0.0.1:{closed_port}", timeout=30)
-    assert time.monotonic() - started < 2
+    assert "within 30 s" not in str(error.value)
 
 
 def test_an_unknown_host_is_an_error_at_once() -> None:
-    started = time.monotonic()
-    with pytest.raises(ConnectionError, match=r"grpc://no-such-host\.invalid:5050"):
+    # at once: the name lookup's failure is the error, not a wait for the timeout's end
+    with pytest.raises(ConnectionError, match=r"grpc://no-such-host\.invalid:5050") as error:
         check_dispatcher("no-such-host.invalid:5050", timeout=30)
-    assert time.monotonic() - started < 10
+    assert "within 30 s" not in str(error.value)
+    assert isinstance(error.value.__cause__, OSError)  # from the lookup, before any RPC
 
 
 def test_the_cli_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,8 +220,8 @@ def test_a_worker_waits_at_most_wait_timeout_then_exits_1_naming_the_address(
     (error,) = [line for line in result.stderr.splitlines() if "error:" in line]
     assert error.startswith("tfr-hooks data-service worker: error: No tf.data service")
     assert f"grpc://127.0.0.1:{closed_port} within the 2 s" in error and "--wait-timeout" in error
-    assert "tensorflow" not in result.stderr.lower()
-    assert 2 <= time.monotonic() - started < 10  # waited, and before TensorFlow is imported
+    assert "tensorflow" not in result.stderr.lower()  # before TensorFlow is imported
+    assert time.monotonic() - started >= 2  # waited its --wait-timeout (a lower bound)
 
 
 @pytest.mark.data_service
@@ -231,10 +234,9 @@ def test_a_signal_while_a_worker_waits_ends_it_promptly_with_status_0(
 ) -> None:
     worker, log = cli_server("worker", "--dispatcher", f"127.0.0.1:{closed_port}")
     _wait_for_line(log, worker, "waiting for a dispatcher")
-    started = time.monotonic()
     worker.send_signal(signum)
+    # a worker without --wait-timeout waits for ever: ending at all is the signal's doing
     assert worker.wait(timeout=30) == 0, log.read_text()
-    assert time.monotonic() - started < 5
     name = signal.Signals(signum).name
     assert f"stopping on {name}, before a dispatcher answered" in log.read_text()
 
@@ -250,7 +252,7 @@ def test_run_worker_raises_connection_error_past_wait_timeout(
         pytest.raises(ConnectionError, match=address),
     ):
         run_worker(f"127.0.0.1:{closed_port}", wait_timeout=1)
-    assert 1 <= time.monotonic() - started < 10
+    assert time.monotonic() - started >= 1  # waited its wait_timeout (a lower bound)
     assert caplog.text.count("waiting for a dispatcher") == 1
 
 
@@ -270,10 +272,9 @@ def test_a_worker_does_not_wait_for_a_server_that_is_not_a_dispatcher() -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        started = time.monotonic()
+        # no wait_timeout: it would wait for ever (the test's timeout would end it)
         with pytest.raises(ConnectionError, match=r"a server that is not a tf\.data dispatcher"):
-            run_worker(f"127.0.0.1:{port}")  # no wait_timeout: it would wait forever
-        assert time.monotonic() - started < 10
+            run_worker(f"127.0.0.1:{port}")
     finally:
         server.stop(grace=None).wait(timeout=10)
 
@@ -344,8 +345,7 @@ def test_a_killed_worker_leaves_the_read_to_the_other_and_none_left_is_seen() ->
         with pytest.raises(tf.errors.CancelledError, match="Data service iterator was cancelled"):
             while time.monotonic() - started < 60:
                 cancelable()
-        done.set()
-        assert time.monotonic() - started < 30
+        done.set()  # cancelled: pytest.raises fails if 60 s of reads end otherwise
         processes = [service.dispatcher, *service.workers]
     assert [p.returncode for p in processes] == [0, -signal.SIGKILL, -signal.SIGKILL]
 
@@ -369,7 +369,6 @@ def test_with_the_dispatcher_gone_a_read_waits_until_cancelled() -> None:
         with pytest.raises(tf.errors.CancelledError):
             while time.monotonic() - started < 60:
                 cancelable()
-        done.set()
-        assert time.monotonic() - started < 30
+        done.set()  # cancelled: pytest.raises fails if 60 s of reads end otherwise
         processes = service.workers
     assert [p.returncode for p in processes] == [0]  # stopped on SIGTERM, within the bound

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,12 +109,11 @@ def test_a_malformed_address_is_refused(plain: list[str]) -> None:
 
 
 def test_a_closed_port_is_an_error_at_once(plain: list[str], closed_port: int) -> None:
-    started = time.monotonic()
-    with pytest.raises(ConnectionError, match=f"grpc://127.0.0.1:{closed_port}"):
+    # at once: the refused connection is the error, not a wait for a dispatcher's answer
+    with pytest.raises(ConnectionError, match=f"grpc://127.0.0.1:{closed_port}: .*refused"):
         tfrecord.dataset(plain, 16, service=f"127.0.0.1:{closed_port}")
-    with tf.Graph().as_default(), pytest.raises(ConnectionError, match=str(closed_port)):
+    with tf.Graph().as_default(), pytest.raises(ConnectionError, match=f"{closed_port}: .*refused"):
         tfrecord.read_batches(plain, 16, service=f"grpc://127.0.0.1:{closed_port}")
-    assert time.monotonic() - started < 10
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ def test_mirrored_strategy_matches_a_single_device_run() -> None:
     run = result["step_fn_auto"]
     assert run["epochs"] == [[500, 8000], [500, 8000]]
     assert run["history"]["index"] == pytest.approx([3999.5, 3999.5])
+    # the calls as the tuner sees them are scripted (the child's Cheap): exact on any machine
     assert max(run["history"][HISTORY_KEY]) > 1 and run["calls"] < 1000  # calls of several steps
 
     # a Keras model created under the strategy trains as it does on one device

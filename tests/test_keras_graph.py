@@ -203,6 +203,48 @@ def test_validation_stays_unweighted(graph: tf.Graph) -> None:
     assert values["accuracy"] == pytest.approx((probs.argmax(1) == labels).mean())
 
 
+def test_epoch_value_of_a_weighted_metric_weighs_each_batch_by_its_weight(
+    graph: tf.Graph,
+) -> None:
+    # 90 examples: batches of 24, 24, 24 and 18, whose weights are not proportional to
+    # their sizes; a learning rate of 0 keeps the model, so the epoch value is the
+    # weighted mean over all examples (fit's), not a mean of batch means by batch size
+    n = 90
+    data = (TRAIN[0][:n], TRAIN[1][:n], WEIGHTS[:n])
+    it = v1.data.make_initializable_iterator(batches(data))  # type: ignore[arg-type]
+    x, y, w = it.get_next()
+    val_weights = WEIGHTS[::-1][: len(VAL[1])].copy()
+    val_it = v1.data.make_initializable_iterator(batches((*VAL, val_weights)))  # type: ignore[arg-type]
+    vx, vy, vw = val_it.get_next()
+    inputs = tf_keras.layers.Input(tensor=x)
+    dense = tf_keras.layers.Dense(2, activation="softmax")
+    model = tf_keras.Model(inputs, dense(inputs))
+    training = tfr_hooks.keras_training_graph(
+        model,
+        y,
+        loss="sparse_categorical_crossentropy",
+        optimizer=SGD(0.0),
+        weighted_metrics=["accuracy"],
+        sample_weight=w,
+        class_weight=CLASS_WEIGHT,
+    )
+    validation = training.validation(vx, vy, initializers=[val_it.initializer], sample_weight=vw)
+    loop = tfr_hooks.SessionLoop(training, initializers=[it.initializer], handle_signals=False)
+    with v1.Session() as session:
+        history = loop.run(1, validation_data=validation, session=session)
+        kernel, bias = session.run(dense.weights)
+
+    def weighted_accuracy(xs: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> float:
+        correct = ((xs @ kernel + bias).argmax(1) == labels).astype(np.float64)
+        return float((weights * correct).sum() / weights.sum())
+
+    class_weights = np.array([CLASS_WEIGHT[int(c)] for c in data[1]])
+    expected = weighted_accuracy(data[0], data[1], data[2] * class_weights)
+    assert history["accuracy"] == [pytest.approx(expected, abs=1e-6)]
+    expected = weighted_accuracy(*VAL, val_weights)
+    assert history["val_accuracy"] == [pytest.approx(expected, abs=1e-6)]
+
+
 def test_loss_objects_and_one_hot_labels_are_weighted_too(graph: tf.Graph) -> None:
     model, y, init = tensor_fed([tf_keras.layers.Dense(2, activation="softmax")])
     one_hot = tf.one_hot(y, 2)

@@ -145,16 +145,41 @@ def test_in_memory_global_is_a_fresh_permutation_each_epoch(class_files):
     assert not np.array_equal(first, second)
 
 
-@pytest.mark.slow  # a training run; the reads above check the epoch it trains on
+@pytest.mark.slow  # two training epochs
 def test_function_loop_trains_an_epoch(class_files):
     import tfr_hooks
 
+    total = CLASSES * PER_CLASS
     data = tfrecord.dataset(class_files, 256, shuffle="global", seed=3, as_tuple=("id", "label"))
-    data = data.map(lambda x, y: (tf.cast(x, tf.float32) / 6000.0, y))
+    data = data.map(lambda x, y: (tf.cast(x, tf.float32) / total, y))
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(CLASSES)])
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = tfr_hooks.FunctionLoop(data, model=model).run(epochs=1)
-    assert history is not None
+    trained: list[np.ndarray] = []  # the ids of each batch the model trained on
+    train_step = model.train_step
+
+    def note(x):
+        trained.append(np.rint(x.numpy().reshape(-1) * total).astype(np.int64))
+        return np.int64(0)
+
+    def recording_step(batch):
+        done = tf.py_function(note, [batch[0]], tf.int64)
+        with tf.control_dependencies([done]):
+            return train_step(batch)
+
+    model.train_step = recording_step
+    initial = model.get_weights()
+    history = tfr_hooks.FunctionLoop(data, model=model, steps_per_execution=1).run(epochs=2)
+
+    steps = -(-total // 256)
+    assert len(trained) == 2 * steps and len(history["loss"]) == 2
+    # each epoch trains on every example once, in the order a plain read of it gives
+    reads = tfrecord.dataset(class_files, 256, shuffle="global", seed=3)
+    for epoch in range(2):
+        ids = np.concatenate(trained[epoch * steps : (epoch + 1) * steps])
+        np.testing.assert_array_equal(ids, _epoch_ids(reads))
+    assert not np.array_equal(trained[0], trained[steps])  # a new order each epoch
+    assert all(np.isfinite(history["loss"]))
+    assert not np.allclose(model.get_weights()[0], initial[0])  # it trained
 
 
 def test_errors_name_shuffle_and_what_works(class_files, tmp_path):

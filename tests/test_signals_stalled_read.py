@@ -103,18 +103,15 @@ def test_sigterm_ends_a_run_whose_read_stalled(
         service.kill_worker(victim)  # its share of the epoch never ends: the read stalls
         time.sleep(6)  # the other workers' shares read, the step blocked for seconds
         assert proc.poll() is None, stderr.read_text()[-3000:]
-        sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        end = lines.wait_for("END", STOP)
+        end = lines.wait_for("END", STOP)  # raises past STOP: the run never ended
         code = proc.wait(timeout=STOP)
-        took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
     text = stderr.read_text()
     assert code != 0, text[-3000:]
-    assert took < STOP
     assert "SIGTERM received while a step was blocked reading its input" in text, text[-3000:]
     assert "Cancelling its read" in text
     assert end.split()[1] != "0"  # every hook's end ran, after the steps it saw

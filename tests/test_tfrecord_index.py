@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -56,16 +57,28 @@ def test_an_index_is_one_offset_a_block_not_one_a_record(tmp_path: Path) -> None
     assert stored < 8 * 160 + 512  # 8 bytes a block and a header; 16 a record would be 320 kB
 
 
-def test_stored_beside_the_file_and_reused(tmp_path: Path) -> None:
+def test_stored_beside_the_file_and_reused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "a.tfrecord"
     write(path, [10] * 300)
-    first = ix.record_index(str(path))
-    stored = Path(str(path) + ix.INDEX_SUFFIX)
-    assert stored.exists()
-    written = stored.stat().st_mtime_ns
-    again = ix.record_index(str(path))
-    assert again.same(first) and stored.stat().st_mtime_ns == written  # read, not rebuilt
+    with caplog.at_level(logging.INFO, logger=ix.__name__):
+        first = ix.record_index(str(path))
+        stored = Path(str(path) + ix.INDEX_SUFFIX)
+        assert stored.exists()
+        written = stored.stat()
+        assert [r.getMessage() for r in caplog.records if "indexed" in r.getMessage()]
+        caplog.clear()
+        again = ix.record_index(str(path))
+    assert again.same(first)
+    # read, not rebuilt: no build logged, and the same file (a rebuild replaces the file
+    # by a new one, so its inode changes; a time stamp may not, within its resolution)
+    assert not [r.getMessage() for r in caplog.records if "indexed" in r.getMessage()]
+    now = stored.stat()
+    assert (now.st_ino, now.st_size) == (written.st_ino, written.st_size)
     assert ix.load_index(str(path)) is not None
+    ix.record_index(str(path), rebuild=True)  # what the check above tells apart
+    assert stored.stat().st_ino != written.st_ino
 
 
 def test_a_changed_file_is_indexed_again(tmp_path: Path) -> None:

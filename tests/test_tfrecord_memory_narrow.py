@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
+from tfr_hooks.tfrecord.pipelines import pipeline
 from tfr_hooks.tfrecord.pipelines.memory import serve
 from tfr_hooks.tfrecord.pipelines.memory.narrow import narrowing
 
@@ -33,6 +34,8 @@ FINISHES: dict[str, tuple[Callable[[Any], Any], bool]] = {
         lambda img: tf.constant(1 / 255, tf.float32) * tf.cast(img, tf.float32),
         True,
     ),
+    # the constant first, where the order matters: widened as x / 255, the values differ
+    "divided_first": (lambda img: 255.0 / tf.cast(img, tf.float32), True),
     "convert_image_dtype": (lambda img: tf.image.convert_image_dtype(img, tf.float32), True),
     "cast_only": (lambda img: tf.cast(img, tf.float16), True),
     # decode_png's shape as TensorFlow knows it without ensure_shape: [None, None, 3]
@@ -97,6 +100,31 @@ def test_in_memory_float_images_equal_map_fn_values_exactly(
     np.testing.assert_array_equal(labels, np.arange(COUNT))
     assert images.dtype == expected.dtype
     assert np.array_equal(images.view(np.uint8), expected.view(np.uint8))  # bit for bit
+
+
+@pytest.mark.parametrize("finish", list(FINISHES))
+def test_in_memory_pipeline_holds_uint8_where_map_fn_casts_and_scales(
+    pngs: str, finish: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what the pipeline serves from: the arrays handed to memory_dataset (the real one)
+    held: list[dict[str, Any]] = []
+
+    def serving(arrays: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        held.append(dict(arrays))
+        return pipeline_memory_dataset(arrays, *args, **kwargs)
+
+    pipeline_memory_dataset = pipeline.memory_dataset
+    monkeypatch.setattr(pipeline, "memory_dataset", serving)
+    fn, narrows = FINISHES[finish]
+    data = tfrecord.dataset(
+        [pngs], 8, in_memory=True, shuffle_buffer=0, num_epochs=1, map_fn=_map_fn(fn)
+    )
+    assert data.element_spec["image"].dtype != tf.uint8  # served as map_fn returns it
+    [arrays] = held
+    image = np.asarray(arrays["image"])
+    # a quarter of the floats' bytes where map_fn only casts and scales
+    assert image.dtype == (np.uint8 if narrows else np.float32)
+    assert image.nbytes == COUNT * SIDE * SIDE * 3 * (1 if narrows else 4)
 
 
 def test_shuffled_float_images_in_memory_are_the_same_values_as_tuples(pngs: str) -> None:

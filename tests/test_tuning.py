@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import os
 import random
@@ -493,7 +495,17 @@ def test_the_tuner_as_a_table_of_calls_values_and_phases(row: Row) -> None:
     for i, (segment, value, phase) in enumerate(segments):
         durations = feed(tuner, segment)
         assert (tuner.value, tuner.phase) == (value, phase), f"after segment {i}: {segment}"
-        assert tuner.settled == (phase is not Phase.CLIMBING)
+        if isinstance(segment, Calls):
+            # settled: more calls of the same cost leave the value where it is; climbing:
+            # they move it or settle it (on a copy, so that the row goes on from here)
+            more, states = copy.deepcopy(tuner), []
+            for _ in range(200):
+                feed(more, dataclasses.replace(segment, count=1))
+                states.append((more.value, more.phase))
+            if tuner.settled:
+                assert {v for v, _ in states} == {value}, f"settled after segment {i}: {states}"
+            else:
+                assert set(states) != {(value, phase)}, f"still climbing after segment {i}"
         if isinstance(segment, Calls) and segment.within_bound:
             assert max(durations[1:]) <= CALL_SECS
 
@@ -573,6 +585,29 @@ class StopAt(tfr_hooks.Hook):
             self.loop.request_stop("a test")
 
 
+class Scripted(StepsTuner):
+    """A tuner that sees each call last ``cost(k)`` seconds instead of its wall-clock time.
+
+    The loop's calls are real; what they cost is the test's, so the values the loop runs
+    with do not depend on the machine or its load (the rule is tested on its own above).
+    ``cost`` may be changed between calls (a step that becomes dearer).
+    """
+
+    def __init__(self, cost: Callable[[int], float]) -> None:
+        super().__init__()
+        self.cost = cost
+
+    def observe(self, steps: int, limit: int, secs: float) -> int:
+        return super().observe(steps, limit, self.cost(steps))
+
+
+def scripted(loop: FunctionLoop, cost: Callable[[int], float]) -> Scripted:
+    """Give ``loop``'s training calls the durations ``cost`` says; the tuner."""
+    assert loop.tuning is not None
+    loop.tuning.train = Scripted(cost)
+    return loop.tuning.train
+
+
 class ResumeAt(tfr_hooks.Hook):
     """Sets ``loop.initial_step`` as a checkpoint hook restoring a mid-epoch position does."""
 
@@ -593,6 +628,7 @@ def trained(hooks: list[Any], epochs: int, initial_epoch: int = 0) -> tuple[list
     loop = FunctionLoop(
         data, step_fn=recording_step(seen, count), hooks=hooks, steps_per_execution="auto"
     )
+    scripted(loop, FAST)  # calls of up to 512 steps, whatever the machine's load
     loop.run(epochs=epochs, initial_epoch=initial_epoch)
     return [int(v) for v in seen.numpy()[: int(count.numpy())]], loop.loop
 
@@ -604,7 +640,7 @@ def test_a_run_resumed_mid_epoch_with_auto_trains_the_batches_of_an_uninterrupte
     stop = StopAt(2100)
     before, state = trained([stop], epochs=2)
     assert state.epoch == 1 and 0 < state.epoch_steps < 2000  # stopped inside epoch 1
-    assert max(stop.calls) > 1  # with calls of several steps (how many is the machine's)
+    assert max(stop.calls) == 512  # with calls of many steps
     after, _ = trained([ResumeAt(state.epoch_steps)], epochs=2, initial_epoch=1)
     assert before + after == whole
 
@@ -642,51 +678,74 @@ class Cost:
         return {"x": tf.reduce_mean(tf.cast(batch, tf.float32)) + slept}
 
 
-class CostFrom(tfr_hooks.Hook):
-    """Sets the step's cost to ``secs`` from epoch ``epoch`` on."""
-
-    def __init__(self, cost: Cost, epoch: int, secs: float) -> None:
-        self.cost, self.epoch, self.secs = cost, epoch, secs
-
-    def epoch_begin(self, epoch: int) -> None:
-        if epoch >= self.epoch:
-            self.cost.set(self.secs)
-
-
 @pytest.mark.slow
 def test_real_calls_grow_on_a_cheap_step_and_stay_at_one_on_an_expensive_one(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    counts = CountsCallSteps()
     cheap = FunctionLoop(
-        tf.data.Dataset.range(4000).batch(2), step_fn=Cost(0.0).step, steps_per_execution="auto"
+        tf.data.Dataset.range(4000).batch(2),
+        step_fn=Cost(0.0).step,
+        hooks=[counts],
+        steps_per_execution="auto",
     )
+    scripted(cheap, FAST)  # a cheap step, as any machine's load would time it
     with caplog.at_level(logging.INFO, logger="tfr_hooks"):
         history = cheap.run(epochs=2)
     assert history["x"] == pytest.approx([1999.5, 1999.5])  # every batch, once an epoch
-    assert max(history[HISTORY_KEY]) >= 64
+    assert history[HISTORY_KEY] == [512.0, 512.0] and choose(0.002, 0.0005) == 512
+    # the calls run the tuner's values: they grew, and the epoch's end cuts the last
+    assert counts.calls[:4] == [1, 1, 1, 1] and max(counts.calls) == 512
+    assert sum(counts.calls) == 4000 and len(counts.calls) < 4000 // 64
     # the input report names the value chosen by the end of its epoch
     reports = [r.getMessage() for r in caplog.records if "waiting for input" in r.getMessage()]
     assert reports and f"(steps_per_execution={int(history[HISTORY_KEY][0])})" in reports[0]
     costly = FunctionLoop(
         tf.data.Dataset.range(16).batch(2), step_fn=Cost(0.3).step, steps_per_execution="auto"
     )
-    assert costly.run(epochs=1)[HISTORY_KEY] == [1.0]  # two steps would take 0.6 s
+    # two steps would take at least 0.6 s (a sleep is never shorter): a loaded machine
+    # only makes the calls longer
+    assert costly.run(epochs=1)[HISTORY_KEY] == [1.0]
 
 
 @pytest.mark.slow
 def test_real_calls_follow_a_step_that_becomes_far_dearer() -> None:
-    cost = Cost(0.0)
+    dear = DearFrom(1)
+    counts = CountsCallSteps()
     loop = FunctionLoop(
-        tf.data.Dataset.range(400).batch(2),  # 200 steps an epoch
-        step_fn=cost.step,
-        hooks=[CostFrom(cost, 3, 0.02)],
+        tf.data.Dataset.range(4000).batch(2),  # 2,000 steps an epoch
+        step_fn=Cost(0.0).step,
+        hooks=[dear, counts],
         steps_per_execution="auto",
     )
-    values = loop.run(epochs=4)[HISTORY_KEY]
-    assert values[2] >= 64  # a cheap step: many steps a call
-    # 20 ms a step: the first call (of seconds) brings it down at once, and the climb
-    # from there stays within the half-second bound (16 steps)
-    assert values[3] <= 16
+    # the durations the tuner sees: 0.5 ms a step, then 20 ms from epoch 1 on
+    scripted(loop, lambda k: 0.002 + k * (0.02 if dear.now else 0.0005))
+    values = loop.run(epochs=2)[HISTORY_KEY]
+    assert values == [512.0, 16.0] and choose(0.002, 0.02) == 16
+    # the first dear call (of 512 steps, 10 s) brings it down at once, and no call after
+    # it breaks the half-second bound
+    epoch_1 = _calls_from_step(counts.calls, 2000)
+    assert epoch_1[0] == 512 and max(epoch_1[1:]) * 0.02 <= CALL_SECS, epoch_1
+
+
+class DearFrom(tfr_hooks.Hook):
+    """Says (``now``) whether the step is dear: from epoch ``epoch`` on."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch, self.now = epoch, False
+
+    def epoch_begin(self, epoch: int) -> None:
+        self.now = epoch >= self.epoch
+
+
+def _calls_from_step(calls: list[int], step: int) -> list[int]:
+    """The calls (their steps) from the one that starts at ``step`` on."""
+    done = 0
+    for i, steps in enumerate(calls):
+        if done == step:
+            return calls[i:]
+        done += steps
+    raise AssertionError(f"no call starts at step {step}: {calls}")
 
 
 class Latency(tfr_hooks.Hook):
@@ -729,19 +788,20 @@ def test_stop_requests_and_sigterm_are_answered_within_the_call_bound(stop: Any)
     assert choose(0.05, 0.01) == 32 and choose(0.05, 0.01, call_secs=1e9) == 512
     latency = Latency(stop)
     loop = FunctionLoop(
-        tf.data.Dataset.range(20000).batch(2),  # an epoch of 100 s
-        step_fn=Cost(0.01).step,
+        tf.data.Dataset.range(4000).batch(2),  # 2,000 steps: a few seconds if never stopped
+        step_fn=Cost(0.001).step,
         hooks=[latency],
         steps_per_execution="auto",
     )
+    scripted(loop, linear(0.05, 0.01))  # the calls as the tuner sees them, on any machine
     loop.run(epochs=1)
     assert latency.asked is not None and latency.asked != float("inf"), "never stopped"
     # counted in calls, not seconds (a loaded machine stretches both): the call under way
     # when the stop came ends, and no other starts
     after = [value for at, value in latency.calls if at > latency.asked]
     assert len(after) <= 1, after
-    assert latency.loop.global_step < 20000 // 2  # the epoch was cut short
-    assert max(value for _, value in latency.calls) in (16, 32)  # held by the call bound
+    assert latency.loop.global_step < 2000  # the epoch was cut short
+    assert max(value for _, value in latency.calls) == 32  # held by the call bound
 
 
 @pytest.mark.slow

@@ -14,7 +14,11 @@ which ``SessionLoop(training, ...)`` runs by itself; validation runs in inferenc
 ``sample_weight`` and ``class_weight`` weigh the training examples as ``fit`` does: the
 loss is the sum of weight x per-example loss over the number of losses (the batch size;
 ``tf_keras``' ``SUM_OVER_BATCH_SIZE`` reduction), ``weighted_metrics`` are weighted means
-and ``metrics`` stay unweighted; validation stays unweighted.
+and ``metrics`` stay unweighted. Over an epoch, a weighted metric is averaged by the
+weight of each batch (the sum of its examples' weights), not by its size, so that the
+epoch value is the weighted mean over all its examples, as Keras 3's ``fit`` gives.
+Validation is unweighted unless given its own ``sample_weight`` (``fit``'s
+``validation_data=(x, y, sample_weight)``); ``class_weight`` never applies to it.
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ class KerasTrainingGraph(TrainingGraph):
         fetches: ``{"loss": ..., <metric name>: ...}`` scalar tensors for the loop's
             epoch means (``loss`` includes the regularization losses, as in ``fit``).
         batch_size: The batch size of the step, a scalar tensor.
+        fetch_weights: The weight of each weighted metric's step in the epoch mean: the
+            sum of the batch's example weights (the loop's default for the others is
+            ``batch_size``).
         model: The model.
         optimizer: The legacy optimizer (also set as ``model.optimizer`` when the model
             had none, for callbacks that read or change the learning rate).
@@ -109,9 +116,11 @@ class KerasTrainingGraph(TrainingGraph):
         metric_fns: dict[str, Callable[..., Any]],
         hooks: list[Hook],
         weighted_metric_fns: dict[str, Callable[..., Any]] | None = None,
+        fetch_weights: dict[str, Any] | None = None,
     ) -> None:
         self.train_op = train_op
         self.fetches = fetches
+        self.fetch_weights = fetch_weights or {}
         self.batch_size = batch_size
         self.model = model
         self.optimizer = optimizer
@@ -152,38 +161,49 @@ class KerasTrainingGraph(TrainingGraph):
         labels: Any,
         *,
         initializers: Sequence[Any] = (),
+        sample_weight: Any = None,
     ) -> Validation:
         """A :class:`~tfr_hooks.Validation` on ``model(inputs)`` (shared weights).
 
         The model runs in inference mode (``training=False``); the loss and metrics are
         the training ones, so the epoch logs get ``val_loss`` and ``val_<metric>``. Like
-        ``fit``'s validation, it is unweighted (no sample or class weights).
+        ``fit``'s validation, ``class_weight`` does not apply to it; it is weighted only
+        by its own ``sample_weight``, as ``fit(validation_data=(x, y, sample_weight))``.
 
         Args:
             inputs: The validation batch tensor(s) the model takes.
             labels: The validation label tensor.
             initializers: Ops that restart the validation data before each pass.
+            sample_weight: A tensor of the validation batch with a weight per example,
+                or ``None`` (unweighted): it weighs the loss and ``weighted_metrics``
+                as ``keras_training_graph``'s ``sample_weight`` weighs training's.
 
         Returns:
             The validation pass to give ``SessionLoop.run(validation_data=...)`` (with
             its ``validation_steps`` and ``validation_freq``).
         """
         _check_tensor(labels, "labels")
+        if sample_weight is not None:
+            _check_tensor(sample_weight, "sample_weight")
         self._has_validation = True
         outputs = self.model(inputs, training=False)
         regularization = list(self.model.get_losses_for(None))
         regularization += list(self.model.get_losses_for(tf.nest.flatten(inputs)))
-        fetches = _loss_and_metrics(
+        weights = None if sample_weight is None else tf.cast(sample_weight, tf.float32)
+        fetches, fetch_weights = _loss_and_metrics(
             self._loss_fn,
-            {**self._metric_fns, **self._weighted_metric_fns},
+            self._metric_fns,
             labels,
             outputs,
             regularization,
+            weights,
+            self._weighted_metric_fns,
         )
         return Validation(
             fetches,
             initializers=initializers,
             batch_size=tf.shape(labels)[0],
+            weights=fetch_weights,
         )
 
 
@@ -229,8 +249,10 @@ def keras_training_graph(
             ``InvalidArgumentError`` naming the class (``fit`` weighs it 1.0).
         weighted_metrics: Metrics weighted by the sample and class weights, as
             ``compile(weighted_metrics=...)``: each fetch is the batch's weighted mean,
-            named as given (``weighted_<name>`` when ``metrics`` has that name too).
-            ``metrics`` stay unweighted, as in ``fit``.
+            named as given (``weighted_<name>`` when ``metrics`` has that name too),
+            and its epoch value the weighted mean over the epoch's examples (each
+            batch counts for its weight, not its size). ``metrics`` stay unweighted,
+            as in ``fit``.
 
     Returns:
         A :class:`KerasTrainingGraph`.
@@ -261,7 +283,7 @@ def keras_training_graph(
         weights = _example_weights(sample_weight, class_weight, labels)
         inputs = list(model.inputs or [])
         regularization = list(model.get_losses_for(None)) + list(model.get_losses_for(inputs))
-        fetches = _loss_and_metrics(
+        fetches, fetch_weights = _loss_and_metrics(
             loss_fn, metric_fns, labels, outputs, regularization, weights, weighted_fns
         )
         updates = optimizer.get_updates(fetches["loss"], model.trainable_weights)
@@ -284,6 +306,7 @@ def keras_training_graph(
         metric_fns=metric_fns,
         hooks=hooks,
         weighted_metric_fns=weighted_fns,
+        fetch_weights=fetch_weights,
     )
 
 
@@ -452,12 +475,15 @@ def _loss_and_metrics(
     regularization: list[Any],
     weights: Any = None,
     weighted_fns: dict[str, Callable[..., Any]] | None = None,
-) -> dict[str, Any]:
-    """The loss and metric fetches; with ``weights``, weighted as ``fit`` weighs them.
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The loss and metric fetches, and the weights of those that are weighted means.
 
-    The loss is ``sum(weight * loss) / number of losses`` (``SUM_OVER_BATCH_SIZE``, a
-    ``Loss`` object's own reduction); ``metric_fns`` are plain means and
-    ``weighted_fns`` weighted means, ``sum(weight * value) / sum(weight)``.
+    With ``weights``, weighted as ``fit`` weighs them: the loss is
+    ``sum(weight * loss) / number of losses`` (``SUM_OVER_BATCH_SIZE``, a ``Loss``
+    object's own reduction), averaged over an epoch by batch size as ``fit`` does;
+    ``metric_fns`` are plain means and ``weighted_fns`` weighted means,
+    ``sum(weight * value) / sum(weight)``, whose epoch mean weighs each batch by its
+    ``sum(weight)`` (the second dict), as ``fit``'s metrics accumulate both sums.
     """
     if weights is None:
         loss = tf.reduce_mean(loss_fn(labels, outputs))
@@ -470,6 +496,7 @@ def _loss_and_metrics(
     if regularization:
         loss = loss + tf.add_n(regularization)
     fetches = {"loss": loss}
+    fetch_weights = {}
     for name, fn in metric_fns.items():
         fetches[name] = tf.reduce_mean(tf.cast(fn(labels, outputs), tf.float32))
     for name, fn in (weighted_fns or {}).items():
@@ -478,8 +505,9 @@ def _loss_and_metrics(
             fetches[name] = tf.reduce_mean(values)
             continue
         w = _broadcast(weights, values)
-        fetches[name] = tf.math.divide_no_nan(tf.reduce_sum(values * w), tf.reduce_sum(w))
-    return fetches
+        fetch_weights[name] = tf.reduce_sum(w)
+        fetches[name] = tf.math.divide_no_nan(tf.reduce_sum(values * w), fetch_weights[name])
+    return fetches, fetch_weights
 
 
 def _broadcast(weights: Any, values: Any) -> Any:

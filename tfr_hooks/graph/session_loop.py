@@ -189,6 +189,7 @@ class SessionLoop:
         train_op, fetches, batch_size = _with_defaults(
             train_op, training, fetches, batch_size, data
         )
+        fetch_weights = _fetch_weights(training, fetches)
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         #: the queue pipeline the loop splits into epochs itself (no steps_per_epoch)
         self._stream = _stream_of(data, steps_per_epoch)
@@ -216,7 +217,7 @@ class SessionLoop:
         self.wait_for_chief_secs = float(wait_for_chief_secs)
         #: the tf.data service the graph's input is read through, or None
         self.service = data.facts.service if data is not None else _graph_service(self.graph)
-        self._build_step_tensors(fetches, batch_size, measure_input)
+        self._build_step_tensors(fetches, batch_size, measure_input, fetch_weights)
         self.measure_input = measure_input
         self._data = data
         # the running means of each Validation given to run, built on first use
@@ -235,16 +236,25 @@ class SessionLoop:
         self.loop.resumes_mid_epoch = self._skip_tensor is not None and steps_per_epoch is None
 
     def _build_step_tensors(
-        self, fetches: Mapping[str, Any], batch_size: Any, measure: bool
+        self,
+        fetches: Mapping[str, Any],
+        batch_size: Any,
+        measure: bool,
+        fetch_weights: Mapping[str, Any],
     ) -> None:
         """Build the training means, the batch size tensor and the input wait, if measured.
+
+        ``fetch_weights`` weigh the fetches that are weighted means by their batch's
+        weight instead of its size.
 
         The loop's own variables are each worker's: on the device of a plain op here,
         never on a ps task an enclosing ``replica_device_setter`` would send them to.
         """
         self._device = worker_device(self.graph)
         with self.graph.as_default(), loop_device(self.graph, self._device):
-            self._means = RunningMeans(fetches, batch_size, name="tfr_hooks_train_means")
+            self._means = RunningMeans(
+                fetches, batch_size, name="tfr_hooks_train_means", weights=fetch_weights
+            )
             self._batch_size = _as_tensor_or_none(batch_size)
             # what the step waits for its batch, from inside its session.run
             self._input_wait = None
@@ -385,7 +395,10 @@ class SessionLoop:
         if id(validation) not in self._val_means:
             with self.graph.as_default(), loop_device(self.graph, self._device):
                 means = RunningMeans(
-                    validation.fetches, validation.batch_size, name="tfr_hooks_val_means"
+                    validation.fetches,
+                    validation.batch_size,
+                    name="tfr_hooks_val_means",
+                    weights=validation.weights,
                 )
             # the Validation is kept with its means, so its id is never reused
             self._val_means[id(validation)] = (validation, means)
@@ -487,6 +500,17 @@ def _with_defaults(
     fetches = {} if fetches is None else fetches
     check_fetches(fetches, "fetches")
     return train_op, fetches, batch_size
+
+
+def _fetch_weights(training: TrainingGraph | None, fetches: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights of a ``KerasTrainingGraph``'s weighted means the loop still fetches."""
+    if training is None:
+        return {}
+    return {
+        name: weight
+        for name, weight in getattr(training, "fetch_weights", {}).items()
+        if fetches.get(name) is training.fetches.get(name)
+    }
 
 
 def _stream_of(data: Batches | None, steps_per_epoch: int | None) -> Batches | None:

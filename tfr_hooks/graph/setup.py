@@ -58,6 +58,9 @@ class TrainingGraph:
         train_op: Runs one training step.
         fetches: Name to scalar tensor, for the loop's epoch means.
         batch_size: The batch size of the step, a scalar tensor.
+        fetch_weights: Fetch name to the weight of its step in the epoch mean, for the
+            fetches weighed otherwise than by ``batch_size`` (a weighted mean: the sum
+            of the batch's example weights).
         hooks: Hooks the training step needs (run before the user's).
     """
 
@@ -65,6 +68,7 @@ class TrainingGraph:
     fetches: dict[str, Any]
     batch_size: Any
     hooks: list[Any]
+    fetch_weights: dict[str, Any]
 
 
 def training_of(train_op: Any) -> TrainingGraph | None:

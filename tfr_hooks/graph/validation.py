@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfr_hooks.checks import check_fetches
+from tfr_hooks.checks import check_fetches, expected
 
 __all__ = ["Validation"]
 
@@ -27,6 +27,9 @@ class Validation:
             Without them, give ``run(validation_steps=...)``.
         batch_size: The validation batch size (a scalar tensor or an int), to weigh a
             final partial batch; ``None`` weighs every step equally.
+        weights: Fetch name to the weight of its step, for fetches weighed otherwise
+            than by ``batch_size``: a weighted mean's sum of example weights, so that the
+            pass's value is the weighted mean over all its examples (as ``fit`` gives).
 
     Examples:
         >>> val = Validation({"loss": val_loss}, initializers=[it.initializer])  # doctest: +SKIP
@@ -40,8 +43,16 @@ class Validation:
         *,
         initializers: Sequence[Any] = (),
         batch_size: Any = None,
+        weights: Mapping[str, Any] | None = None,
     ) -> None:
         check_fetches(fetches, "fetches")
+        weights = dict(weights or {})
+        unknown = sorted(set(weights) - set(fetches))
+        if unknown:
+            raise ValueError(
+                expected("weights", f"a dict keyed by fetch names ({sorted(fetches)})", weights)
+            )
         self.fetches = dict(fetches)
         self.initializers = list(initializers)
         self.batch_size = batch_size
+        self.weights = weights
