@@ -57,9 +57,10 @@ from tfr_hooks.tfrecord.pipelines.ragged import (
     pad_batch,
 )
 from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
+from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.sources.framing import Files
-from tfr_hooks.tfrecord.sources.index import RecordIndex, index_runs, record_index
+from tfr_hooks.tfrecord.sources.index import RecordIndex
 
 __all__ = [
     "plan_of",
@@ -173,6 +174,7 @@ def _build_dataset(
             num_epochs=options.num_epochs,
             prefetch=None,
             deterministic=config.deterministic,
+            served=options.service is not None,
         )
     else:
         parsed = _stream_batches(plan, read, reads=reads, calls=calls, position=position)
@@ -285,6 +287,7 @@ def _stream_batches(
         buffer=options.shuffle_buffer,
         seed=options.seed,
         num_epochs=options.num_epochs,
+        served=options.service is not None,
     )
     batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
     return batches.map(
@@ -386,15 +389,7 @@ def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
 
 def _global_indexes(plan: Plan) -> list[RecordIndex]:
     """The record indexes the global order reads: a damaged file's runs of whole records."""
-    damage = plan.damage
-    indexes: list[RecordIndex] = []
-    for path in plan.files:
-        found = damage.of(path) if damage is not None else None
-        if found is not None and found.damaged:
-            indexes.extend(index_runs(path, found.offsets, found.lengths))
-        else:
-            indexes.append(record_index(path, plan.compression))
-    return indexes
+    return file_indexes(plan.records)
 
 
 def _global_packed(
