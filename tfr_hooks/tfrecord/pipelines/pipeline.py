@@ -214,11 +214,14 @@ def serve(data: tf.data.Dataset, service: str, *, job_name: str | None = None) -
     """``data``, run by the workers of the tf.data service at ``service``.
 
     Mode ``"distributed_epoch"`` (``ShardingPolicy.DYNAMIC``): the dispatcher hands the
-    files of the pipeline's source (``from_tensor_slices`` of the shards: one split a
-    file, a file of blocks for packed shards) to the workers one at a time, so that an
-    epoch (an iteration) visits every file once, split over the workers; each worker
-    runs the whole pipeline (read, shuffle, parse, ``map_fn``, batch, pad, bucket,
-    ``batch_map_fn``) on its files and sends batches. Each new iteration (in graph mode,
+    splits of the pipeline's first source to the workers one at a time, so that an
+    epoch (an iteration) visits every split once, split over the workers. ``data`` must
+    be built for it (``ReadOptions.service`` set): its source is then ranges of index
+    blocks of the files, or whole files when compressed (see
+    :mod:`tfr_hooks.tfrecord.pipelines.splits`), never a shuffled file list, which
+    would give every worker every file. Each worker runs the whole pipeline (read,
+    shuffle, parse, ``map_fn``, batch, pad, bucket, ``batch_map_fn``) on its splits and
+    sends batches. Each new iteration (in graph mode,
     each initialization of the iterator) is a new epoch. ``distribute`` takes the
     ``element_spec`` from ``data``, so graph mode needs none given. Batches are sent
     uncompressed (``compression=None``): decoded pixels and parsed numbers compress

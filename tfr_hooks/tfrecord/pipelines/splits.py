@@ -12,15 +12,17 @@ each example comes once (checked on TensorFlow 2.21 by ``tests/test_data_service
   is never built for the service.
 * ``Dataset.range(n).interleave(read split i)``: one split an element of the range.
 
-:func:`served_records` builds the last shape: the records of uncompressed files are cut
-into splits of whole index blocks (:mod:`tfr_hooks.tfrecord.sources.index`: up to
-:data:`MAX_SPLIT_BLOCKS` blocks of 128 records of one file, each entered with one seek),
-so that even one file is shared by every worker, each record read by exactly one.
-Compressed files cannot be entered at a block: they are split by file, and with fewer
-files than workers the extra workers idle. A buffer shuffle runs after the split, in
-each worker, over the records of its splits; the splits themselves are handed out in
-an order permuted once per pipeline (a stateless ``index_shuffle`` of the range, the
-same on every worker) so that a worker's buffer mixes blocks from all over the data.
+:func:`served_records` builds the last shape: the records of fewer than
+:data:`TARGET_SPLITS` uncompressed files are cut into splits of whole index blocks
+(:mod:`tfr_hooks.tfrecord.sources.index`: up to :data:`MAX_SPLIT_BLOCKS` blocks of 128
+records of one file, each entered with one seek), so that even one file is shared by
+every worker, each record read by exactly one. Compressed files cannot be entered at a
+block: they are split by file, and with fewer files than workers the extra workers
+idle. So are :data:`TARGET_SPLITS` files or more: enough splits for that many workers,
+without building an index. A buffer shuffle runs after the split, in each worker, over
+the records of its splits; the splits themselves are handed out in an order permuted
+once per pipeline (a stateless ``index_shuffle`` of the range, the same on every
+worker), so that a worker's buffer mixes blocks from all over the data.
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ def served_records(
 ) -> tf.data.Dataset:
     """The serialized records of one pass, whose first splittable source the service splits.
 
+    Fewer than :data:`TARGET_SPLITS` uncompressed files are cut into ranges of index
+    blocks (:func:`block_splits`; the record index is built on the first read and kept);
+    compressed files, or that many files or more, are one split a file (no index needed).
+
     Args:
         records: The shards, their compression, and the damaged records to skip.
         reads: Splits read at once by a worker (interleaved a record at a time).
@@ -102,27 +108,26 @@ def served_records(
         seed: Seed of that permutation (``None``: drawn once, here).
 
     Returns:
-        A dataset of scalar ``tf.string`` records whose first source is
-        ``Dataset.range`` over index-block splits (uncompressed files) or
-        ``from_tensor_slices`` over the files (compressed ones), never shuffled in front.
+        A dataset of scalar ``tf.string`` records whose first source is a
+        ``Dataset.range`` over the splits, never shuffled in front.
     """
     parallel: dict[str, Any] = {}
     if reads > 1:
         parallel = {"num_parallel_calls": reads, "deterministic": deterministic}
-    if records.compression:  # no block to enter: one split a file, in the stored order
-        paths, file_records = records.per_file()
-        return paths.interleave(file_records, cycle_length=reads, block_length=1, **parallel)
+    files = list(records.files)
+    if records.compression or len(files) >= TARGET_SPLITS:  # one split a file
+        paths = tf.constant(files or [""], tf.string)
+        at = tf.constant([records.position(path) for path in files] or [0], tf.int64)
+        return _handed_out(len(files), shuffled, seed).interleave(
+            lambda i: records.file_records(tf.gather(paths, i), tf.gather(at, i)),
+            cycle_length=reads,
+            block_length=1,
+            **parallel,
+        )
     indexes = file_indexes(records)
     which, offsets, counts = block_splits(indexes)
     paths = tf.constant([index.file for index in indexes] or [""], tf.string)
     which_t, offsets_t, counts_t = (tf.constant(v, tf.int64) for v in (which, offsets, counts))
-    splits = tf.data.Dataset.range(len(counts))
-    if shuffled and len(counts) > 1:
-        entropy = None if seed is None else int(seed) % (1 << 64)
-        drawn = np.random.SeedSequence(entropy).generate_state(2, np.uint32).astype(np.int64)
-        key = tf.constant(drawn, tf.int64)
-        last = tf.constant(len(counts) - 1, tf.int64)
-        splits = splits.map(lambda i: tf.random.experimental.index_shuffle(i, key, last))
 
     def split_records(split: Any) -> tf.data.Dataset:
         path = tf.gather(paths, tf.gather(which_t, split))
@@ -131,4 +136,22 @@ def served_records(
             tf.gather(counts_t, split)
         )
 
-    return splits.interleave(split_records, cycle_length=reads, block_length=1, **parallel)
+    return _handed_out(len(counts), shuffled, seed).interleave(
+        split_records, cycle_length=reads, block_length=1, **parallel
+    )
+
+
+def _handed_out(splits: int, shuffled: bool, seed: int | None) -> tf.data.Dataset:
+    """``Dataset.range(splits)``: what the dispatcher splits; permuted once when ``shuffled``.
+
+    The permutation is a stateless ``index_shuffle`` of a key fixed here, so every
+    service worker maps a split to the same place.
+    """
+    handed = tf.data.Dataset.range(splits)
+    if not shuffled or splits < 2:
+        return handed
+    entropy = None if seed is None else int(seed) % (1 << 64)
+    drawn = np.random.SeedSequence(entropy).generate_state(2, np.uint32).astype(np.int64)
+    key = tf.constant(drawn, tf.int64)
+    last = tf.constant(splits - 1, tf.int64)
+    return handed.map(lambda i: tf.random.experimental.index_shuffle(i, key, last))
