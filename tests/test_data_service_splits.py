@@ -171,19 +171,25 @@ def flip_record(path: str, record: int) -> None:
 @pytest.mark.slow
 @pytest.mark.data_service
 @pytest.mark.timeout(START + 300)
-@pytest.mark.parametrize("kind", ["gzip, 1 file", "gzip, 2 files", "damaged", "64 files"])
-def test_compressed_damaged_and_many_files_give_each_example_once_through_the_service(
+@pytest.mark.parametrize(
+    "kind", ["gzip, 1 file", "gzip, 2 files", "damaged", "64 files", "packed, 1 shard"]
+)
+def test_compressed_damaged_packed_and_many_files_give_each_example_once_through_the_service(
     services: dict[int, str], tmp_path: Path, kind: str
 ) -> None:
     # compressed (no block to enter) and 64 files or more: one split a file, extra workers
-    # idle; a damaged file: the runs of whole records around the damage cut in blocks
-    files = {"gzip, 1 file": 1, "gzip, 2 files": 2, "damaged": 1, "64 files": 64}[kind]
-    paths = write_files(tmp_path, files, "GZIP" if kind.startswith("gzip") else "")
+    # idle; a damaged file: the runs of whole records around the damage cut in blocks;
+    # one packed shard (2 examples a record, 500 records): its records cut in blocks
+    files = {"gzip, 1 file": 1, "gzip, 2 files": 2, "damaged": 1, "64 files": 64}.get(kind, 1)
+    paths: Any = write_files(tmp_path / "plain", files, "GZIP" if "gzip" in kind else "")
     skipped: frozenset[int] = frozenset()
     read: dict[str, Any] = {}
     if kind == "damaged":
         flip_record(paths[0], 300)
         skipped, read = frozenset({300}), {"max_corrupt_records": 1}
+    if kind.startswith("packed"):
+        paths = tmp_path / "packed"
+        tfrecord.convert(write_files(tmp_path / "plain", 1), paths, examples_per_record=2)
     data = tfrecord.dataset(
         paths,
         BATCH,

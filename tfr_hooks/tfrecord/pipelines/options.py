@@ -311,12 +311,12 @@ class ReadArgs(TypedDict, total=False):
             blocks, so that even one file is shared (compressed files: one split a
             file, the extra workers idle; each worker batches its own splits, so an
             epoch may end in several partial batches); at most once when a worker
-            restarts. Not with ``shuffle="global"``. The dataset's cardinality is unknown (a loop learns the
-            epoch's end from the data's end). Under a multi-worker strategy the trainers
-            share one job, named from the cluster, the files and the batch size; build
-            the dataset once and iterate it anew each epoch (see
-            ``docs/data_service.md``). A dispatcher that does not answer is an error at
-            once. Not with ``pipeline="queue"``. See :mod:`tfr_hooks.service`.
+            restarts. Not with ``shuffle="global"``. The dataset's cardinality is
+            unknown (a loop learns the epoch's end from the data's end). Under a
+            multi-worker strategy the trainers share one job, named from the cluster,
+            the files and the batch size; build the dataset once and iterate it anew
+            each epoch (see ``docs/data_service.md``). A dispatcher that does not
+            answer is an error at once. Not with ``pipeline="queue"``. See :mod:`tfr_hooks.service`.
         read_config: A :class:`ReadConfig`: the knobs most reads never touch
             (parallel reads, prefetch, autotune, determinism, the memory budget,
             compression, schema changes, padding values, sharding, the queue's capacity).

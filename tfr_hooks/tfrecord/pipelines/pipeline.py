@@ -57,8 +57,8 @@ from tfr_hooks.tfrecord.pipelines.ragged import (
     pad_batch,
 )
 from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
-from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
+from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 from tfr_hooks.tfrecord.sources.framing import Files
 from tfr_hooks.tfrecord.sources.index import RecordIndex
 

@@ -86,8 +86,11 @@ def block_splits(
             which.append(i)
             offsets.append(int(index.bounds[first]))
             counts.append(end - begin)
-    as_array = lambda values: np.asarray(values, np.int64)  # noqa: E731
-    return as_array(which), as_array(offsets), as_array(counts)
+    return (
+        np.asarray(which, np.int64),
+        np.asarray(offsets, np.int64),
+        np.asarray(counts, np.int64),
+    )
 
 
 def served_records(
