@@ -11,6 +11,7 @@ session's shared one; the 3-worker one is started once for this module.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,15 @@ def test_the_splits_cut_one_file_for_every_worker_and_cover_each_record_once(
             mine = offsets[which == i]
             assert set(mine.tolist()) <= set(index.bounds[:-1].tolist())
             assert int(counts[which == i].sum()) == index.count
+
+
+def test_the_splits_stay_few_enough_for_the_graph_on_large_data(tmp_path: Path) -> None:
+    (small,) = index_files(write_files(tmp_path, 1))
+    # a file of 1,000 blocks (the offsets made up: only the split table is built)
+    large = dataclasses.replace(small, count=128_000, bounds=np.arange(1001, dtype=np.int64))
+    _, offsets, counts = block_splits([large], target=4, most=2, cap=100)
+    assert len(counts) == 100  # 10 blocks a split (past `most`), not 500 splits of 2
+    assert offsets.tolist() == list(range(0, 1000, 10)) and set(counts.tolist()) == {1280}
 
 
 @pytest.mark.slow

@@ -36,13 +36,24 @@ import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.sources.damage import RecordFiles
 from tfr_hooks.tfrecord.sources.index import RecordIndex, index_runs, record_index
 
-__all__ = ["MAX_SPLIT_BLOCKS", "TARGET_SPLITS", "block_splits", "file_indexes", "served_records"]
+__all__ = [
+    "MAX_SPLITS",
+    "MAX_SPLIT_BLOCKS",
+    "TARGET_SPLITS",
+    "block_splits",
+    "file_indexes",
+    "served_records",
+]
 
 #: Index blocks a split holds at most (of 128 records: 2,048 records a split).
 MAX_SPLIT_BLOCKS = 16
 #: Splits an epoch is cut into at least, when the data has that many blocks: enough that
 #: dozens of workers each get some, and that the last split ends an epoch soon.
 TARGET_SPLITS = 64
+#: Splits an epoch is cut into at most: the table of splits is part of the pipeline's
+#: graph, sent to the dispatcher (24 bytes a split); past it, splits grow beyond
+#: :data:`MAX_SPLIT_BLOCKS` blocks.
+MAX_SPLITS = 1 << 16
 _READ_BUFFER = 256 << 10  # tf.data.TFRecordDataset's default buffer
 
 
@@ -65,19 +76,24 @@ def file_indexes(records: RecordFiles) -> list[RecordIndex]:
 
 
 def block_splits(
-    indexes: list[RecordIndex], *, target: int = TARGET_SPLITS, most: int = MAX_SPLIT_BLOCKS
+    indexes: list[RecordIndex],
+    *,
+    target: int = TARGET_SPLITS,
+    most: int = MAX_SPLIT_BLOCKS,
+    cap: int = MAX_SPLITS,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The splits of ``indexes``: runs of consecutive blocks, each within one index.
 
     Every record of every index is in exactly one split. A split holds
-    ``clip(blocks // target, 1, most)`` blocks (fewer at an index's end).
+    ``clip(blocks // target, 1, most)`` blocks (fewer at an index's end), or more when
+    that would make more than ``cap`` splits.
 
     Returns:
         For each split: the index it reads (a position in ``indexes``), the byte offset
         where it starts, and its records.
     """
     total = sum(index.blocks for index in indexes)
-    size = int(np.clip(total // max(1, target), 1, most))
+    size = max(int(np.clip(total // max(1, target), 1, most)), -(-total // cap))
     which, offsets, counts = [], [], []
     for i, index in enumerate(indexes):
         for first in range(0, index.blocks, size):
