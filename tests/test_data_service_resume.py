@@ -10,7 +10,7 @@ reference, then the same run interrupted and resumed in new processes. The train
 
 What the service gives, and so what is asserted:
 
-* **The order is not deterministic.** The dispatcher hands the files to whichever worker
+* **The order is not deterministic.** The dispatcher hands the splits to whichever worker
   asks first, and the batches of the 2 workers arrive interleaved as they come: a new
   job (every pass, every process) has its own order, seed or not. No test asserts an
   order, nor weights equal to the reference's.

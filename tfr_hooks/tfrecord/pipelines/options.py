@@ -307,14 +307,16 @@ class ReadArgs(TypedDict, total=False):
             parse, ``map_fn``, padding, bucketing, ``batch_map_fn``) and send the
             batches; ``None`` (the default) runs it here. Mode ``"distributed_epoch"``:
             every epoch (every new iterator; in graph mode, every initialization) is
-            each example once, the files split over the workers (each batches its own
-            files, so an epoch may end in several partial batches); at most once when a
-            worker restarts. The dataset's cardinality is unknown (a loop learns the
-            epoch's end from the data's end). Under a multi-worker strategy the trainers
-            share one job, named from the cluster, the files and the batch size; build
-            the dataset once and iterate it anew each epoch (see
-            ``docs/data_service.md``). A dispatcher that does not answer is an error at
-            once. Not with ``pipeline="queue"``. See :mod:`tfr_hooks.service`.
+            each example once, the records split over the workers in ranges of index
+            blocks, so that even one file is shared (compressed files: one split a
+            file, the extra workers idle; each worker batches its own splits, so an
+            epoch may end in several partial batches); at most once when a worker
+            restarts. Not with ``shuffle="global"``. The dataset's cardinality is
+            unknown (a loop learns the epoch's end from the data's end). Under a
+            multi-worker strategy the trainers share one job, named from the cluster,
+            the files and the batch size; build the dataset once and iterate it anew
+            each epoch (see ``docs/data_service.md``). A dispatcher that does not
+            answer is an error at once. Not with ``pipeline="queue"``. See :mod:`tfr_hooks.service`.
         read_config: A :class:`ReadConfig`: the knobs most reads never touch
             (parallel reads, prefetch, autotune, determinism, the memory budget,
             compression, schema changes, padding values, sharding, the queue's capacity).
@@ -466,10 +468,11 @@ def _check_shuffle(options: ReadOptions) -> None:
     if options.service is not None:
         raise ValueError(
             "Expected shuffle=None with service= (the tf.data service's dispatcher hands "
-            "its workers one file at a time, so no worker can read blocks of every file "
-            "in one order over the whole data set; read without service= for "
-            "shuffle='global', which then runs in the trainer, or shuffle served data "
-            f"with shuffle_buffer). Received: shuffle={shuffle!r}, service={options.service!r}"
+            "its workers ranges of index blocks, and its workers do not know which epoch "
+            "a job is, so they cannot draw that epoch's global order; read without "
+            "service= for shuffle='global', which then runs in the trainer, or shuffle "
+            "served data with shuffle_buffer, which mixes each worker's blocks). "
+            f"Received: shuffle={shuffle!r}, service={options.service!r}"
         )
 
 

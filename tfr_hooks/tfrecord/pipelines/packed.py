@@ -517,6 +517,7 @@ def packed_dataset(
     num_epochs: int | None,
     prefetch: int | None,
     deterministic: bool = True,
+    served: bool = False,
 ) -> tf.data.Dataset:
     """A dataset of batches (dicts of tensors) from packed shards.
 
@@ -534,6 +535,8 @@ def packed_dataset(
         num_epochs: Passes over the files; ``None`` repeats forever.
         prefetch: Batches to prefetch (0 or ``None`` for none).
         deterministic: Whether parallel reads and parsing keep a fixed order.
+        served: Whether a tf.data service runs it (its records are split among the
+            service's workers: :func:`~tfr_hooks.tfrecord.pipelines.passes.record_passes`).
 
     Returns:
         The dataset.
@@ -547,6 +550,7 @@ def packed_dataset(
         buffer=max(2 * window, 16) if shuffle_buffer else 0,
         seed=seed,
         num_epochs=num_epochs,
+        served=served,
     )
     windows = blocks.batch(window)
     if shuffle_buffer and tf.executing_eagerly():

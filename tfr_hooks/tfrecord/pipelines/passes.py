@@ -15,6 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.pipelines.splits import served_records
 from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = ["pass_seed", "record_passes", "record_stream"]
@@ -40,6 +41,7 @@ def record_passes(
     buffer: int,
     seed: int | None,
     num_epochs: int | None,
+    served: bool = False,
 ) -> tuple[tf.data.Dataset, Any]:
     """The records of ``records``' files for ``num_epochs`` passes, shuffled anew every pass.
 
@@ -59,19 +61,29 @@ def record_passes(
             stored order.
         seed: Seed of the shuffles.
         num_epochs: Passes; ``None`` repeats forever.
+        served: Whether a tf.data service runs the pipeline: its first splittable
+            source is then the splits of
+            :func:`~tfr_hooks.tfrecord.pipelines.splits.served_records` (index blocks of
+            uncompressed files, else whole files), never a shuffled file list, which
+            would give every service worker every file.
 
     Returns:
         The records, and the seed of the pass (``None`` unshuffled) for the shuffles
         that follow.
     """
     seed_value = pass_seed(seed) if buffer else None
-    stream = record_stream(
-        records,
-        reads=reads,
-        deterministic=deterministic,
-        shuffle_files=bool(buffer),
-        seed=seed_value,
-    )
+    if served:
+        stream = served_records(
+            records, reads=reads, deterministic=deterministic, shuffled=bool(buffer), seed=seed
+        )
+    else:
+        stream = record_stream(
+            records,
+            reads=reads,
+            deterministic=deterministic,
+            shuffle_files=bool(buffer),
+            seed=seed_value,
+        )
     if buffer:
         stream = stream.shuffle(buffer, seed=seed_value)
     if num_epochs != 1:

@@ -58,8 +58,9 @@ from tfr_hooks.tfrecord.pipelines.ragged import (
 )
 from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
+from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 from tfr_hooks.tfrecord.sources.framing import Files
-from tfr_hooks.tfrecord.sources.index import RecordIndex, index_runs, record_index
+from tfr_hooks.tfrecord.sources.index import RecordIndex
 
 __all__ = [
     "plan_of",
@@ -173,6 +174,7 @@ def _build_dataset(
             num_epochs=options.num_epochs,
             prefetch=None,
             deterministic=config.deterministic,
+            served=options.service is not None,
         )
     else:
         parsed = _stream_batches(plan, read, reads=reads, calls=calls, position=position)
@@ -212,11 +214,14 @@ def serve(data: tf.data.Dataset, service: str, *, job_name: str | None = None) -
     """``data``, run by the workers of the tf.data service at ``service``.
 
     Mode ``"distributed_epoch"`` (``ShardingPolicy.DYNAMIC``): the dispatcher hands the
-    files of the pipeline's source (``from_tensor_slices`` of the shards: one split a
-    file, a file of blocks for packed shards) to the workers one at a time, so that an
-    epoch (an iteration) visits every file once, split over the workers; each worker
-    runs the whole pipeline (read, shuffle, parse, ``map_fn``, batch, pad, bucket,
-    ``batch_map_fn``) on its files and sends batches. Each new iteration (in graph mode,
+    splits of the pipeline's first source to the workers one at a time, so that an
+    epoch (an iteration) visits every split once, split over the workers. ``data`` must
+    be built for it (``ReadOptions.service`` set): its source is then ranges of index
+    blocks of the files, or whole files when compressed (see
+    :mod:`tfr_hooks.tfrecord.pipelines.splits`), never a shuffled file list, which
+    would give every worker every file. Each worker runs the whole pipeline (read,
+    shuffle, parse, ``map_fn``, batch, pad, bucket, ``batch_map_fn``) on its splits and
+    sends batches. Each new iteration (in graph mode,
     each initialization of the iterator) is a new epoch. ``distribute`` takes the
     ``element_spec`` from ``data``, so graph mode needs none given. Batches are sent
     uncompressed (``compression=None``): decoded pixels and parsed numbers compress
@@ -285,6 +290,7 @@ def _stream_batches(
         buffer=options.shuffle_buffer,
         seed=options.seed,
         num_epochs=options.num_epochs,
+        served=options.service is not None,
     )
     batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
     return batches.map(
@@ -386,15 +392,7 @@ def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
 
 def _global_indexes(plan: Plan) -> list[RecordIndex]:
     """The record indexes the global order reads: a damaged file's runs of whole records."""
-    damage = plan.damage
-    indexes: list[RecordIndex] = []
-    for path in plan.files:
-        found = damage.of(path) if damage is not None else None
-        if found is not None and found.damaged:
-            indexes.extend(index_runs(path, found.offsets, found.lengths))
-        else:
-            indexes.append(record_index(path, plan.compression))
-    return indexes
+    return file_indexes(plan.records)
 
 
 def _global_packed(
