@@ -47,7 +47,7 @@ from tfr_hooks.tfrecord.pipelines.packed import packed_dataset, unpack, window_s
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pipelines.pools import batch_pools
-from tfr_hooks.tfrecord.pipelines.position import ReadPosition, position_of
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition, at_most, position_of
 from tfr_hooks.tfrecord.pipelines.ragged import (
     RaggedArray,
     Shaping,
@@ -203,8 +203,8 @@ def _build_dataset(
     # served, the batches of an epoch depend on how the workers split the files (each
     # worker batches its own share); bucketed, each full pool gives whole batches
     sharded = options.shuffle and current_task().num_workers > 1
-    if options.service is None and not sharded and position is None:
-        parsed = _with_cardinality(parsed, plan, options)  # a worker's global share varies
+    if options.service is None and not sharded:  # a worker's global share varies
+        parsed = _with_cardinality(parsed, plan, options, position)
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
 
@@ -456,11 +456,19 @@ def _batch_key(shaping: Shaping, spec: Any) -> str:
     )
 
 
-def _with_cardinality(data: tf.data.Dataset, plan: Plan, options: ReadOptions) -> tf.data.Dataset:
-    """Tell the dataset its length when ``schema.json`` gives every file's examples."""
+def _with_cardinality(
+    data: tf.data.Dataset, plan: Plan, options: ReadOptions, position: ReadPosition | None
+) -> tf.data.Dataset:
+    """Tell the dataset its length when ``schema.json`` gives every file's examples.
+
+    Asserted; with a ``position``, declared only (a pass entered there is shorter: see
+    :func:`~tfr_hooks.tfrecord.pipelines.position.at_most`).
+    """
     batches = epoch_steps(plan.examples, options)
     if batches is None:
         return data
+    if position is not None:
+        return at_most(data, batches)
     return data.apply(tf.data.experimental.assert_cardinality(batches))
 
 

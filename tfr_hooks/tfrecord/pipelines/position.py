@@ -32,7 +32,7 @@ from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.plan import Plan
 
-__all__ = ["ReadPosition", "SessionPosition", "position_of"]
+__all__ = ["ReadPosition", "SessionPosition", "at_most", "position_of"]
 
 
 class ReadPosition:
@@ -184,6 +184,28 @@ class SessionPosition:
         """:meth:`ReadPosition.seek` in the session."""
         session = self._session() if callable(self._session) else self._session
         self.position.seek(epoch, records, session=session)
+
+
+def at_most(data: tf.data.Dataset, batches: int) -> tf.data.Dataset:
+    """``data``, whose ``cardinality()`` says ``batches``, a length declared, not asserted.
+
+    A whole pass of a pipeline with a position makes ``batches``; a pass entered at a
+    position makes fewer, which ``assert_cardinality`` would fail ("expected to contain
+    ``batches`` elements"). Here the pass ends where its data ends, and Keras ``fit``
+    and the loops still know the length of a whole pass up front.
+
+    Built of public stages whose length TensorFlow counts (checked on TF 2.21 by
+    ``tests/test_resume_position.py``): ``data``, then a dataset that gives nothing but
+    counts as endless (an empty stage repeated: ``repeat`` ends when its input gives
+    nothing, and never opens ``data`` again), cut at ``batches`` (``take``).
+    """
+    nothing = (
+        tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
+        .filter(lambda _: False)
+        .flat_map(lambda _: data.take(0))
+        .repeat()
+    )
+    return data.concatenate(nothing).take(batches)
 
 
 def _variable(name: str, eager: bool) -> Any:

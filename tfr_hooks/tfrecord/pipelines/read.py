@@ -40,7 +40,7 @@ import tensorflow as tf
 from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.pipelines import sharding
 from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, read_batches
-from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, epoch_steps
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, epoch_steps, note_read
 from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
     ReadArgs,
@@ -158,11 +158,23 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         shared = sharding.shared_seed(options.seed, shuffled, task)
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
-    data, examples, position = build_pipeline(plan, options, kind, seekable=reader == "source")
+    # a graph's dataset without its position: nothing would initialize its variables
+    seekable = reader == "source" or tf.executing_eagerly()
+    data, examples, position = build_pipeline(plan, options, kind, seekable=seekable)
     facts = ReadFacts.of_read(plan, options, kind, examples, None, position)
+    read = _read(data, plan, options, kind, facts)
+    note_read(read.dataset, read.facts)  # for the loops, behind the user's map
+    return read
+
+
+def _read(
+    data: tf.data.Dataset, plan: Plan, options: ReadOptions, kind: PipelineKind, facts: ReadFacts
+) -> Source:
+    """The dataset a reader returns, served or sharded as asked, and its facts."""
+    task = current_task()
     if options.service is not None:
         # a trainer of a shared job reads a part of the epoch, of unknown size
-        examples = examples if task.num_workers == 1 else None
+        examples = facts.examples if task.num_workers == 1 else None
         return Source(_served(data, plan, options, task), replace(facts, examples=examples))
     shard = options.config.shard
     if kind.in_memory:
@@ -177,7 +189,7 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         len(plan.files),
         task,
         file_examples=plan.counts,
-        batch_size=batch_size,
+        batch_size=options.batch_size,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
     )
