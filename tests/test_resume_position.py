@@ -82,6 +82,95 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
     assert reference[1] != reference[2] or "shuffle" not in pipeline
 
 
+def _plain(directory: Path, n: int, shards: int, pad: int = 0) -> list[str]:
+    """``n`` examples (``index``, and ``pad`` bytes) in files of a plain TFRecordWriter."""
+    from _tfrecord_data import bytes_feature, example, int64_feature, write_records
+
+    directory.mkdir(parents=True)
+    filler = bytes_feature([b"x" * pad])
+    return [
+        write_records(
+            directory / f"part-{s}.tfrecord",
+            [example(index=int64_feature([i]), pad=filler) for i in range(s, n, shards)],
+        )
+        for s in range(shards)
+    ]
+
+
+#: what a user's script puts after ``tfrecord.dataset(...)``: stages that keep every batch
+AFTER_THE_READER = {
+    "bare": lambda data: data,
+    "map": lambda data: data.map(lambda b: {"index": b["index"] + 0}),
+    "map-prefetch-options": lambda data: (
+        data.map(lambda b: {"index": b["index"] + 0}, num_parallel_calls=2)
+        .prefetch(2)
+        .with_options(tf.data.Options())
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "after", ["bare", "map", pytest.param("map-prefetch-options", marks=SLOW)]
+)
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        pytest.param({}, id="unshuffled", marks=SLOW),
+        pytest.param({"in_memory": True, "shuffle": "global", "seed": 3}, id="memory", marks=SLOW),
+    ],
+)
+def test_tfrecord_dataset_seeks_on_resume_behind_the_users_map(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: dict[str, Any], after: str
+) -> None:
+    """``tfrecord.dataset(...)`` (then ``.map()``...), a real SIGTERM, PreemptionCheckpoint."""
+    n, batch = 403, 13
+    files = _plain(tmp_path / "data", n, 3)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        train = AFTER_THE_READER[after](tfrecord.dataset(files, batch, **pipeline))
+        return preemptible_run(train, "index", directory, at, EPOCHS)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None and stop.epoch == 1 and stop.step >= 17
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        resumed, (_, steps) = run(tmp_path / "p", None)
+    assert steps == total == EPOCHS * -(-n // batch)
+    assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + resumed[1] == reference[1]
+    assert resumed[2] == reference[2]
+    trained = sorted(i for b in before[1][: stop.step] + resumed[1] for i in b)
+    assert trained == list(range(n))  # every example of the interrupted epoch once
+
+
+def test_a_stage_that_may_drop_batches_replays_and_the_log_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tfrecord.dataset(...).filter(...)``: the position is hidden; a replay, explained."""
+    n, batch = 403, 13
+    files = _plain(tmp_path / "data", n, 3)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        reader = tfrecord.dataset(files, batch, shuffle="global", seed=3)
+        train = reader.filter(lambda b: tf.size(b["index"]) > 0)  # keeps all, may not
+        return preemptible_run(train, "index", directory, at, EPOCHS)
+
+    reference, _ = run(tmp_path / "ref", None)
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        resumed, _ = run(tmp_path / "p", None)
+    assert "through stages that may drop or add batches (Filter)" in caplog.text
+    assert "replays the epoch" in caplog.text
+    assert f"Skipped {stop.step} batches" in caplog.text
+    assert "Resumed the input at" not in caplog.text
+    assert before[1][: stop.step] + resumed[1] == reference[1]  # the replay, exact
+
+
 def _texts(directory: Path, n: int) -> str:
     """``n`` token lists of long-tailed lengths (a plain TFRecordWriter), with their index."""
     from _tfrecord_data import example, int64_feature, write_records
@@ -356,35 +445,76 @@ def _rchar() -> int:
         return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
 
+#: the batches a pipeline reads ahead of the one asked for, at most (its prefetch stages)
+READ_AHEAD = 8
+
+
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts bytes in /proc/self/io")
 @pytest.mark.parametrize(
-    "pipeline",
-    [
-        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
-        pytest.param({"read_config": tfrecord.ReadConfig(num_parallel_reads=1)}, id="unshuffled"),
+    ("pipeline", "reader"),
+    [  # a pass of 200,000 records each (about 6 s of CPU): two in the fast run
+        pytest.param({"shuffle": "global", "seed": 3}, "source", id="global-source"),
+        pytest.param({"shuffle": "global", "seed": 3}, "dataset", id="global-dataset", marks=SLOW),
+        pytest.param({}, "source", id="unshuffled-source", marks=SLOW),
+        pytest.param({}, "dataset", id="unshuffled-dataset"),
+        pytest.param(
+            {"read_config": tfrecord.ReadConfig(num_parallel_reads=1)},
+            "dataset",
+            id="1-read-dataset",
+            marks=SLOW,
+        ),
     ],
 )
 def test_a_resumed_read_does_not_read_the_records_before_its_position(
-    tmp_path: Path, pipeline: dict[str, Any]
+    tmp_path: Path, pipeline: dict[str, Any], reader: str
 ) -> None:
-    """The bytes read up to the first batch, at 10% and at 90% of a 300,000-record epoch."""
-    n, batch = 300_000, 100
-    data = _write(tmp_path / "data", n, 4)
-    size = sum(p.stat().st_size for p in (tmp_path / "data").iterdir() if "tfrecord" in p.name)
-    source = tfrecord.source(data, batch, **pipeline)  # builds the index: a read of all
-    position = source.facts.position
+    """The first batch after a seek: its records, and the bytes read up to it.
+
+    The record index is built (and the files' first bytes read) before anything is
+    measured. Unshuffled, a seek enters each file at the block of 128 records holding
+    its position, through a read buffer (``seek.py``'s 256 KiB, records after the
+    position): at most a block and that buffer a file, plus the batches read ahead
+    (about 8% of these files). In the global order it rereads the window it starts in
+    (32,768 records) and reads ahead the next one.
+    """
+    from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW
+    from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
+    from tfr_hooks.tfrecord.pipelines.seek import _READ_BUFFER
+    from tfr_hooks.tfrecord.sources.index import INDEX_BLOCK
+
+    n, batch, shards = 200_000, 100, 4
+    files = _plain(tmp_path / "data", n, shards, pad=24)
+    size = sum(Path(f).stat().st_size for f in files)
+    record = size / n
+    if reader == "source":
+        source = tfrecord.source(files, batch, **pipeline)
+        data, position = source.dataset, source.facts.position
+    else:  # the dataset a script gives the loop, and the facts the loop finds for it
+        data = tfrecord.dataset(files, batch, **pipeline).map(lambda b: b)
+        position = facts_of_dataset(data).position
     assert position is not None
+    position.seek(0, 0)
+    whole = [i for b in data for i in b["index"].numpy()]  # epoch 0's order, whole
+    assert sorted(whole) == list(range(n))
+    position.seek(0, 50 * batch)  # builds the index (a read of every file), unmeasured
+    next(iter(data))
+    # each file: the index and the file's key checked (4 KiB at each end), a few KiB
+    limit = shards * (16 << 10) + READ_AHEAD * batch * record
+    if "shuffle" in pipeline:
+        limit += 2 * DEFAULT_WINDOW * record + shards * INDEX_BLOCK * record
+    else:  # the block the position is in, and the read buffer from there
+        limit += shards * (INDEX_BLOCK * record + _READ_BUFFER)
     read = {}
     for fraction in (0.1, 0.9):
         records = int(n * fraction) // batch * batch
         position.seek(0, records)
         before = _rchar()
-        first = next(iter(source.dataset))
+        first = next(iter(data))
         read[fraction] = _rchar() - before
-        assert int(tf.size(first["index"])) == batch
-    # replayed, the late read would take 90% of the files before its first batch
-    assert read[0.9] < size * 0.35, (read, size)
-    assert read[0.9] <= read[0.1] + size * 0.25, (read, size)
+        assert first["index"].numpy().tolist() == whole[records : records + batch], fraction
+    # replayed, or each file entered at its start, the late read takes 90% of the files
+    assert read[0.9] <= limit < size * 0.6, (read, limit, size)
+    assert read[0.1] <= limit, (read, limit, size)
 
 
 # each case checks every record (about 7 s of CPU): 2 reads in the fast run
