@@ -314,8 +314,9 @@ def test_packed_shards_entered_at_any_example_go_on_as_the_whole_pass(
         np.testing.assert_array_equal(ids_from(at), whole[at:], err_msg=str(at))
 
 
+@pytest.mark.parametrize("reader", ["source", pytest.param("dataset-map", marks=SLOW)])
 def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, reader: str
 ) -> None:
     """BackupAndRestore through KerasCallbacks, resumed mid-epoch on shuffle='global'."""
     import keras
@@ -341,9 +342,10 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
         keras.utils.set_random_seed(1)
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.01), "mse")
-        source = tfrecord.source(
-            tmp_path / "data", batch, shuffle="global", seed=5, as_tuple=("x", "y")
-        )
+        read = tfrecord.source if reader == "source" else tfrecord.dataset
+        source: Any = read(tmp_path / "data", batch, shuffle="global", seed=5, as_tuple=("x", "y"))
+        if reader == "dataset-map":
+            source = source.map(lambda x, y: (x * 1.0, y))
         callbacks: list[Any] = [keras.callbacks.BackupAndRestore(str(backup), save_freq=1)]
         if interrupt is not None:
             callbacks.append(Interrupt(interrupt))
@@ -572,3 +574,44 @@ def test_what_replays_has_no_position(tmp_path: Path) -> None:
     assert tfrecord.source(data, 10, in_memory=True, **bucketed).facts.position is None
     with pytest.raises(ValueError, match="epoch"):
         tfrecord.source(data, 10, shuffle="global", seed=1).facts.position.seek(-1, 0)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({}, id="unshuffled"),
+        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        pytest.param({"in_memory": True}, id="memory"),
+    ],
+)
+def test_a_pass_entered_mid_way_is_shorter_than_the_cardinality_it_declares(
+    tmp_path: Path, pipeline: dict[str, Any]
+) -> None:
+    """``tfrecord.dataset``'s exact ``cardinality()`` does not stop a pass after a seek."""
+    from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
+
+    data = _write(tmp_path / "data", 300, 2)
+    reader = tfrecord.dataset(data, 10, **pipeline)
+    assert int(reader.cardinality()) == 30  # Keras fit still knows the epoch's length
+    train = reader.map(lambda b: b["index"])
+    position = facts_of_dataset(train).position
+    assert position is not None
+    position.seek(0, 120)
+    assert len(list(train)) == 18  # the rest of the pass, and no cardinality error
+    assert len(list(train)) == 30  # the next pass, whole
+
+
+def test_the_facts_a_reader_notes_go_with_its_dataset(tmp_path: Path) -> None:
+    """Held weakly: a dropped dataset takes its facts (and its position) with it."""
+    import gc
+
+    from tfr_hooks.tfrecord.pipelines import contract
+
+    data = _write(tmp_path / "data", 300, 2)
+    before = len(contract._READS)
+    reader = tfrecord.dataset(data, 10, shuffle="global", seed=1)
+    assert len(contract._READS) == before + 1
+    assert contract.facts_of_dataset(reader.prefetch(1)).examples == 300
+    del reader
+    gc.collect()
+    assert len(contract._READS) == before
