@@ -109,9 +109,7 @@ AFTER_THE_READER = {
 }
 
 
-@pytest.mark.parametrize(
-    "after", ["bare", "map", pytest.param("map-prefetch-options", marks=SLOW)]
-)
+@pytest.mark.parametrize("after", ["bare", "map", pytest.param("map-prefetch-options", marks=SLOW)])
 @pytest.mark.parametrize(
     "pipeline",
     [
@@ -479,8 +477,8 @@ def test_a_resumed_read_does_not_read_the_records_before_its_position(
     (about 8% of these files). In the global order it rereads the window it starts in
     (32,768 records) and reads ahead the next one.
     """
-    from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW
     from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
+    from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW
     from tfr_hooks.tfrecord.pipelines.seek import _READ_BUFFER
     from tfr_hooks.tfrecord.sources.index import INDEX_BLOCK
 

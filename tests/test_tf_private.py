@@ -365,8 +365,11 @@ def test_dataset_stages_walks_back_and_tells_which_stages_keep_every_batch(
         )
         stages = list(tf_private.dataset_stages(kept))
         names = [(name, keeps) for _, name, keeps in stages]
-        assert names[:4] == [("Options", True), ("Prefetch", True), ("ParallelMap", True)] + [
-            ("Map", True)
+        assert names[:4] == [
+            ("Options", True),
+            ("Prefetch", True),
+            ("ParallelMap", True),
+            ("Map", True),
         ]
         assert names[4] == ("Batch", False)
         # the reader's own object is met, so what it noted is found behind the user's map
@@ -382,7 +385,7 @@ def test_dataset_stages_walks_back_and_tells_which_stages_keep_every_batch(
             (reader.repeat(2), "Repeat"),
         ]:
             first = next(tf_private.dataset_stages(changed.map(lambda x: x)))
-            second = list(tf_private.dataset_stages(changed))[0]
+            second = next(tf_private.dataset_stages(changed))
             assert first[2] is True and second[1:] == (name, False), name
         both = tf.data.Dataset.zip((reader, reader))
         assert [n for _, n, _ in tf_private.dataset_stages(both)] == ["Zip"]  # several inputs

@@ -3,7 +3,8 @@
 Some things the package needs have no public API in TensorFlow: cancelling a
 ``tf.function`` blocked in a read (a tf.data service that lost its workers waits
 forever), asking whether op determinism is on, telling the default strategy from a real
-one, finding which tf.data services a dataset reads through, and a single-device map
+one, finding which tf.data services a dataset reads through, walking a pipeline's
+stages back to the reader's own dataset, and a single-device map
 for the in-memory gather. They are used here only, so that a TensorFlow release that
 moves one is one module to fix, and ``tests/test_tf_private.py`` checks each of them on
 the installed TensorFlow with real objects, so that such a release fails a test instead

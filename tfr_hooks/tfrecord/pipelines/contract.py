@@ -102,7 +102,8 @@ class ReadFacts:
             passes and batches before it (bucketed from pools, at the pool's start:
             see its ``grain``). ``None`` when it cannot (``shuffle_buffer`` streamed,
             the queue, the tf.data service, damaged files without ``shuffle="global"``,
-            bucketing in memory, ``num_epochs`` other than 1, a plain dataset).
+            bucketing in memory, ``num_epochs`` other than 1, a dataset the readers did
+            not build, or a ``tfrecord.dataset`` built in a graph).
     """
 
     kind: PipelineKind | None = None

@@ -118,9 +118,10 @@ def build_pipeline(
 
     The examples are ``None`` when unknown; the position (see
     :func:`~tfr_hooks.tfrecord.pipelines.position.position_of`) is ``None`` when the
-    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by
-    :func:`~tfr_hooks.tfrecord.source` and ``read_batches``, whose facts carry it: a
-    pass entered at a position is shorter, so the dataset asserts no cardinality). Its
+    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by the
+    readers, whose facts carry it; not by a graph's ``tfrecord.dataset``, whose variables
+    nothing would initialize: a pass entered at a position is shorter, so the dataset
+    declares its cardinality without asserting it). Its
     elements are what the reader returns: dicts of batch tensors, or tuples when
     ``as_tuple`` names the features.
     """

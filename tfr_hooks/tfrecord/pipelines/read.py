@@ -94,7 +94,13 @@ def dataset(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> tf.da
         workers split it by file (then more than the global batches of the data, as
         each worker's share may end in a partial batch; see
         :func:`tfr_hooks.tfrecord.pipelines.sharding.file_sharded_steps`). Its batch dimension is
-        static only with ``drop_remainder=True``.
+        static only with ``drop_remainder=True``. Given to
+        :class:`~tfr_hooks.FunctionLoop`, alone or followed by ``.map()``,
+        ``.prefetch()`` or ``.with_options()``, it is read as :func:`source`'s: the
+        loop finds its reader's facts behind those stages, and a resumed run seeks
+        where ``source`` would (built eagerly; a graph's dataset replays). Behind a
+        stage that may drop or add batches (``filter``, ``take``...) it replays, and
+        the log says why.
 
     Raises:
         NoFilesError: If no file matches, or a file is missing.

@@ -179,7 +179,8 @@ def file_key(path: str) -> FileKey:
     digest = hashlib.blake2b(digest_size=16)
     # a local file read unbuffered: GFile reads through a 512 KiB buffer, so that each
     # seek of a resumed pass, which checks the key, would read a megabyte of every file
-    opened = open(path, "rb", buffering=0) if _is_local(path) else tf.io.gfile.GFile(path, "rb")
+    local = _is_local(path)
+    opened = open(path, "rb", buffering=0) if local else tf.io.gfile.GFile(path, "rb")  # noqa: SIM115
     with opened as handle:
         digest.update(handle.read(_EDGE))
         if size > _EDGE:
