@@ -370,6 +370,8 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
         pytest.param("packed_global", 3, marks=SLOW),
         # pools of 2 batches: the second pool's start (FunctionLoop's case runs fast)
         pytest.param("global_bucketed", 2, marks=SLOW),
+        # tfrecord.dataset(...).map(...) built in the graph, through tfrecord.batches_of
+        ("dataset_map", 3),
     ],
 )
 def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
@@ -392,6 +394,23 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
     assert len(second["history"]["loss"]) == GRAPH_EPOCHS - 1
     for name, value in second["state"].items():
         np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
+
+
+def test_graph_mode_epoch_checkpoint_replays_behind_a_filter_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``batches_of(tfrecord.dataset(...).filter(...))``: the epoch replayed, explained."""
+    from _graph_resume_child import StopAt, run, write_data
+
+    data = write_data(str(tmp_path / "data"))
+    reference = run(data, "dataset_filter", None)
+    logdir = str(tmp_path / "ckpt")
+    first = run(data, "dataset_filter", logdir, StopAt(epoch=1, step=3))
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        second = run(data, "dataset_filter", logdir)
+    assert "through stages that may drop or add batches (Filter)" in caplog.text
+    assert "Skipped 3 batches" in caplog.text and "Resumed the input at" not in caplog.text
+    assert first["steps"] + second["steps"] == reference["steps"]
 
 
 @pytest.mark.slow  # two workers on 127.0.0.1, three clusters; about a minute of CPU

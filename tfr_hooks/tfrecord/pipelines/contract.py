@@ -278,7 +278,9 @@ def facts_of_dataset(dataset: Any, *, why: str = "") -> ReadFacts:
             break
         if not keeps:
             hiding.append(name)
-    cardinality = int(dataset.cardinality())
+    value = dataset.cardinality()
+    # graph mode: a tensor a session would compute, unknown here (UNKNOWN_CARDINALITY)
+    cardinality = int(value) if hasattr(value, "numpy") else -2
     addresses = tf_private.service_addresses(dataset)
     return ReadFacts(
         num_epochs=None if cardinality == -1 else 1,  # INFINITE_CARDINALITY is -1

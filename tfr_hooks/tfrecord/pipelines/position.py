@@ -80,18 +80,26 @@ class ReadPosition:
         """One element, ``(epoch, records)``, read when an iterator over it starts.
 
         Reading it counts the pass (the epoch goes up by one) and puts the records back
-        to 0. The pipelines ``flat_map`` their pass over it.
+        to 0. The pipelines ``flat_map`` their pass over it. Eagerly it is read at the
+        iterator's first element; in graph mode when the iterator is initialized (the
+        initializer runs the tensors a dataset is made of), so that each initialization
+        counts a pass, as a replay counts them (a pass started and left), and a session
+        that initialized no local variable reads all the same.
         """
+        if not self._eager:
+            return tf.data.Dataset.from_tensors(self._take())
+        return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(lambda _: self._take())
 
-        def take(_: Any) -> tuple[tf.Tensor, tf.Tensor]:
+    def _take(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """The epoch and records now, the pass counted and the records put back to 0."""
+        ready = [] if self._eager else [self.initialize_once()]
+        with tf.control_dependencies(ready):
             records = self.records.read_value()
-            with tf.control_dependencies([records]):
-                reset = self.records.assign(0)
             epoch = self.epoch.assign_add(1) - 1
-            with tf.control_dependencies([reset]):
-                return tf.identity(epoch), tf.identity(records)
-
-        return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(take)
+        with tf.control_dependencies([records]):
+            reset = self.records.assign(0)
+        with tf.control_dependencies([reset]):
+            return tf.identity(epoch), tf.identity(records)
 
     def initialize_once(self) -> Any:
         """Graph mode: an op initializing the variables when they are not yet (else nothing).

@@ -39,7 +39,7 @@ import tensorflow as tf
 
 from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.pipelines import sharding
-from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, read_batches
+from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, batches_of, read_batches
 from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, epoch_steps, note_read
 from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
@@ -55,6 +55,7 @@ from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = [
     "Batches",
+    "batches_of",
     "dataset",
     "source",
     "read_batches",
@@ -164,9 +165,7 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         shared = sharding.shared_seed(options.seed, shuffled, task)
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
-    # a graph's dataset without its position: nothing would initialize its variables
-    seekable = reader == "source" or tf.executing_eagerly()
-    data, examples, position = build_pipeline(plan, options, kind, seekable=seekable)
+    data, examples, position = build_pipeline(plan, options, kind, seekable=True)
     facts = ReadFacts.of_read(plan, options, kind, examples, None, position)
     read = _read(data, plan, options, kind, facts)
     note_read(read.dataset, read.facts)  # for the loops, behind the user's map
