@@ -118,9 +118,8 @@ def build_pipeline(
 
     The examples are ``None`` when unknown; the position (see
     :func:`~tfr_hooks.tfrecord.pipelines.position.position_of`) is ``None`` when the
-    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by the
-    readers, whose facts carry it; not by a graph's ``tfrecord.dataset``, whose variables
-    nothing would initialize: a pass entered at a position is shorter, so the dataset
+    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by the readers,
+    whose facts carry it: a pass entered at a position is shorter, so the dataset
     declares its cardinality without asserting it). Its
     elements are what the reader returns: dicts of batch tensors, or tuples when
     ``as_tuple`` names the features.
@@ -462,14 +461,11 @@ def _with_cardinality(
 ) -> tf.data.Dataset:
     """Tell the dataset its length when ``schema.json`` gives every file's examples.
 
-    Asserted; with a ``position``, declared only (a pass entered there is shorter: see
-    :func:`~tfr_hooks.tfrecord.pipelines.position.at_most`).
+    Asserted; with a ``position``, declared only (a pass entered there is shorter).
     """
     batches = epoch_steps(plan.examples, options)
-    if batches is None:
-        return data
-    if position is not None:
-        return at_most(data, batches)
+    if batches is None or position is not None:
+        return data if batches is None else at_most(data, batches)
     return data.apply(tf.data.experimental.assert_cardinality(batches))
 
 
