@@ -109,7 +109,11 @@ AFTER_THE_READER = {
 }
 
 
-@pytest.mark.parametrize("after", ["bare", "map", pytest.param("map-prefetch-options", marks=SLOW)])
+# three training runs each (about 7 s of CPU): the fast run keeps `.map()`, globally shuffled
+@pytest.mark.parametrize(
+    "after",
+    [pytest.param("bare", marks=SLOW), "map", pytest.param("map-prefetch-options", marks=SLOW)],
+)
 @pytest.mark.parametrize(
     "pipeline",
     [
@@ -396,6 +400,7 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
         np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
 
 
+@pytest.mark.slow  # three graph-mode runs (about 4 s of CPU); FunctionLoop's case runs fast
 def test_graph_mode_epoch_checkpoint_replays_behind_a_filter_and_says_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -597,8 +602,8 @@ def test_what_replays_has_no_position(tmp_path: Path) -> None:
     "pipeline",
     [
         pytest.param({}, id="unshuffled"),
-        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
-        pytest.param({"in_memory": True}, id="memory"),
+        pytest.param({"shuffle": "global", "seed": 3}, id="global", marks=SLOW),
+        pytest.param({"in_memory": True}, id="memory", marks=SLOW),
     ],
 )
 def test_a_pass_entered_mid_way_is_shorter_than_the_cardinality_it_declares(
