@@ -238,8 +238,12 @@ def _steps_of(data: tf.data.Dataset, facts: ReadFacts, options: ReadOptions) -> 
 
 
 def _cardinality(data: tf.data.Dataset) -> int | None:
-    """The dataset's cardinality when known (``None``: unknown or infinite)."""
-    cardinality = int(data.cardinality())
+    """The dataset's cardinality when known (``None``: unknown or infinite).
+
+    In graph mode it is a tensor a session would compute: not known here.
+    """
+    value = data.cardinality()
+    cardinality = int(value) if hasattr(value, "numpy") else -1
     return cardinality if cardinality >= 0 else None
 
 
