@@ -637,3 +637,22 @@ def test_the_facts_a_reader_notes_go_with_its_dataset(tmp_path: Path) -> None:
     del reader
     gc.collect()
     assert len(contract._READS) == before
+
+
+def test_batches_of_reads_a_graph_dataset_with_or_without_a_position(tmp_path: Path) -> None:
+    """``tfrecord.batches_of`` in a graph whose session initializes no local variable."""
+    data = _write(tmp_path / "data", 300, 2)
+    for options, seeks in [
+        ({"shuffle": "global", "seed": 1}, True),
+        ({"shuffle_buffer": 8}, False),
+    ]:
+        with tf.Graph().as_default():
+            batches = tfrecord.batches_of(tfrecord.dataset(data, 10, **options).prefetch(1))
+            assert (batches.facts.position is not None) is seeks, options
+            with tf.compat.v1.Session() as session:
+                ids = []
+                session.run(batches.initializers)
+                with contextlib.suppress(tf.errors.OutOfRangeError):
+                    while True:
+                        ids.extend(session.run(batches.tensors)["index"].tolist())
+            assert sorted(ids) == list(range(300)), options
