@@ -103,7 +103,7 @@ class ReadFacts:
             see its ``grain``). ``None`` when it cannot (``shuffle_buffer`` streamed,
             the queue, the tf.data service, damaged files without ``shuffle="global"``,
             bucketing in memory, ``num_epochs`` other than 1, a dataset the readers did
-            not build, or a ``tfrecord.dataset`` built in a graph).
+            not build, or one behind a stage that may drop or add batches).
     """
 
     kind: PipelineKind | None = None

@@ -99,7 +99,8 @@ def dataset(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> tf.da
         :class:`~tfr_hooks.FunctionLoop`, alone or followed by ``.map()``,
         ``.prefetch()`` or ``.with_options()``, it is read as :func:`source`'s: the
         loop finds its reader's facts behind those stages, and a resumed run seeks
-        where ``source`` would (built eagerly; a graph's dataset replays). Behind a
+        where ``source`` would (in graph mode, through
+        :func:`~tfr_hooks.tfrecord.batches_of` for ``SessionLoop``). Behind a
         stage that may drop or add batches (``filter``, ``take``...) it replays, and
         the log says why.
 
