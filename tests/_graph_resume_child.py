@@ -135,6 +135,12 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         )
     elif pipeline == "global":  # shuffle="global": a resumed run seeks
         batches = tfrecord.read_batches(data["plain"], BATCH, shuffle="global", seed=SEED)
+    elif pipeline == "dataset_map":  # tfrecord.dataset(...).map(...) in the graph: a seek
+        train = tfrecord.dataset(data["plain"], BATCH, shuffle="global", seed=SEED)
+        batches = tfrecord.batches_of(train.map(lambda b: {**b, "x": b["x"] * 1.0}))
+    elif pipeline == "dataset_filter":  # behind a filter: a replay
+        train = tfrecord.dataset(data["plain"], BATCH, shuffle="global", seed=SEED)
+        batches = tfrecord.batches_of(train.filter(lambda b: tf.size(b["id"]) > 0))
     elif pipeline == "unshuffled":  # no shuffle: a resumed run seeks
         batches = tfrecord.read_batches(data["plain"], BATCH)
     elif pipeline == "packed_global":  # packed shards, shuffle="global": a seek too
@@ -160,6 +166,7 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
     else:
         raise ValueError(
             f"Expected one of {PIPELINES}, 'global', 'global_bucketed', 'unshuffled', "
+            "'dataset_map', 'dataset_filter', "
             "'packed_global', 'served', "
             f"'damaged' or 'queue'. Received: {pipeline!r}"
         )

@@ -611,9 +611,16 @@ def test_both_loops_report_the_same_input_facts_for_the_same_files(
     assert function_facts.read == source.facts
     assert session_facts.kind.in_memory is in_memory
     assert function_facts.steps_per_execution == 4  # the one fact that is the loop's own
-    # a plain dataset says nothing of its files
+    # tfrecord.dataset behind the user's map: its reader's facts, found by the loop
+    mapped = FunctionLoop(
+        tfrecord.dataset(files, 32, in_memory=in_memory).map(lambda b: b),
+        step_fn=lambda b: {"m": tf.reduce_mean(b["x"])},
+    )
+    assert mapped._input_facts().kind is source.facts.kind
+    assert mapped._input_facts().read.files == source.facts.files
+    # a dataset the readers did not build says nothing of its files
     plain = FunctionLoop(
-        tfrecord.dataset(files, 32, in_memory=in_memory),
+        tf.data.Dataset.from_tensors({"x": tf.zeros([2, 8])}),
         step_fn=lambda b: {"m": tf.reduce_mean(b["x"])},
     )
     assert plain._input_facts().kind is None

@@ -84,6 +84,97 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
     assert reference[1] != reference[2] or "shuffle" not in pipeline
 
 
+def _plain(directory: Path, n: int, shards: int, pad: int = 0) -> list[str]:
+    """``n`` examples (``index``, and ``pad`` bytes) in files of a plain TFRecordWriter."""
+    from _tfrecord_data import bytes_feature, example, int64_feature, write_records
+
+    directory.mkdir(parents=True)
+    filler = bytes_feature([b"x" * pad])
+    return [
+        write_records(
+            directory / f"part-{s}.tfrecord",
+            [example(index=int64_feature([i]), pad=filler) for i in range(s, n, shards)],
+        )
+        for s in range(shards)
+    ]
+
+
+#: what a user's script puts after ``tfrecord.dataset(...)``: stages that keep every batch
+AFTER_THE_READER = {
+    "bare": lambda data: data,
+    "map": lambda data: data.map(lambda b: {"index": b["index"] + 0}),
+    "map-prefetch-options": lambda data: (
+        data.map(lambda b: {"index": b["index"] + 0}, num_parallel_calls=2)
+        .prefetch(2)
+        .with_options(tf.data.Options())
+    ),
+}
+
+
+# three training runs each (about 7 s of CPU): the fast run keeps `.map()`, globally shuffled
+@pytest.mark.parametrize(
+    "after",
+    [pytest.param("bare", marks=SLOW), "map", pytest.param("map-prefetch-options", marks=SLOW)],
+)
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        pytest.param({}, id="unshuffled", marks=SLOW),
+        pytest.param({"in_memory": True, "shuffle": "global", "seed": 3}, id="memory", marks=SLOW),
+    ],
+)
+def test_tfrecord_dataset_seeks_on_resume_behind_the_users_map(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, pipeline: dict[str, Any], after: str
+) -> None:
+    """``tfrecord.dataset(...)`` (then ``.map()``...), a real SIGTERM, PreemptionCheckpoint."""
+    n, batch = 403, 13
+    files = _plain(tmp_path / "data", n, 3)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        train = AFTER_THE_READER[after](tfrecord.dataset(files, batch, **pipeline))
+        return preemptible_run(train, "index", directory, at, EPOCHS)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None and stop.epoch == 1 and stop.step >= 17
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        resumed, (_, steps) = run(tmp_path / "p", None)
+    assert steps == total == EPOCHS * -(-n // batch)
+    assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + resumed[1] == reference[1]
+    assert resumed[2] == reference[2]
+    trained = sorted(i for b in before[1][: stop.step] + resumed[1] for i in b)
+    assert trained == list(range(n))  # every example of the interrupted epoch once
+
+
+def test_a_stage_that_may_drop_batches_replays_and_the_log_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tfrecord.dataset(...).filter(...)``: the position is hidden; a replay, explained."""
+    n, batch = 403, 13
+    files = _plain(tmp_path / "data", n, 3)
+
+    def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
+        reader = tfrecord.dataset(files, batch, shuffle="global", seed=3)
+        train = reader.filter(lambda b: tf.size(b["index"]) > 0)  # keeps all, may not
+        return preemptible_run(train, "index", directory, at, EPOCHS)
+
+    reference, _ = run(tmp_path / "ref", None)
+    before, (stop, _) = run(tmp_path / "p", (1, 17))
+    assert stop is not None
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        resumed, _ = run(tmp_path / "p", None)
+    assert "through stages that may drop or add batches (Filter)" in caplog.text
+    assert "replays the epoch" in caplog.text
+    assert f"Skipped {stop.step} batches" in caplog.text
+    assert "Resumed the input at" not in caplog.text
+    assert before[1][: stop.step] + resumed[1] == reference[1]  # the replay, exact
+
+
 def _texts(directory: Path, n: int) -> str:
     """``n`` token lists of long-tailed lengths (a plain TFRecordWriter), with their index."""
     from _tfrecord_data import example, int64_feature, write_records
@@ -263,8 +354,9 @@ def test_packed_shards_entered_at_any_example_go_on_as_the_whole_pass(
         np.testing.assert_array_equal(ids_from(at), whole[at:], err_msg=str(at))
 
 
+@pytest.mark.parametrize("reader", ["source", pytest.param("dataset-map", marks=SLOW)])
 def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, reader: str
 ) -> None:
     """BackupAndRestore through KerasCallbacks, resumed mid-epoch on shuffle='global'."""
     import keras
@@ -290,9 +382,10 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
         keras.utils.set_random_seed(1)
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.01), "mse")
-        source = tfrecord.source(
-            tmp_path / "data", batch, shuffle="global", seed=5, as_tuple=("x", "y")
-        )
+        read = tfrecord.source if reader == "source" else tfrecord.dataset
+        source: Any = read(tmp_path / "data", batch, shuffle="global", seed=5, as_tuple=("x", "y"))
+        if reader == "dataset-map":
+            source = source.map(lambda x, y: (x * 1.0, y))
         callbacks: list[Any] = [keras.callbacks.BackupAndRestore(str(backup), save_freq=1)]
         if interrupt is not None:
             callbacks.append(Interrupt(interrupt))
@@ -319,6 +412,8 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
         pytest.param("packed_global", 3, marks=SLOW),
         # pools of 2 batches: the second pool's start (FunctionLoop's case runs fast)
         pytest.param("global_bucketed", 2, marks=SLOW),
+        # tfrecord.dataset(...).map(...) built in the graph, through tfrecord.batches_of
+        ("dataset_map", 3),
     ],
 )
 def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
@@ -341,6 +436,24 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
     assert len(second["history"]["loss"]) == GRAPH_EPOCHS - 1
     for name, value in second["state"].items():
         np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
+
+
+@pytest.mark.slow  # three graph-mode runs (about 4 s of CPU); FunctionLoop's case runs fast
+def test_graph_mode_epoch_checkpoint_replays_behind_a_filter_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``batches_of(tfrecord.dataset(...).filter(...))``: the epoch replayed, explained."""
+    from _graph_resume_child import StopAt, run, write_data
+
+    data = write_data(str(tmp_path / "data"))
+    reference = run(data, "dataset_filter", None)
+    logdir = str(tmp_path / "ckpt")
+    first = run(data, "dataset_filter", logdir, StopAt(epoch=1, step=3))
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        second = run(data, "dataset_filter", logdir)
+    assert "through stages that may drop or add batches (Filter)" in caplog.text
+    assert "Skipped 3 batches" in caplog.text and "Resumed the input at" not in caplog.text
+    assert first["steps"] + second["steps"] == reference["steps"]
 
 
 @pytest.mark.slow  # two workers on 127.0.0.1, three clusters; about a minute of CPU
@@ -394,35 +507,76 @@ def _rchar() -> int:
         return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
 
+#: the batches a pipeline reads ahead of the one asked for, at most (its prefetch stages)
+READ_AHEAD = 8
+
+
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts bytes in /proc/self/io")
 @pytest.mark.parametrize(
-    "pipeline",
-    [
-        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
-        pytest.param({"read_config": tfrecord.ReadConfig(num_parallel_reads=1)}, id="unshuffled"),
+    ("pipeline", "reader"),
+    [  # a pass of 200,000 records each (about 6 s of CPU): two in the fast run
+        pytest.param({"shuffle": "global", "seed": 3}, "source", id="global-source"),
+        pytest.param({"shuffle": "global", "seed": 3}, "dataset", id="global-dataset", marks=SLOW),
+        pytest.param({}, "source", id="unshuffled-source", marks=SLOW),
+        pytest.param({}, "dataset", id="unshuffled-dataset"),
+        pytest.param(
+            {"read_config": tfrecord.ReadConfig(num_parallel_reads=1)},
+            "dataset",
+            id="1-read-dataset",
+            marks=SLOW,
+        ),
     ],
 )
 def test_a_resumed_read_does_not_read_the_records_before_its_position(
-    tmp_path: Path, pipeline: dict[str, Any]
+    tmp_path: Path, pipeline: dict[str, Any], reader: str
 ) -> None:
-    """The bytes read up to the first batch, at 10% and at 90% of a 300,000-record epoch."""
-    n, batch = 300_000, 100
-    data = _write(tmp_path / "data", n, 4)
-    size = sum(p.stat().st_size for p in (tmp_path / "data").iterdir() if "tfrecord" in p.name)
-    source = tfrecord.source(data, batch, **pipeline)  # builds the index: a read of all
-    position = source.facts.position
+    """The first batch after a seek: its records, and the bytes read up to it.
+
+    The record index is built (and the files' first bytes read) before anything is
+    measured. Unshuffled, a seek enters each file at the block of 128 records holding
+    its position, through a read buffer (``seek.py``'s 256 KiB, records after the
+    position): at most a block and that buffer a file, plus the batches read ahead
+    (about 8% of these files). In the global order it rereads the window it starts in
+    (32,768 records) and reads ahead the next one.
+    """
+    from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
+    from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW
+    from tfr_hooks.tfrecord.pipelines.seek import _READ_BUFFER
+    from tfr_hooks.tfrecord.sources.index import INDEX_BLOCK
+
+    n, batch, shards = 200_000, 100, 4
+    files = _plain(tmp_path / "data", n, shards, pad=24)
+    size = sum(Path(f).stat().st_size for f in files)
+    record = size / n
+    if reader == "source":
+        source = tfrecord.source(files, batch, **pipeline)
+        data, position = source.dataset, source.facts.position
+    else:  # the dataset a script gives the loop, and the facts the loop finds for it
+        data = tfrecord.dataset(files, batch, **pipeline).map(lambda b: b)
+        position = facts_of_dataset(data).position
     assert position is not None
+    position.seek(0, 0)
+    whole = [i for b in data for i in b["index"].numpy()]  # epoch 0's order, whole
+    assert sorted(whole) == list(range(n))
+    position.seek(0, 50 * batch)  # builds the index (a read of every file), unmeasured
+    next(iter(data))
+    # each file: the index and the file's key checked (4 KiB at each end), a few KiB
+    limit = shards * (16 << 10) + READ_AHEAD * batch * record
+    if "shuffle" in pipeline:
+        limit += 2 * DEFAULT_WINDOW * record + shards * INDEX_BLOCK * record
+    else:  # the block the position is in, and the read buffer from there
+        limit += shards * (INDEX_BLOCK * record + _READ_BUFFER)
     read = {}
     for fraction in (0.1, 0.9):
         records = int(n * fraction) // batch * batch
         position.seek(0, records)
         before = _rchar()
-        first = next(iter(source.dataset))
+        first = next(iter(data))
         read[fraction] = _rchar() - before
-        assert int(tf.size(first["index"])) == batch
-    # replayed, the late read would take 90% of the files before its first batch
-    assert read[0.9] < size * 0.35, (read, size)
-    assert read[0.9] <= read[0.1] + size * 0.25, (read, size)
+        assert first["index"].numpy().tolist() == whole[records : records + batch], fraction
+    # replayed, or each file entered at its start, the late read takes 90% of the files
+    assert read[0.9] <= limit < size * 0.6, (read, limit, size)
+    assert read[0.1] <= limit, (read, limit, size)
 
 
 # each case checks every record (about 7 s of CPU): 2 reads in the fast run
@@ -480,3 +634,63 @@ def test_what_replays_has_no_position(tmp_path: Path) -> None:
     assert tfrecord.source(data, 10, in_memory=True, **bucketed).facts.position is None
     with pytest.raises(ValueError, match="epoch"):
         tfrecord.source(data, 10, shuffle="global", seed=1).facts.position.seek(-1, 0)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        pytest.param({}, id="unshuffled"),
+        pytest.param({"shuffle": "global", "seed": 3}, id="global", marks=SLOW),
+        pytest.param({"in_memory": True}, id="memory", marks=SLOW),
+    ],
+)
+def test_a_pass_entered_mid_way_is_shorter_than_the_cardinality_it_declares(
+    tmp_path: Path, pipeline: dict[str, Any]
+) -> None:
+    """``tfrecord.dataset``'s exact ``cardinality()`` does not stop a pass after a seek."""
+    from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
+
+    data = _write(tmp_path / "data", 300, 2)
+    reader = tfrecord.dataset(data, 10, **pipeline)
+    assert int(reader.cardinality()) == 30  # Keras fit still knows the epoch's length
+    train = reader.map(lambda b: b["index"])
+    position = facts_of_dataset(train).position
+    assert position is not None
+    position.seek(0, 120)
+    assert len(list(train)) == 18  # the rest of the pass, and no cardinality error
+    assert len(list(train)) == 30  # the next pass, whole
+
+
+def test_the_facts_a_reader_notes_go_with_its_dataset(tmp_path: Path) -> None:
+    """Held weakly: a dropped dataset takes its facts (and its position) with it."""
+    import gc
+
+    from tfr_hooks.tfrecord.pipelines import contract
+
+    data = _write(tmp_path / "data", 300, 2)
+    before = len(contract._READS)
+    reader = tfrecord.dataset(data, 10, shuffle="global", seed=1)
+    assert len(contract._READS) == before + 1
+    assert contract.facts_of_dataset(reader.prefetch(1)).examples == 300
+    del reader
+    gc.collect()
+    assert len(contract._READS) == before
+
+
+def test_batches_of_reads_a_graph_dataset_with_or_without_a_position(tmp_path: Path) -> None:
+    """``tfrecord.batches_of`` in a graph whose session initializes no local variable."""
+    data = _write(tmp_path / "data", 300, 2)
+    for options, seeks in [
+        ({"shuffle": "global", "seed": 1}, True),
+        ({"shuffle_buffer": 8}, False),
+    ]:
+        with tf.Graph().as_default():
+            batches = tfrecord.batches_of(tfrecord.dataset(data, 10, **options).prefetch(1))
+            assert (batches.facts.position is not None) is seeks, options
+            with tf.compat.v1.Session() as session:
+                ids = []
+                session.run(batches.initializers)
+                with contextlib.suppress(tf.errors.OutOfRangeError):
+                    while True:
+                        ids.extend(session.run(batches.tensors)["index"].tolist())
+            assert sorted(ids) == list(range(300)), options

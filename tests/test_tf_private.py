@@ -183,6 +183,8 @@ PRIVATE_NAMES = {
     "_in_multi_worker_mode",
     "_checkpoint_dir",
     "_as_serialized_graph",
+    "_inputs",
+    "_functions",
 }
 
 
@@ -349,3 +351,47 @@ def test_records_from_offset_enters_a_file_at_a_record(tmp_path: Path) -> None:
     assert [r.numpy() for r in read] == records[4:]
     with pytest.raises(tf.errors.DataLossError):
         list(tf_private.records_from_offset(path, 0, 64))
+
+
+# -- the stages of a pipeline -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("graph_mode", [False, True], ids=["eager", "graph"])
+def test_dataset_stages_walks_back_and_tells_which_stages_keep_every_batch(
+    graph_mode: bool,
+) -> None:
+    context = tf.Graph().as_default() if graph_mode else contextlib.nullcontext()
+    with context:
+        reader = tf.data.Dataset.range(12).batch(3)
+        kept = (
+            reader.map(lambda x: x + 1)
+            .map(lambda x: x * 2, num_parallel_calls=2)
+            .prefetch(1)
+            .with_options(tf.data.Options())
+        )
+        stages = list(tf_private.dataset_stages(kept))
+        names = [(name, keeps) for _, name, keeps in stages]
+        assert names[:4] == [
+            ("Options", True),
+            ("Prefetch", True),
+            ("ParallelMap", True),
+            ("Map", True),
+        ]
+        assert names[4] == ("Batch", False)
+        # the reader's own object is met, so what it noted is found behind the user's map
+        found = [stage for stage, _, _ in stages]
+        assert any(stage is reader or getattr(reader, "_dataset", None) is stage for stage in found)
+        for changed, name in [
+            (reader.filter(lambda x: True), "Filter"),
+            (reader.take(2), "Take"),
+            (reader.unbatch(), "Unbatch"),
+            (reader.rebatch(2), "Rebatch"),
+            (reader.shuffle(2), "Shuffle"),
+            (reader.cache(), "Cache"),
+            (reader.repeat(2), "Repeat"),
+        ]:
+            first = next(tf_private.dataset_stages(changed.map(lambda x: x)))
+            second = next(tf_private.dataset_stages(changed))
+            assert first[2] is True and second[1:] == (name, False), name
+        both = tf.data.Dataset.zip((reader, reader))
+        assert [n for _, n, _ in tf_private.dataset_stages(both)] == ["Zip"]  # several inputs

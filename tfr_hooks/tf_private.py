@@ -3,7 +3,8 @@
 Some things the package needs have no public API in TensorFlow: cancelling a
 ``tf.function`` blocked in a read (a tf.data service that lost its workers waits
 forever), asking whether op determinism is on, telling the default strategy from a real
-one, finding which tf.data services a dataset reads through, and a single-device map
+one, finding which tf.data services a dataset reads through, walking a pipeline's
+stages back to the reader's own dataset, and a single-device map
 for the in-memory gather. They are used here only, so that a TensorFlow release that
 moves one is one module to fix, and ``tests/test_tf_private.py`` checks each of them on
 the installed TensorFlow with real objects, so that such a release fails a test instead
@@ -25,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,7 @@ __all__ = [
     "PRIVATE_APIS",
     "call_cancellable",
     "cancellation_manager",
+    "dataset_stages",
     "in_multi_worker_mode",
     "is_cancelled",
     "is_default_strategy",
@@ -305,6 +308,54 @@ def single_device_map_class() -> Any:
 #: the op types of a tf.data service read (``distribute``, ``from_dataset_id``) start with
 #: it (TF 2.21 builds ``DataServiceDatasetV4``), and so do the names of its dataset classes
 _SERVICE_OP_PREFIX = "DataServiceDataset"
+
+
+# -- the stages of a pipeline, and which keep every batch --------------------------------
+
+#: the stages (their dataset classes, without ``_`` and ``Dataset``) that give one element
+#: for each element of their input, in its order: a reader behind them still seeks
+_BATCH_KEEPING = frozenset({"Map", "ParallelMap", "Prefetch", "Options"})
+
+
+def dataset_stages(dataset: tf.data.Dataset) -> Iterator[tuple[Any, str, bool]]:
+    """The stages of ``dataset``'s pipeline, from its last back along its single input.
+
+    Each is ``(stage, name, keeps)``: the dataset of the stage, its name (``"Map"``,
+    ``"Prefetch"``, ``"Filter"``, ``"Take"``, ...) and whether it gives exactly one
+    element for each element of its input, in its order (``map``, ``prefetch``,
+    ``with_options``), so that a reader behind such stages can be entered at a batch
+    and the pipeline goes on from there. The walk ends at a source or at a stage of
+    several inputs (``zip``, ``concatenate``). A ``tf.compat.v1`` dataset is walked as
+    the dataset it wraps.
+
+    Where TensorFlow's internals differ from those it was checked on, it yields the
+    given dataset alone, as a stage that does not keep every batch: a reader behind it
+    is not found, and a resumed run replays (never a wrong seek).
+    """
+    # TF 2.21: DatasetV2._inputs() (every dataset class; a DatasetV1Adapter wraps its V2
+    # dataset as `_dataset`); the classes of map (map_op._MapDataset,
+    # _ParallelMapDataset), prefetch (prefetch_op._PrefetchDataset) and with_options
+    # (options_op._OptionsDataset). 2.17 not checked.
+    import tensorflow as tf
+
+    current: Any = dataset
+    seen: set[int] = set()
+    while id(current) not in seen:
+        seen.add(id(current))
+        while isinstance(current, tf.compat.v1.data.Dataset) and isinstance(
+            getattr(current, "_dataset", None), tf.data.Dataset
+        ):
+            current = current._dataset
+        name = re.sub(r"^_+|Dataset(V\d+)?$", "", type(current).__name__)
+        try:
+            inputs = list(current._inputs())
+        except (AttributeError, NotImplementedError, TypeError):  # another TF's internals
+            yield current, name, False
+            return
+        yield current, name, name in _BATCH_KEEPING and len(inputs) == 1
+        if len(inputs) != 1:
+            return
+        current = inputs[0]
 
 
 # -- the tf.data services a dataset reads through ---------------------------------------

@@ -87,7 +87,8 @@ class SessionLoop:
             ``batch_size`` and hooks (the learning-phase feed) unless given here.
         fetches: Name to scalar tensor to average over each epoch (``loss``, ``acc``...).
         data: The :class:`~tfr_hooks.tfrecord.Batches` the train op reads (from
-            ``tfrecord.read_batches``): the loop runs its initializers at each epoch
+            ``tfrecord.read_batches``, or ``tfrecord.batches_of`` for a dataset built in
+            the graph): the loop runs its initializers at each epoch
             start, weighs the means by its batch size and turns its read errors into
             errors naming the file.
         hooks: ``SessionRunHook`` instances (stock TensorFlow hooks or

@@ -326,7 +326,7 @@ def _data_of(data: object, name: str) -> tuple[Any, ReadFacts]:
             "tfr_hooks.tfrecord.Source (for example tfr_hooks.tfrecord.source(...) or "
             f"tfrecord.dataset(...)). Received: {name}={data!r}"
         )
-    return data_and_facts(data)
+    return data_and_facts(data, why="training data" if name == "data" else "")
 
 
 def _check_model(model: object) -> None:

@@ -24,7 +24,7 @@ from tfr_hooks.tfrecord.errors import (
 from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadArgs, ReadConfig
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
-from tfr_hooks.tfrecord.pipelines.read import Batches, dataset, read_batches, source
+from tfr_hooks.tfrecord.pipelines.read import Batches, batches_of, dataset, read_batches, source
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, load_schema
 from tfr_hooks.tfrecord.sources.base import resolve_files
@@ -64,6 +64,7 @@ __all__ = [
     "dataset",
     "source",
     "read_batches",
+    "batches_of",
     "ReadArgs",
     "ReadConfig",
     "Batches",

@@ -15,7 +15,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
-from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, epoch_steps
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, epoch_steps, facts_of_dataset
 from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
     ReadArgs,
@@ -30,7 +30,7 @@ from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 from tfr_hooks.tfrecord.pipelines.queue import check_queue_plan, queue_batches
 from tfr_hooks.tfrecord.sources.framing import Files
 
-__all__ = ["Batches", "read_batches", "PIPELINES"]
+__all__ = ["Batches", "batches_of", "read_batches", "PIPELINES"]
 
 
 #: The pipelines :func:`read_batches` can build.
@@ -151,6 +151,45 @@ def read_batches(
     steps = None if bucketed else epoch_steps(examples, checked)
     facts = ReadFacts.of_read(plan, checked, kind, examples, steps, position)
     return Batches(tensors, initializers, size, facts)
+
+
+def batches_of(data: tf.data.Dataset) -> Batches:
+    """Graph-mode batch tensors of a dataset built in the graph, for ``SessionLoop(data=...)``.
+
+    An initializable iterator over ``data``, as ``read_batches(pipeline="dataset")``
+    builds over its own pipeline, with the facts found for ``data``
+    (:func:`~tfr_hooks.tfrecord.pipelines.contract.facts_of_dataset`): a
+    :func:`~tfr_hooks.tfrecord.dataset` built in the graph, alone or followed by
+    ``.map()``, ``.prefetch()`` or ``.with_options()``, has its reader's, so a run
+    resumed by ``EpochCheckpoint`` seeks where ``read_batches`` would; any other dataset
+    has the steps of its cardinality, and its resumed runs replay.
+
+    Args:
+        data: A dataset of batches (dicts or tuples of tensors) built in the current
+            graph.
+
+    Returns:
+        A :class:`Batches`.
+
+    Raises:
+        RuntimeError: If called eagerly.
+        TypeError: If ``data`` is not a ``tf.data.Dataset``.
+
+    Examples:
+        >>> with tf.Graph().as_default():  # doctest: +SKIP
+        ...     train = tfrecord.dataset("data/train", 128, shuffle="global", seed=1)
+        ...     batches = tfrecord.batches_of(train.map(augment))
+        ...     loop = tfr_hooks.SessionLoop(train_op, data=batches,
+        ...                                  hooks=[tfr_hooks.EpochCheckpoint("ckpt")])
+    """
+    _check_graph_mode()
+    if not isinstance(data, tf.data.Dataset):
+        raise TypeError(expected("data", "a tf.data.Dataset built in the graph", data))
+    facts = facts_of_dataset(data, why="training data")
+    iterator = tf.compat.v1.data.make_initializable_iterator(data)
+    tensors = iterator.get_next()
+    first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
+    return Batches(tensors, [iterator.initializer], _batch_size_of(first), facts)
 
 
 def _check_graph_mode() -> None:

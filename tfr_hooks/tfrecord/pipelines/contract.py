@@ -13,10 +13,17 @@ would silently go):
   watched. :class:`~tfr_hooks.FunctionLoop` takes a :class:`Source` or a plain dataset;
 - :func:`~tfr_hooks.tfrecord.read_batches` returns :class:`~tfr_hooks.tfrecord.Batches`,
   whose ``facts`` are the same value, for :class:`~tfr_hooks.SessionLoop`;
-- a plain dataset (``tfrecord.dataset(...)`` and anything after it, or a user's own
-  pipeline) gets the facts its graph shows (:func:`facts_of_dataset`): the steps of its
-  cardinality, and the address of any tf.data service it reads through, so that a run
-  on it is watched all the same.
+- a dataset :func:`~tfr_hooks.tfrecord.dataset` returned, and the same followed by
+  transforms that keep every batch (``.map()``, ``.prefetch()``, ``.with_options()``),
+  gets its reader's facts (:func:`facts_of_dataset`): the reader notes them for the
+  dataset it returns (:func:`note_read`, held while the dataset lives), and the loop
+  finds that dataset behind the user's stages
+  (:func:`tfr_hooks.tf_private.dataset_stages`), so a resumed run seeks there too. A
+  stage that may drop or add batches (``filter``, ``take``, ``unbatch``, ``rebatch``,
+  ``shuffle``, ``cache``...) hides the position: the run replays, and the log says why;
+- any other dataset (a user's own pipeline) gets the facts its graph shows: the steps
+  of its cardinality, and the address of any tf.data service it reads through, so that
+  a run on it is watched all the same.
 
 Examples:
     >>> from tfr_hooks import tfrecord
@@ -29,6 +36,8 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,7 +50,20 @@ from tfr_hooks.tfrecord.sources.damage import CorruptRecord
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.plan import Plan
 
-__all__ = ["ReadFacts", "Source", "epoch_steps", "facts_of_dataset", "data_and_facts"]
+__all__ = [
+    "ReadFacts",
+    "Source",
+    "epoch_steps",
+    "facts_of_dataset",
+    "data_and_facts",
+    "note_read",
+]
+
+logger = logging.getLogger(__name__)
+
+#: the facts of each dataset a reader returned, while it lives (a weak key: the dataset
+#: dropped, its entry goes; the facts never refer back to the dataset)
+_READS: weakref.WeakKeyDictionary[Any, ReadFacts] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -80,7 +102,8 @@ class ReadFacts:
             passes and batches before it (bucketed from pools, at the pool's start:
             see its ``grain``). ``None`` when it cannot (``shuffle_buffer`` streamed,
             the queue, the tf.data service, damaged files without ``shuffle="global"``,
-            bucketing in memory, ``num_epochs`` other than 1, a plain dataset).
+            bucketing in memory, ``num_epochs`` other than 1, a dataset the readers did
+            not build, or one behind a stage that may drop or add batches).
     """
 
     kind: PipelineKind | None = None
@@ -211,15 +234,53 @@ def epoch_steps(examples: int | None, options: ReadOptions) -> int | None:
     return total // batch_size if options.drop_remainder else -(-total // batch_size)
 
 
-def facts_of_dataset(dataset: Any) -> ReadFacts:
-    """The facts a plain ``tf.data.Dataset`` shows: its steps and its tf.data service.
+def note_read(dataset: Any, facts: ReadFacts) -> None:
+    """Note ``facts`` as what the reader knows of the ``dataset`` it returns.
 
-    The steps are its cardinality when known (for one worker); the service is the
-    address of the first tf.data service its graph reads through
-    (:func:`tfr_hooks.tf_private.service_addresses`), whoever called ``distribute``:
-    the readers, or the user directly.
+    Held while ``dataset`` lives (a weak reference), for :func:`facts_of_dataset` to
+    find behind the user's stages: the facts travel with the reader's own dataset
+    object, which each later stage holds as its input, never as an attribute of it.
     """
-    cardinality = int(dataset.cardinality())
+    _READS[dataset] = facts
+
+
+def facts_of_dataset(dataset: Any, *, why: str = "") -> ReadFacts:
+    """The facts of a plain ``tf.data.Dataset``: its reader's, or what its graph shows.
+
+    A dataset :func:`~tfr_hooks.tfrecord.dataset` returned (:func:`note_read`), alone or
+    behind stages that keep every batch (``map``, ``prefetch``, ``with_options``), has
+    its reader's facts, position included. Behind a stage that may drop or add batches
+    (``filter``, ``take``...), and for any other dataset, the facts are those of its
+    graph: the steps of its cardinality when known (for one worker), and the address of
+    the first tf.data service it reads through
+    (:func:`tfr_hooks.tf_private.service_addresses`), whoever called ``distribute``.
+
+    Args:
+        dataset: The dataset.
+        why: What the dataset is for, when a hidden position matters (the training data
+            a resumed run would seek): a reader's position hidden by a stage is logged
+            at INFO level, naming the stage.
+    """
+    hiding: list[str] = []  # the stages met that may drop or add batches
+    for stage, name, keeps in tf_private.dataset_stages(dataset):
+        facts = _READS.get(stage)
+        if facts is not None and not hiding:
+            return facts
+        if facts is not None:
+            if why and facts.position is not None:
+                logger.info(
+                    "The %s reads tfrecord.dataset(...) through stages that may drop or add "
+                    "batches (%s): a run resumed mid-epoch replays the epoch up to its step "
+                    "instead of seeking (only map, prefetch and with_options keep the seek)",
+                    why,
+                    ", ".join(reversed(hiding)),
+                )
+            break
+        if not keeps:
+            hiding.append(name)
+    value = dataset.cardinality()
+    # graph mode: a tensor a session would compute, unknown here (UNKNOWN_CARDINALITY)
+    cardinality = int(value) if hasattr(value, "numpy") else -2
     addresses = tf_private.service_addresses(dataset)
     return ReadFacts(
         num_epochs=None if cardinality == -1 else 1,  # INFINITE_CARDINALITY is -1
@@ -228,11 +289,12 @@ def facts_of_dataset(dataset: Any) -> ReadFacts:
     )
 
 
-def data_and_facts(data: Any) -> tuple[Any, ReadFacts]:
+def data_and_facts(data: Any, *, why: str = "") -> tuple[Any, ReadFacts]:
     """The dataset and the facts of what a loop was given: a :class:`Source` or a dataset.
 
     A :class:`Source` reading through a service that its facts do not name (one that
     the user's own pipeline added) is watched too: the address comes from the graph.
+    ``why``: as for :func:`facts_of_dataset`.
     """
     if isinstance(data, Source):
         facts = data.facts
@@ -241,4 +303,4 @@ def data_and_facts(data: Any) -> tuple[Any, ReadFacts]:
             if addresses:
                 facts = dataclasses.replace(facts, service=addresses[0])
         return data.dataset, facts
-    return data, facts_of_dataset(data)
+    return data, facts_of_dataset(data, why=why)

@@ -47,7 +47,7 @@ from tfr_hooks.tfrecord.pipelines.packed import packed_dataset, unpack, window_s
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pipelines.pools import batch_pools
-from tfr_hooks.tfrecord.pipelines.position import ReadPosition, position_of
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition, at_most, position_of
 from tfr_hooks.tfrecord.pipelines.ragged import (
     RaggedArray,
     Shaping,
@@ -119,9 +119,9 @@ def build_pipeline(
 
     The examples are ``None`` when unknown; the position (see
     :func:`~tfr_hooks.tfrecord.pipelines.position.position_of`) is ``None`` when the
-    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by
-    :func:`~tfr_hooks.tfrecord.source` and ``read_batches``, whose facts carry it: a
-    pass entered at a position is shorter, so the dataset asserts no cardinality). Its
+    pipeline cannot start a pass anywhere, or when not ``seekable`` (asked by the readers,
+    whose facts carry it: a pass entered at a position is shorter, so the dataset
+    declares its cardinality without asserting it). Its
     elements are what the reader returns: dicts of batch tensors, or tuples when
     ``as_tuple`` names the features.
     """
@@ -205,8 +205,8 @@ def _build_dataset(
     # served, the batches of an epoch depend on how the workers split the files (each
     # worker batches its own share); bucketed, each full pool gives whole batches
     sharded = options.shuffle and current_task().num_workers > 1
-    if options.service is None and not sharded and position is None:
-        parsed = _with_cardinality(parsed, plan, options)  # a worker's global share varies
+    if options.service is None and not sharded:  # a worker's global share varies
+        parsed = _with_cardinality(parsed, plan, options, position)
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 
 
@@ -454,11 +454,16 @@ def _batch_key(shaping: Shaping, spec: Any) -> str:
     )
 
 
-def _with_cardinality(data: tf.data.Dataset, plan: Plan, options: ReadOptions) -> tf.data.Dataset:
-    """Tell the dataset its length when ``schema.json`` gives every file's examples."""
+def _with_cardinality(
+    data: tf.data.Dataset, plan: Plan, options: ReadOptions, position: ReadPosition | None
+) -> tf.data.Dataset:
+    """Tell the dataset its length when ``schema.json`` gives every file's examples.
+
+    Asserted; with a ``position``, declared only (a pass entered there is shorter).
+    """
     batches = epoch_steps(plan.examples, options)
-    if batches is None:
-        return data
+    if batches is None or position is not None:
+        return data if batches is None else at_most(data, batches)
     return data.apply(tf.data.experimental.assert_cardinality(batches))
 
 

@@ -32,7 +32,7 @@ from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.plan import Plan
 
-__all__ = ["ReadPosition", "SessionPosition", "position_of"]
+__all__ = ["ReadPosition", "SessionPosition", "at_most", "position_of"]
 
 
 class ReadPosition:
@@ -80,18 +80,26 @@ class ReadPosition:
         """One element, ``(epoch, records)``, read when an iterator over it starts.
 
         Reading it counts the pass (the epoch goes up by one) and puts the records back
-        to 0. The pipelines ``flat_map`` their pass over it.
+        to 0. The pipelines ``flat_map`` their pass over it. Eagerly it is read at the
+        iterator's first element; in graph mode when the iterator is initialized (the
+        initializer runs the tensors a dataset is made of), so that each initialization
+        counts a pass, as a replay counts them (a pass started and left), and a session
+        that initialized no local variable reads all the same.
         """
+        if not self._eager:
+            return tf.data.Dataset.from_tensors(self._take())
+        return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(lambda _: self._take())
 
-        def take(_: Any) -> tuple[tf.Tensor, tf.Tensor]:
+    def _take(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """The epoch and records now, the pass counted and the records put back to 0."""
+        ready = [] if self._eager else [self.initialize_once()]
+        with tf.control_dependencies(ready):
             records = self.records.read_value()
-            with tf.control_dependencies([records]):
-                reset = self.records.assign(0)
             epoch = self.epoch.assign_add(1) - 1
-            with tf.control_dependencies([reset]):
-                return tf.identity(epoch), tf.identity(records)
-
-        return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(take)
+        with tf.control_dependencies([records]):
+            reset = self.records.assign(0)
+        with tf.control_dependencies([reset]):
+            return tf.identity(epoch), tf.identity(records)
 
     def initialize_once(self) -> Any:
         """Graph mode: an op initializing the variables when they are not yet (else nothing).
@@ -184,6 +192,28 @@ class SessionPosition:
         """:meth:`ReadPosition.seek` in the session."""
         session = self._session() if callable(self._session) else self._session
         self.position.seek(epoch, records, session=session)
+
+
+def at_most(data: tf.data.Dataset, batches: int) -> tf.data.Dataset:
+    """``data``, whose ``cardinality()`` says ``batches``, a length declared, not asserted.
+
+    A whole pass of a pipeline with a position makes ``batches``; a pass entered at a
+    position makes fewer, which ``assert_cardinality`` would fail ("expected to contain
+    ``batches`` elements"). Here the pass ends where its data ends, and Keras ``fit``
+    and the loops still know the length of a whole pass up front.
+
+    Built of public stages whose length TensorFlow counts (checked on TF 2.21 by
+    ``tests/test_resume_position.py``): ``data``, then a dataset that gives nothing but
+    counts as endless (an empty stage repeated: ``repeat`` ends when its input gives
+    nothing, and never opens ``data`` again), cut at ``batches`` (``take``).
+    """
+    nothing = (
+        tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
+        .filter(lambda _: False)
+        .flat_map(lambda _: data.take(0))
+        .repeat()
+    )
+    return data.concatenate(nothing).take(batches)
 
 
 def _variable(name: str, eager: bool) -> Any:

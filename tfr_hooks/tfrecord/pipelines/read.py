@@ -39,8 +39,8 @@ import tensorflow as tf
 
 from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.pipelines import sharding
-from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, read_batches
-from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, epoch_steps
+from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, batches_of, read_batches
+from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, epoch_steps, note_read
 from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
     ReadArgs,
@@ -55,6 +55,7 @@ from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = [
     "Batches",
+    "batches_of",
     "dataset",
     "source",
     "read_batches",
@@ -94,7 +95,14 @@ def dataset(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> tf.da
         workers split it by file (then more than the global batches of the data, as
         each worker's share may end in a partial batch; see
         :func:`tfr_hooks.tfrecord.pipelines.sharding.file_sharded_steps`). Its batch dimension is
-        static only with ``drop_remainder=True``.
+        static only with ``drop_remainder=True``. Given to
+        :class:`~tfr_hooks.FunctionLoop`, alone or followed by ``.map()``,
+        ``.prefetch()`` or ``.with_options()``, it is read as :func:`source`'s: the
+        loop finds its reader's facts behind those stages, and a resumed run seeks
+        where ``source`` would (in graph mode, through
+        :func:`~tfr_hooks.tfrecord.batches_of` for ``SessionLoop``). Behind a
+        stage that may drop or add batches (``filter``, ``take``...) it replays, and
+        the log says why.
 
     Raises:
         NoFilesError: If no file matches, or a file is missing.
@@ -158,11 +166,21 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         shared = sharding.shared_seed(options.seed, shuffled, task)
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
-    data, examples, position = build_pipeline(plan, options, kind, seekable=reader == "source")
+    data, examples, position = build_pipeline(plan, options, kind, seekable=True)
     facts = ReadFacts.of_read(plan, options, kind, examples, None, position)
+    read = _read(data, plan, options, kind, facts)
+    note_read(read.dataset, read.facts)  # for the loops, behind the user's map
+    return read
+
+
+def _read(
+    data: tf.data.Dataset, plan: Plan, options: ReadOptions, kind: PipelineKind, facts: ReadFacts
+) -> Source:
+    """The dataset a reader returns, served or sharded as asked, and its facts."""
+    task = current_task()
     if options.service is not None:
         # a trainer of a shared job reads a part of the epoch, of unknown size
-        examples = examples if task.num_workers == 1 else None
+        examples = facts.examples if task.num_workers == 1 else None
         return Source(_served(data, plan, options, task), replace(facts, examples=examples))
     shard = options.config.shard
     if kind.in_memory:
@@ -177,7 +195,7 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         len(plan.files),
         task,
         file_examples=plan.counts,
-        batch_size=batch_size,
+        batch_size=options.batch_size,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
     )
@@ -221,8 +239,12 @@ def _steps_of(data: tf.data.Dataset, facts: ReadFacts, options: ReadOptions) -> 
 
 
 def _cardinality(data: tf.data.Dataset) -> int | None:
-    """The dataset's cardinality when known (``None``: unknown or infinite)."""
-    cardinality = int(data.cardinality())
+    """The dataset's cardinality when known (``None``: unknown or infinite).
+
+    In graph mode it is a tensor a session would compute: not known here.
+    """
+    value = data.cardinality()
+    cardinality = int(value) if hasattr(value, "numpy") else -1
     return cardinality if cardinality >= 0 else None
 
 

@@ -177,7 +177,11 @@ def file_key(path: str) -> FileKey:
         gstat = tf.io.gfile.stat(path)
         size, mtime_ns = int(gstat.length), int(gstat.mtime_nsec)
     digest = hashlib.blake2b(digest_size=16)
-    with tf.io.gfile.GFile(path, "rb") as handle:
+    # a local file read unbuffered: GFile reads through a 512 KiB buffer, so that each
+    # seek of a resumed pass, which checks the key, would read a megabyte of every file
+    local = _is_local(path)
+    opened = open(path, "rb", buffering=0) if local else tf.io.gfile.GFile(path, "rb")  # noqa: SIM115
+    with opened as handle:
         digest.update(handle.read(_EDGE))
         if size > _EDGE:
             handle.seek(max(_EDGE, size - _EDGE))

@@ -21,7 +21,7 @@ import tensorflow as tf
 from tfr_hooks.tf_private import single_device_map
 from tfr_hooks.tfrecord.pipelines.memory.loading import Held, aligned
 from tfr_hooks.tfrecord.pipelines.passes import pass_seed
-from tfr_hooks.tfrecord.pipelines.position import ReadPosition
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition, at_most
 from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples
 
 __all__ = [
@@ -133,8 +133,10 @@ def memory_dataset(
     else:
         batches = salts.flat_map(gather.one_pass)
     total = tf.data.INFINITE_CARDINALITY if num_epochs is None else num_epochs * gather.per_pass
-    if position is None:  # entered at a position, a pass holds fewer batches
+    if position is None:
         batches = batches.apply(tf.data.experimental.assert_cardinality(total))
+    else:  # entered at a position, a pass holds fewer batches
+        batches = at_most(batches, total)
     if prefetch:
         batches = batches.prefetch(prefetch)
     if select is not None and not gather.whole:  # gathered whole, selected with the gather
