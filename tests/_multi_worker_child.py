@@ -283,7 +283,8 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
         raise
     result = {"seen": seen, "steps": int(counter.numpy())}
     if os.environ.get("ORDER_READ") in ("global", "unshuffled"):
-        result["position"] = train.facts.position.state()
+        position = train.facts.position
+        result["position"] = None if position is None else position.state()
     return result
 
 

@@ -11,9 +11,11 @@ replay line).
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -22,14 +24,18 @@ BATCH = 32  # the global batch: parts of 16 on 2 workers, of 11, 11 and 10 on 3
 STOP = 20  # the step of epoch 0 a worker is SIGTERMed after
 
 
+SIZES = (300, 500, 700, 900)  # unequal files: a worker's files are not a fixed share
+
+
 def _write(directory: Path) -> Path:
-    """4 files of 600 records, each an ``index`` (its id), from a plain TFRecordWriter."""
+    """4 files of 2,400 records, each an ``index`` (its id), from a plain TFRecordWriter."""
     directory.mkdir(parents=True)
+    starts = np.cumsum((0, *SIZES))
     for shard in range(4):
         path = directory / f"train-{shard:05d}-of-00004.tfrecord"
         with tf.io.TFRecordWriter(str(path)) as writer:
-            for i in range(shard * 600, (shard + 1) * 600):
-                feature = {"index": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}
+            for i in range(starts[shard], starts[shard + 1]):
+                feature = {"index": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(i)]))}
                 example = tf.train.Example(features=tf.train.Features(feature=feature))
                 writer.write(example.SerializeToString())
     return directory.parent
@@ -82,3 +88,39 @@ def test_a_run_preempted_on_n_workers_resumes_on_m_with_each_example_once(
         assert f"step {step} on {after} worker(s), saved on {before}" in worker.stderr
         assert "Skipped" not in worker.stderr and "Started" not in worker.stderr
     assert resumed[0]["steps"] == 2 * N // BATCH  # the steps of an uninterrupted run
+
+
+@pytest.mark.parametrize(
+    "read, said",
+    [
+        ({"shuffle": "global", "seed": 1}, "the position counts global batches"),
+        ({}, "the position counts global batches"),
+        ({"shuffle_buffer": 64, "seed": 1}, "this input cannot seek (it replays)"),
+    ],
+    ids=["global", "unshuffled", "buffer-replays"],
+)
+def test_a_resume_onto_another_worker_count_says_whether_examples_stay(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, read: dict[str, Any], said: str
+) -> None:
+    """Saved on 2 workers, resumed on 1: a position holds; a replay moves examples, and says so."""
+    from tfr_hooks import FunctionLoop, Hook, tfrecord
+
+    data = _write(tmp_path / "data" / "train")
+
+    class SavedOnTwo(Hook):  # what PreemptionCheckpoint sets from a 2-worker checkpoint
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            self.loop.initial_step = 5
+            self.loop.initial_workers = 2
+
+    def step_fn(batch: dict[str, Any]) -> dict[str, Any]:
+        return {"size": tf.cast(tf.size(batch["index"]), tf.float32)}
+
+    train = tfrecord.source(data / "train", 32, **read)
+    with caplog.at_level(logging.INFO, logger="tfr_hooks"):
+        FunctionLoop(train, step_fn=step_fn, hooks=[SavedOnTwo()]).run(epochs=1)
+    assert "Resuming epoch 0 at step 5 on 1 worker(s), saved on 2" in caplog.text
+    assert said in caplog.text
+    warned = [
+        r for r in caplog.records if r.levelno >= logging.WARNING and "saved on 2" in r.message
+    ]
+    assert bool(warned) == (train.facts.position is None)

@@ -11,9 +11,9 @@ which all of them save. So:
 1. ``SIGTERM`` reaches one worker (any of them). Training goes on for a call or two while
    the workers agree on when to save.
 2. At the start of the agreed call, every worker saves the model, the optimizer and the
-   position in the run (epoch and step within it, and the cluster's worker count): the chief to ``log_dir``, the others
-   to a temporary place that is removed at once (saving may read synchronized variables,
-   which needs every worker).
+   position in the run (epoch and step within it, and the cluster's worker count): the
+   chief to ``log_dir``, the others to a temporary place that is removed at once
+   (saving may read synchronized variables, which needs every worker).
 3. Every worker stops there: the epoch is left open (no ``epoch_end``, no
    ``on_train_end``), every hook's ``end`` runs, and the loop raises :class:`Preempted`,
    a ``SystemExit`` with ``exit_code`` (42 by default, TensorFlow's own), so the process

@@ -325,9 +325,9 @@ def global_windows(
     sequence, of which the strategy keeps its part of each global batch (the reader
     splits it by data: the sequence, and a position in it, do not depend on the worker
     count); in a graph-mode cluster worker ``i`` of ``n`` reads the share
-    ``shard=(i, n)`` of every epoch. With ``max_corrupt_records``, a damaged file's runs of whole records
-    are ordered as files of their own (:func:`~tfr_hooks.tfrecord.sources.index.index_runs`):
-    the damage is never read.
+    ``shard=(i, n)`` of every epoch. With ``max_corrupt_records``, a damaged file's runs
+    of whole records are ordered as files of their own
+    (:func:`~tfr_hooks.tfrecord.sources.index.index_runs`): the damage is never read.
 
     Args:
         plan: The files (uncompressed), and the damage found in them.
