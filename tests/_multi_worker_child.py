@@ -34,6 +34,7 @@ Modes:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -208,8 +209,10 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     """A ``step_fn`` that notes the examples each step of this worker trains on.
 
     Shuffled (with the seed all workers share), sharded by file (with
-    ``ORDER_READ=global``: ``shuffle="global"``, each worker its share; with
-    ``ORDER_BUCKET_POOL=N`` too, bucketed from pools of ``N`` batches), with
+    ``ORDER_READ=global``: ``tfrecord.source(..., shuffle="global")``, one global
+    sequence each worker takes its part of; with ``ORDER_BUCKET_POOL=N`` too, bucketed
+    from pools of ``N`` batches; ``ORDER_READ=unshuffled``: ``tfrecord.source`` without
+    a shuffle), for ``ORDER_EPOCHS`` epochs (3; ``ORDER_LOG=1`` logs at INFO level), with
     ``PreemptionCheckpoint``; ``TERM_AT_EPOCH``/``TERM_AT_BATCH``/``TERM_TASK`` as in
     ``keras`` mode. The result (or the ``PREEMPTED`` line) holds ``seen``: epoch to the
     list of this worker's batches of example indexes.
@@ -219,7 +222,12 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     strategy = _strategy(tf)
     from tfr_hooks import FunctionLoop, Hook, Preempted, PreemptionCheckpoint, tfrecord
 
-    if os.environ.get("ORDER_READ") == "global":  # each worker its share; seeks
+    if os.environ.get("ORDER_LOG"):  # the loop's resume lines, to stderr
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    epochs = int(os.environ.get("ORDER_EPOCHS", EPOCHS))
+    if os.environ.get("ORDER_READ") == "unshuffled":  # one global stream; seeks
+        train: Any = tfrecord.source(os.path.join(data, "train"), GLOBAL_BATCH)
+    elif os.environ.get("ORDER_READ") == "global":  # one global sequence; seeks
         pool = os.environ.get("ORDER_BUCKET_POOL")  # bucketed: pools of that many batches
         bucketed: dict[str, Any] = (
             {}
@@ -230,7 +238,7 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
                 "read_config": tfrecord.ReadConfig(bucket_pool=int(pool)),
             }
         )
-        train: Any = tfrecord.source(
+        train = tfrecord.source(
             os.path.join(data, "train"), GLOBAL_BATCH, shuffle="global", seed=5, **bucketed
         )
     else:
@@ -268,14 +276,15 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     loop = FunctionLoop(train, step_fn=step_fn, hooks=[Term(), preemption], strategy=strategy)
     state.append(loop.loop)
     try:
-        loop.run(epochs=EPOCHS)
+        loop.run(epochs=epochs)
     except Preempted as stop:
         print("PREEMPTED " + json.dumps({"epoch": stop.epoch, "step": stop.step, "seen": seen}))
         sys.stdout.flush()
         raise
     result = {"seen": seen, "steps": int(counter.numpy())}
-    if os.environ.get("ORDER_READ") == "global":
-        result["position"] = train.facts.position.state()
+    if os.environ.get("ORDER_READ") in ("global", "unshuffled"):
+        position = train.facts.position
+        result["position"] = None if position is None else position.state()
     return result
 
 

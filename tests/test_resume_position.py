@@ -618,10 +618,10 @@ def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:
     assert position is not None
     position.seek(4, 120)
     state = position.state()
-    assert state == {"seed": 7, "epoch": 4, "records": 120}
+    assert state == {"seed": 7, "workers": 1, "epoch": 4, "records": 120}
     assert len(json.dumps(state).encode()) <= 1024
     first = next(iter(source.dataset))  # the pass starts there, then counts itself
-    assert position.state() == {"seed": 7, "epoch": 5, "records": 0}
+    assert position.state() == {"seed": 7, "workers": 1, "epoch": 5, "records": 0}
     assert int(tf.size(first["index"])) == 10
 
 

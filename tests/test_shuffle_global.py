@@ -198,19 +198,23 @@ def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
         tfrecord.read_batches(class_files, 8, shuffle="global", pipeline="queue")
 
 
-@pytest.mark.slow  # two passes; test_tfrecord_order.py checks the shares in the fast run
-def test_workers_read_disjoint_shares_that_cover_the_data(class_files, monkeypatch):
-    shares = []
-    for worker in range(2):
-        cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+@pytest.mark.slow  # two passes; test_tfrecord_order.py checks GlobalOrder's shares
+def test_workers_read_one_sequence_for_any_worker_count_split_by_data(class_files, monkeypatch):
+    """Under MWMS every worker reads the same global order; the strategy splits it by data.
+
+    Worker 0 of 2 and worker 2 of 3 read one sequence: a position in it is the same
+    place on any worker count (tests/test_resume_worker_count.py resumes across counts).
+    """
+    sequences = []
+    for worker, workers in ((0, 2), (2, 3)):
+        cluster = {"worker": [f"127.0.0.1:{port}" for port in range(1, workers + 1)]}
         config = {"cluster": cluster, "task": {"type": "worker", "index": worker}}
         monkeypatch.setenv("TF_CONFIG", json.dumps(config))
         data = tfrecord.dataset(class_files, 64, shuffle="global", seed=3)
         assert (
             data.options().experimental_distribute.auto_shard_policy
-            == tf.data.experimental.AutoShardPolicy.OFF
+            == tf.data.experimental.AutoShardPolicy.DATA
         )
-        shares.append(_epoch_ids(data))
-    assert not set(shares[0]) & set(shares[1])
-    np.testing.assert_array_equal(np.sort(np.concatenate(shares)), np.arange(CLASSES * PER_CLASS))
-    assert abs(len(shares[0]) - len(shares[1])) <= 2 * 128
+        sequences.append(_epoch_ids(data))
+    np.testing.assert_array_equal(sequences[0], sequences[1])
+    np.testing.assert_array_equal(np.sort(sequences[0]), np.arange(CLASSES * PER_CLASS))

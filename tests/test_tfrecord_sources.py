@@ -80,6 +80,18 @@ def test_plain_files_are_a_file_source_of_unknown_counts(tmp_path):
     assert source.describe() is None and source.to_dict() is None
 
 
+def test_a_directory_of_plain_files_lists_no_record_index_kept_beside_them(tmp_path):
+    """shuffle='global' keeps FILE.tfrindex (and its .lock) beside each file: not data."""
+    path = _plain(tmp_path)
+    first = tfrecord.source(str(tmp_path), 2, shuffle="global", seed=1)
+    assert sorted(int(i) for b in first.dataset for i in b["label"]) == list(range(5))
+    assert (tmp_path / "plain.tfrecord.tfrindex").exists()
+    (tmp_path / "plain.tfrecord.tfrindex.lock").touch()  # as while another worker builds
+    assert open_source(str(tmp_path)).files == [path]
+    again = tfrecord.source(str(tmp_path), 2, shuffle="global", seed=1)
+    assert sorted(int(i) for b in again.dataset for i in b["label"]) == list(range(5))
+
+
 def test_a_written_directory_is_a_converted_source_with_its_counts(tmp_path):
     out = _converted(tmp_path)
     source = open_source(out)

@@ -47,8 +47,9 @@ from tfr_hooks.checks import (
 from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_all
 from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
 from tfr_hooks.runners import Runner, StepResult
-from tfr_hooks.seeking import Seekable, entry
+from tfr_hooks.seeking import Seekable, entry, note_worker_count
 from tfr_hooks.stalls import StallPolicy
+from tfr_hooks.task import current_task
 
 __all__ = [
     "Passes",
@@ -354,6 +355,9 @@ def _run_epoch(
     position = data.position if seekable and data is not None else None
     if position is not None and position.grain > 1 and not runner.skips_batches:
         position = None  # entered at a pool's start, it could not skip to the step
+    if first and done:  # saved on another worker count: a position is global, else moved
+        workers = position.workers if position is not None else current_task().num_workers
+        note_worker_count(loop.initial_workers, workers, position, epoch, done)
     if position is not None:  # the pass starts where the interrupted run was: no replay
         _seek(position, passes, epoch, done)
     clock = _begin_epoch(
@@ -368,7 +372,7 @@ def _run_epoch(
         if skip and runner.skips_batches:  # inside a split batch, or a bucketed pool
             runner.skip_batches(skip)
         length = None  # the data's end ends the epoch
-        loop.epoch_examples = done * position.batch_size * position.workers // position.split
+        loop.epoch_examples = done * position.batch_size // position.split
         loop.epoch_steps = done
     else:
         length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
@@ -435,7 +439,7 @@ def _seek(position: Seekable, passes: Passes, epoch: int, done: int) -> None:
     passes.started = number
     if number or records:
         logger.info(
-            "Resumed the input at epoch %d, record %d of this worker (a seek, no replay)",
+            "Resumed the input at epoch %d, record %d of its sequence (a seek, no replay)",
             number,
             records,
         )

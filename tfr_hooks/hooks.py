@@ -82,6 +82,11 @@ class LoopState:
             ``steps_per_epoch`` when one is configured, else (on a runner that can skip
             batches, such as :class:`~tfr_hooks.FunctionLoop`'s) it skips that many
             batches of the epoch's data and runs to its end.
+        initial_workers: The workers of the run that saved the mid-epoch position this
+            run resumes at (``initial_step``), when the checkpoint says
+            (:class:`~tfr_hooks.PreemptionCheckpoint` records it); ``None`` otherwise.
+            A data position of one global sequence resumes on any worker count; other
+            data replays, and the loop logs that a count that changed moves examples.
         epoch: The current epoch, counted from 0.
         global_step: Steps run since ``run`` started (this run only).
         epoch_steps: Steps run so far in the current epoch.
@@ -149,6 +154,7 @@ class LoopState:
         self.epochs = epochs
         self.initial_epoch = initial_epoch
         self.initial_step = 0
+        self.initial_workers: int | None = None
         self.epoch = initial_epoch
         self.global_step = 0
         self.epoch_steps = 0

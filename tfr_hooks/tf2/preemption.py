@@ -11,9 +11,9 @@ which all of them save. So:
 1. ``SIGTERM`` reaches one worker (any of them). Training goes on for a call or two while
    the workers agree on when to save.
 2. At the start of the agreed call, every worker saves the model, the optimizer and the
-   position in the run (epoch and step within it): the chief to ``log_dir``, the others
-   to a temporary place that is removed at once (saving may read synchronized variables,
-   which needs every worker).
+   position in the run (epoch and step within it, and the cluster's worker count): the
+   chief to ``log_dir``, the others to a temporary place that is removed at once
+   (saving may read synchronized variables, which needs every worker).
 3. Every worker stops there: the epoch is left open (no ``epoch_end``, no
    ``on_train_end``), every hook's ``end`` runs, and the loop raises :class:`Preempted`,
    a ``SystemExit`` with ``exit_code`` (42 by default, TensorFlow's own), so the process
@@ -22,7 +22,9 @@ which all of them save. So:
    first step and the loop resumes at the saved epoch: it starts the epoch's data again,
    skips the batches already trained on and runs the rest of the epoch (as many steps
    as an uninterrupted run, whatever the dataset's cardinality says); the run ends after
-   the epochs asked for.
+   the epochs asked for. The cluster may come back with another worker count: an input
+   that seeks (a position in one global sequence) resumes there exactly; one that
+   replays says in the log that the resumed epoch's examples move.
 
 It works in one process too (no cluster: the signal is this process's own). It needs
 :class:`~tfr_hooks.FunctionLoop` (TF2): graph-mode runs have
@@ -158,6 +160,7 @@ class PreemptionCheckpoint(Hook):
         self._manager: Any = None
         self._checkpoint: Any = None
         self._position: Any = None
+        self._workers: Any = None
         self._task = distribute.TaskInfo()
         self._saved_path: str | None = None
         self._saved = False
@@ -194,12 +197,15 @@ class PreemptionCheckpoint(Hook):
         strategy = self._strategy()
         self._task = distribute.current_task(strategy)
         self._position = tf.Variable([0, 0], dtype=tf.int64, trainable=False)
+        self._workers = tf.Variable(0, dtype=tf.int64, trainable=False)
         objects = dict(self.objects)
         if self.model is not None:
             objects.setdefault("model", self.model)
             if getattr(self.model, "optimizer", None) is not None:
                 objects.setdefault("optimizer", self.model.optimizer)
-        self._checkpoint = tf.train.Checkpoint(**objects, tfr_hooks_position=self._position)
+        self._checkpoint = tf.train.Checkpoint(
+            **objects, tfr_hooks_position=self._position, tfr_hooks_workers=self._workers
+        )
         # one manager on the chief's directory: every worker restores the chief's state
         self._manager = tf.train.CheckpointManager(self._checkpoint, self.log_dir, max_to_keep=1)
         config = tf.distribute.experimental.TerminationConfig(
@@ -346,6 +352,7 @@ class PreemptionCheckpoint(Hook):
         """The handler's save: the chief to ``log_dir``, the others to a removed place."""
         # where the run is, only when saving: nothing added to the calls of other steps
         self._position.assign([self.loop.epoch, self.loop.epoch_steps])
+        self._workers.assign(max(1, self._task.num_workers))
         if self._task.is_chief:
             self._saved_path = self._manager.save(*args, **kwargs)
             return
@@ -373,13 +380,16 @@ class PreemptionCheckpoint(Hook):
         # (or to its steps_per_epoch): no length needs to be known up front
         loop.initial_epoch = epoch
         loop.initial_step = step
+        loop.initial_workers = int(self._workers.numpy()) or None  # 0: saved before counts
         self.restored = (epoch, step)
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None:  # to tell, at the epoch's start, that nobody restored after
             self._iterations = int(optimizer.iterations.numpy())
         logger.info(
-            "Resuming at epoch %d, step %d from the preemption checkpoint in %s",
+            "Resuming at epoch %d, step %d from the preemption checkpoint in %s (saved on "
+            "%s worker(s))",
             epoch,
             step,
             self.log_dir,
+            loop.initial_workers or "an unrecorded number of",
         )

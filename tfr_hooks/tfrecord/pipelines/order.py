@@ -23,7 +23,10 @@ from ``(seed, epoch)``. It needs no buffer of the size of the data: a record ind
 4. **Workers.** With ``shard=(i, n)`` worker ``i`` takes the positions ``i, i+n, ...`` of
    the epoch's block order and the short blocks ``i, i+n, ...``: the shares are disjoint
    and together cover the data. Shares differ by at most one block and one short block
-   a window; :meth:`GlobalOrder.shard_sizes` gives each worker's records.
+   a window; :meth:`GlobalOrder.shard_sizes` gives each worker's records. A share
+   depends on ``n``, so the readers use shares only in a graph-mode cluster; under
+   ``MultiWorkerMirroredStrategy`` every worker reads ``shard=(0, 1)``, one sequence
+   for any worker count, and keeps its part of each global batch (split by data).
 
 **Why 128 and 256.** A batch holds the classes of the blocks in its window. On data
 written in class order (each block one class), with ``k`` blocks a window the class

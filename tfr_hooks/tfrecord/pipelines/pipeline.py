@@ -327,11 +327,13 @@ def global_windows(
     :func:`~tfr_hooks.tfrecord.pipelines.passes.pass_seed` does). ``seed=None`` draws one seed
     when the pipeline is built (logged at INFO level); under a multi-worker strategy
     every worker then uses the common seed of
-    :func:`~tfr_hooks.tfrecord.pipelines.sharding.shared_seed`, and worker ``i`` of ``n`` reads
-    the share ``shard=(i, n)`` of every epoch (the reader turns the strategy's own
-    sharding off). With ``max_corrupt_records``, a damaged file's runs of whole records
-    are ordered as files of their own (:func:`~tfr_hooks.tfrecord.sources.index.index_runs`):
-    the damage is never read.
+    :func:`~tfr_hooks.tfrecord.pipelines.sharding.shared_seed` and reads the whole
+    sequence, of which the strategy keeps its part of each global batch (the reader
+    splits it by data: the sequence, and a position in it, do not depend on the worker
+    count); in a graph-mode cluster worker ``i`` of ``n`` reads the share
+    ``shard=(i, n)`` of every epoch. With ``max_corrupt_records``, a damaged file's runs
+    of whole records are ordered as files of their own
+    (:func:`~tfr_hooks.tfrecord.sources.index.index_runs`): the damage is never read.
 
     Args:
         plan: The files (uncompressed), and the damage found in them.
@@ -364,12 +366,12 @@ def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
     if seed is None:
         seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
         logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
-    return GlobalOrder(
-        _global_indexes(plan),
-        seed=seed,
-        window=window,
-        shard=(worker_index(task), task.num_workers),
-    )
+    # under MultiWorkerMirroredStrategy every worker reads the one global sequence and
+    # the strategy keeps its part of each global batch (split by data): the same
+    # sequence for any worker count, so a position in it resumes on any; a graph-mode
+    # cluster's workers (asynchronous, no global batch) each read a share of their own
+    shard = (0, 1) if tf.executing_eagerly() else (worker_index(task), task.num_workers)
+    return GlobalOrder(_global_indexes(plan), seed=seed, window=window, shard=shard)
 
 
 def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:

@@ -3,16 +3,25 @@
 A pipeline that can enter its data anywhere (``shuffle="global"``, streamed, on packed
 shards, on damaged files or in memory; no shuffle, streamed or in memory) reads its passes through a
 :class:`ReadPosition`: two ``int64`` variables, the number of the next pass (its epoch)
-and the records of this worker's share to start it at. Each new iterator (in graph
+and the records of its sequence to start it at. Each new iterator (in graph
 mode, each initialization of one) reads both when its pass starts, counts the pass,
 and puts the records back to 0, so that later passes start at their beginning.
 
 A resumed run puts the position where the interrupted run was (:meth:`ReadPosition.seek`,
-called by the engine: ``(epoch, records done by this worker)``) instead of replaying
+called by the engine: ``(epoch, records done)``) instead of replaying
 the passes before it and skipping the batches already trained on: the pass starts
 there, reading nothing before it (a global order rereads at most the window it starts
 in; an unshuffled stream at most the block of 128 records each file is entered in).
-The whole input state is :meth:`ReadPosition.state`: three integers.
+The whole input state is :meth:`ReadPosition.state`: four integers.
+
+**One sequence for any number of workers.** The records are those of one global
+sequence, the same on any worker count: the pass a single worker reads. Under
+``MultiWorkerMirroredStrategy`` every worker reads that sequence in global batches and
+the strategy keeps each worker's part of each one (the data is split by data:
+TensorFlow's ``AutoShardPolicy.DATA``; parts of a batch that does not divide by the
+workers differ by one example at most). A step is one global batch, so ``(epoch, steps
+done x batch size)`` is the same place for 1, 2 or 3 workers: a run saved on N workers
+resumes on M exactly. The price: every worker reads (and parses) the whole sequence.
 
 Examples:
     >>> from tfr_hooks import tfrecord
@@ -36,17 +45,17 @@ __all__ = ["ReadPosition", "SessionPosition", "at_most", "position_of"]
 
 
 class ReadPosition:
-    """The pass a pipeline reads next and the records to start it at (this worker's).
+    """The pass a pipeline reads next and the records of its sequence to start it at.
 
     Made by the readers for the pipelines that can enter their data at a position; a
     :class:`~tfr_hooks.tfrecord.ReadFacts` carries it as ``position``. In graph mode its
     variables live in the graph the reader was built in (initialized with the others).
 
     Args:
-        batch_size: The examples of a batch of this worker's share (the reader's).
-        workers: The workers sharing an epoch (each reads its own share).
-        split: The steps one batch makes: under ``MultiWorkerMirroredStrategy``, the
-            workers (the strategy splits each worker's batch among the replicas), else 1.
+        batch_size: The examples of a global batch (the reader's batch size).
+        workers: The workers of the cluster (each takes its part of every global batch:
+            the position does not depend on it; :meth:`state` records it).
+        split: The steps one batch makes (1: a step is a global batch).
         seed: The seed of the passes' orders (kept with the position, as a record of
             what it means), or ``None`` when unshuffled.
         grain: The batches a pass can be entered at a multiple of: a bucketed read's
@@ -123,7 +132,8 @@ class ReadPosition:
 
         Args:
             epoch: The epoch (pass number) the next pass reads.
-            records: The records of this worker's share of that epoch already read.
+            records: The records of that epoch's sequence already read (global: those
+                of all workers).
             session: In graph mode, the session the variables live in.
 
         Raises:
@@ -156,12 +166,21 @@ class ReadPosition:
         session.run(self._assign, {self._epoch_in: epoch, self._records_in: records})
 
     def state(self, session: Any = None) -> dict[str, int]:
-        """The whole input state: the seed, the next pass's epoch and its records."""
+        """The whole input state: the seed, the workers, the next pass's epoch and its records.
+
+        The position (``epoch``, ``records``) does not depend on ``workers``: the count
+        is a record of the run that saved it.
+        """
         if self._eager:
             epoch, records = int(self.epoch.numpy()), int(self.records.numpy())
         else:
             epoch, records = (int(v) for v in session.run([self.epoch, self.records]))
-        return {"seed": int(self.seed or 0), "epoch": epoch, "records": records}
+        return {
+            "seed": int(self.seed or 0),
+            "workers": self.workers,
+            "epoch": epoch,
+            "records": records,
+        }
 
     def in_session(self, session: Any) -> SessionPosition:
         """This position seeking in graph-mode ``session`` (what a session loop hands on)."""
@@ -238,14 +257,18 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
 
     One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
-    this process (no service): ``shuffle="global"`` streamed (each worker its share;
-    with ``max_corrupt_records``, over the damaged files' runs of whole records) or on
-    packed shards whose example counts are known (the position counts examples), and on
-    one undamaged worker the in-memory pipelines (any shuffle, not bucketed) and an
-    unshuffled stream read in a fixed order. Streamed bucketing (pools sorted by length)
-    seeks too, to a pool's start (``grain``: the pool's batches). Else ``None``: a
-    resumed run replays (``shuffle_buffer`` streamed, packed shards without
-    ``shuffle="global"``, bucketing in memory).
+    this process (no service): ``shuffle="global"`` streamed (with
+    ``max_corrupt_records``, over the damaged files' runs of whole records) or on packed
+    shards whose example counts are known (the position counts examples), an unshuffled
+    stream read in a fixed order, and on one undamaged worker the in-memory pipelines
+    (any shuffle, not bucketed). Streamed bucketing (pools sorted by length) seeks too,
+    to a pool's start (``grain``: the pool's batches). Under
+    ``MultiWorkerMirroredStrategy`` the streams read one global sequence split by data
+    (see the module), so their position holds on any worker count; an unshuffled stream
+    then needs ``shard`` ``"auto"`` or ``"data"``. A graph-mode cluster (asynchronous
+    workers, no global batch) has none. Else ``None``: a resumed run replays
+    (``shuffle_buffer`` streamed, packed shards without ``shuffle="global"``, bucketing
+    in memory).
     """
     if options.num_epochs != 1 or options.service is not None:
         return None
@@ -255,25 +278,19 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     # bucketed, the batches are cut from pools: a pass is entered at a pool's start
     grain = options.config.bucket_pool if bucketed else 1
     workers = current_task().num_workers
+    if workers > 1 and not tf.executing_eagerly():
+        return None  # a graph-mode cluster: each worker at its own pace, restored by the chief
     streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
     # the global order reads a damaged file's runs of whole records, the same every
     # pass; on packed shards it counts examples, each file's count known
     packed = kind is PipelineKind.PACKED and plan.damage is None and plan.examples is not None
     if (streamed or packed) and options.shuffle == "global" and not plan.compression:
-        if workers == 1:
-            return ReadPosition(options.batch_size, seed=options.seed, grain=grain)
-        # under MultiWorkerMirroredStrategy each batch of a worker's share makes
-        # `workers` steps (the strategy splits it among the replicas); a graph-mode
-        # cluster restores on the chief only, and a split that is not even replays
-        if tf.executing_eagerly() and options.batch_size % workers == 0:
-            return ReadPosition(
-                options.batch_size, workers=workers, split=workers, seed=options.seed, grain=grain
-            )
-        return None
-    if workers > 1 or plan.damage is not None:
+        return ReadPosition(options.batch_size, workers=workers, seed=options.seed, grain=grain)
+    if plan.damage is not None:
         return None
     if kind.in_memory:
-        return ReadPosition(options.batch_size, seed=options.seed)
-    if streamed and not options.shuffles and not plan.compression and options.config.deterministic:
-        return ReadPosition(options.batch_size, grain=grain)
+        return ReadPosition(options.batch_size, seed=options.seed) if workers == 1 else None
+    fixed = not options.shuffles and not plan.compression and options.config.deterministic
+    if streamed and fixed and (workers == 1 or options.config.shard in ("auto", "data")):
+        return ReadPosition(options.batch_size, workers=workers, grain=grain)
     return None

@@ -187,8 +187,14 @@ def _read(
         # no files to split: every worker gathers the same batches and keeps its share
         data = sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
         return Source(data, replace(facts, steps=_steps_of(data, facts, options)))
-    if options.shuffle is not None:
-        shard = "off"  # shuffle="global" reads this worker's share itself
+    if not tf.executing_eagerly() and options.shuffle is not None:
+        shard = "off"  # a graph-mode cluster: the global order reads this worker's share
+    elif options.shuffle is not None or (position is not None and task.num_workers > 1):
+        # one global sequence (the global order; an unshuffled stream that seeks): every
+        # worker reads it and keeps its part of each global batch, on any worker count.
+        # One worker: off, as TensorFlow's data sharding (AUTO too) on one worker undoes
+        # a last Dataset.rebatch, taking it for its own (checked on TF 2.21)
+        shard = "data" if task.num_workers > 1 else "off"
     data = sharding.shard_dataset(
         data,
         shard,
@@ -233,7 +239,7 @@ def _steps_of(data: tf.data.Dataset, facts: ReadFacts, options: ReadOptions) -> 
     A pipeline with a position asserts no cardinality (a pass it enters mid-way is
     shorter); a whole pass makes the steps the examples give.
     """
-    if facts.position is not None and facts.position.workers == 1:
+    if facts.position is not None:  # one step a global batch, on any worker count
         return epoch_steps(facts.examples, options)
     return _cardinality(data)
 

@@ -31,6 +31,7 @@ from tfr_hooks.tfrecord.sources.framing import (
     guess_compression,
     iter_records,
 )
+from tfr_hooks.tfrecord.sources.index import INDEX_SUFFIX
 from tfr_hooks.tfrecord.writing.inspection import infer_schema
 
 __all__ = ["LIST_SCAN_RECORDS", "FeatureLists", "FileSource", "one_compression"]
@@ -59,12 +60,16 @@ class FileSource(RecordSource):
 
     @classmethod
     def list_directory(cls, directory: str) -> list[str] | None:
-        """Every file of ``directory`` that is not hidden, not JSON and no directory."""
+        """Every file of ``directory`` that is not hidden, not JSON and no directory.
+
+        Nor a record index kept beside its file (``FILE.tfrindex``) or its lock
+        (``FILE.tfrindex.lock``), which another worker may be writing meanwhile.
+        """
         names = sorted(
             name
             for name in tf.io.gfile.listdir(directory)
             if not name.startswith((".", "_"))
-            and not name.endswith(".json")
+            and not name.endswith((".json", INDEX_SUFFIX, INDEX_SUFFIX + ".lock"))
             and not tf.io.gfile.isdir(os.path.join(directory, name))
         )
         return [os.path.join(directory, name) for name in names]
