@@ -189,7 +189,7 @@ def _read(
         return Source(data, replace(facts, steps=_steps_of(data, facts, options)))
     if not tf.executing_eagerly() and options.shuffle is not None:
         shard = "off"  # a graph-mode cluster: the global order reads this worker's share
-    elif options.shuffle is not None or (position is not None and task.num_workers > 1):
+    elif options.shuffle is not None or (facts.position is not None and task.num_workers > 1):
         # one global sequence (the global order; an unshuffled stream that seeks): every
         # worker reads it and keeps its part of each global batch, on any worker count.
         # One worker: off, as TensorFlow's data sharding (AUTO too) on one worker undoes
