@@ -100,8 +100,21 @@ def _policy(ds: tf.data.Dataset) -> int:
 def test_datasets_shard_by_file_with_enough_files_else_by_data(tmp_path, as_task) -> None:
     one, two = _shards(tmp_path / "one", 1), _shards(tmp_path / "two", 2)
     as_task(_config(1))
-    assert _policy(tfrecord.dataset(two, 4)) == Policy.FILE
-    assert _policy(tfrecord.dataset(one, 4)) == Policy.DATA
+    # a read that cannot seek (a buffer): by file when every worker has a file
+    assert _policy(tfrecord.dataset(two, 4, shuffle_buffer=8)) == Policy.FILE
+    assert _policy(tfrecord.dataset(one, 4, shuffle_buffer=8)) == Policy.DATA
+    # a read that seeks (unshuffled, uncompressed): one sequence split by data, so that its
+    # position holds on any worker count (issue 52)
+    assert _policy(tfrecord.dataset(two, 4)) == Policy.DATA
+    assert tfrecord.source(two, 4).facts.position is not None
+    assert (
+        _policy(tfrecord.dataset(two, 4, read_config=tfrecord.ReadConfig(shard="file")))
+        == Policy.FILE
+    )
+    assert (
+        tfrecord.source(two, 4, read_config=tfrecord.ReadConfig(shard="file")).facts.position
+        is None
+    )
     assert (
         _policy(tfrecord.dataset(two, 4, read_config=tfrecord.ReadConfig(shard="data")))
         == Policy.DATA

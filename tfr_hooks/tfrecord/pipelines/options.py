@@ -124,8 +124,12 @@ class ReadConfig:
             strings, ``False`` for bools), a scalar, or a dict of feature name -> scalar.
         shard: :func:`~tfr_hooks.tfrecord.dataset` and ``source`` only: how a
             multi-worker strategy (``MultiWorkerMirroredStrategy``) splits the data
-            among its workers: ``"auto"`` by file when there are at least as many files
-            as workers, by data otherwise; ``"file"`` (an error with fewer files than
+            among its workers: ``"auto"`` by data for a read that seeks on resume
+            (``shuffle="global"``, or unshuffled uncompressed files read
+            deterministically: every worker reads one sequence and keeps its part of each
+            global batch, so a resume holds on any worker count), else by file when there
+            are at least as many files as workers, by data otherwise; ``"file"`` (no
+            position then: a resume replays; an error with fewer files than
             workers), ``"data"``, or ``"off"`` (every worker reads everything).
             ``batch_size`` is then the global batch size. With more than one worker and
             ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
