@@ -243,11 +243,10 @@ def _graph_batches(
     if options.service is not None:
         data = serve(data, options.service)
     iterator = tf.compat.v1.data.make_initializable_iterator(data)
-    initializer = iterator.initializer
-    if position is not None:  # its variables ready before the pass reads them
-        with tf.control_dependencies([position.initialize_once()]):
-            initializer = tf.group(iterator.initializer)
-    return iterator.get_next(), [initializer], num_examples, position
+    # a position readies its own variables where the pass reads them (ReadPosition.start);
+    # a second "initialize if not yet" here would race with that read in the same run (no
+    # order between the two) and could put a counted pass back to 0: the same order twice
+    return iterator.get_next(), [iterator.initializer], num_examples, position
 
 
 def _batch_size_of(tensor: Any) -> Any:
