@@ -201,6 +201,7 @@ def test_a_worker_started_before_its_dispatcher_waits_for_it_then_serves(
         assert process.wait(timeout=30) == 0
 
 
+@pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it
 @pytest.mark.data_service
 @pytest.mark.timeout(START)
 def test_a_worker_waits_at_most_wait_timeout_then_exits_1_naming_the_address(
@@ -241,6 +242,7 @@ def test_a_signal_while_a_worker_waits_ends_it_promptly_with_status_0(
     assert f"stopping on {name}, before a dispatcher answered" in log.read_text()
 
 
+@pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it
 @pytest.mark.timeout(60)
 def test_run_worker_raises_connection_error_past_wait_timeout(
     closed_port: int, caplog: pytest.LogCaptureFixture

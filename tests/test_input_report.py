@@ -444,6 +444,7 @@ class GraphModel:
         return (time.perf_counter() - began) / steps
 
 
+@pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it
 def test_session_loop_reads_a_slowed_input_as_input_bound(
     graph: tf.Graph, small_data: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -102,6 +102,7 @@ def test_sigterm_saves_stops_with_code_42_and_a_restart_resumes_mid_epoch(tmp_pa
     assert len(history["loss"]) == 2
 
 
+@pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it
 def test_a_step_fn_loop_saves_its_objects(tmp_path) -> None:
     total = tf.Variable(0.0, dtype=tf.float64)
 

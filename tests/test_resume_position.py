@@ -40,7 +40,7 @@ PIPELINES = [
     pytest.param(
         {"shuffle_buffer": 64, "seed": 3, "in_memory": True}, id="buffer-memory", marks=SLOW
     ),
-    pytest.param({}, id="unshuffled-streamed"),
+    pytest.param({}, id="unshuffled-streamed", marks=SLOW),
     pytest.param(
         {"read_config": tfrecord.ReadConfig(num_parallel_reads=2)},
         id="unshuffled-2-reads",
@@ -154,6 +154,7 @@ def test_tfrecord_dataset_seeks_on_resume_behind_the_users_map(
     assert trained == list(range(n))  # every example of the interrupted epoch once
 
 
+@pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it
 def test_a_stage_that_may_drop_batches_replays_and_the_log_says_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -526,7 +527,7 @@ READ_AHEAD = 8
         pytest.param({"shuffle": "global", "seed": 3}, "source", id="global-source", marks=SLOW),
         pytest.param({"shuffle": "global", "seed": 3}, "dataset", id="global-dataset", marks=SLOW),
         pytest.param({}, "source", id="unshuffled-source", marks=SLOW),
-        pytest.param({}, "dataset", id="unshuffled-dataset"),
+        pytest.param({}, "dataset", id="unshuffled-dataset", marks=SLOW),
         pytest.param(
             {"read_config": tfrecord.ReadConfig(num_parallel_reads=1)},
             "dataset",

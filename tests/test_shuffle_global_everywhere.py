@@ -83,6 +83,7 @@ def test_packed_shards_mix_examples_not_records(packed_classes: str) -> None:
     assert len(np.unique(first)) < 15
 
 
+@pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it
 def test_packed_shards_under_read_batches_each_initialization_an_epoch(
     packed_classes: str,
 ) -> None:

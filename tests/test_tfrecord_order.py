@@ -216,6 +216,7 @@ def test_global_batches_follow_epochs_and_resume_mid_run(small: list[ix.RecordIn
     assert np.array_equal(np.concatenate(parsed(resumed, "id")), expected[6000 + 4000 :])
 
 
+@pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it
 def test_a_start_given_as_a_tensor_reads_what_an_integer_start_reads(
     small: list[ix.RecordIndex],
 ) -> None:

@@ -177,7 +177,9 @@ def test_every_pipeline_reads_the_values_and_frames_written(files, pipeline):
     _assert_read_as_written(_summary_of_read(read), files["values"])
 
 
-@pytest.mark.parametrize("pipeline", ["streamed", "queue", "memory_decoded"])
+@pytest.mark.parametrize(
+    "pipeline", ["streamed", "queue", pytest.param("memory_decoded", marks=pytest.mark.slow)]
+)
 def test_gzip_files_read_whole(files, pipeline):
     _assert_read_as_written(_summary_of_read(PIPELINES[pipeline](files["GZIP"])), files["values"])
 
