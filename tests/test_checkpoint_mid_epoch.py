@@ -12,6 +12,7 @@ optimizer slots and global step end bitwise equal to the uninterrupted run's.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import signal
@@ -35,7 +36,7 @@ from _graph_resume_child import (
     run,
     write_data,
 )
-from tfr_hooks.graph.checkpoint import resume_epoch_of, resume_position_of
+from tfr_hooks.graph.checkpoint import resume_epoch_of, resume_position_of, saved_workers_of
 
 CHILD = Path(__file__).with_name("_graph_resume_child.py")
 START_TIMEOUT_S = 240  # importing TensorFlow on two slow, shared cores
@@ -158,8 +159,31 @@ def test_a_queue_pipeline_resumes_at_the_epoch_not_the_step(tmp_path, data):
     assert second["steps"][0][:2] == (1, 0)
 
 
+@pytest.mark.slow  # trains and resumes; about 2 s of CPU
+def test_a_cluster_resumed_on_another_worker_count_says_its_examples_move(
+    tmp_path, data, monkeypatch, caplog
+):
+    # saved mid-epoch as the chief of 2 workers (TF_CONFIG), resumed on 1: a graph-mode
+    # cluster has no position that holds across counts, so it replays, and says so
+    logdir = str(tmp_path / "ckpt")
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+    )
+    first = run(data, "stream", logdir, StopAt(epoch=1, step=3))
+    assert saved_workers_of(first["last_saved"]) == 2
+    monkeypatch.delenv("TF_CONFIG")
+    with caplog.at_level(logging.WARNING, logger="tfr_hooks"):
+        second = run(data, "stream", logdir)
+    assert second["initial"] == (1, 3)
+    assert "saved on 2" in caplog.text and "trained twice" in caplog.text
+
+
 def test_checkpoint_names_give_their_position():
     assert resume_position_of("/runs/ckpt-epoch2-step5-7") == (2, 5, 7)
+    assert resume_position_of("/runs/ckpt-epoch2-step5-workers3-7") == (2, 5, 7)
+    assert saved_workers_of("/runs/ckpt-epoch2-step5-workers3-7") == 3
+    assert saved_workers_of("/runs/ckpt-epoch2-step5-7") is None  # before counts were saved
     assert resume_position_of("ckpt-epoch3-8") == (3, 0, 8)
     assert resume_epoch_of("/runs/ckpt-epoch2-step5-7") == (2, 7)
     with pytest.raises(ValueError, match=r"ckpt-epoch<epoch>-step<step>-<n>.*path='model-3'"):

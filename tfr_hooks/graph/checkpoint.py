@@ -7,7 +7,8 @@ moves ``loop.initial_epoch`` so the loop continues where the last run stopped.
 
 The position to resume at is part of the checkpoint's name, ``ckpt-epoch<E>-<N>`` (``E``
 the epoch to start at, ``N`` a save counter kept across runs), or
-``ckpt-epoch<E>-step<S>-<N>`` inside an epoch (``S`` steps of epoch ``E`` already run), so
+``ckpt-epoch<E>-step<S>-workers<W>-<N>`` inside an epoch (``S`` steps of epoch ``E``
+already run by a cluster of ``W`` workers; names without ``-workers<W>`` still read), so
 the name that TensorFlow's ``checkpoint`` state file points to says everything; there is
 no second file that could disagree with it. An epoch cut short by a stop request (Ctrl-C,
 SIGTERM through ``StopOnSignal``) is saved as well, and so is every ``save_steps``-th step
@@ -51,13 +52,19 @@ from tfr_hooks.checks import check_bool, check_optional_positive_int, check_posi
 from tfr_hooks.hooks import Hook
 from tfr_hooks.task import current_task
 
-__all__ = ["EpochCheckpoint", "CHECKPOINT_PREFIX", "resume_epoch_of", "resume_position_of"]
+__all__ = [
+    "EpochCheckpoint",
+    "CHECKPOINT_PREFIX",
+    "resume_epoch_of",
+    "resume_position_of",
+    "saved_workers_of",
+]
 
 logger = logging.getLogger(__name__)
 
 #: The file name prefix of the checkpoints :class:`EpochCheckpoint` writes.
 CHECKPOINT_PREFIX = "ckpt-epoch"
-_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)(?:-step(\d+))?-(\d+)$")
+_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)(?:-step(\d+))?(?:-workers(\d+))?-(\d+)$")
 
 
 def resume_epoch_of(path: str) -> tuple[int, int]:
@@ -102,7 +109,27 @@ def resume_position_of(path: str) -> tuple[int, int, int]:
             f"'{CHECKPOINT_PREFIX}<epoch>-step<step>-<n>' (written by "
             f"tfr_hooks.EpochCheckpoint). Received: path={path!r}"
         )
-    return int(match.group(1)), int(match.group(2) or 0), int(match.group(3))
+    return int(match.group(1)), int(match.group(2) or 0), int(match.group(4))
+
+
+def saved_workers_of(path: str) -> int | None:
+    """The worker count of the run that saved a mid-epoch checkpoint, when its name has it.
+
+    A mid-epoch save records the cluster's worker count (``-workers<n>``), so that a run
+    resumed on another count knows its data moved (a graph-mode cluster has no position
+    that holds across counts: it replays, and the loop says so). ``None`` for an epoch's
+    end and for names written before the count was recorded.
+
+    Examples:
+        >>> saved_workers_of("runs/1/ckpt-epoch2-step5-workers2-7")
+        2
+        >>> saved_workers_of("runs/1/ckpt-epoch2-step5-7") is None
+        True
+    """
+    resume_position_of(path)  # the same names, the same error
+    match = _NAME.search(os.path.basename(os.fspath(path)))
+    assert match is not None  # checked just above
+    return int(match.group(3)) if match.group(3) else None
 
 
 class EpochCheckpoint(Hook):
@@ -240,6 +267,7 @@ class EpochCheckpoint(Hook):
             loop.initial_epoch = epoch
             if step and loop.resumes_mid_epoch:
                 loop.initial_step = step
+                loop.initial_workers = saved_workers_of(path)
             elif step:
                 logger.warning(
                     "%s was saved at step %d of epoch %d, but this loop cannot resume "
@@ -275,7 +303,7 @@ class EpochCheckpoint(Hook):
             and steps % self.save_steps == 0
             and steps != self._saved_at
         ):
-            self._save(f"{CHECKPOINT_PREFIX}{loop.epoch}-step{steps}")
+            self._save(_mid_epoch(loop.epoch, steps))
             self._saved_at = steps
 
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
@@ -288,7 +316,7 @@ class EpochCheckpoint(Hook):
         if complete:
             name = f"{CHECKPOINT_PREFIX}{epoch + 1}"
         elif loop.resumes_mid_epoch and loop.epoch_steps:
-            name = f"{CHECKPOINT_PREFIX}{epoch}-step{loop.epoch_steps}"
+            name = _mid_epoch(epoch, loop.epoch_steps)
         else:
             name = f"{CHECKPOINT_PREFIX}{epoch}"
         self._save(name)
@@ -340,6 +368,11 @@ class EpochCheckpoint(Hook):
 
     def __repr__(self) -> str:
         return f"EpochCheckpoint(log_dir={self.log_dir!r})"
+
+
+def _mid_epoch(epoch: int, steps: int) -> str:
+    """The name of a save at step ``steps`` of ``epoch``, with this cluster's worker count."""
+    return f"{CHECKPOINT_PREFIX}{epoch}-step{steps}-workers{current_task().num_workers}"
 
 
 def _exists(path: str) -> bool:
