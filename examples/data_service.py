@@ -7,11 +7,12 @@ whole pipeline (reading the shards, shuffling, parsing, batching) to the workers
 ``tfr_hooks.FunctionLoop`` trains on the batches they stream back, with validation and
 Keras' ``ModelCheckpoint`` and ``TensorBoard`` through ``tfr_hooks.KerasCallbacks``.
 
-The service hands the training shards to the workers one at a time ("distributed_epoch"):
-an epoch gives every example once, split over the workers in an order that is not fixed.
-Each epoch's line gives the steps and examples the loop counted. The batch size, 50,
-divides every shard's 300 examples, so every batch is full however the shards are split
-and an epoch is 24 steps. At the end the servers are stopped (SIGTERM; each exits 0).
+The service hands ranges of the shards' records to the workers one at a time
+("distributed_epoch"): an epoch gives every example once, split over the workers in an
+order that is not fixed. Each epoch's line gives the steps and examples the loop counted:
+1,200 examples, in 24 batches of 50 when one worker's share ends on a full batch, else a
+partial batch more for each worker whose share does not (each worker batches its own
+records). At the end the servers are stopped (SIGTERM; each exits 0).
 
 Writes:
     DATA_DIR/train/, DATA_DIR/validation/  the digits as 4 + 1 TFRecord shards, schema.json
@@ -61,7 +62,7 @@ from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.service.local import LocalService
 
 TRAIN_SHARDS = 4
-BATCH = 50  # divides each training shard's 300 examples: every batch is full
+BATCH = 50  # 1,200 training examples: 24 full batches, plus a partial one a worker at most
 VAL_BATCH = 99  # the 297 validation examples in 3 batches
 
 

@@ -104,10 +104,11 @@ def test_two_workers_log_and_write_what_one_process_does(tmp_path: Path) -> None
 
 
 def test_step_fn_shards_by_file_with_exact_global_counts(tmp_path: Path) -> None:
-    # 3 files of 32 examples, 2 workers: worker 0 reads files 0 and 2, worker 1 file 1,
-    # so worker 1 runs out first and joins the last steps with empty batches
+    # 3 files of 32 examples, 2 workers, shard="file": worker 0 reads files 0 and 2,
+    # worker 1 file 1, so worker 1 runs out first and joins the last steps with empty
+    # batches ("auto" splits this read by data: it seeks, one sequence on any count)
     data = _write_data(tmp_path / "data", shards=3)
-    workers = run_cluster([CHILD, "step", str(data)], 2, timeout=240)
+    workers = run_cluster([CHILD, "step", str(data), "file"], 2, timeout=240)
     first, second = (w.result() for w in workers)
     assert {**first, "input": None} == {**second, "input": None}  # input/: own timings
     assert [examples for _, examples in first["counts"]] == [N_TRAIN, N_TRAIN]

@@ -90,6 +90,12 @@ def test_a_directory_of_plain_files_lists_no_record_index_kept_beside_them(tmp_p
     assert open_source(str(tmp_path)).files == [path]
     again = tfrecord.source(str(tmp_path), 2, shuffle="global", seed=1)
     assert sorted(int(i) for b in again.dataset for i in b["label"]) == list(range(5))
+    # a user's own glob or listing of the folder picks the index up too: not data either
+    assert resolve_files(str(tmp_path / "plain*")) == [path]
+    listed = sorted(str(p) for p in tmp_path.iterdir())
+    assert len(listed) == 3 and resolve_files(listed) == [path]
+    by_hand = tfrecord.source(listed, 2, shuffle="global", seed=1)
+    assert sorted(int(i) for b in by_hand.dataset for i in b["label"]) == list(range(5))
 
 
 def test_a_written_directory_is_a_converted_source_with_its_counts(tmp_path):

@@ -25,6 +25,7 @@ import abc
 import functools
 import importlib
 import inspect
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Union
@@ -36,6 +37,7 @@ from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar
 from tfr_hooks.tfrecord.sources.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.sources.framing import Files, check_readable
+from tfr_hooks.tfrecord.sources.index import INDEX_SUFFIX
 
 __all__ = [
     "SOURCE_MODULES",
@@ -49,6 +51,8 @@ __all__ = [
     "source_kinds",
     "unregister_source",
 ]
+
+logger = logging.getLogger(__name__)
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -295,6 +299,11 @@ def list_directory(directory: str) -> list[str] | None:
     return None
 
 
+def _is_index_file(path: str) -> bool:
+    """Whether ``path`` is a record index kept beside its file, or that index's lock."""
+    return path.endswith((INDEX_SUFFIX, INDEX_SUFFIX + ".lock"))
+
+
 def _is_glob(path: str) -> bool:
     return any(char in _GLOB_CHARS for char in path)
 
@@ -366,6 +375,11 @@ def resolve_files(files: Files) -> list[str]:
         else:
             found = [path]
         for name in found:
+            if _is_index_file(name):
+                # a record index (or its lock) the package keeps beside a file, which a
+                # user's glob or listing of the directory picks up with the data
+                logger.debug("Skipped %s: a record index, not data.", name)
+                continue
             if name not in seen:
                 check_readable(name)
                 seen.add(name)

@@ -248,6 +248,9 @@ def _record_lengths(path: str, compression: str) -> Iterator[np.ndarray]:
             yield tf.strings.length(batch).numpy()
         return
     with tf.Graph().as_default():
+        # a graph-level seed: with op determinism on, a one-shot iterator refuses a graph
+        # without one (this graph draws nothing at random)
+        tf.compat.v1.set_random_seed(0)
         lengths = tf.strings.length(tf.compat.v1.data.make_one_shot_iterator(batches()).get_next())
         with tf.compat.v1.Session() as session:
             while True:
