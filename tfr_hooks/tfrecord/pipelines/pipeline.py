@@ -60,7 +60,6 @@ from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 from tfr_hooks.tfrecord.sources.framing import Files
-from tfr_hooks.tfrecord.sources.index import RecordIndex
 
 __all__ = [
     "plan_of",
@@ -371,7 +370,7 @@ def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
     # sequence for any worker count, so a position in it resumes on any; a graph-mode
     # cluster's workers (asynchronous, no global batch) each read a share of their own
     shard = (0, 1) if tf.executing_eagerly() else (worker_index(task), task.num_workers)
-    return GlobalOrder(_global_indexes(plan), seed=seed, window=window, shard=shard)
+    return GlobalOrder(file_indexes(plan.records), seed=seed, window=window, shard=shard)
 
 
 def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
@@ -390,11 +389,6 @@ def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
         passes = tf.data.Dataset.from_tensors(drawn)
     epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
     return epochs.flat_map(order.windows_of)
-
-
-def _global_indexes(plan: Plan) -> list[RecordIndex]:
-    """The record indexes the global order reads: a damaged file's runs of whole records."""
-    return file_indexes(plan.records)
 
 
 def _global_packed(

@@ -37,7 +37,7 @@ from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar
 from tfr_hooks.tfrecord.sources.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.sources.framing import Files, check_readable
-from tfr_hooks.tfrecord.sources.index import INDEX_SUFFIX
+from tfr_hooks.tfrecord.sources.index import is_index_file
 
 __all__ = [
     "SOURCE_MODULES",
@@ -299,11 +299,6 @@ def list_directory(directory: str) -> list[str] | None:
     return None
 
 
-def _is_index_file(path: str) -> bool:
-    """Whether ``path`` is a record index kept beside its file, or that index's lock."""
-    return path.endswith((INDEX_SUFFIX, INDEX_SUFFIX + ".lock"))
-
-
 def _is_glob(path: str) -> bool:
     return any(char in _GLOB_CHARS for char in path)
 
@@ -375,7 +370,7 @@ def resolve_files(files: Files) -> list[str]:
         else:
             found = [path]
         for name in found:
-            if _is_index_file(name):
+            if is_index_file(name):
                 # a record index (or its lock) the package keeps beside a file, which a
                 # user's glob or listing of the directory picks up with the data
                 logger.debug("Skipped %s: a record index, not data.", name)

@@ -31,7 +31,7 @@ from tfr_hooks.tfrecord.sources.framing import (
     guess_compression,
     iter_records,
 )
-from tfr_hooks.tfrecord.sources.index import INDEX_SUFFIX
+from tfr_hooks.tfrecord.sources.index import is_index_file
 from tfr_hooks.tfrecord.writing.inspection import infer_schema
 
 __all__ = ["LIST_SCAN_RECORDS", "FeatureLists", "FileSource", "one_compression"]
@@ -69,7 +69,8 @@ class FileSource(RecordSource):
             name
             for name in tf.io.gfile.listdir(directory)
             if not name.startswith((".", "_"))
-            and not name.endswith((".json", INDEX_SUFFIX, INDEX_SUFFIX + ".lock"))
+            and not name.endswith(".json")
+            and not is_index_file(name)
             and not tf.io.gfile.isdir(os.path.join(directory, name))
         )
         return [os.path.join(directory, name) for name in names]

@@ -54,6 +54,7 @@ import tensorflow as tf
 from tfr_hooks.tfrecord.errors import CorruptRecordError
 
 __all__ = [
+    "is_index_file",
     "INDEX_BLOCK",
     "INDEX_DIR_ENV",
     "INDEX_SUFFIX",
@@ -78,6 +79,13 @@ logger = logging.getLogger(__name__)
 INDEX_BLOCK = 128
 #: The suffix of an index file (beside its TFRecord file: ``FILE.tfrindex``).
 INDEX_SUFFIX = ".tfrindex"
+
+
+def is_index_file(path: str) -> bool:
+    """Whether ``path`` is a record index kept beside its file (``FILE.tfrindex``) or its lock."""
+    return path.endswith((INDEX_SUFFIX, INDEX_SUFFIX + ".lock"))
+
+
 #: The environment variable naming the one directory that holds every index.
 INDEX_DIR_ENV = "TFR_HOOKS_INDEX_DIR"
 
