@@ -6,7 +6,7 @@ in one process, examples/s over the first ``--examples`` of a global shuffle:
 
 - ours: ``Dataset.range(batches)`` -> the batch's shuffled indices
   (``tf.random.experimental.index_shuffle``) -> one ``read_records`` call a batch
-  (``tfr_hooks.tfrecord.sources.arrayrecord``) -> ``tf.io.parse_example``, parallel calls;
+  (``tfr_hooks.tfrecord.formats.arrayrecord``) -> ``tf.io.parse_example``, parallel calls;
 - the library's own ceiling: ``ArrayRecordDataSource.__getitems__`` on the same batches of
   a shuffled permutation, one call after the other;
 - our TFRecord global order (``tfrecord.dataset(..., shuffle="global")``).
@@ -33,8 +33,8 @@ BATCH = 256
 def _write(directory: Path, records: int) -> tuple[list[str], list[str]]:
     from positions_data import write_records
 
-    from tfr_hooks.tfrecord.sources.arrayrecord import write_array_record
-    from tfr_hooks.tfrecord.sources.framing import iter_records
+    from tfr_hooks.tfrecord.formats.arrayrecord import write_array_record
+    from tfr_hooks.tfrecord.formats.framing import iter_records
 
     info = write_records(directory, records)
     ar_dir = directory / f"array_record-{records}"
@@ -68,7 +68,7 @@ def main() -> None:
     from array_record.python.array_record_data_source import ArrayRecordDataSource
 
     from tfr_hooks import tfrecord
-    from tfr_hooks.tfrecord.sources.arrayrecord import ArrayRecordFiles, read_records
+    from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles, read_records
 
     tf_files, ar_files = _write(Path(args.dir), args.records)
     features = {

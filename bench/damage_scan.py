@@ -6,13 +6,13 @@ start (a flipped data byte in record 0 and a flipped length byte in record 4), s
 almost all of it is read after the damage. Then, for ``--rounds`` interleaved rounds, the
 median MB/s of:
 
-* ``scan, undamaged``: :func:`~tfr_hooks.tfrecord.sources.damage.scan_file` on the clean file
+* ``scan, undamaged``: :func:`~tfr_hooks.tfrecord.formats.damage.scan_file` on the clean file
   (TensorFlow's C++ record iterator, plus one protobuf parse a record);
 * ``scan, damaged``: the same on the damaged copy (read by offset after the damage);
 * ``scan, GZIP``: the clean records GZIP-compressed (MB of the uncompressed records);
 * ``read, TFRecordDataset``: every record of the clean file, batched by 1,024;
 * ``read, whole records of the damaged file``: the same through
-  :class:`~tfr_hooks.tfrecord.sources.damage.DamagedReads` (``FixedLengthRecordDataset`` over
+  :class:`~tfr_hooks.tfrecord.formats.damage.DamagedReads` (``FixedLengthRecordDataset`` over
   the runs of whole records, split by ``tf.strings.substr``).
 
 Usage::
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.sources.damage import DamagedReads, scan_damage, scan_file
+from tfr_hooks.tfrecord.formats.damage import DamagedReads, scan_damage, scan_file
 
 
 def write(path: Path, mb: int, record_bytes: int, compression: str = "") -> int:
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    logging.getLogger("tfr_hooks.tfrecord.sources.damage").setLevel(logging.ERROR)
+    logging.getLogger("tfr_hooks.tfrecord.formats.damage").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
         clean, damaged, gz = root / "clean.tfrecord", root / "damaged.tfrecord", root / "c.gz"

@@ -70,8 +70,8 @@ def main() -> None:
     import tensorflow as tf
 
     from tfr_hooks import tfrecord
+    from tfr_hooks.tfrecord.formats.index import build_index
     from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
-    from tfr_hooks.tfrecord.sources.index import build_index
 
     features = {
         "label": tf.io.FixedLenFeature([], tf.int64),

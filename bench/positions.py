@@ -230,7 +230,7 @@ def input_rows(files: list[str], rounds: int) -> dict[str, Any]:
 
 def index_rows(files: list[str], repeats: int) -> dict[str, Any]:
     """The index build rate (MB/s, wall and CPU), then the files indexed for the reads."""
-    from tfr_hooks.tfrecord.sources.index import build_index, index_files
+    from tfr_hooks.tfrecord.formats.index import build_index, index_files
 
     size = sum(os.path.getsize(f) for f in files) / 1e6
     walls, cpus = [], []

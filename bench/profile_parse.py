@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
-    from tfr_hooks.tfrecord.pipelines.packed import lengths_name, unpack
+    from tfr_hooks.tfrecord.formats.packed import lengths_name, unpack
     from tfr_hooks.tfrecord.schema.sidecar import load_schema
 
     source = Path(args.data_dir) / f"text-{args.texts}-seed0-v1"

@@ -7,7 +7,7 @@ alone. The folder holds shards written by a plain ``tf.io.TFRecordWriter`` and a
 
     feature index int64          # a scalar feature: name and dtype
     feature code string
-    examples_per_record 4        # optional: packed shards (tfr_hooks.tfrecord.pipelines.packed)
+    examples_per_record 4        # optional: packed shards (tfr_hooks.tfrecord.formats.packed)
     part-a.tfrecord 16           # a shard and the examples it holds
     part-b.tfrecord 21
 
@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.pipelines.packed import check_block
+from tfr_hooks.tfrecord.formats.framing import first_record
+from tfr_hooks.tfrecord.formats.packed import check_block
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
 from tfr_hooks.tfrecord.sources.files import one_compression
-from tfr_hooks.tfrecord.sources.framing import first_record
 
 __all__ = ["MANIFEST", "Manifest", "ManifestSource", "write_manifest_folder"]
 
@@ -171,7 +171,7 @@ def write_manifest_folder(
 
     The shards hold unequal parts (the first about a third), so a count taken from the
     wrong shard shows. Records hold ``per_record`` examples each (the last of a shard
-    fewer), in the layout of :mod:`tfr_hooks.tfrecord.pipelines.packed`.
+    fewer), in the layout of :mod:`tfr_hooks.tfrecord.formats.packed`.
 
     Returns:
         The shards' paths, in the manifest's order.

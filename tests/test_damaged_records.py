@@ -1,4 +1,4 @@
-"""tfr_hooks.tfrecord.sources.damage: ``max_corrupt_records`` skips, counts and bounds damage.
+"""tfr_hooks.tfrecord.formats.damage: ``max_corrupt_records`` skips, counts and bounds damage.
 
 Files written by a plain ``tf.io.TFRecordWriter`` (and GZIP), then damaged as disks and
 networks damage them: a flipped byte in a record's data, in a length header, a truncated
@@ -23,7 +23,7 @@ import tensorflow as tf
 import tfr_hooks
 from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.input_report import CORRUPT_RECORDS, InputStats, facts_of_read, verdict
-from tfr_hooks.tfrecord.sources.damage import RecordFiles, masked_crc32c, scan_damage, scan_file
+from tfr_hooks.tfrecord.formats.damage import RecordFiles, masked_crc32c, scan_damage, scan_file
 
 v1 = tf.compat.v1
 PER_FILE = 12  # records of a small file
@@ -150,7 +150,7 @@ def test_each_kind_of_damage_is_found_and_its_record_skipped(
     tmp_path: Path, clean: list[Path], kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     files, kept = three(clean, kind)
-    with caplog.at_level(logging.WARNING, "tfr_hooks.tfrecord.sources.damage"):
+    with caplog.at_level(logging.WARNING, "tfr_hooks.tfrecord.formats.damage"):
         data = tfrecord.dataset(files, BATCH, max_corrupt_records=1)
     assert sorted(ids_of(data)) == sorted(kept)
     found = scan_file(files[1], "")

@@ -23,8 +23,8 @@ import tensorflow as tf
 import tfr_hooks
 from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.service.local import LocalService
+from tfr_hooks.tfrecord.formats.index import index_files
 from tfr_hooks.tfrecord.pipelines.splits import block_splits
-from tfr_hooks.tfrecord.sources.index import index_files
 
 v1 = tf.compat.v1
 

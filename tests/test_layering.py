@@ -348,3 +348,80 @@ def test_modules_read_in_a_sitting_and_functions_on_a_screen() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = _code_lines(node)
                 assert lines <= 80, f"{module}.{node.name}: {lines} lines of code"
+
+
+#: the folders of ``tfr_hooks/tfrecord/``, lowest first: each imports only the folders
+#: before it (and ``tfrecord.errors``). A record format goes in ``formats/``, a kind of
+#: source in ``sources/``, an inspection tool in ``inspection/``, an order in
+#: ``pipelines/`` behind its seam, writing and conversion in ``writing/``.
+TFRECORD_FOLDERS = ("schema", "formats", "sources", "inspection", "pipelines", "writing")
+
+
+def _folder(module: str) -> str | None:
+    """The folder of ``tfrecord/`` a module is in (``None`` for the package's own files)."""
+    parts = module.split(".")
+    if parts[:2] != ["tfr_hooks", "tfrecord"] or len(parts) < 4:
+        return None
+    return parts[2]
+
+
+def _named_imports(path: Path) -> set[str]:
+    """Every ``tfr_hooks`` module ``path`` imports, lazily too: ``import_module("a.b")`` and
+    ``"a.b:Class"`` strings given to a dispatcher count as imports."""
+    found = imports(path)
+    for text in _code_strings(path):
+        name = text.partition(":")[0]
+        if name in MODULES:
+            found.add(name)
+    return found
+
+
+def folder_edges() -> dict[tuple[str, str], list[str]]:
+    """``(importer's folder, imported folder)`` -> the module imports that make the edge."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, path in MODULES.items():
+        own = _folder(module)
+        if own is None:
+            continue
+        for imported in _named_imports(path):
+            other = _folder(imported)
+            if other is not None and other != own:
+                edges.setdefault((own, other), []).append(f"{module} -> {imported}")
+    return edges
+
+
+def test_the_tfrecord_folders_are_the_ones_the_order_names() -> None:
+    found = {p.name for p in (PACKAGE / "tfrecord").iterdir() if (p / "__init__.py").exists()}
+    assert found == set(TFRECORD_FOLDERS)
+
+
+@pytest.mark.parametrize("folder", TFRECORD_FOLDERS)
+def test_a_tfrecord_folder_imports_only_the_folders_below_it(folder: str) -> None:
+    """No folder imports from a folder that imports it, lazy imports included."""
+    below = set(TFRECORD_FOLDERS[: TFRECORD_FOLDERS.index(folder)])
+    wrong = [
+        how
+        for (own, other), hows in folder_edges().items()
+        if own == folder and other not in below
+        for how in hows
+    ]
+    assert wrong == []
+
+
+def test_the_folder_graph_of_tfrecord_has_no_cycle() -> None:
+    """Whatever the pinned order says, a cycle between two folders is found on its own."""
+    graph: dict[str, set[str]] = {}
+    for own, other in folder_edges():
+        graph.setdefault(own, set()).add(other)
+    done: set[str] = set()
+
+    def visit(folder: str, path: tuple[str, ...]) -> None:
+        assert folder not in path, f"a cycle of folders: {' -> '.join((*path, folder))}"
+        if folder in done:
+            return
+        for other in sorted(graph.get(folder, ())):
+            visit(other, (*path, folder))
+        done.add(folder)
+
+    for folder in sorted(graph):
+        visit(folder, ())

@@ -6,7 +6,7 @@ A module ``tfr_hooks/<folder>/<name>.py`` has a test file of its name when
 is a row of the page's table "Modules without a test file of their name", and each file a row
 names exists, so a module added, moved or given its own test file shows here until the page
 follows. A module whose only test file of its name is its folder's may have a row too
-(``tfrecord/sources/damage.py`` is tested in ``test_damaged_records.py``, not in
+(``tfrecord/formats/damage.py`` is tested in ``test_damaged_records.py``, not in
 ``test_tfrecord_sources.py``).
 """
 

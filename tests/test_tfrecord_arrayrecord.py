@@ -17,7 +17,7 @@ from array_record.python import array_record_data_source as data_source
 from array_record.python import array_record_module
 
 from _tfrecord_data import example, int64_feature, write_records
-from tfr_hooks.tfrecord.sources.arrayrecord import (
+from tfr_hooks.tfrecord.formats.arrayrecord import (
     ArrayRecordFiles,
     is_array_record,
     read_records,

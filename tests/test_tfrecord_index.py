@@ -1,4 +1,4 @@
-"""tfr_hooks.tfrecord.sources.index: the record index, built once, kept, keyed, locked, checked."""
+"""tfr_hooks.tfrecord.formats.index: the record index, built once, kept, keyed, locked, checked."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tfr_hooks import tf_private
 from tfr_hooks.tfrecord import CorruptRecordError
-from tfr_hooks.tfrecord.sources import index as ix
+from tfr_hooks.tfrecord.formats import index as ix
 
 
 def write(path: Path, sizes: list[int], options: str | None = None) -> list[bytes]:
@@ -175,7 +175,7 @@ def test_a_truncated_file_names_the_file(tmp_path: Path) -> None:
 _BUILD = """
 import hashlib, logging, sys
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-from tfr_hooks.tfrecord.sources.index import record_index
+from tfr_hooks.tfrecord.formats.index import record_index
 index = record_index(sys.argv[1])
 print(index.count, hashlib.sha256(index.bounds.tobytes()).hexdigest(), flush=True)
 """

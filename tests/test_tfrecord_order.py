@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.formats import index as ix
 from tfr_hooks.tfrecord.pipelines.order import GlobalOrder, global_batches, global_records
-from tfr_hooks.tfrecord.sources import index as ix
 
 FEATURES = {
     "label": tf.io.FixedLenFeature([], tf.int64),

@@ -31,7 +31,7 @@ from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 
 N = 300
 SCHEMA_LOGGER = "tfr_hooks.tfrecord.schema.schema"
-INSPECT_LOGGER = "tfr_hooks.tfrecord.writing.inspection"
+INSPECT_LOGGER = "tfr_hooks.tfrecord.sources.scan"
 
 
 _record = sequence_values

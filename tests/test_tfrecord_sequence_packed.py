@@ -26,11 +26,12 @@ from tfr_hooks import cli, tfrecord
 from tfr_hooks.input_report import measure_files
 from tfr_hooks.measure import measure
 from tfr_hooks.tfrecord.errors import SchemaMismatchError
-from tfr_hooks.tfrecord.pipelines import packed
+from tfr_hooks.tfrecord.formats import packed
+from tfr_hooks.tfrecord.formats.damage import RecordFiles
+from tfr_hooks.tfrecord.pipelines import packed_batches
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import load_sidecar
-from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 N = 300
 #: How the files are read: rgb's bytes as 8 uint8 values a frame.
@@ -157,7 +158,7 @@ def test_packed_shards_keep_every_feature_list(packed_dir, written):
 @pytest.mark.slow  # reads every packed pipeline; about 1 s of CPU
 def test_packed_dataset_returns_the_values_and_frame_counts_written(packed_dir, written):
     schema = load_sidecar(packed_dir / "schema.json").schema
-    ds = packed.packed_dataset(
+    ds = packed_batches.packed_dataset(
         RecordFiles(_packed_files(packed_dir), ""),
         schema,
         16,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from tfr_hooks.hooks import Hook
+from tfr_hooks.tfrecord.formats.framing import Files
+from tfr_hooks.tfrecord.inspection.diagnose import explain_error
 from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.sources.framing import Files
-from tfr_hooks.tfrecord.writing.diagnose import explain_error
 
 __all__ = ["DataErrorHook"]
 

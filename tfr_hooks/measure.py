@@ -36,10 +36,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfr_hooks.checks import check_positive_int, expected
+from tfr_hooks.tfrecord.formats.damage import RecordFiles
 from tfr_hooks.tfrecord.pipelines.decide import DataFacts, Decision, decide, size_text
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.sources.base import open_source
-from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = [
     "PACKED_EXAMPLES_PER_RECORD",
@@ -409,7 +409,7 @@ def _decoded_bytes(infos: Any, schema: Any, examples: int, file_bytes: int, per_
         return estimate.records_nbytes(records, schema, examples, file_bytes, per_record)
     import tensorflow as tf
 
-    from tfr_hooks.tfrecord.pipelines.packed import unpack
+    from tfr_hooks.tfrecord.formats.packed import unpack
 
     records = tf.data.TFRecordDataset(paths[0], compression_type=compression)
     serialized = tf.stack(list(records.take(SEQUENCE_SAMPLE)))

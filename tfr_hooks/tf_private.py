@@ -122,7 +122,7 @@ def random_record_reader(path: str) -> Any:
     it raises ``tf.errors.DataLossError`` on a checksum mismatch or a record cut short,
     and ``IndexError`` at the end of the file. TensorFlow's public readers
     (``TFRecordDataset``, ``tf_record_iterator``) cannot start after a damaged record;
-    the damage scan (:mod:`tfr_hooks.tfrecord.sources.damage`) reads on from the next good one.
+    the damage scan (:mod:`tfr_hooks.tfrecord.formats.damage`) reads on from the next good one.
     """
     # TF 2.21: tensorflow.python.lib.io.tf_record.tf_record_random_reader(path).read(offset).
     # 2.17 not checked.

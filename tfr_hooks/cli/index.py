@@ -35,9 +35,9 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Index each file; print one line a file."""
+    from tfr_hooks.tfrecord.formats.framing import detect_compression
+    from tfr_hooks.tfrecord.formats.index import index_locations, record_index
     from tfr_hooks.tfrecord.sources.base import resolve_files
-    from tfr_hooks.tfrecord.sources.framing import detect_compression
-    from tfr_hooks.tfrecord.sources.index import index_locations, record_index
 
     for path in resolve_files(args.files):
         found = record_index(path, detect_compression(path), rebuild=args.rebuild)

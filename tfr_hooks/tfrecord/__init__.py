@@ -21,6 +21,10 @@ from tfr_hooks.tfrecord.errors import (
     TFRecordError,
     UnreadableFileError,
 )
+from tfr_hooks.tfrecord.formats.damage import CorruptRecord
+from tfr_hooks.tfrecord.formats.framing import detect_compression, iter_records
+from tfr_hooks.tfrecord.inspection.describe import infer_schema, inspect
+from tfr_hooks.tfrecord.inspection.diagnose import explain_error
 from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadArgs, ReadConfig
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
@@ -28,17 +32,8 @@ from tfr_hooks.tfrecord.pipelines.read import Batches, batches_of, dataset, read
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, load_schema
 from tfr_hooks.tfrecord.sources.base import resolve_files
-from tfr_hooks.tfrecord.sources.damage import CorruptRecord
-from tfr_hooks.tfrecord.sources.framing import detect_compression, iter_records
+from tfr_hooks.tfrecord.sources.scan import FeatureInfo, FeatureListInfo, FileInfo
 from tfr_hooks.tfrecord.writing.convert import convert
-from tfr_hooks.tfrecord.writing.diagnose import explain_error
-from tfr_hooks.tfrecord.writing.inspection import (
-    FeatureInfo,
-    FeatureListInfo,
-    FileInfo,
-    infer_schema,
-    inspect,
-)
 from tfr_hooks.tfrecord.writing.write import WriteResult, write
 
 __all__ = [

@@ -15,6 +15,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.checks import expected
+from tfr_hooks.tfrecord.formats.framing import Files
 from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, epoch_steps, facts_of_dataset
 from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
@@ -28,7 +29,6 @@ from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, p
 from tfr_hooks.tfrecord.pipelines.plan import Plan
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 from tfr_hooks.tfrecord.pipelines.queue import check_queue_plan, queue_batches
-from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = ["Batches", "batches_of", "read_batches", "PIPELINES"]
 

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import tfr_hooks.tf_private as tf_private
+from tfr_hooks.tfrecord.formats.damage import CorruptRecord
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
-from tfr_hooks.tfrecord.sources.damage import CorruptRecord
 
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.plan import Plan

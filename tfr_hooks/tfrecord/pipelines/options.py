@@ -31,11 +31,11 @@ import tensorflow as tf
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
 from tfr_hooks.service.address import check_service_address
+from tfr_hooks.tfrecord.formats.framing import check_compression
 from tfr_hooks.tfrecord.pipelines.pools import DEFAULT_POOL
 from tfr_hooks.tfrecord.pipelines.ragged import PadTo, Shaping, check_shaping
 from tfr_hooks.tfrecord.pipelines.sharding import check_shard
 from tfr_hooks.tfrecord.sources.base import SchemaLike
-from tfr_hooks.tfrecord.sources.framing import check_compression
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -204,7 +204,7 @@ class ReadArgs(TypedDict, total=False):
             default): the first damaged record raises
             :class:`~tfr_hooks.tfrecord.CorruptRecordError` naming its file and index.
             Above 0, every file is scanned when the reader is called (a read of every
-            byte: :mod:`tfr_hooks.tfrecord.sources.damage`): a record failing a checksum, a
+            byte: :mod:`tfr_hooks.tfrecord.formats.damage`): a record failing a checksum, a
             truncated tail, a broken GZIP/ZLIB stream (the rest of the file, one record)
             or a record that is no Example is logged (file and index) and skipped; the
             ``max_corrupt_records + 1``-th raises that error there. The records skipped
@@ -230,7 +230,7 @@ class ReadArgs(TypedDict, total=False):
             the data cannot undo: a streamed ``shuffle_buffer`` only mixes examples
             that lie within the buffer of each other. It needs a record index of every
             file, built on the first read (one sequential pass, kept beside the files or
-            in a cache directory; see :mod:`tfr_hooks.tfrecord.sources.index`). Each new
+            in a cache directory; see :mod:`tfr_hooks.tfrecord.formats.index`). Each new
             iterator (in graph mode, each initialization) is the next epoch, with its
             own order; the same seed gives the same orders. Not with
             ``shuffle_buffer > 0``. Streamed files of one example a record,

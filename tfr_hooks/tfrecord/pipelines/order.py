@@ -2,8 +2,8 @@
 
 ``shuffle="global"`` reads the records of uncompressed files in an order drawn per epoch
 from ``(seed, epoch)``. It needs no buffer of the size of the data: a record index
-(:mod:`tfr_hooks.tfrecord.sources.index`) tells where every block of
-:data:`~tfr_hooks.tfrecord.sources.index.INDEX_BLOCK` (128) consecutive records starts, and:
+(:mod:`tfr_hooks.tfrecord.formats.index`) tells where every block of
+:data:`~tfr_hooks.tfrecord.formats.index.INDEX_BLOCK` (128) consecutive records starts, and:
 
 1. **Blocks in a stateless permutation.** The full blocks of all files are numbered
    ``0 .. n-1`` and put in the order ``tf.random.experimental.index_shuffle`` draws from
@@ -53,7 +53,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfr_hooks.tf_private as tf_private
-from tfr_hooks.tfrecord.sources.index import RecordIndex
+from tfr_hooks.tfrecord.formats.index import RecordIndex
 
 __all__ = ["DEFAULT_WINDOW", "GlobalOrder", "global_batches", "global_records"]
 
@@ -383,7 +383,7 @@ def global_records(
 
     Args:
         indexes: The record index of each file
-            (:func:`~tfr_hooks.tfrecord.sources.index.index_files`).
+            (:func:`~tfr_hooks.tfrecord.formats.index.index_files`).
         seed: The seed of every epoch's order.
         epoch: The epoch (an integer, or an ``int64`` scalar tensor).
         window: Records a window.
@@ -414,7 +414,7 @@ def global_batches(
 
     What a streamed pipeline reads in place of ``record_passes(...).batch(batch_size)``
     for ``shuffle="global"``: the files are indexed (built once and kept, see
-    :func:`~tfr_hooks.tfrecord.sources.index.record_index`), then epochs ``first_epoch,
+    :func:`~tfr_hooks.tfrecord.formats.index.record_index`), then epochs ``first_epoch,
     first_epoch + 1, ...`` follow each other, the first from position ``start``
     (a resumed run passes the epoch and the records its worker had read in it). As a
     streamed ``repeat().batch()``, a batch may hold the end of one epoch and the start
@@ -436,7 +436,7 @@ def global_batches(
         ValueError: A file is compressed, or an argument is out of range.
         CorruptRecordError: A file is damaged (its index cannot be built).
     """
-    from tfr_hooks.tfrecord.sources.index import index_files
+    from tfr_hooks.tfrecord.formats.index import index_files
 
     if num_epochs is not None and (isinstance(num_epochs, bool) or num_epochs < 1):
         raise ValueError(f"Expected `num_epochs` >= 1 or None. Received: num_epochs={num_epochs}")

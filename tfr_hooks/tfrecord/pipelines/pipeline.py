@@ -26,6 +26,8 @@ import tensorflow as tf
 from tfr_hooks.checks import expected
 from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.task import TaskInfo, current_task
+from tfr_hooks.tfrecord.formats.framing import Files
+from tfr_hooks.tfrecord.formats.packed import unpack
 from tfr_hooks.tfrecord.pipelines.contract import epoch_steps
 from tfr_hooks.tfrecord.pipelines.decide import DataFacts, decide
 from tfr_hooks.tfrecord.pipelines.memory.estimate import (
@@ -43,7 +45,7 @@ from tfr_hooks.tfrecord.pipelines.memory.serve import (
 )
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW, GlobalOrder
-from tfr_hooks.tfrecord.pipelines.packed import packed_dataset, unpack, window_salt
+from tfr_hooks.tfrecord.pipelines.packed_batches import packed_dataset, window_salt
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pipelines.pools import batch_pools
@@ -59,7 +61,6 @@ from tfr_hooks.tfrecord.pipelines.ragged import (
 from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.pipelines.splits import file_indexes
-from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = [
     "plan_of",
@@ -332,7 +333,7 @@ def global_windows(
     count); in a graph-mode cluster worker ``i`` of ``n`` reads the share
     ``shard=(i, n)`` of every epoch. With ``max_corrupt_records``, a damaged file's runs
     of whole records are ordered as files of their own
-    (:func:`~tfr_hooks.tfrecord.sources.index.index_runs`): the damage is never read.
+    (:func:`~tfr_hooks.tfrecord.formats.index.index_runs`): the damage is never read.
 
     Args:
         plan: The files (uncompressed), and the damage found in them.

@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfr_hooks.tfrecord.formats.damage import DamageMap, RecordFiles
+from tfr_hooks.tfrecord.formats.framing import Files
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import RecordSource, SchemaLike, open_source
-from tfr_hooks.tfrecord.sources.damage import DamageMap, RecordFiles
-from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = ["Plan", "make_plan"]
 
@@ -85,8 +85,8 @@ def make_plan(
     goes only with a source that has splits (a TensorFlow Datasets directory).
 
     With ``max_corrupt_records`` above 0, every file is scanned for damaged records first
-    (:mod:`tfr_hooks.tfrecord.sources.damage`): the schema is then inferred from whole records
-    (:meth:`~tfr_hooks.tfrecord.sources.damage.DamageMap.inference`), the checks read each file's
+    (:mod:`tfr_hooks.tfrecord.formats.damage`): the schema is then inferred from whole records
+    (:meth:`~tfr_hooks.tfrecord.formats.damage.DamageMap.inference`), the checks read each file's
     first whole record, and the counts are the whole records found.
     """
     source = open_source(files, split)

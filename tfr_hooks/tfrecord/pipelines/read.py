@@ -38,6 +38,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.task import TaskInfo, current_task
+from tfr_hooks.tfrecord.formats.framing import Files
 from tfr_hooks.tfrecord.pipelines import sharding
 from tfr_hooks.tfrecord.pipelines.batches import PIPELINES, Batches, batches_of, read_batches
 from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, epoch_steps, note_read
@@ -51,7 +52,6 @@ from tfr_hooks.tfrecord.pipelines.options import (
 )
 from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, plan_of, serve
 from tfr_hooks.tfrecord.pipelines.plan import Plan
-from tfr_hooks.tfrecord.sources.framing import Files
 
 __all__ = [
     "Batches",

@@ -27,8 +27,8 @@ import numpy as np
 import tensorflow as tf
 
 import tfr_hooks.tf_private as tf_private
+from tfr_hooks.tfrecord.formats.index import index_files
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
-from tfr_hooks.tfrecord.sources.index import index_files
 
 __all__ = ["interleave_state", "stream_from_position"]
 

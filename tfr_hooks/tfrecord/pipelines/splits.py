@@ -14,7 +14,7 @@ each example comes once (checked on TensorFlow 2.21 by ``tests/test_data_service
 
 :func:`served_records` builds the last shape: the records of fewer than
 :data:`TARGET_SPLITS` uncompressed files are cut into splits of whole index blocks
-(:mod:`tfr_hooks.tfrecord.sources.index`: up to :data:`MAX_SPLIT_BLOCKS` blocks of 128
+(:mod:`tfr_hooks.tfrecord.formats.index`: up to :data:`MAX_SPLIT_BLOCKS` blocks of 128
 records of one file, each entered with one seek), so that even one file is shared by
 every worker, each record read by exactly one. Compressed files cannot be entered at a
 block: they are split by file, and with fewer files than workers the extra workers
@@ -33,8 +33,8 @@ import numpy as np
 import tensorflow as tf
 
 import tfr_hooks.tf_private as tf_private
-from tfr_hooks.tfrecord.sources.damage import RecordFiles
-from tfr_hooks.tfrecord.sources.index import RecordIndex, index_runs, record_index
+from tfr_hooks.tfrecord.formats.damage import RecordFiles
+from tfr_hooks.tfrecord.formats.index import RecordIndex, index_runs, record_index
 
 __all__ = [
     "MAX_SPLITS",
@@ -60,7 +60,7 @@ _READ_BUFFER = 256 << 10  # tf.data.TFRecordDataset's default buffer
 def file_indexes(records: RecordFiles) -> list[RecordIndex]:
     """The record indexes of uncompressed files: of a damaged one, its runs of whole records.
 
-    Each index is built once and kept (see :func:`~tfr_hooks.tfrecord.sources.index.record_index`);
+    Each index is built once and kept (see :func:`~tfr_hooks.tfrecord.formats.index.record_index`);
     a damaged file (``max_corrupt_records``) gives one index a run of whole records
     between its damage, so that no read enters the damage.
     """

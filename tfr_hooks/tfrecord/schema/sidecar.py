@@ -3,11 +3,11 @@
 Everything about the sidecar lives here: its name and format, reading and writing it,
 finding the one that lists a file, the shard list of a directory, and checking a shard
 against the size it had when written. It knows the :class:`~tfr_hooks.tfrecord.Schema`
-it stores, and nothing of how files are found or read (:mod:`tfr_hooks.tfrecord.sources.framing`
+it stores, and nothing of how files are found or read (:mod:`tfr_hooks.tfrecord.formats.framing`
 asks it for a directory's shard list, not the other way round).
 
 The layout of the records follows from what it stores: ``examples_per_record`` above 1
-means packed shards (:mod:`tfr_hooks.tfrecord.pipelines.packed`), whose companion features (a
+means packed shards (:mod:`tfr_hooks.tfrecord.formats.packed`), whose companion features (a
 varying feature's ``<name>/row_lengths``, a feature list's ``<name>/frame_counts``) are
 not listed in the schema; a feature stored with ``"sequence": true`` is a feature list,
 written as a SequenceExample's ``feature_lists`` in shards of one example a record, and
@@ -58,7 +58,7 @@ class Sidecar:
         shards: ``(file name, record count)`` for each shard, relative to the sidecar.
         sizes: The size in bytes of each shard when written (empty if unknown).
         examples_per_record: Examples packed into each record (1: one example a record;
-            see :mod:`tfr_hooks.tfrecord.pipelines.packed`).
+            see :mod:`tfr_hooks.tfrecord.formats.packed`).
         examples: For packed shards, the examples in each shard (empty when each
             record is one example).
     """
@@ -115,7 +115,7 @@ class Sidecar:
                 for (name, n), size in zip(self.shards, self._sizes_or_none(), strict=True)
             ],
         }
-        if self.examples_per_record != 1:  # packed shards (tfr_hooks.tfrecord.pipelines.packed)
+        if self.examples_per_record != 1:  # packed shards (tfr_hooks.tfrecord.formats.packed)
             data["examples_per_record"] = self.examples_per_record
             data["num_examples"] = self.num_examples
             for item, count in zip(data["shards"], self.examples, strict=True):

@@ -33,11 +33,11 @@ from typing import Any, ClassVar, Union
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import NoFilesError
+from tfr_hooks.tfrecord.formats.damage import DamageMap, scan_damage
+from tfr_hooks.tfrecord.formats.framing import Files, check_readable
+from tfr_hooks.tfrecord.formats.index import is_index_file
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar
-from tfr_hooks.tfrecord.sources.damage import DamageMap, scan_damage
-from tfr_hooks.tfrecord.sources.framing import Files, check_readable
-from tfr_hooks.tfrecord.sources.index import is_index_file
 
 __all__ = [
     "SOURCE_MODULES",
@@ -148,7 +148,7 @@ class RecordSource(abc.ABC):
     def scan(self, compression: str, max_corrupt_records: int) -> DamageMap:
         """Scan the files for damaged records.
 
-        With :func:`~tfr_hooks.tfrecord.sources.damage.scan_damage`.
+        With :func:`~tfr_hooks.tfrecord.formats.damage.scan_damage`.
 
         What it finds is kept as :attr:`damage`, which the schema and the checks use.
         """

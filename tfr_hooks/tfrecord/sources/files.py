@@ -18,12 +18,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.errors import MissingFeatureError
-from tfr_hooks.tfrecord.pipelines.packed import check_block
-from tfr_hooks.tfrecord.schema.records import as_record_content
-from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.schema.sidecar import load_schema
-from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
-from tfr_hooks.tfrecord.sources.framing import (
+from tfr_hooks.tfrecord.formats.framing import (
     check_compression,
     check_framing,
     detect_compression,
@@ -31,8 +26,13 @@ from tfr_hooks.tfrecord.sources.framing import (
     guess_compression,
     iter_records,
 )
-from tfr_hooks.tfrecord.sources.index import is_index_file
-from tfr_hooks.tfrecord.writing.inspection import infer_schema
+from tfr_hooks.tfrecord.formats.index import is_index_file
+from tfr_hooks.tfrecord.formats.packed import check_block
+from tfr_hooks.tfrecord.schema.records import as_record_content
+from tfr_hooks.tfrecord.schema.schema import Schema
+from tfr_hooks.tfrecord.schema.sidecar import load_schema
+from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
+from tfr_hooks.tfrecord.sources.scan import infer_from_records
 
 __all__ = ["LIST_SCAN_RECORDS", "FeatureLists", "FileSource", "one_compression"]
 
@@ -86,11 +86,14 @@ class FileSource(RecordSource):
     ) -> Schema:
         """``given``, loaded from its path, or inferred (from whole records when damaged)."""
         damage = self.damage
-        if given is None and damage is not None:  # from records that are whole
+        stored = self.sidecar(self.files[0]) if given is None else None
+        if stored is not None:  # written beside the files: exact dtypes and shapes
+            chosen = stored.schema
+        elif given is None and damage is not None:  # from records that are whole
             among, max_records = damage.inference(self.files, INFER_RECORDS)
-            chosen = infer_schema(among, compression=compression, max_records=max_records)
+            chosen = infer_from_records(among, compression, max_records)
         elif given is None:
-            chosen = infer_schema(self.files, compression=compression)
+            chosen = infer_from_records(self.files, compression)
         elif isinstance(given, Schema):
             chosen = given
         elif isinstance(given, (str, os.PathLike)):

@@ -46,10 +46,10 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import NoFilesError
+from tfr_hooks.tfrecord.formats.framing import check_framing, detect_compression, first_record
 from tfr_hooks.tfrecord.schema.decode import decode_images, inflate
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
-from tfr_hooks.tfrecord.sources.framing import check_framing, detect_compression, first_record
 
 __all__ = [
     "TfdsDir",

@@ -20,21 +20,21 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
-from tfr_hooks.tfrecord.pipelines.packed import check_block, check_packable, unpack
-from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list
-from tfr_hooks.tfrecord.schema.schema import Feature, Schema
-from tfr_hooks.tfrecord.schema.sidecar import Sidecar, load_schema
-from tfr_hooks.tfrecord.sources.base import open_source
-from tfr_hooks.tfrecord.sources.damage import DamageMap, RecordFiles, scan_damage
-from tfr_hooks.tfrecord.sources.framing import (
+from tfr_hooks.tfrecord.formats.damage import DamageMap, RecordFiles, scan_damage
+from tfr_hooks.tfrecord.formats.framing import (
     Files,
     check_compression,
     check_framing,
     detect_compression,
     first_record,
 )
-from tfr_hooks.tfrecord.writing.diagnose import explain_error
-from tfr_hooks.tfrecord.writing.inspection import infer_schema
+from tfr_hooks.tfrecord.formats.packed import check_block, check_packable, unpack
+from tfr_hooks.tfrecord.inspection.describe import infer_schema
+from tfr_hooks.tfrecord.inspection.diagnose import explain_error
+from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list
+from tfr_hooks.tfrecord.schema.schema import Feature, Schema
+from tfr_hooks.tfrecord.schema.sidecar import Sidecar, load_schema
+from tfr_hooks.tfrecord.sources.base import open_source
 from tfr_hooks.tfrecord.writing.write import WriteResult, clear_dataset, write_shards
 
 __all__ = ["convert"]
@@ -64,7 +64,7 @@ def convert(
     ``tf.train.SequenceExample`` records keep their feature lists: written again as
     SequenceExamples, or packed (``examples_per_record > 1``) as each block's frames one
     after the other beside each example's frame count (see
-    :mod:`tfr_hooks.tfrecord.pipelines.packed`).
+    :mod:`tfr_hooks.tfrecord.formats.packed`).
 
     The examples keep their order (the files' order, as :func:`resolve_files` gives it,
     then each file's). Each feature is stored as :func:`~tfr_hooks.tfrecord.write` stores
@@ -93,7 +93,7 @@ def convert(
         progress: Called with the number of examples just written, after each chunk.
         examples_per_record: Examples per output record; ``N > 1`` writes packed shards
             (see :func:`~tfr_hooks.tfrecord.write`); a feature of varying length is kept,
-            beside its row lengths (see :mod:`tfr_hooks.tfrecord.pipelines.packed`).
+            beside its row lengths (see :mod:`tfr_hooks.tfrecord.formats.packed`).
         map_fn: Applied to each parsed example (a dict of tensors), in parallel, before
             writing: its outputs (a dict of dense tensors of one shape for every
             example, or 1-D lists of varying length) are what is stored, under their

@@ -20,10 +20,10 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_positive_int, expected
-from tfr_hooks.tfrecord.pipelines.packed import check_packable, serialize_blocks, to_bytes
+from tfr_hooks.tfrecord.formats.framing import check_compression
+from tfr_hooks.tfrecord.formats.packed import check_packable, serialize_blocks, to_bytes
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar, save_sidecar
-from tfr_hooks.tfrecord.sources.framing import check_compression
 
 __all__ = ["ArrayData", "WriteResult", "clear_dataset", "write", "write_shards", "shard_name"]
 
@@ -258,7 +258,7 @@ def write(
             ``tf.train.Example`` per example; ``N > 1`` writes packed shards, each
             record a block of ``N`` consecutive examples (the last of a shard may hold
             fewer), recorded in ``schema.json`` and unpacked by the readers (see
-            :mod:`tfr_hooks.tfrecord.pipelines.packed`). Packing cuts the parse cost per example
+            :mod:`tfr_hooks.tfrecord.formats.packed`). Packing cuts the parse cost per example
             by about ``N``: use it for data larger than memory.
 
     Returns:

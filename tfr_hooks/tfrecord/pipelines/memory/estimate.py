@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from tfr_hooks.tfrecord.formats.damage import RecordFiles
 from tfr_hooks.tfrecord.pipelines.memory.loading import collect_held, mapped_examples, nbytes_of
 from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = [
     "default_memory_budget",
@@ -111,8 +111,8 @@ def mean_lengths(
     Returns:
         The mean by feature name; empty if no record was read or nothing varies.
     """
+    from tfr_hooks.tfrecord.formats.framing import iter_records
     from tfr_hooks.tfrecord.schema.records import NEITHER, as_record_content
-    from tfr_hooks.tfrecord.sources.framing import iter_records
 
     counted = [f for f in schema if f.varying or f.sequence]
     totals = dict.fromkeys((f.name for f in counted), 0)
@@ -169,7 +169,7 @@ def records_nbytes(
 
 def count_examples(files: Sequence[str], compression: str, per_record: int) -> int:
     """Count the examples of files that have no ``schema.json`` listing them."""
-    from tfr_hooks.tfrecord.sources.framing import iter_records
+    from tfr_hooks.tfrecord.formats.framing import iter_records
 
     if per_record != 1:
         raise ValueError("Packed shards are counted from their schema.json")

@@ -22,10 +22,10 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
-from tfr_hooks.tfrecord.pipelines.packed import unpack
+from tfr_hooks.tfrecord.formats.damage import RecordFiles
+from tfr_hooks.tfrecord.formats.packed import unpack
 from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples, is_list
 from tfr_hooks.tfrecord.schema.schema import Schema
-from tfr_hooks.tfrecord.sources.damage import RecordFiles
 
 __all__ = [
     "aligned",
@@ -325,7 +325,7 @@ def _wrong_count(path: str, found: str, expected: int) -> CorruptRecordError:
 
 
 def _explain(error: BaseException, path: str, schema: Schema, compression: str) -> BaseException:
-    from tfr_hooks.tfrecord.writing.diagnose import explain_error
+    from tfr_hooks.tfrecord.inspection.diagnose import explain_error
 
     found = explain_error(error, [path], schema, compression)
     if found is not None:

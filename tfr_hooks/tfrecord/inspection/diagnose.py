@@ -15,11 +15,11 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
-from tfr_hooks.tfrecord.pipelines.packed import check_block
+from tfr_hooks.tfrecord.formats.framing import Files, check_compression, iter_records
+from tfr_hooks.tfrecord.formats.packed import check_block
+from tfr_hooks.tfrecord.inspection.describe import infer_schema
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
-from tfr_hooks.tfrecord.sources.framing import Files, check_compression, iter_records
-from tfr_hooks.tfrecord.writing.inspection import infer_schema
 
 __all__ = ["explain_error", "is_data_error"]
 

@@ -270,7 +270,7 @@ def _record_lengths(path: str, compression: str) -> Iterator[np.ndarray]:
 
 def _damaged(path: str, compression: str, read: int, error: Exception) -> CorruptRecordError:
     """The error for a file whose records cannot all be read, naming its first bad one."""
-    from tfr_hooks.tfrecord.sources.damage import scan_file
+    from tfr_hooks.tfrecord.formats.damage import scan_file
 
     record, reason = read, str(error).strip().splitlines()[0]
     try:
@@ -473,7 +473,7 @@ def index_runs(
     Args:
         path: The file.
         offsets: The byte offsets of its whole records' data, in file order (the damage
-            scan's :attr:`~tfr_hooks.tfrecord.sources.damage.FileDamage.offsets`).
+            scan's :attr:`~tfr_hooks.tfrecord.formats.damage.FileDamage.offsets`).
         lengths: Their lengths, in bytes.
         block: Records a block.
     """

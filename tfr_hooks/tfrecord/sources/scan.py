@@ -1,4 +1,8 @@
-"""Inferring what TFRecord files hold, whoever wrote them.
+"""Scanning records for what they hold, whoever wrote them: the features and their lengths.
+
+The user-facing tools built on this scan (:func:`~tfr_hooks.tfrecord.inspect`,
+:func:`~tfr_hooks.tfrecord.infer_schema`) live in :mod:`tfr_hooks.tfrecord.inspection`;
+a source infers its schema from here without going through them.
 
 :func:`inspect` reads each file's records (in any compression) and reports the record
 count and, per feature, its kind (``bytes``/``float``/``int64``), how many records hold
@@ -18,8 +22,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.checks import check_optional_positive_int
 from tfr_hooks.tfrecord.errors import EmptyFileError, SchemaMismatchError
+from tfr_hooks.tfrecord.formats.framing import (
+    check_compression,
+    detect_compression,
+    iter_records,
+)
 from tfr_hooks.tfrecord.schema.records import (
     EXAMPLE,
     NEITHER,
@@ -29,15 +37,15 @@ from tfr_hooks.tfrecord.schema.records import (
 )
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import Sidecar
-from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
-from tfr_hooks.tfrecord.sources.framing import (
-    Files,
-    check_compression,
-    detect_compression,
-    iter_records,
-)
 
-__all__ = ["FeatureInfo", "FeatureListInfo", "FileInfo", "inspect", "infer_schema"]
+__all__ = [
+    "FeatureInfo",
+    "FeatureListInfo",
+    "FileInfo",
+    "infer_from_records",
+    "inspect_file",
+    "schema_from_infos",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +290,7 @@ class FileInfo:
         if self.stored is not None:
             return self.stored.schema
         records = self.scanned_records - self.other_records
-        return _schema_from_infos(self.features, records, self.path, self.feature_lists)
+        return schema_from_infos(self.features, records, self.path, self.feature_lists)
 
     def to_dict(self) -> dict[str, Any]:
         """The info as a JSON-ready dict."""
@@ -305,7 +313,7 @@ class FileInfo:
         }
 
 
-def _inspect_file(
+def inspect_file(
     path: str,
     compression: str | None,
     max_records: int | None,
@@ -313,6 +321,18 @@ def _inspect_file(
     *,
     count_all: bool = True,
 ) -> FileInfo:
+    """What the records of one file hold: counts, and the features of the first records.
+
+    Args:
+        path: The file.
+        compression: Its compression, or ``None`` to detect it.
+        max_records: Records whose features are examined (``None`` for all).
+        stored: The ``schema.json`` written beside it, if any.
+        count_all: Whether to count the records past ``max_records`` too.
+
+    Returns:
+        The file's :class:`FileInfo`.
+    """
     codec = detect_compression(path) if compression is None else compression
     info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=stored)
     first_other: tuple[int, str] | None = None
@@ -374,49 +394,13 @@ def _warn_unread(info: FileInfo, first_other: tuple[int, str] | None) -> None:
             )
 
 
-def inspect(
-    files: Files, *, compression: str | None = None, max_records: int | None = None
-) -> list[FileInfo]:
-    """Report what TFRecord files hold: record counts, feature names, kinds and lengths.
-
-    Works on files written by any tool, uncompressed or compressed (detected per file).
-
-    Args:
-        files: Paths, directories or glob patterns.
-        compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
-        max_records: Examine the features of at most this many records per file (all
-            records are still counted); ``None`` for all.
-
-    Returns:
-        One :class:`FileInfo` per file.
-
-    Raises:
-        NoFilesError: If nothing matches, or a file is missing.
-        EmptyFileError: If a file holds no records.
-        NotTFRecordError: If a file is not a TFRecord file.
-        CorruptRecordError: If a record is damaged, or the first one of a file is not a
-            ``tf.train.Example`` or ``tf.train.SequenceExample`` (later ones that are
-            neither are counted in :attr:`FileInfo.other_records`, with a warning).
-
-    Examples:
-        >>> from tfr_hooks import tfrecord
-        >>> info = tfrecord.inspect("data/train-*.tfrecord")[0]  # doctest: +SKIP
-        >>> info.num_records, info.features["label"].kind  # doctest: +SKIP
-        (1000, 'int64')
-    """
-    codec = check_compression(compression)
-    check_optional_positive_int(max_records, "max_records")
-    paths = resolve_files(files)
-    source = open_source(paths)  # what was written beside the files: the source knows
-    return [_inspect_file(path, codec, max_records, source.sidecar(path)) for path in paths]
-
-
-def _schema_from_infos(
+def schema_from_infos(
     infos: dict[str, FeatureInfo],
     records: int,
     source: str,
     lists: dict[str, FeatureListInfo] | None = None,
 ) -> Schema:
+    """The schema of features seen in ``records`` records of ``source`` (a name for errors)."""
     features = [_inferred(info, source, info.records == records) for info in infos.values()]
     for name, list_info in (lists or {}).items():
         if name in infos:
@@ -449,41 +433,17 @@ def _inferred(info: FeatureInfo, source: str, in_all: bool, *, sequence: bool = 
     return Feature(info.name, _KIND_DTYPES[kind], shape, kind, sequence=sequence)
 
 
-def infer_schema(
-    files: Files, *, compression: str | None = None, max_records: int | None = 1000
+def infer_from_records(
+    paths: list[str], compression: str | None, max_records: int | None = 1000
 ) -> Schema:
-    """The schema to read ``files`` with: stored in ``schema.json``, or inferred.
+    """The schema the first ``max_records`` records of each of ``paths`` hold.
 
-    When the files were written by :func:`~tfr_hooks.tfrecord.write`, the sidecar gives
-    the exact dtypes and shapes. Otherwise the first ``max_records`` records of each file
-    are examined: a feature with the same number of values in all of them gets a fixed
-    shape (``()`` for one value), any other a varying length (read as ragged), also one
-    that some records lack, whichever records they are (an empty row where it is
-    missing; give it a default to read it dense); int64 lists read as ``int64``, float
-    lists as ``float32``, bytes lists as ``tf.string``. The feature lists of
-    SequenceExample records are features with ``sequence=True``, inferred per frame the
-    same way (after the context features).
-
-    Args:
-        files: Paths, directories or glob patterns.
-        compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
-        max_records: Records examined per file when there is no sidecar.
-
-    Returns:
-        The schema.
-
-    Raises:
-        SchemaMismatchError: If a feature holds different kinds of lists in different
-            records, or the files disagree.
-        TFRecordError: Any error of :func:`inspect`.
+    What :func:`~tfr_hooks.tfrecord.inspection.describe.infer_schema` does when no
+    ``schema.json`` was written beside the files (see there for the rules).
     """
-    paths = resolve_files(files)
-    sidecar = open_source(paths).sidecar(paths[0])
-    if sidecar is not None:
-        return sidecar.schema
     codec = check_compression(compression)
     # only the records examined are read: num_records stays a lower bound here
-    infos = [_inspect_file(path, codec, max_records, None, count_all=False) for path in paths]
+    infos = [inspect_file(path, codec, max_records, None, count_all=False) for path in paths]
     merged: dict[str, FeatureInfo] = {}
     lists: dict[str, FeatureListInfo] = {}
     scanned = 0
@@ -494,6 +454,6 @@ def infer_schema(
         for name, feature_list in info.feature_lists.items():
             lists.setdefault(name, FeatureListInfo(name)).merge(feature_list)
     source = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]!r}, ...)"
-    return _schema_from_infos(
+    return schema_from_infos(
         dict(sorted(merged.items())), scanned, source, dict(sorted(lists.items()))
     )
