@@ -71,7 +71,7 @@ def main() -> None:
 
     from tfr_hooks import tfrecord
     from tfr_hooks.tfrecord.formats.index import build_index
-    from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
+    from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalOrder
 
     features = {
         "label": tf.io.FixedLenFeature([], tf.int64),

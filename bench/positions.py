@@ -15,7 +15,7 @@ written by a plain ``tf.io.TFRecordWriter``), batch 256, seed 3:
   time is the 10% or 90% figure minus the 0% one. A read by position seeks through
   ``Source.facts.position.seek(epoch, records)`` when the reader has it (resume by
   position); without it, ``shuffle="global"`` starts its order at the position
-  (``global_batches(start=...)``, what that seek reads) and the other two replay:
+  (``GlobalOrder.batches(start=...)``, what that seek reads) and the other two replay:
   ``dataset.skip(batches)`` on the reader's batches, the batches read and parsed again
   inside tf.data (a lower bound of the loops' skip, which bench/skip_cost.py measures).
 - **resume, through the loop**: the seconds from ``FunctionLoop.run`` to the end of its
@@ -94,7 +94,8 @@ def _parse_fn() -> Callable[[Any], Any]:
 
 def _resume_reader(files: list[str], mode: str) -> tuple[str, Callable[[int], Any]]:
     """How a read from record ``n`` is made in ``mode``, and its name in the report."""
-    from tfr_hooks.tfrecord.pipelines.order import global_batches
+    from tfr_hooks.tfrecord.formats.index import index_files
+    from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalOrder
 
     probe = _source(files, mode)
     if mode != "buffer" and getattr(probe.facts, "position", None) is not None:
@@ -109,9 +110,10 @@ def _resume_reader(files: list[str], mode: str) -> tuple[str, Callable[[int], An
         parse = _parse_fn()
 
         def start_at(n: int) -> Any:
-            return global_batches(files, "", BATCH, seed=SEED, start=n).map(parse)
+            order = GlobalOrder(index_files(files), seed=SEED)
+            return order.batches(BATCH, start=n).map(parse)
 
-        return "global order from the position (global_batches start=)", start_at
+        return "global order from the position (GlobalOrder.batches start=)", start_at
 
     def replay(n: int) -> Any:
         return _source(files, mode).dataset.skip(n // BATCH)

@@ -23,7 +23,8 @@ import tensorflow as tf
 import tfr_hooks
 from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.input_report import CORRUPT_RECORDS, InputStats, facts_of_read, verdict
-from tfr_hooks.tfrecord.formats.damage import RecordFiles, masked_crc32c, scan_damage, scan_file
+from tfr_hooks.tfrecord.formats.damage import masked_crc32c, scan_damage, scan_file
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 
 v1 = tf.compat.v1
 PER_FILE = 12  # records of a small file

@@ -550,7 +550,7 @@ def test_a_resumed_read_does_not_read_the_records_before_its_position(
     """
     from tfr_hooks.tfrecord.formats.index import INDEX_BLOCK
     from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
-    from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW
+    from tfr_hooks.tfrecord.pipelines.orders.global_order import DEFAULT_WINDOW
     from tfr_hooks.tfrecord.pipelines.seek import _READ_BUFFER
 
     n, batch, shards = 200_000, 100, 4
@@ -597,6 +597,7 @@ def test_an_unshuffled_stream_entered_at_any_record_goes_on_as_the_interleave(
     tmp_path: Path, reads: int
 ) -> None:
     """The interleave's state, played forward by arithmetic, at every record."""
+    from tfr_hooks.tfrecord.formats.reading import RecordFiles
     from tfr_hooks.tfrecord.pipelines.position import ReadPosition
     from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 
@@ -614,7 +615,9 @@ def test_an_unshuffled_stream_entered_at_any_record_goes_on_as_the_interleave(
         paths.interleave(tf.data.TFRecordDataset, cycle_length=reads, block_length=1, **parallel)
     )
     position = ReadPosition(1)
-    stream = stream_from_position(files, reads=reads, deterministic=True, position=position)
+    stream = stream_from_position(
+        RecordFiles(files, ""), reads=reads, deterministic=True, position=position
+    )
     for records in [*range(0, 40), *range(40, sum(counts) + 2, 37), sum(counts) - 1]:
         position.seek(0, records)
         assert [r.numpy() for r in stream] == [r.numpy() for r in whole[records:]], records

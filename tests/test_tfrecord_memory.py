@@ -629,7 +629,7 @@ def test_bad_functions(jpegs):
 @pytest.mark.slow  # decodes every record; about 1 s of CPU
 def test_feature_lists_are_held_as_frames_and_row_splits(tmp_path):
     from _tfrecord_data import sequence_frames, sequence_values, write_sequences
-    from tfr_hooks.tfrecord.formats.damage import RecordFiles
+    from tfr_hooks.tfrecord.formats.reading import RecordFiles
     from tfr_hooks.tfrecord.pipelines.memory.estimate import records_nbytes
     from tfr_hooks.tfrecord.pipelines.memory.loading import load, nbytes_of
     from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray

@@ -1,4 +1,4 @@
-"""tfr_hooks.tfrecord.pipelines.order: shuffle="global".
+"""tfr_hooks.tfrecord.pipelines.orders.global_order: shuffle="global".
 
 Mixed, exact, sharded, entered at a position.
 """
@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.formats import index as ix
-from tfr_hooks.tfrecord.pipelines.order import GlobalOrder, global_batches, global_records
+from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalOrder
 
 FEATURES = {
     "label": tf.io.FixedLenFeature([], tf.int64),
@@ -92,8 +92,8 @@ def test_each_record_once_new_order_each_epoch_same_for_a_seed(
     second = ids(order.records(1))
     assert np.array_equal(np.sort(second), np.arange(120_000))
     assert np.mean(first == second) < 0.01  # another order
-    assert np.array_equal(ids(global_records(indexed, seed=3, epoch=1)), second)
-    assert not np.array_equal(ids(global_records(indexed, seed=4, epoch=1)), second)
+    assert np.array_equal(ids(GlobalOrder(indexed, seed=3).records(1)), second)
+    assert not np.array_equal(ids(GlobalOrder(indexed, seed=4).records(1)), second)
     batched = np.concatenate(parsed(order.batches(256, 1), "id"))
     assert np.array_equal(batched, second)  # batches cut from the same order
 
@@ -110,7 +110,7 @@ def test_workers_get_disjoint_shares_that_cover_the_data(
     small: list[ix.RecordIndex], workers: int
 ) -> None:
     shares = [
-        ids(global_records(small, seed=7, epoch=2, window=1024, shard=(i, workers)))
+        ids(GlobalOrder(small, seed=7, window=1024, shard=(i, workers)).records(2))
         for i in range(workers)
     ]
     together = np.concatenate(shares)
@@ -196,24 +196,6 @@ def test_arguments_are_checked(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         GlobalOrder(small, **{"seed": 0, **arguments})  # type: ignore[arg-type]
-
-
-@pytest.mark.slow  # 5 passes over 6,000 records; a read from a position above stays fast
-def test_global_batches_follow_epochs_and_resume_mid_run(small: list[ix.RecordIndex]) -> None:
-    """Epochs 2, 3, 4 after each other; a run resumed in epoch 3 at position p reads the
-    same records from there; the indexes are built and kept by the call."""
-    files = [index.file for index in small]
-    order = GlobalOrder(small, seed=9, window=1024)
-    expected = np.concatenate([ids(order.records(epoch)) for epoch in (2, 3, 4)])
-    run = global_batches(files, "", 256, seed=9, num_epochs=3, first_epoch=2, window=1024)
-    got = parsed(run, "id")
-    assert np.array_equal(np.concatenate(got), expected)
-    assert all(len(batch) == 256 for batch in got[:-1]) and len(got[-1]) == 18000 % 256
-    assert all(ix.load_index(path) is not None for path in files)
-    resumed = global_batches(
-        files, "", 256, seed=9, num_epochs=2, first_epoch=3, start=4000, window=1024
-    )
-    assert np.array_equal(np.concatenate(parsed(resumed, "id")), expected[6000 + 4000 :])
 
 
 @pytest.mark.slow  # over a second (fast-run budget, issue 56); CI runs it

@@ -11,7 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from _tfrecord_data import example, int64_feature, write_records
-from tfr_hooks.tfrecord.formats.damage import RecordFiles, scan_damage
+from tfr_hooks.tfrecord.formats.damage import scan_damage
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.passes import record_passes, record_stream
 
 

@@ -27,7 +27,7 @@ from tfr_hooks.input_report import measure_files
 from tfr_hooks.measure import measure
 from tfr_hooks.tfrecord.errors import SchemaMismatchError
 from tfr_hooks.tfrecord.formats import packed
-from tfr_hooks.tfrecord.formats.damage import RecordFiles
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines import packed_batches
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfr_hooks.checks import check_positive_int, expected
-from tfr_hooks.tfrecord.formats.damage import RecordFiles
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.decide import DataFacts, Decision, decide, size_text
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 from tfr_hooks.tfrecord.sources.base import open_source

@@ -38,7 +38,7 @@ import logging
 import os
 import struct
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,6 @@ __all__ = [
     "FileDamage",
     "DamageMap",
     "DamagedReads",
-    "RecordFiles",
     "scan_damage",
     "scan_file",
     "masked_crc32c",
@@ -500,74 +499,6 @@ class DamagedReads:
     def all_records(self, files: Sequence[str]) -> tf.data.Dataset:
         """The whole records of ``files``, file after file."""
         return self.paths(files).flat_map(self.records)
-
-
-@dataclass(frozen=True)
-class RecordFiles:
-    """The reading of records: the files, their compression, and the damage to skip.
-
-    The one value the pipelines read records through (a plan's
-    :attr:`~tfr_hooks.tfrecord.pipelines.plan.Plan.records`): where a scan found damaged
-    records (``max_corrupt_records``), only the whole records of the damaged files are
-    read (:class:`DamagedReads`), and every other file by ``TFRecordDataset``.
-
-    Attributes:
-        files: The files, in order (held as a tuple).
-        compression: Their compression (``""``, ``"GZIP"``, ``"ZLIB"``).
-        damage: What :func:`scan_damage` found in them, or ``None`` when nothing was scanned.
-    """
-
-    files: Sequence[str]
-    compression: str
-    damage: DamageMap | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "files", tuple(self.files))
-
-    def damaged(self, files: Sequence[str] | None = None) -> bool:
-        """Whether any of ``files`` (default: all) holds a damaged record."""
-        return self.damage is not None and self.damage.damages(self._of(files))
-
-    def clean(self) -> list[str]:
-        """The files without damage."""
-        return list(self.files) if self.damage is None else self.damage.clean(self.files)
-
-    def records(self, files: Sequence[str] | None = None) -> tf.data.Dataset:
-        """The (whole) records of ``files`` (default: all), file after file."""
-        chosen = self._of(files)
-        if self.damage is not None and self.damage.damages(chosen):
-            return DamagedReads(self.damage).all_records(chosen)
-        return tf.data.TFRecordDataset(chosen, compression_type=self.compression)
-
-    def per_file(
-        self, files: Sequence[str] | None = None
-    ) -> tuple[tf.data.Dataset, Callable[..., tf.data.Dataset]]:
-        """A dataset of ``files`` (default: all), and the records of one of its elements.
-
-        For ``interleave``: the function takes an element (a path; with damage among
-        ``files``, a path and its position) and returns that file's whole records.
-        """
-        chosen = self._of(files)
-        if self.damage is not None and self.damage.damages(chosen):
-            reads = DamagedReads(self.damage)
-            return reads.paths(chosen), reads.records
-        return tf.data.Dataset.from_tensor_slices(chosen), self._file_records
-
-    def file_records(self, path: Any, position: Any) -> tf.data.Dataset:
-        """The whole records of one file: ``path``, at :meth:`position` (tensors may do)."""
-        if self.damage is None:
-            return self._file_records(path)
-        return DamagedReads(self.damage).records(path, position)
-
-    def position(self, path: str) -> int:
-        """Where :meth:`file_records` finds ``path``'s damage (0 without a scan)."""
-        return 0 if self.damage is None else self.damage.index(path)
-
-    def _file_records(self, path: Any) -> tf.data.Dataset:
-        return tf.data.TFRecordDataset(path, compression_type=self.compression)
-
-    def _of(self, files: Sequence[str] | None) -> list[str]:
-        return list(self.files if files is None else files)
 
 
 def _joined(rows: list[Any]) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 A reader that knows where records start can enter a file at a position instead of
 reading everything before it: a resume seeks, and an order over the whole data set
-(:mod:`tfr_hooks.tfrecord.pipelines.order`) reads blocks of consecutive records in any order.
+(:mod:`tfr_hooks.tfrecord.pipelines.orders.global_order`) reads blocks of
+consecutive records in any order.
 
 **What it holds.** For a file of ``count`` records, the byte offset of every
 :data:`INDEX_BLOCK`-th record (records ``0, B, 2B, ...``) and the file's end: 8 bytes a
@@ -75,7 +76,7 @@ logger = logging.getLogger(__name__)
 
 #: Records a block: the index holds the offset of every ``INDEX_BLOCK``-th record, and
 #: the global order reads blocks of this many consecutive records (see
-#: :mod:`tfr_hooks.tfrecord.pipelines.order` for why 128).
+#: :mod:`tfr_hooks.tfrecord.pipelines.orders.global_order` for why 128).
 INDEX_BLOCK = 128
 #: The suffix of an index file (beside its TFRecord file: ``FILE.tfrindex``).
 INDEX_SUFFIX = ".tfrindex"
@@ -468,7 +469,8 @@ def index_runs(
     A run is a stretch of consecutive whole records with no damage between them; each is
     indexed as a file of its own (one offset a ``block``, then the run's end), so that
     ``shuffle="global"`` reads blocks of whole records only and never enters the damage
-    (:class:`~tfr_hooks.tfrecord.pipelines.order.GlobalOrder` takes each run as a file).
+    (:class:`~tfr_hooks.tfrecord.pipelines.orders.global_order.GlobalOrder` takes each
+    run as a file).
 
     Args:
         path: The file.

@@ -25,6 +25,7 @@ from tfr_hooks.tfrecord.pipelines.options import (
     queue_capacity,
     read_options,
 )
+from tfr_hooks.tfrecord.pipelines.orders.choice import order_for
 from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, plan_of, serve
 from tfr_hooks.tfrecord.pipelines.plan import Plan
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
@@ -138,6 +139,7 @@ def read_batches(
         raise ValueError(expected("pipeline", "'dataset' or 'queue'", pipeline))
     checked = read_options("read_batches", batch_size, options)
     queue = pipeline == "queue"
+    order_for(checked, queue=queue)  # what the order refuses
     capacity = _pipeline_capacity(queue, checked)
     plan = plan_of(files, checked)
     if queue:

@@ -223,7 +223,8 @@ class ReadArgs(TypedDict, total=False):
             ``min_after_dequeue`` of ``shuffle_batch_join`` (the file names shuffled).
         shuffle: ``None`` (the default): ``shuffle_buffer`` decides, as above; or
             ``"global"``: every epoch reads the whole data set in an order drawn from
-            ``(seed, epoch)`` (:mod:`tfr_hooks.tfrecord.pipelines.order`), each example once, in
+            ``(seed, epoch)`` (:mod:`tfr_hooks.tfrecord.pipelines.orders.global_order`),
+            each example once, in
             memory bounded by the order's window (about two windows of 32,768 records,
             whatever the data's size). Choose it when the files hold the examples in
             some order (by class, by source, by time) that a buffer much smaller than
@@ -457,27 +458,15 @@ SHUFFLES = (None, "global")
 
 
 def _check_shuffle(options: ReadOptions) -> None:
-    """Refuse a ``shuffle`` other than ``None``/``"global"``, or one a pipeline cannot do."""
+    """Refuse a ``shuffle`` other than ``None``/``"global"``.
+
+    Which options an order cannot read with is said by the order
+    (:meth:`~tfr_hooks.tfrecord.pipelines.orders.base.Order.refuse`, asked by
+    :func:`~tfr_hooks.tfrecord.pipelines.orders.choice.order_for`).
+    """
     shuffle = options.shuffle
     if shuffle not in SHUFFLES:
         raise ValueError(expected("shuffle", "None or 'global'", shuffle))
-    if shuffle is None:
-        return
-    if options.shuffle_buffer:
-        raise ValueError(
-            "Expected shuffle_buffer=0 with shuffle='global' (the global order mixes the "
-            "whole data set without a buffer; choose one of the two). Received: "
-            f"shuffle={shuffle!r}, shuffle_buffer={options.shuffle_buffer}"
-        )
-    if options.service is not None:
-        raise ValueError(
-            "Expected shuffle=None with service= (the tf.data service's dispatcher hands "
-            "its workers ranges of index blocks, and its workers do not know which epoch "
-            "a job is, so they cannot draw that epoch's global order; read without "
-            "service= for shuffle='global', which then runs in the trainer, or shuffle "
-            "served data with shuffle_buffer, which mixes each worker's blocks). "
-            f"Received: shuffle={shuffle!r}, service={options.service!r}"
-        )
 
 
 def _check_keywords(reader: str, options: Mapping[str, Any]) -> None:
@@ -547,18 +536,6 @@ def queue_capacity(options: ReadOptions) -> int:
             ``capacity`` does not exceed ``shuffle_buffer`` or reach ``batch_size``.
     """
     shaping = options.shaping
-    if options.shuffle is not None:
-        raise ValueError(
-            expected(
-                "shuffle",
-                "None with pipeline='queue' (TensorFlow's queue readers read each file "
-                "as a stream from its start, with no seek to a block, so the queue cannot "
-                "read the global order; use pipeline='dataset', the default of "
-                "read_batches, for shuffle='global' in graph mode, or shuffle the queue "
-                "with shuffle_buffer)",
-                options.shuffle,
-            )
-        )
     if shaping.bucket_boundaries is not None:
         raise ValueError(
             expected(

@@ -11,12 +11,22 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.formats.damage import RecordFiles
 from tfr_hooks.tfrecord.formats.packed import WINDOW_EXAMPLES, unpack
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.schema.schema import Schema
 
-__all__ = ["packed_dataset", "window_salt"]
+__all__ = ["packed_dataset", "window_blocks", "window_salt"]
+
+
+def window_blocks(batch_size: int, per_record: int, shuffle_buffer: int) -> int:
+    """Blocks a window of packed shards holds: ``shuffle_buffer`` examples, else a batch's.
+
+    At least :data:`~tfr_hooks.tfrecord.formats.packed.WINDOW_EXAMPLES` examples without a
+    buffer.
+    """
+    window_examples = shuffle_buffer or max(batch_size, WINDOW_EXAMPLES)
+    return max(1, math.ceil(window_examples / per_record))
 
 
 def packed_dataset(
@@ -56,8 +66,7 @@ def packed_dataset(
     Returns:
         The dataset.
     """
-    window_examples = shuffle_buffer or max(batch_size, WINDOW_EXAMPLES)
-    window = max(1, math.ceil(window_examples / per_record))
+    window = window_blocks(batch_size, per_record, shuffle_buffer)
     blocks, seed_value = record_passes(
         records,
         reads=num_parallel_reads,

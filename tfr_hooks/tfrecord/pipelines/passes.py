@@ -1,7 +1,7 @@
 """The streamed pipelines' passes over the records: file order, shuffle, seed, epochs.
 
 :func:`record_passes` reads the records of a
-:class:`~tfr_hooks.tfrecord.formats.damage.RecordFiles` (:func:`record_stream`: of a damaged
+:class:`~tfr_hooks.tfrecord.formats.reading.RecordFiles` (:func:`record_stream`: of a damaged
 file, only the whole records) for ``num_epochs`` passes, shuffling the
 files and the records anew every pass, seeded by :func:`pass_seed` so that each pass of a
 graph-mode iterator gets its own order too. The streamed pipeline (one example a record)
@@ -15,7 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.formats.damage import RecordFiles
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.splits import served_records
 
 __all__ = ["pass_seed", "record_passes", "record_stream"]
@@ -104,7 +104,7 @@ def record_stream(
     Args:
         records: The shards, their compression, and what a scan for damaged records
             found (``max_corrupt_records``): of a damaged file, only the whole records
-            are read (:meth:`~tfr_hooks.tfrecord.formats.damage.RecordFiles.per_file`).
+            are read (:meth:`~tfr_hooks.tfrecord.formats.reading.RecordFiles.per_file`).
         reads: Files read at once (in parallel when more than 1).
         deterministic: Whether parallel reads keep a fixed order.
         shuffle_files: Whether to shuffle the order of the files (each pass anew).

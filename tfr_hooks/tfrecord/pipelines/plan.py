@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfr_hooks.tfrecord.formats.damage import DamageMap, RecordFiles
+from tfr_hooks.tfrecord.formats.damage import DamageMap
 from tfr_hooks.tfrecord.formats.framing import Files
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import RecordSource, SchemaLike, open_source
 

@@ -31,7 +31,7 @@ the pool's ``bucket_by`` values. The pool's contents are the records of position
 ``index * pool_examples`` to ``(index + 1) * pool_examples`` of the pass (the pass's
 order being a function of ``seed`` and the epoch, see
 :func:`~tfr_hooks.tfrecord.pipelines.passes.record_passes` and
-:mod:`~tfr_hooks.tfrecord.pipelines.order`), so a pool's batches are a function of
+:mod:`~tfr_hooks.tfrecord.pipelines.orders.global_order`), so a pool's batches are a function of
 ``(seed, epoch, index)``: reading the same records again gives the same batches, and a
 pass entered at a pool's start (a resumed run's seek, see
 :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`'s ``grain``) gives the

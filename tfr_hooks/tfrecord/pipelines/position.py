@@ -31,17 +31,11 @@ Examples:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.task import current_task
-from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
-
-if TYPE_CHECKING:
-    from tfr_hooks.tfrecord.pipelines.plan import Plan
-
-__all__ = ["ReadPosition", "SessionPosition", "at_most", "position_of"]
+__all__ = ["ReadPosition", "SessionPosition", "at_most"]
 
 
 class ReadPosition:
@@ -251,46 +245,3 @@ def _variable(name: str, eager: bool) -> Any:
         use_resource=True,
         collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
     )
-
-
-def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPosition | None:
-    """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
-
-    One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
-    this process (no service): ``shuffle="global"`` streamed (with
-    ``max_corrupt_records``, over the damaged files' runs of whole records) or on packed
-    shards whose example counts are known (the position counts examples), an unshuffled
-    stream read in a fixed order, and on one undamaged worker the in-memory pipelines
-    (any shuffle, not bucketed). Streamed bucketing (pools sorted by length) seeks too,
-    to a pool's start (``grain``: the pool's batches). Under
-    ``MultiWorkerMirroredStrategy`` the streams read one global sequence split by data
-    (see the module), so their position holds on any worker count; an unshuffled stream
-    then needs ``shard`` ``"auto"`` or ``"data"``. A graph-mode cluster (asynchronous
-    workers, no global batch) has none. Else ``None``: a resumed run replays
-    (``shuffle_buffer`` streamed, packed shards without ``shuffle="global"``, bucketing
-    in memory).
-    """
-    if options.num_epochs != 1 or options.service is not None:
-        return None
-    bucketed = options.shaping.bucket_boundaries is not None
-    if bucketed and (kind.in_memory or options.shuffle_buffer):
-        return None  # in memory, buckets drawn per pass; streamed, pools of a buffer's state
-    # bucketed, the batches are cut from pools: a pass is entered at a pool's start
-    grain = options.config.bucket_pool if bucketed else 1
-    workers = current_task().num_workers
-    if workers > 1 and not tf.executing_eagerly():
-        return None  # a graph-mode cluster: each worker at its own pace, restored by the chief
-    streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
-    # the global order reads a damaged file's runs of whole records, the same every
-    # pass; on packed shards it counts examples, each file's count known
-    packed = kind is PipelineKind.PACKED and plan.damage is None and plan.examples is not None
-    if (streamed or packed) and options.shuffle == "global" and not plan.compression:
-        return ReadPosition(options.batch_size, workers=workers, seed=options.seed, grain=grain)
-    if plan.damage is not None:
-        return None
-    if kind.in_memory:
-        return ReadPosition(options.batch_size, seed=options.seed) if workers == 1 else None
-    fixed = not options.shuffles and not plan.compression and options.config.deterministic
-    if streamed and fixed and (workers == 1 or options.config.shard in ("auto", "data")):
-        return ReadPosition(options.batch_size, workers=workers, grain=grain)
-    return None

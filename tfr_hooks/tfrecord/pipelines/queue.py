@@ -17,9 +17,9 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.tfrecord.pipelines.options import ReadOptions, queue_readers
-from tfr_hooks.tfrecord.pipelines.pipeline import structure
 from tfr_hooks.tfrecord.pipelines.plan import Plan
 from tfr_hooks.tfrecord.pipelines.ragged import pad_batch
+from tfr_hooks.tfrecord.pipelines.stages import structure
 
 __all__ = ["queue_batches", "check_queue_plan"]
 

@@ -50,6 +50,7 @@ from tfr_hooks.tfrecord.pipelines.options import (
     Unpack,
     read_options,
 )
+from tfr_hooks.tfrecord.pipelines.orders.choice import order_for
 from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, plan_of, serve
 from tfr_hooks.tfrecord.pipelines.plan import Plan
 
@@ -158,6 +159,7 @@ def source(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> Source
 def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]) -> Source:
     """:func:`source`'s work, for ``reader`` (named in the messages)."""
     options = read_options(reader, batch_size, given)
+    order_for(options)  # what the order refuses
     task = current_task()
     plan = plan_of(files, options)
     if options.service is None:

@@ -26,13 +26,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-import tfr_hooks.tf_private as tf_private
-from tfr_hooks.tfrecord.formats.index import index_files
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
+from tfr_hooks.tfrecord.formats.records import READ_BUFFER
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 
 __all__ = ["interleave_state", "stream_from_position"]
-
-_READ_BUFFER = 256 << 10  # tf.data.TFRecordDataset's default buffer
 
 
 def interleave_state(counts: Sequence[int], reads: int, records: int) -> list[tuple[int, int]]:
@@ -84,15 +82,18 @@ def interleave_state(counts: Sequence[int], reads: int, records: int) -> list[tu
 
 
 def stream_from_position(
-    files: Sequence[str], *, reads: int, deterministic: bool, position: ReadPosition
+    records: RecordFiles, *, reads: int, deterministic: bool, position: ReadPosition
 ) -> tf.data.Dataset:
-    """The records of uncompressed ``files``, interleaved, from ``position``'s record.
+    """The records of uncompressed files, interleaved, from ``position``'s record.
 
     The same stream as :func:`~tfr_hooks.tfrecord.pipelines.passes.record_stream` unshuffled;
     each new iterator starts where ``position`` is then (a whole pass at record 0, which
-    needs no index; else the files' record index, built once and kept).
+    needs no index; else the files' record index, built once and kept). The files are
+    indexed and entered through their format
+    (:class:`~tfr_hooks.tfrecord.formats.records.RecordFormat`).
     """
-    names = list(files)
+    names = list(records.files)
+    reading, compression = records.format, records.compression
 
     def entries(records: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         records = int(records)
@@ -100,7 +101,7 @@ def stream_from_position(
             offsets = np.zeros(len(names), np.int64)
             skips = np.zeros(len(names), np.int64)
             return np.arange(len(names), dtype=np.int64), offsets, skips
-        indexes = index_files(names)
+        indexes = [reading.index(name, compression) for name in names]
         at = interleave_state([index.count for index in indexes], reads, records)
         found = np.array([f for f, _ in at], np.int64)
         offsets = np.array(
@@ -123,9 +124,7 @@ def stream_from_position(
             vector.set_shape([None])
         slices = tf.data.Dataset.from_tensor_slices((tf.gather(paths, found), offsets, skips))
         return slices.interleave(
-            lambda path, offset, skip: tf_private.records_from_offset(
-                path, offset, _READ_BUFFER
-            ).skip(skip),
+            lambda path, offset, skip: reading.records_from(path, offset, READ_BUFFER).skip(skip),
             cycle_length=reads,
             block_length=1,
             **parallel,

@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-import tfr_hooks.tf_private as tf_private
-from tfr_hooks.tfrecord.formats.damage import RecordFiles
-from tfr_hooks.tfrecord.formats.index import RecordIndex, index_runs, record_index
+from tfr_hooks.tfrecord.formats.index import RecordIndex, index_runs
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 
 __all__ = [
     "MAX_SPLITS",
@@ -71,7 +70,7 @@ def file_indexes(records: RecordFiles) -> list[RecordIndex]:
         if found is not None and found.damaged:
             indexes.extend(index_runs(path, found.offsets, found.lengths))
         else:
-            indexes.append(record_index(path, records.compression))
+            indexes.append(records.format.index(path, records.compression))
     return indexes
 
 
@@ -144,6 +143,7 @@ def served_records(
             **parallel,
         )
     indexes = file_indexes(records)
+    reading = records.format
     which, offsets, counts = block_splits(indexes)
     paths = tf.constant([index.file for index in indexes] or [""], tf.string)
     which_t, offsets_t, counts_t = (tf.constant(v, tf.int64) for v in (which, offsets, counts))
@@ -151,9 +151,7 @@ def served_records(
     def split_records(split: Any) -> tf.data.Dataset:
         path = tf.gather(paths, tf.gather(which_t, split))
         start = tf.gather(offsets_t, split)
-        return tf_private.records_from_offset(path, start, _READ_BUFFER).take(
-            tf.gather(counts_t, split)
-        )
+        return reading.records_from(path, start, _READ_BUFFER).take(tf.gather(counts_t, split))
 
     return _handed_out(len(counts), shuffled, seed).interleave(
         split_records, cycle_length=reads, block_length=1, **parallel

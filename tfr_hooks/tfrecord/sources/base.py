@@ -33,9 +33,10 @@ from typing import Any, ClassVar, Union
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import NoFilesError
-from tfr_hooks.tfrecord.formats.damage import DamageMap, scan_damage
+from tfr_hooks.tfrecord.formats.damage import DamageMap
 from tfr_hooks.tfrecord.formats.framing import Files, check_readable
 from tfr_hooks.tfrecord.formats.index import is_index_file
+from tfr_hooks.tfrecord.formats.reading import files_format
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar
 
@@ -148,11 +149,13 @@ class RecordSource(abc.ABC):
     def scan(self, compression: str, max_corrupt_records: int) -> DamageMap:
         """Scan the files for damaged records.
 
-        With :func:`~tfr_hooks.tfrecord.formats.damage.scan_damage`.
+        By the files' format (:meth:`~tfr_hooks.tfrecord.formats.records.RecordFormat.scan`;
+        TFRecord's is :func:`~tfr_hooks.tfrecord.formats.damage.scan_damage`).
 
         What it finds is kept as :attr:`damage`, which the schema and the checks use.
         """
-        self.damage = scan_damage(self.files, compression, max_corrupt_records)
+        reading = files_format(self.files)
+        self.damage = reading.scan(self.files, compression, max_corrupt_records)
         return self.damage
 
     @abc.abstractmethod

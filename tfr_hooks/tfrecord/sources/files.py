@@ -18,16 +18,10 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.errors import MissingFeatureError
-from tfr_hooks.tfrecord.formats.framing import (
-    check_compression,
-    check_framing,
-    detect_compression,
-    first_record,
-    guess_compression,
-    iter_records,
-)
+from tfr_hooks.tfrecord.formats.framing import check_compression
 from tfr_hooks.tfrecord.formats.index import is_index_file
 from tfr_hooks.tfrecord.formats.packed import check_block
+from tfr_hooks.tfrecord.formats.reading import files_format, format_of
 from tfr_hooks.tfrecord.schema.records import as_record_content
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.schema.sidecar import load_schema
@@ -78,7 +72,7 @@ class FileSource(RecordSource):
     def compression(self, given: str | None, *, tolerant: bool) -> str:
         """The files' one compression; a damaged first record is guessed past if ``tolerant``."""
         return one_compression(
-            self.files, given, guess_compression if tolerant else detect_compression
+            self.files, given, lambda path: format_of(path).compression(path, tolerant=tolerant)
         )
 
     def schema(
@@ -120,7 +114,7 @@ class FileSource(RecordSource):
         """
         del given
         if self.damage is None:
-            check_framing(path, compression)
+            format_of(path).check(path, compression)
         return schema, None, 1
 
     def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
@@ -129,12 +123,13 @@ class FileSource(RecordSource):
         lists = FeatureLists(schema)
         counts: list[int | None] = []
         packing: dict[str, int] = {}
+        reading = files_format(self.files)
         for path in self.files:
             schema, count, per_record = self.file_facts(path, schema, compression, given=given)
             counts.append(count)
             packing[path] = per_record
             if damage is None:
-                record = first_record(path, compression)
+                record = reading.first_record(path, compression)
             else:  # the whole records (a packed file's last block may be partial: unknown)
                 scanned = damage.of(path)
                 if per_record == 1 or scanned.damaged:
@@ -163,12 +158,14 @@ class FileSource(RecordSource):
 
 
 def one_compression(
-    paths: list[str], compression: str | None, detect: Callable[[str], str] = detect_compression
+    paths: list[str], compression: str | None, detect: Callable[[str], str] | None = None
 ) -> str:
     """``compression`` checked, or the one compression ``detect`` finds in all ``paths``."""
     codec = check_compression(compression)
     if codec is not None:
         return codec
+    if detect is None:
+        detect = lambda path: format_of(path).compression(path)  # noqa: E731
     found = {path: detect(path) for path in paths}
     kinds = sorted(set(found.values()))
     if len(kinds) > 1:
@@ -204,7 +201,7 @@ class FeatureLists:
         if not wanted:
             return
         read, whole = 0, True
-        for read, record in enumerate(iter_records(path, codec), start=1):
+        for read, record in enumerate(format_of(path).iter_records(path, codec), start=1):
             found = wanted & set(as_record_content(record).feature_lists)
             self.held.update(found)
             wanted -= found

@@ -23,11 +23,8 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import EmptyFileError, SchemaMismatchError
-from tfr_hooks.tfrecord.formats.framing import (
-    check_compression,
-    detect_compression,
-    iter_records,
-)
+from tfr_hooks.tfrecord.formats.framing import check_compression
+from tfr_hooks.tfrecord.formats.reading import format_of
 from tfr_hooks.tfrecord.schema.records import (
     EXAMPLE,
     NEITHER,
@@ -333,10 +330,11 @@ def inspect_file(
     Returns:
         The file's :class:`FileInfo`.
     """
-    codec = detect_compression(path) if compression is None else compression
+    reading = format_of(path)
+    codec = reading.compression(path) if compression is None else compression
     info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=stored)
     first_other: tuple[int, str] | None = None
-    for index, record in enumerate(iter_records(path, codec)):
+    for index, record in enumerate(reading.iter_records(path, codec)):
         info.num_records += 1
         if max_records is not None and index >= max_records:
             if not count_all:

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
-from tfr_hooks.tfrecord.formats.damage import DamageMap, RecordFiles, scan_damage
+from tfr_hooks.tfrecord.formats.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.formats.framing import (
     Files,
     check_compression,
@@ -29,6 +29,7 @@ from tfr_hooks.tfrecord.formats.framing import (
     first_record,
 )
 from tfr_hooks.tfrecord.formats.packed import check_block, check_packable, unpack
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.inspection.describe import infer_schema
 from tfr_hooks.tfrecord.inspection.diagnose import explain_error
 from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tfr_hooks.tfrecord.formats.damage import RecordFiles
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.memory.loading import collect_held, mapped_examples, nbytes_of
 from tfr_hooks.tfrecord.schema.schema import Schema
 
@@ -111,13 +111,17 @@ def mean_lengths(
     Returns:
         The mean by feature name; empty if no record was read or nothing varies.
     """
-    from tfr_hooks.tfrecord.formats.framing import iter_records
+    from tfr_hooks.tfrecord.formats.reading import files_format
     from tfr_hooks.tfrecord.schema.records import NEITHER, as_record_content
 
     counted = [f for f in schema if f.varying or f.sequence]
     totals = dict.fromkeys((f.name for f in counted), 0)
     read = 0
-    records = itertools.chain.from_iterable(iter_records(p, compression) for p in files)
+    reading = files_format(files)
+    records = itertools.chain.from_iterable(
+        reading.iter_records(p, reading.compression(p) if compression is None else compression)
+        for p in files
+    )
     for record in itertools.islice(records if counted else (), sample):
         content = as_record_content(record)
         if content.kind == NEITHER:
@@ -169,11 +173,12 @@ def records_nbytes(
 
 def count_examples(files: Sequence[str], compression: str, per_record: int) -> int:
     """Count the examples of files that have no ``schema.json`` listing them."""
-    from tfr_hooks.tfrecord.formats.framing import iter_records
+    from tfr_hooks.tfrecord.formats.reading import files_format
 
     if per_record != 1:
         raise ValueError("Packed shards are counted from their schema.json")
-    return sum(sum(1 for _ in iter_records(path, compression)) for path in files)
+    reading = files_format(files)
+    return sum(reading.count(path, compression) for path in files)
 
 
 def mapped_sample_nbytes(

@@ -22,8 +22,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
-from tfr_hooks.tfrecord.formats.damage import RecordFiles
 from tfr_hooks.tfrecord.formats.packed import unpack
+from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples, is_list
 from tfr_hooks.tfrecord.schema.schema import Schema
 

@@ -8,7 +8,8 @@ from ``(seed, epoch)``. It needs no buffer of the size of the data: a record ind
 1. **Blocks in a stateless permutation.** The full blocks of all files are numbered
    ``0 .. n-1`` and put in the order ``tf.random.experimental.index_shuffle`` draws from
    ``(seed, epoch)``: the block at a position is computed, never a whole permutation
-   held. A block is read with one seek (``tf_private.records_from_offset``), its
+   held. A block is read with one seek (its format's
+   :meth:`~tfr_hooks.tfrecord.formats.records.RecordFormat.records_from`), its
    records in file order.
 2. **Windows of blocks.** Consecutive positions of that order are grouped in windows of
    ``window // 128`` blocks; a window's records are read (several blocks at once), put
@@ -46,16 +47,34 @@ Compressed files cannot be entered at a block, so the global order refuses them
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
-import tfr_hooks.tf_private as tf_private
+from tfr_hooks.task import TaskInfo, current_task
 from tfr_hooks.tfrecord.formats.index import RecordIndex
+from tfr_hooks.tfrecord.formats.packed import unpack
+from tfr_hooks.tfrecord.formats.reading import format_of
+from tfr_hooks.tfrecord.formats.records import RecordFormat
+from tfr_hooks.tfrecord.pipelines.orders.base import PERMUTED, Order
+from tfr_hooks.tfrecord.pipelines.packed_batches import window_salt
+from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
+from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 
-__all__ = ["DEFAULT_WINDOW", "GlobalOrder", "global_batches", "global_records"]
+if TYPE_CHECKING:
+    from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
+    from tfr_hooks.tfrecord.pipelines.plan import Plan
+    from tfr_hooks.tfrecord.pipelines.position import ReadPosition
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_WINDOW", "GlobalOrder", "GlobalShuffleOrder", "global_windows", "worker_index"]
 
 #: Records a window holds by default (256 blocks of 128).
 DEFAULT_WINDOW = 32_768
@@ -76,13 +95,15 @@ class GlobalOrder:
         seed: The seed of every epoch's order.
         window: Records a window (rounded down to whole blocks, at least one block).
         shard: ``(i, n)``: this worker is ``i`` of ``n``.
+        reading: The files' format (``None``: recognized from the first file), which
+            reads a block from its offset.
 
     Raises:
         ValueError: A file is compressed, the indexes disagree on the block, or an
             argument is out of range.
 
     Examples:
-        >>> order = GlobalOrder(index_files(files), seed=3)   # doctest: +SKIP
+        >>> order = GlobalOrder(index_files(files), seed=3)  # doctest: +SKIP
         >>> records = order.records(epoch=0)                   # doctest: +SKIP
     """
 
@@ -93,6 +114,7 @@ class GlobalOrder:
         seed: int,
         window: int = DEFAULT_WINDOW,
         shard: tuple[int, int] = (0, 1),
+        reading: RecordFormat | None = None,
     ) -> None:
         self.seed = _check_int("seed", seed, -(1 << 63))
         window = _check_int("window", window, 1)
@@ -103,6 +125,8 @@ class GlobalOrder:
         if worker >= count:
             raise ValueError(f"Expected shard (i, n) with 0 <= i < n. Received: shard={shard!r}")
         self.indexes = list(indexes)
+        first = self.indexes[0].file if self.indexes else ""
+        self.reading = format_of(first) if reading is None else reading
         for index in self.indexes:
             if not index.seekable:
                 raise ValueError(
@@ -175,7 +199,9 @@ class GlobalOrder:
         """Every worker's records an epoch (``shard`` ``(0, n) .. (n-1, n)``)."""
         n = self.shard[1]
         return [
-            GlobalOrder(self.indexes, seed=self.seed, window=self.window, shard=(i, n)).total
+            GlobalOrder(
+                self.indexes, seed=self.seed, window=self.window, shard=(i, n), reading=self.reading
+            ).total
             for i in range(n)
         ]
 
@@ -325,8 +351,9 @@ class GlobalOrder:
         units = windows.flat_map(lambda w: self._units(w, epoch))
         # a block is one element: its records batched inside its own reader, so the
         # interleave and the cut into windows handle a vector a block, not a record
+        reading = self.reading
         read = lambda path, offset, n, size: (  # noqa: E731
-            tf_private.records_from_offset(path, offset, size).take(n).batch(n)
+            reading.records_from(path, offset, size).take(n).batch(n)
         )
         if _UNIT_READS > 1:
             blocks = units.interleave(
@@ -370,80 +397,232 @@ class GlobalOrder:
         )
 
 
-def global_records(
-    indexes: Sequence[RecordIndex],
+def global_windows(
+    plan: Plan,
+    options: ReadOptions,
     *,
-    seed: int,
-    epoch: Any = 0,
     window: int = DEFAULT_WINDOW,
-    shard: tuple[int, int] = (0, 1),
-    start: int = 0,
+    position: ReadPosition | None = None,
 ) -> tf.data.Dataset:
-    """The serialized records of one epoch in the global order (see the module).
+    """Windows of serialized records in the global order (``shuffle="global"``): vectors.
+
+    Every new iterator (in graph mode, every initialization of one) reads the next
+    ``num_epochs`` epochs of :class:`GlobalOrder`: eagerly, a
+    counter of the iterators made (a variable the dataset increments when an iterator
+    starts) numbers them; in graph mode, where an initializable iterator re-runs the
+    captured tensors at each initialization, a number drawn anew then from ``seed`` (as
+    :func:`~tfr_hooks.tfrecord.pipelines.passes.pass_seed` does). ``seed=None`` draws one seed
+    when the pipeline is built (logged at INFO level); under a multi-worker strategy
+    every worker then uses the common seed of
+    :func:`~tfr_hooks.tfrecord.pipelines.sharding.shared_seed` and reads the whole
+    sequence, of which the strategy keeps its part of each global batch (the reader
+    splits it by data: the sequence, and a position in it, do not depend on the worker
+    count); in a graph-mode cluster worker ``i`` of ``n`` reads the share
+    ``shard=(i, n)`` of every epoch. With ``max_corrupt_records``, a damaged file's runs
+    of whole records are ordered as files of their own
+    (:func:`~tfr_hooks.tfrecord.formats.index.index_runs`): the damage is never read.
 
     Args:
-        indexes: The record index of each file
-            (:func:`~tfr_hooks.tfrecord.formats.index.index_files`).
-        seed: The seed of every epoch's order.
-        epoch: The epoch (an integer, or an ``int64`` scalar tensor).
-        window: Records a window.
-        shard: ``(i, n)``: this worker is ``i`` of ``n``.
-        start: The position in this worker's epoch to start at.
+        plan: The files (uncompressed), and the damage found in them.
+        options: The reader's options (``seed``, ``num_epochs``).
+        window: Records a window (packed shards: records of ``per_record`` examples).
+        position: Where each new iterator starts (one epoch an iterator): it reads the
+            epoch and the records the position holds then, so a resumed run seeks there
+            instead of replaying.
 
     Raises:
-        ValueError: A file is compressed, or an argument is out of range.
+        ValueError: The files are compressed (naming ``shuffle``).
     """
-    order = GlobalOrder(indexes, seed=seed, window=window, shard=shard)
-    return order.records(epoch, start=start)
+    order = _global_order(plan, options, window)
+    if position is not None:
+        return position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
+    return _epoch_windows(order, options)
 
 
-def global_batches(
-    files: Sequence[str],
-    compression: str | Sequence[str],
-    batch_size: int,
-    *,
-    seed: int,
-    num_epochs: int | None = 1,
-    first_epoch: int = 0,
-    start: int = 0,
-    drop_remainder: bool = False,
-    window: int = DEFAULT_WINDOW,
-    shard: tuple[int, int] = (0, 1),
+def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
+    """The :class:`GlobalOrder` of ``plan`` for this worker (the seed drawn when ``None``)."""
+    if plan.compression:
+        raise ValueError(
+            "Expected uncompressed files with shuffle='global' (a GZIP or ZLIB file "
+            "cannot be entered at a record; decompress the files, or shuffle them with "
+            f"shuffle_buffer). Received: shuffle={options.shuffle!r}, "
+            f"compression={plan.compression!r}"
+        )
+    task = current_task()
+    seed = options.seed
+    if seed is None:
+        seed = SHARED_SEED if task.num_workers > 1 else secrets.randbits(62)
+        logger.info("shuffle='global' with seed %d (pass `seed` to repeat this order).", seed)
+    # under MultiWorkerMirroredStrategy every worker reads the one global sequence and
+    # the strategy keeps its part of each global batch (split by data): the same
+    # sequence for any worker count, so a position in it resumes on any; a graph-mode
+    # cluster's workers (asynchronous, no global batch) each read a share of their own
+    shard = (0, 1) if tf.executing_eagerly() else (worker_index(task), task.num_workers)
+    records = plan.records
+    return GlobalOrder(
+        file_indexes(records), seed=seed, window=window, shard=shard, reading=records.format
+    )
+
+
+def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
+    """The windows of ``num_epochs`` epochs of ``order`` each new iterator reads."""
+    seed = order.seed
+    num_epochs = options.num_epochs
+    span = num_epochs if num_epochs is not None else 1 << 40
+    if tf.executing_eagerly():
+        with tf.init_scope():
+            counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_passes")
+        passes = tf.data.Dataset.from_tensors(tf.constant(1, tf.int64)).map(
+            lambda one: counter.assign_add(one) - one
+        )
+    else:
+        drawn = tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=seed)
+        passes = tf.data.Dataset.from_tensors(drawn)
+    epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
+    return epochs.flat_map(order.windows_of)
+
+
+def _global_packed(
+    plan: Plan, options: ReadOptions, calls: int, position: ReadPosition | None = None
 ) -> tf.data.Dataset:
-    """Batches of serialized records over several epochs, in the global order.
+    """Batches of examples from packed shards in the global order (``shuffle="global"``).
 
-    What a streamed pipeline reads in place of ``record_passes(...).batch(batch_size)``
-    for ``shuffle="global"``: the files are indexed (built once and kept, see
-    :func:`~tfr_hooks.tfrecord.formats.index.record_index`), then epochs ``first_epoch,
-    first_epoch + 1, ...`` follow each other, the first from position ``start``
-    (a resumed run passes the epoch and the records its worker had read in it). As a
-    streamed ``repeat().batch()``, a batch may hold the end of one epoch and the start
-    of the next; ``drop_remainder`` drops only the run's last short batch.
-
-    Args:
-        files: The files, in a fixed order (the same on every worker).
-        compression: Their compression (one for all, or one a file); ``""`` only.
-        batch_size: Records a batch.
-        seed: The seed of every epoch's order.
-        num_epochs: Epochs; ``None`` repeats forever.
-        first_epoch: The epoch to start at.
-        start: The position to start at in ``first_epoch`` (this worker's records).
-        drop_remainder: Drop the last batch of the run when it is short.
-        window: Records a window.
-        shard: ``(i, n)``: this worker is ``i`` of ``n``.
-
-    Raises:
-        ValueError: A file is compressed, or an argument is out of range.
-        CorruptRecordError: A file is damaged (its index cannot be built).
+    The global order runs over the records (each a block of ``per_record`` examples) in
+    windows of about :data:`DEFAULT_WINDOW` examples; each
+    window is unpacked at once and its examples put in an order drawn from its records
+    (the window's one vectorized permutation, as a packed ``shuffle_buffer`` window),
+    then cut into batches. With ``position`` (counting examples), each pass reads its
+    epoch's windows from the one holding the position, and drops that window's examples
+    before it: the same examples as the pass read from its start.
     """
-    from tfr_hooks.tfrecord.formats.index import index_files
+    per_record = plan.per_record
+    order = _global_order(plan, options, max(1, DEFAULT_WINDOW // per_record))
+    deterministic = options.config.deterministic
 
-    if num_epochs is not None and (isinstance(num_epochs, bool) or num_epochs < 1):
-        raise ValueError(f"Expected `num_epochs` >= 1 or None. Received: num_epochs={num_epochs}")
-    order = GlobalOrder(index_files(files, compression), seed=seed, window=window, shard=shard)
-    first = order.windows_of(first_epoch, start=start)
-    if num_epochs != 1:
-        end = first_epoch + num_epochs if num_epochs is not None else 1 << 62
-        later = tf.data.Dataset.range(first_epoch + 1, end)
-        first = first.concatenate(later.flat_map(lambda epoch: order.windows_of(epoch)))
-    return first.rebatch(_check_int("batch_size", batch_size, 1), drop_remainder=drop_remainder)
+    def unpack_window(serialized: Any) -> dict[str, Any]:
+        salt = window_salt(serialized, 0)
+        return unpack(plan.schema, serialized, per_record, order_seed=salt)
+
+    def pass_from(epoch: Any, done: Any) -> tf.data.Dataset:
+        counts = [int(c or 0) for c in plan.counts]
+        window, begin = order.locate_examples(epoch, done, per_record, counts)
+        windows = order.windows_of(epoch, start=order.window_start(window))
+        unpacked = windows.map(
+            unpack_window, num_parallel_calls=calls, deterministic=deterministic
+        ).enumerate()
+        return unpacked.map(  # the first window's examples from `begin`
+            lambda i, ex: {k: v[tf.where(tf.equal(i, 0), begin, 0) :] for k, v in ex.items()}
+        )
+
+    if position is not None:
+        examples = position.start().flat_map(pass_from)
+    else:
+        examples = _epoch_windows(order, options).map(
+            unpack_window, num_parallel_calls=calls, deterministic=deterministic
+        )
+    return examples.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+
+
+def worker_index(task: TaskInfo) -> int:
+    """This task's place among the cluster's training tasks (chief first, then workers)."""
+    if task.num_workers <= 1 or task.task_type in (None, "chief"):
+        return 0
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    return task.task_id + (1 if cluster.get("chief") else 0)
+
+
+class GlobalShuffleOrder(Order):
+    """``shuffle="global"``: every record once an epoch, mixed over the whole data set.
+
+    Streamed, the windows of :func:`global_windows` are parsed a window at once and cut
+    into batches; on packed shards, each window is unpacked and its examples put in an
+    order drawn from its records. A pass is entered at a position by arithmetic
+    (:meth:`GlobalOrder.locate`): it rereads at most the window it starts in.
+    """
+
+    name = "global"
+    held = PERMUTED
+
+    @classmethod
+    def refuse(cls, options: ReadOptions) -> None:
+        """Refuse a shuffle buffer beside it, and the tf.data service."""
+        super().refuse(options)
+        if options.shuffle_buffer:
+            raise ValueError(
+                "Expected shuffle_buffer=0 with shuffle='global' (the global order mixes "
+                "the whole data set without a buffer; choose one of the two). Received: "
+                f"shuffle={options.shuffle!r}, shuffle_buffer={options.shuffle_buffer}"
+            )
+        if options.service is not None:
+            raise ValueError(
+                "Expected shuffle=None with service= (the tf.data service's dispatcher "
+                "hands its workers ranges of index blocks, and its workers do not know "
+                "which epoch a job is, so they cannot draw that epoch's global order; read "
+                "without service= for shuffle='global', which then runs in the trainer, or "
+                "shuffle served data with shuffle_buffer, which mixes each worker's "
+                f"blocks). Received: shuffle={options.shuffle!r}, service={options.service!r}"
+            )
+
+    @classmethod
+    def refuse_queue(cls, options: ReadOptions) -> None:
+        """TensorFlow's queue readers cannot seek to a block."""
+        from tfr_hooks.checks import expected
+
+        raise ValueError(
+            expected(
+                "shuffle",
+                "None with pipeline='queue' (TensorFlow's queue readers read each file "
+                "as a stream from its start, with no seek to a block, so the queue cannot "
+                "read the global order; use pipeline='dataset', the default of "
+                "read_batches, for shuffle='global' in graph mode, or shuffle the queue "
+                "with shuffle_buffer)",
+                options.shuffle,
+            )
+        )
+
+    def enters(self, plan: Plan, kind: PipelineKind) -> bool:
+        """Streamed, or on packed shards whose examples are known (and undamaged)."""
+        from tfr_hooks.tfrecord.pipelines.options import PipelineKind
+
+        streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
+        packed = kind is PipelineKind.PACKED and plan.damage is None and plan.examples is not None
+        seekable = plan.records.format.seekable(plan.compression)
+        return (streamed or packed) and seekable
+
+    def records(
+        self, plan: Plan, *, reads: int, position: ReadPosition | None = None
+    ) -> tf.data.Dataset:
+        """The records of the windows, one at a time."""
+        del reads
+        return global_windows(plan, self.options, position=position).unbatch()
+
+    def batches(
+        self,
+        plan: Plan,
+        options: ReadOptions,
+        *,
+        reads: int,
+        calls: int,
+        position: ReadPosition | None = None,
+    ) -> tf.data.Dataset:
+        """Each window parsed at once, then cut into batches."""
+        del reads
+        windows = global_windows(plan, options, position=position).map(
+            plan.schema.parse_batch,
+            num_parallel_calls=calls,
+            deterministic=options.config.deterministic,
+        )
+        return windows.rebatch(options.batch_size, drop_remainder=options.drop_remainder)
+
+    def packed(
+        self,
+        plan: Plan,
+        options: ReadOptions,
+        *,
+        reads: int,
+        calls: int,
+        position: ReadPosition | None = None,
+    ) -> tf.data.Dataset:
+        """See :func:`_global_packed`."""
+        del reads
+        return _global_packed(plan, options, calls, position)
