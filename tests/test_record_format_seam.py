@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -61,7 +60,7 @@ def test_the_format_is_recognized_by_name(twins: tuple[list[str], list[str]]) ->
     mine, theirs = twins
     assert format_of(mine[0]).name == "length-prefixed"
     assert format_of(theirs[0]).name == "TFRecord"
-    assert list(LengthPrefixed().iter_records(mine[1], ""))[0] == _example(100)
+    assert next(LengthPrefixed().iter_records(mine[1], "")) == _example(100)
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,7 @@ def test_served_epochs_are_exact(files, service, loop, drop):
 @pytest.mark.size_matrix
 def test_encoded_kind_is_what_the_budget_chooses(files, caplog):
     n, plain, packed = files
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.memory.build"):
         tfrecord.dataset(**_reader_args("encoded", n, plain, packed, False))
     assert "holding the encoded records in memory" in caplog.text
 

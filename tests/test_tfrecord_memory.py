@@ -319,7 +319,7 @@ def test_keras_fit_knows_the_epoch_length(shards, recwarn):
 )
 def test_auto_picks_each_side_of_the_budget(tmp_path, caplog, budget, chosen):
     tfrecord.write(_arrays(200), tmp_path, shards=2)  # 200 * (12 + 8) = 4,000 bytes decoded
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.memory.build"):
         ds = tfrecord.dataset(
             tmp_path, 64, in_memory="auto", read_config=tfrecord.ReadConfig(memory_budget=budget)
         )
@@ -573,7 +573,7 @@ def test_batch_map_fn_on_the_queue_pipeline(shards):
 )
 @pytest.mark.slow  # decodes every record for each budget; about 2 s of CPU
 def test_auto_with_a_map_fn_chooses_by_the_budget(jpegs, caplog, budget, chosen, why):
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.memory.build"):
         ds = tfrecord.dataset(
             jpegs,
             32,

@@ -194,7 +194,7 @@ def test_empty_and_missing_feature_lists_read_as_0_frames(sparse, pipeline):
 
 @pytest.mark.slow  # decodes every record for each pipeline; about 2 s of CPU
 def test_in_memory_pipelines_hold_what_they_say(files, caplog):
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.pipeline"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.tfrecord.pipelines.memory.build"):
         encoded = tfrecord.dataset(
             files[""],
             BATCH,

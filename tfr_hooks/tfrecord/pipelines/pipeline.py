@@ -74,7 +74,12 @@ def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> Pip
 
 
 def build_pipeline(
-    plan: Plan, options: ReadOptions, kind: PipelineKind, *, seekable: bool = False
+    plan: Plan,
+    options: ReadOptions,
+    kind: PipelineKind,
+    *,
+    seekable: bool = False,
+    order: Order | None = None,
 ) -> tuple[tf.data.Dataset, int | None, ReadPosition | None]:
     """The ``tf.data`` pipeline of ``kind``, the examples of a pass, and its position.
 
@@ -84,13 +89,24 @@ def build_pipeline(
     whose facts carry it: a pass entered at a position is shorter, so the dataset
     declares its cardinality without asserting it). Its
     elements are what the reader returns: dicts of batch tensors, or tuples when
-    ``as_tuple`` names the features.
+    ``as_tuple`` names the features. ``order`` is the order of the passes
+    (:mod:`~tfr_hooks.tfrecord.pipelines.orders`), by default the one ``options``
+    choose.
+
+    Raises:
+        ValueError: ``kind`` holds the data in memory, and ``order`` cannot be held.
     """
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
-    order = order_of(options)  # the one place the order is chosen
+    if order is None:
+        order = order_of(options)  # the one place the order is chosen
     position = position_of(plan, options, kind, order) if seekable else None
     if kind.in_memory:  # as_tuple applied there
+        if order.held is None:
+            raise ValueError(
+                f"Expected an order the in-memory pipeline can serve with kind={kind.name}. "
+                f"Received: order={order!r}"
+            )
         data, examples = memory_pipeline(plan, options, kind, order, position)
         finished = finish(data, None, prefetch=None, autotune=options.config.autotune)
         return finished, examples, position
