@@ -101,14 +101,11 @@ class RecordFiles:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
-        if self.reading is None:
-            object.__setattr__(self, "reading", files_format(self.files))
 
     @property
     def format(self) -> RecordFormat:
         """The files' :class:`~tfr_hooks.tfrecord.formats.records.RecordFormat`."""
-        assert self.reading is not None  # set in __post_init__
-        return self.reading
+        return files_format(self.files) if self.reading is None else self.reading
 
     def damaged(self, files: Sequence[str] | None = None) -> bool:
         """Whether any of ``files`` (default: all) holds a damaged record."""
