@@ -111,3 +111,9 @@ def test_a_pass_entered_at_a_record_by_a_seek_gives_the_records_from_there(
     assert sorted(whole) == list(range(sum(COUNTS)))
     for at in (1, 13, 99, 100, 128, 129, 200, sum(COUNTS) - 1, sum(COUNTS)):
         assert ids_from(at) == whole[at:], at
+
+
+def test_the_queue_refuses_a_format_it_cannot_read(twins: tuple[list[str], list[str]]) -> None:
+    mine, _ = twins
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="length-prefixed files"):
+        tfrecord.read_batches(mine, 8, pipeline="queue")

@@ -48,6 +48,8 @@ class RecordFormat(abc.ABC):
 
     #: The format's name, in messages.
     name: ClassVar[str] = ""
+    #: Whether ``tf.compat.v1.TFRecordReader`` reads it (``pipeline="queue"``).
+    queue_readable: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod

@@ -38,11 +38,23 @@ def queue_batches(plan: Plan, options: ReadOptions, capacity: int) -> Any:
 
 
 def check_queue_plan(plan: Plan) -> None:
-    """Refuse files a queue cannot read: packed shards (many examples a record).
+    """Refuse files a queue cannot read: packed shards, or another format than TFRecord.
+
+    A format's :attr:`~tfr_hooks.tfrecord.formats.records.RecordFormat.queue_readable`
+    says whether TensorFlow's queue readers read it.
 
     Raises:
-        ValueError: For packed shards.
+        ValueError: For packed shards, or files of such a format.
     """
+    reading = plan.records.format
+    if not reading.queue_readable:
+        raise ValueError(
+            expected(
+                "pipeline",
+                f"'dataset' for {reading.name} files (the queue reads TFRecord files only)",
+                "queue",
+            )
+        )
     if plan.per_record > 1:
         raise ValueError(
             expected(
