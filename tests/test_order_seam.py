@@ -38,7 +38,11 @@ def _built(files: list[str], batch: int, **given: Any) -> tuple[Any, PipelineKin
 
 
 @pytest.mark.parametrize(
-    ("per_record", "kind"), [(1, PipelineKind.STREAMED), (4, PipelineKind.PACKED)]
+    ("per_record", "kind"),
+    [
+        pytest.param(1, PipelineKind.STREAMED, id="streamed"),
+        pytest.param(4, PipelineKind.PACKED, id="packed", marks=pytest.mark.slow),  # CI runs it
+    ],
 )
 def test_a_new_order_reads_streamed_and_packed_through_the_seam(
     tmp_path: Path, per_record: int, kind: PipelineKind
@@ -56,6 +60,7 @@ def test_a_new_order_reads_streamed_and_packed_through_the_seam(
     assert got == expected + expected
 
 
+@pytest.mark.slow  # about 2 s; CI runs it
 def test_the_stages_after_the_order_apply_to_it(tmp_path: Path) -> None:
     """map_fn (examples), padding and batch_map_fn follow whatever order read."""
     tfrecord.write({"id": np.arange(50)}, tmp_path / "data", shards=2)

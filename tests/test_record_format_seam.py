@@ -20,7 +20,9 @@ from _length_prefixed import SUFFIX, LengthPrefixed, write_length_prefixed
 from tfr_hooks import tfrecord
 from tfr_hooks.tfrecord.formats.reading import format_of, register_format, unregister_format
 
-COUNTS = (100, 57, 130)  # a short block, a file under a block, blocks and a tail
+COUNTS = (100, 57, 130)
+# the fast run keeps one read streamed and one resumed in the global order; CI runs the rest
+SLOW = pytest.mark.slow  # a short block, a file under a block, blocks and a tail
 
 
 @pytest.fixture(autouse=True)
@@ -67,8 +69,10 @@ def test_the_format_is_recognized_by_name(twins: tuple[list[str], list[str]]) ->
     "options",
     [
         pytest.param({}, id="streamed"),
-        pytest.param({"in_memory": True}, id="memory"),
-        pytest.param({"in_memory": True, "shuffle_buffer": 8, "seed": 4}, id="memory-shuffled"),
+        pytest.param({"in_memory": True}, id="memory", marks=SLOW),
+        pytest.param(
+            {"in_memory": True, "shuffle_buffer": 8, "seed": 4}, id="memory-shuffled", marks=SLOW
+        ),
     ],
 )
 def test_read_streamed_and_in_memory_as_its_tfrecord_twin(
@@ -80,6 +84,7 @@ def test_read_streamed_and_in_memory_as_its_tfrecord_twin(
     assert got == _ids(tfrecord.dataset(theirs, 16, **options))
 
 
+@SLOW
 def test_the_global_order_reads_each_id_once_an_epoch(
     twins: tuple[list[str], list[str]],
 ) -> None:
@@ -94,7 +99,13 @@ def test_the_global_order_reads_each_id_once_an_epoch(
     assert got == _ids(twin)  # the order depends on the records, not on their framing
 
 
-@pytest.mark.parametrize("options", [{"shuffle": "global", "seed": 3}, {}], ids=["global", "file"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+        pytest.param({}, id="file", marks=SLOW),
+    ],
+)
 def test_a_pass_entered_at_a_record_by_a_seek_gives_the_records_from_there(
     twins: tuple[list[str], list[str]], options: dict[str, Any]
 ) -> None:
