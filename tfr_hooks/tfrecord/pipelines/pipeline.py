@@ -157,7 +157,7 @@ def _build_dataset(
             batch_size=batch_size,
             drop_remainder=options.drop_remainder,
             seed=options.seed,
-            shuffle=options.shuffles,
+            shuffle=order.shuffles,
             deterministic=config.deterministic,
             calls=calls,
         )
@@ -169,8 +169,7 @@ def _build_dataset(
         parsed = map_batches(parsed, options.batch_map_fn)
     # served, the batches of an epoch depend on how the workers split the files (each
     # worker batches its own share); bucketed, each full pool gives whole batches
-    sharded = options.shuffle and current_task().num_workers > 1
-    if options.service is None and not sharded:  # a worker's global share varies
+    if options.service is None and order.knows_length(current_task().num_workers):
         parsed = _with_cardinality(parsed, plan, options, position)
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
 

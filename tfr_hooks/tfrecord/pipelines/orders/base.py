@@ -43,6 +43,9 @@ class Order(abc.ABC):
     #: How the in-memory pipeline serves this order (:data:`STORED` or :data:`PERMUTED`),
     #: or ``None`` when it cannot (``in_memory`` is then refused).
     held: ClassVar[str | None] = None
+    #: Whether the batches of a pass come in a drawn order (a bucketed read then shuffles
+    #: the batches it cuts from each pool).
+    shuffles: ClassVar[bool] = False
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -68,6 +71,14 @@ class Order(abc.ABC):
     def seed(self) -> int | None:
         """The seed a position records (``None``: the order draws nothing)."""
         return self.options.seed
+
+    def knows_length(self, workers: int) -> bool:
+        """Whether a worker's pass has the length of the whole pass (its cardinality).
+
+        Served batches (``service``) never do; the base order's always do otherwise.
+        """
+        del workers
+        return True
 
     def enters(self, plan: Plan, kind: PipelineKind) -> bool:
         """Whether a streamed or packed pass of ``kind`` can be entered at a position.

@@ -31,6 +31,7 @@ class BufferOrder(Order):
 
     name = "buffer"
     held = PERMUTED
+    shuffles = True
 
     def records(
         self, plan: Plan, *, reads: int, position: ReadPosition | None = None

@@ -542,6 +542,7 @@ class GlobalShuffleOrder(Order):
 
     name = "global"
     held = PERMUTED
+    shuffles = True
 
     @classmethod
     def refuse(cls, options: ReadOptions) -> None:
@@ -562,6 +563,10 @@ class GlobalShuffleOrder(Order):
                 "shuffle served data with shuffle_buffer, which mixes each worker's "
                 f"blocks). Received: shuffle={options.shuffle!r}, service={options.service!r}"
             )
+
+    def knows_length(self, workers: int) -> bool:
+        """One worker only: under several, the strategy keeps a part of each global batch."""
+        return workers == 1
 
     @classmethod
     def refuse_queue(cls, options: ReadOptions) -> None:
