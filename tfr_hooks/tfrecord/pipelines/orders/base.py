@@ -34,8 +34,25 @@ PERMUTED = "permuted"
 class Order(abc.ABC):
     """The order of a reader's passes over its records (one subclass a module).
 
+    A subclass gives :meth:`records`; the pipeline batches, parses and maps what it
+    returns (:meth:`batches`, :meth:`packed`). An order that can enter a pass at a
+    position by arithmetic (records by their place in the pass) says so in
+    :meth:`enters` and reads from ``position.start()`` in :meth:`records`.
+
     Args:
         options: The reader's options (its ``shuffle``, ``seed``, ``num_epochs``, ...).
+
+    Examples:
+        An order reading the files last to first (``tests/_reverse_order.py``)::
+
+            class ReverseFileOrder(Order):
+                name = "reverse file"
+
+                def records(self, plan, *, reads, position=None):
+                    files = RecordFiles(tuple(reversed(plan.files)), plan.compression)
+                    return files.records().repeat(self.options.num_epochs)
+
+        read by ``build_pipeline(plan, options, kind, order=ReverseFileOrder(options))``.
     """
 
     #: The order's name, in messages.
