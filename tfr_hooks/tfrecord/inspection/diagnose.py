@@ -15,8 +15,9 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
-from tfr_hooks.tfrecord.formats.framing import Files, check_compression, iter_records
+from tfr_hooks.tfrecord.formats.framing import Files, check_compression
 from tfr_hooks.tfrecord.formats.packed import check_block
+from tfr_hooks.tfrecord.formats.reading import format_of
 from tfr_hooks.tfrecord.inspection.describe import infer_schema
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
@@ -117,7 +118,9 @@ def explain_error(
 
 def _check_file(path: str, compression: str | None, schema: Schema, per_record: int) -> None:
     example = example_pb2.Example()
-    for index, record in enumerate(iter_records(path, compression)):
+    reading = format_of(path)  # the file's records, through its format
+    codec = reading.compression(path) if compression is None else compression
+    for index, record in enumerate(reading.iter_records(path, codec)):
         if per_record == 1:  # an Example or SequenceExample, or an error saying what it is
             schema.check_example(record, file=path, record=index, warn=False)
             continue
