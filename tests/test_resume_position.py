@@ -549,9 +549,9 @@ def test_a_resumed_read_does_not_read_the_records_before_its_position(
     (32,768 records) and reads ahead the next one.
     """
     from tfr_hooks.tfrecord.formats.index import INDEX_BLOCK
+    from tfr_hooks.tfrecord.formats.records import READ_BUFFER as _READ_BUFFER
     from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
     from tfr_hooks.tfrecord.pipelines.orders.global_order import DEFAULT_WINDOW
-    from tfr_hooks.tfrecord.pipelines.seek import _READ_BUFFER
 
     n, batch, shards = 200_000, 100, 4
     files = _plain(tmp_path / "data", n, shards, pad=24)

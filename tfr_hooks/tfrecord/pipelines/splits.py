@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from tfr_hooks.tfrecord.formats.index import RecordIndex, index_runs
 from tfr_hooks.tfrecord.formats.reading import RecordFiles
+from tfr_hooks.tfrecord.formats.records import READ_BUFFER
 
 __all__ = [
     "MAX_SPLITS",
@@ -53,7 +54,6 @@ TARGET_SPLITS = 64
 #: graph, sent to the dispatcher (24 bytes a split); past it, splits grow beyond
 #: :data:`MAX_SPLIT_BLOCKS` blocks.
 MAX_SPLITS = 1 << 16
-_READ_BUFFER = 256 << 10  # tf.data.TFRecordDataset's default buffer
 
 
 def file_indexes(records: RecordFiles) -> list[RecordIndex]:
@@ -151,7 +151,7 @@ def served_records(
     def split_records(split: Any) -> tf.data.Dataset:
         path = tf.gather(paths, tf.gather(which_t, split))
         start = tf.gather(offsets_t, split)
-        return reading.records_from(path, start, _READ_BUFFER).take(tf.gather(counts_t, split))
+        return reading.records_from(path, start, READ_BUFFER).take(tf.gather(counts_t, split))
 
     return _handed_out(len(counts), shuffled, seed).interleave(
         split_records, cycle_length=reads, block_length=1, **parallel
