@@ -62,7 +62,13 @@ def _a_buffer_of(order: list[int], buffer: int) -> bool:
     return all(index < place + buffer for place, index in enumerate(order))
 
 
-@pytest.mark.parametrize("reader", ["dataset", "source", "read_batches"])
+SLOW = pytest.mark.slow  # the fast run keeps one case of each behaviour
+
+
+@pytest.mark.parametrize(
+    "reader",
+    ["dataset", pytest.param("source", marks=SLOW), pytest.param("read_batches", marks=SLOW)],
+)
 def test_shuffle_buffer_warns_naming_shuffle_and_reads_the_batches_of_shuffle_n(
     files: list[str], reader: str
 ) -> None:
@@ -84,6 +90,7 @@ def test_shuffle_buffer_warns_naming_shuffle_and_reads_the_batches_of_shuffle_n(
     assert all(sorted(epoch) == list(range(N)) for epoch in old)
 
 
+@SLOW
 def test_shuffle_buffer_zero_warns_and_reads_the_stored_order(files: list[str]) -> None:
     with pytest.warns(DeprecationWarning, match=r"shuffle_buffer=0 .*write shuffle=None"):
         data = tfrecord.dataset(files, BATCH, shuffle_buffer=0)
@@ -121,6 +128,7 @@ def test_bad_orders_are_errors_naming_the_arguments(
         tfrecord.read_batches(files, BATCH, **options)
 
 
+@SLOW  # the fast run serves a buffer in tests/test_tfrecord_memory.py
 def test_in_memory_shuffle_n_is_a_buffer_over_the_held_examples(files: list[str]) -> None:
     data = tfrecord.dataset(files, BATCH, in_memory=True, shuffle=8, seed=2)
     epochs = _epochs(data, 3)
@@ -136,11 +144,13 @@ def test_in_memory_shuffle_n_is_a_buffer_over_the_held_examples(files: list[str]
     assert graph[0] != graph[1]
 
 
+@SLOW
 def test_in_memory_shuffle_one_is_the_stored_order(files: list[str]) -> None:
     data = tfrecord.dataset(files, BATCH, in_memory=True, shuffle=1, seed=2)
     assert _epochs(data) == [list(range(N))] * 2
 
 
+@SLOW
 def test_in_memory_global_is_a_full_permutation_each_pass(files: list[str]) -> None:
     data = tfrecord.dataset(files, BATCH, in_memory=True, shuffle="global", seed=2)
     epochs = _epochs(data)
@@ -152,6 +162,7 @@ def test_in_memory_global_is_a_full_permutation_each_pass(files: list[str]) -> N
     assert _epochs(tfrecord.dataset(files, BATCH, in_memory=True), 1) == [list(range(N))]
 
 
+@SLOW
 def test_in_memory_shuffle_n_resumes_by_replay_and_global_by_seek(files: list[str]) -> None:
     buffer = tfrecord.source(files, BATCH, in_memory=True, shuffle=8, seed=1)
     assert buffer.facts.position is None  # as streamed: a buffer's order is replayed
@@ -167,6 +178,7 @@ def test_the_docs_no_longer_write_shuffle_buffer() -> None:
             assert "shuffle_buffer=" not in line or "deprecated" in line, (page, line)
 
 
+@SLOW
 def test_in_memory_shuffle_n_under_a_global_seed_of_zero(files: list[str]) -> None:
     tf.random.set_seed(0)  # a common script's first line
     try:
