@@ -71,7 +71,7 @@ def test_the_format_is_recognized_by_name(twins: tuple[list[str], list[str]]) ->
         pytest.param({}, id="streamed"),
         pytest.param({"in_memory": True}, id="memory", marks=SLOW),
         pytest.param(
-            {"in_memory": True, "shuffle_buffer": 8, "seed": 4}, id="memory-shuffled", marks=SLOW
+            {"in_memory": True, "shuffle": 8, "seed": 4}, id="memory-shuffled", marks=SLOW
         ),
     ],
 )

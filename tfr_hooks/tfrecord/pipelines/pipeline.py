@@ -102,7 +102,7 @@ def build_pipeline(
         order = order_of(options)  # the one place the order is chosen
     position = position_of(plan, options, kind, order) if seekable else None
     if kind.in_memory:  # as_tuple applied there
-        if order.held is None:
+        if not order.held:
             raise ValueError(
                 f"Expected an order the in-memory pipeline can serve with kind={kind.name}. "
                 f"Received: order={order!r}"

@@ -30,7 +30,7 @@ from tfr_hooks.tfrecord.pipelines.memory.loading import Held, load, load_mapped
 from tfr_hooks.tfrecord.pipelines.memory.narrow import Widen, narrowing
 from tfr_hooks.tfrecord.pipelines.memory.serve import PARALLEL_CALLS, memory_dataset
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
-from tfr_hooks.tfrecord.pipelines.orders.base import PERMUTED, Order
+from tfr_hooks.tfrecord.pipelines.orders.base import Order
 from tfr_hooks.tfrecord.pipelines.plan import Plan
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 from tfr_hooks.tfrecord.pipelines.ragged import (
@@ -56,7 +56,8 @@ def memory_pipeline(
 ) -> tuple[tf.data.Dataset, int]:
     """The in-memory pipeline of batches (dicts), and the examples of one pass.
 
-    Served in ``order``'s held order (:attr:`~tfr_hooks.tfrecord.pipelines.orders.base.Order.held`).
+    Served in ``order``'s held order
+    (:meth:`~tfr_hooks.tfrecord.pipelines.orders.base.Order.held_order`).
     """
     arrays, decode_each_batch, widen = _held(plan, options, kind)
     shaping, batch_map_fn = options.shaping, options.batch_map_fn
@@ -78,7 +79,7 @@ def memory_pipeline(
     data = memory_dataset(
         arrays,
         options.batch_size,
-        shuffle=order.held == PERMUTED,
+        shuffle=order.held_order(),
         seed=options.seed,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
@@ -145,9 +146,9 @@ def memory_kind(plan: Plan, options: ReadOptions, order: Order) -> PipelineKind 
     is unknown before it runs, estimated by decoding the first examples); else, with a
     ``map_fn``, the parsed records when they fit (``map_fn`` then runs on every batch);
     otherwise it streams. The choice and its sizes are logged at INFO level. An order
-    that cannot be held (``order.held`` is ``None``) streams.
+    that cannot be held (``order.held`` false) streams.
     """
-    if order.held is None:  # an order the in-memory pipeline cannot serve: streamed
+    if not order.held:  # an order the in-memory pipeline cannot serve: streamed
         return None
     if options.in_memory is True:
         return PipelineKind.MEMORY_DECODED

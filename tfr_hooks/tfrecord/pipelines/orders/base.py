@@ -23,12 +23,7 @@ if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
     from tfr_hooks.tfrecord.pipelines.plan import Plan
 
-__all__ = ["Order", "STORED", "PERMUTED", "position_of"]
-
-#: :attr:`Order.held`: the in-memory pipeline serves the examples in their stored order.
-STORED = "stored"
-#: :attr:`Order.held`: the in-memory pipeline draws a permutation of them every pass.
-PERMUTED = "permuted"
+__all__ = ["Order", "position_of"]
 
 
 class Order(abc.ABC):
@@ -57,9 +52,9 @@ class Order(abc.ABC):
 
     #: The order's name, in messages.
     name: ClassVar[str] = ""
-    #: How the in-memory pipeline serves this order (:data:`STORED` or :data:`PERMUTED`),
-    #: or ``None`` when it cannot (``in_memory`` is then refused).
-    held: ClassVar[str | None] = None
+    #: Whether the in-memory pipeline serves this order (:meth:`held_order`); when not,
+    #: ``in_memory=True`` is refused and ``"auto"`` streams.
+    held: ClassVar[bool] = False
     #: Whether the batches of a pass come in a drawn order (a bucketed read then shuffles
     #: the batches it cuts from each pool).
     shuffles: ClassVar[bool] = False
@@ -73,7 +68,7 @@ class Order(abc.ABC):
 
         The base refuses ``in_memory=True`` when the order cannot be held in memory.
         """
-        if cls.held is None and options.in_memory is True:
+        if not cls.held and options.in_memory is True:
             raise ValueError(
                 f"Expected in_memory=False with the {cls.name} order (the in-memory "
                 f"pipeline cannot serve it). Received: in_memory={options.in_memory!r}"
@@ -83,6 +78,15 @@ class Order(abc.ABC):
     def refuse_queue(cls, options: ReadOptions) -> None:
         """Raise ``ValueError`` when a queue pipeline (``pipeline="queue"``) cannot read it."""
         del options
+
+    def held_order(self) -> int | str | None:
+        """The order the in-memory pipeline serves, as the readers' ``shuffle`` says it.
+
+        ``None`` the stored order, ``N`` a buffer of ``N`` over the held examples,
+        ``"global"`` a fresh permutation each pass
+        (:func:`~tfr_hooks.tfrecord.pipelines.memory.serve.memory_dataset`).
+        """
+        return None
 
     @property
     def seed(self) -> int | None:
@@ -98,9 +102,10 @@ class Order(abc.ABC):
         return True
 
     def enters(self, plan: Plan, kind: PipelineKind) -> bool:
-        """Whether a streamed or packed pass of ``kind`` can be entered at a position.
+        """Whether a pass of ``kind`` can be entered at a position (else it is replayed).
 
-        The in-memory kinds enter any order they hold (by their own arithmetic).
+        In memory, the held examples are entered by the memory pipeline's arithmetic
+        where the order is a permutation or the stored order.
         """
         del plan, kind
         return False
@@ -170,7 +175,7 @@ def position_of(
     this process (no service). Streamed or on packed shards, where ``order`` says a pass
     can be entered (:meth:`~tfr_hooks.tfrecord.pipelines.orders.base.Order.enters`: the
     global order, an unshuffled stream read in a fixed order); on one undamaged worker
-    the in-memory pipelines (any order they hold, not bucketed). Streamed bucketing
+    the in-memory pipelines (the stored order or a permutation, not bucketed). Streamed bucketing
     (pools sorted by length) seeks too, to a pool's start (``grain``: the pool's
     batches). Under ``MultiWorkerMirroredStrategy`` the streams read one global
     sequence split by data (see the module), so their position holds on any worker
@@ -188,8 +193,8 @@ def position_of(
     if workers > 1 and not tf.executing_eagerly():
         return None  # a graph-mode cluster: each worker at its own pace, restored by the chief
     if kind.in_memory:
-        if workers > 1 or plan.damage is not None:
-            return None
+        if workers > 1 or plan.damage is not None or not order.enters(plan, kind):
+            return None  # a buffer's order is a stream: entered by replay, as streamed
         return ReadPosition(options.batch_size, seed=options.seed)
     if not order.enters(plan, kind):
         return None

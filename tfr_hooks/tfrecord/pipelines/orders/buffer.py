@@ -1,11 +1,11 @@
 """Buffer shuffle: the files in a new order every pass, the records through a buffer.
 
-``shuffle_buffer=N``: the files are shuffled, then their records in a buffer of ``N``
+``shuffle=N``: the files are shuffled, then their records in a buffer of ``N``
 (:func:`~tfr_hooks.tfrecord.pipelines.passes.record_passes`), every pass anew; packed
 shards shuffle windows of whole blocks
 (:func:`~tfr_hooks.tfrecord.pipelines.packed_batches.packed_dataset`). A buffer's state
 is the records it held, so a pass is never entered at a position: a resumed run
-replays. In memory, every pass is a fresh permutation.
+replays. In memory, the held examples' indices go through a buffer of ``N``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.pipelines.orders.base import PERMUTED, Order
+from tfr_hooks.tfrecord.pipelines.orders.base import Order
 from tfr_hooks.tfrecord.pipelines.packed_batches import packed_dataset
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 
@@ -27,10 +27,14 @@ __all__ = ["BufferOrder"]
 
 
 class BufferOrder(Order):
-    """The records through a shuffle buffer of ``shuffle_buffer`` records."""
+    """The records through a shuffle buffer of ``shuffle=N`` records."""
+
+    def held_order(self) -> int | str | None:
+        """A buffer of ``N`` over the held examples."""
+        return self.options.shuffle
 
     name = "buffer"
-    held = PERMUTED
+    held = True
     shuffles = True
 
     def records(

@@ -18,12 +18,12 @@ __all__ = ["order_class", "order_for", "order_of"]
 def order_class(options: ReadOptions) -> type[Order]:
     """The :class:`~.base.Order` the options choose.
 
-    ``shuffle="global"``: the global order; ``shuffle_buffer > 0``: a buffer; else the
-    file order.
+    ``shuffle="global"``: the global order; ``shuffle=N``: a buffer; ``None``: the file
+    order.
     """
     if options.shuffle == "global":
         return GlobalShuffleOrder
-    return BufferOrder if options.shuffle_buffer else FileOrder
+    return FileOrder if options.shuffle is None else BufferOrder
 
 
 def order_of(options: ReadOptions) -> Order:

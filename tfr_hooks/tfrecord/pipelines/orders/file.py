@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from tfr_hooks.task import current_task
-from tfr_hooks.tfrecord.pipelines.orders.base import STORED, Order
+from tfr_hooks.tfrecord.pipelines.orders.base import Order
 from tfr_hooks.tfrecord.pipelines.passes import record_passes
 from tfr_hooks.tfrecord.pipelines.seek import stream_from_position
 
@@ -30,7 +30,7 @@ class FileOrder(Order):
     """The records in file order (``shuffle`` off)."""
 
     name = "file"
-    held = STORED
+    held = True
 
     @property
     def seed(self) -> int | None:
@@ -38,13 +38,15 @@ class FileOrder(Order):
         return None
 
     def enters(self, plan: Plan, kind: PipelineKind) -> bool:
-        """Streamed files of one example a record, undamaged, uncompressed, seekable.
+        """In memory; streamed, files of one example a record, undamaged, uncompressed, seekable.
 
         Read deterministically; under several workers, sharded by data (``shard``
         ``"auto"`` or ``"data"``: every worker reads the one sequence).
         """
         from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 
+        if kind.in_memory:
+            return True
         config = self.options.config
         return (
             kind is PipelineKind.STREAMED

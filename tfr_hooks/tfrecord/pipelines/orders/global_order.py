@@ -34,7 +34,7 @@ written in class order (each block one class), with ``k`` blocks a window the cl
 histogram of a window strays from uniform by a total-variation distance of about
 ``10 * 0.8 * sqrt(0.0475 / k)`` for 20 classes (0.11 at ``k=256``), to which a batch of
 256 adds the 0.11 of sampling: about 0.16 in all, under the 0.25 asked of a batch,
-where a streamed ``shuffle_buffer=10_000`` gives 0.80. Blocks of 128 records keep the
+where a streamed ``shuffle=10_000`` gives 0.80. Blocks of 128 records keep the
 per-block work (a seek, a dataset) at under a microsecond a record, and windows of
 ``DEFAULT_WINDOW = 32_768`` records hold 256 blocks. For large records, pass a smaller
 ``window`` (memory is about two windows of records): mixing falls slowly with fewer
@@ -42,7 +42,7 @@ blocks (``k=128``: about 0.19).
 
 Compressed files cannot be entered at a block, so the global order refuses them
 (:class:`GlobalOrder` raises, naming the file): decompress them, or read them with
-``shuffle_buffer``.
+``shuffle=N``, a buffer.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from tfr_hooks.tfrecord.formats.index import RecordIndex
 from tfr_hooks.tfrecord.formats.packed import unpack
 from tfr_hooks.tfrecord.formats.reading import format_of
 from tfr_hooks.tfrecord.formats.records import RecordFormat
-from tfr_hooks.tfrecord.pipelines.orders.base import PERMUTED, Order
+from tfr_hooks.tfrecord.pipelines.orders.base import Order
 from tfr_hooks.tfrecord.pipelines.packed_batches import window_salt
 from tfr_hooks.tfrecord.pipelines.sharding import SHARED_SEED
 from tfr_hooks.tfrecord.pipelines.splits import file_indexes
@@ -132,7 +132,7 @@ class GlobalOrder:
                 raise ValueError(
                     "Expected uncompressed TFRecord files for shuffle='global' (a "
                     f"{index.compression} file cannot be entered at a block): decompress "
-                    "it, or read it with shuffle_buffer. "
+                    "it, or read it with shuffle=N, a buffer. "
                     f"Received: file={index.file!r}"
                 )
         blocks = {index.block for index in self.indexes}
@@ -445,7 +445,7 @@ def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
         raise ValueError(
             "Expected uncompressed files with shuffle='global' (a GZIP or ZLIB file "
             "cannot be entered at a record; decompress the files, or shuffle them with "
-            f"shuffle_buffer). Received: shuffle={options.shuffle!r}, "
+            f"shuffle=N, a buffer). Received: shuffle={options.shuffle!r}, "
             f"compression={plan.compression!r}"
         )
     task = current_task()
@@ -490,7 +490,7 @@ def _global_packed(
     The global order runs over the records (each a block of ``per_record`` examples) in
     windows of about :data:`DEFAULT_WINDOW` examples; each
     window is unpacked at once and its examples put in an order drawn from its records
-    (the window's one vectorized permutation, as a packed ``shuffle_buffer`` window),
+    (the window's one vectorized permutation, as a packed ``shuffle=N`` window),
     then cut into batches. With ``position`` (counting examples), each pass reads its
     epoch's windows from the one holding the position, and drops that window's examples
     before it: the same examples as the pass read from its start.
@@ -541,28 +541,26 @@ class GlobalShuffleOrder(Order):
     """
 
     name = "global"
-    held = PERMUTED
+    held = True
     shuffles = True
 
     @classmethod
     def refuse(cls, options: ReadOptions) -> None:
-        """Refuse a shuffle buffer beside it, and the tf.data service."""
+        """Refuse the tf.data service."""
         super().refuse(options)
-        if options.shuffle_buffer:
-            raise ValueError(
-                "Expected shuffle_buffer=0 with shuffle='global' (the global order mixes "
-                "the whole data set without a buffer; choose one of the two). Received: "
-                f"shuffle={options.shuffle!r}, shuffle_buffer={options.shuffle_buffer}"
-            )
         if options.service is not None:
             raise ValueError(
                 "Expected shuffle=None with service= (the tf.data service's dispatcher "
                 "hands its workers ranges of index blocks, and its workers do not know "
                 "which epoch a job is, so they cannot draw that epoch's global order; read "
                 "without service= for shuffle='global', which then runs in the trainer, or "
-                "shuffle served data with shuffle_buffer, which mixes each worker's "
+                "shuffle served data with shuffle=N, a buffer, which mixes each worker's "
                 f"blocks). Received: shuffle={options.shuffle!r}, service={options.service!r}"
             )
+
+    def held_order(self) -> int | str | None:
+        """A fresh permutation of all the held examples each pass."""
+        return "global"
 
     def knows_length(self, workers: int) -> bool:
         """One worker only: under several, the strategy keeps a part of each global batch."""
@@ -580,19 +578,19 @@ class GlobalShuffleOrder(Order):
                 "as a stream from its start, with no seek to a block, so the queue cannot "
                 "read the global order; use pipeline='dataset', the default of "
                 "read_batches, for shuffle='global' in graph mode, or shuffle the queue "
-                "with shuffle_buffer)",
+                "with shuffle=N, a buffer)",
                 options.shuffle,
             )
         )
 
     def enters(self, plan: Plan, kind: PipelineKind) -> bool:
-        """Streamed, or on packed shards whose examples are known (and undamaged)."""
+        """In memory; streamed; on packed shards whose examples are known (undamaged)."""
         from tfr_hooks.tfrecord.pipelines.options import PipelineKind
 
         streamed = kind is PipelineKind.STREAMED and plan.per_record == 1
         packed = kind is PipelineKind.PACKED and plan.damage is None and plan.examples is not None
         seekable = plan.records.format.seekable(plan.compression)
-        return (streamed or packed) and seekable
+        return kind.in_memory or ((streamed or packed) and seekable)
 
     def records(
         self, plan: Plan, *, reads: int, position: ReadPosition | None = None
