@@ -12,8 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tfr_hooks import tfrecord
-from tfr_hooks.tfrecord.pipelines import pipeline
-from tfr_hooks.tfrecord.pipelines.memory import serve
+from tfr_hooks.tfrecord.pipelines.memory import build, serve
 from tfr_hooks.tfrecord.pipelines.memory.narrow import narrowing
 
 COUNT, SIDE = 50, 6
@@ -111,8 +110,8 @@ def test_in_memory_pipeline_holds_uint8_where_map_fn_casts_and_scales(
         held.append(dict(arrays))
         return pipeline_memory_dataset(arrays, *args, **kwargs)
 
-    pipeline_memory_dataset = pipeline.memory_dataset
-    monkeypatch.setattr(pipeline, "memory_dataset", serving)
+    pipeline_memory_dataset = build.memory_dataset
+    monkeypatch.setattr(build, "memory_dataset", serving)
     fn, narrows = FINISHES[finish]
     data = tfrecord.dataset(
         [pngs], 8, in_memory=True, shuffle=None, num_epochs=1, map_fn=_map_fn(fn)
