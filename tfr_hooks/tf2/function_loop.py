@@ -148,27 +148,8 @@ class FunctionLoop:
     ) -> None:
         data, facts = _data_of(data, "data")
         check_service_timeout(service_timeout)
-        if (model is None) == (step_fn is None):
-            raise ValueError(
-                "Expected exactly one of `model` (a compiled Keras 3 model) and `step_fn` "
-                f"(a function batch -> dict of scalar tensors). Received: model={model!r}, "
-                f"step_fn={step_fn!r}"
-            )
-        if model is not None:
-            _check_model(model)
-            if validation_step_fn is not None:
-                raise ValueError(
-                    expected(
-                        "validation_step_fn",
-                        "None with `model` (a model validates with its own test_step; "
-                        "`validation_step_fn` goes with `step_fn`)",
-                        validation_step_fn,
-                    )
-                )
+        _check_steps(model, step_fn, validation_step_fn)
         class_weight = _check_class_weight(class_weight, model)
-        for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
-            if fn is not None and not callable(fn):
-                raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
         check_steps_per_execution(steps_per_execution)
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         check_bool(measure_input, "measure_input")
@@ -327,6 +308,36 @@ def _data_of(data: object, name: str) -> tuple[Any, ReadFacts]:
             f"tfrecord.dataset(...)). Received: {name}={data!r}"
         )
     return data_and_facts(data, why="training data" if name == "data" else "")
+
+
+def _check_steps(model: Any, step_fn: Any, validation_step_fn: Any) -> None:
+    """Check what trains: exactly one of ``model`` and ``step_fn``, and its validation.
+
+    Raises:
+        TypeError: A step function is not callable, or ``model`` not a Keras 3 model.
+        ValueError: Both or neither of ``model`` and ``step_fn``, ``validation_step_fn``
+            with ``model``, or ``model`` not compiled.
+    """
+    if (model is None) == (step_fn is None):
+        raise ValueError(
+            "Expected exactly one of `model` (a compiled Keras 3 model) and `step_fn` "
+            f"(a function batch -> dict of scalar tensors). Received: model={model!r}, "
+            f"step_fn={step_fn!r}"
+        )
+    if model is not None:
+        _check_model(model)
+        if validation_step_fn is not None:
+            raise ValueError(
+                expected(
+                    "validation_step_fn",
+                    "None with `model` (a model validates with its own test_step; "
+                    "`validation_step_fn` goes with `step_fn`)",
+                    validation_step_fn,
+                )
+            )
+    for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
 
 
 def _check_model(model: object) -> None:

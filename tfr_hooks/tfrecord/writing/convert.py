@@ -128,24 +128,11 @@ def convert(
         ...     decode={"image_raw": ("uint8", (28, 28, 1))}, shards=2)  # doctest: +SKIP
         >>> ds = tfrecord.dataset("data/mnist-converted", batch_size=32)  # doctest: +SKIP
     """
-    check_positive_int(shards, "shards")
-    check_positive_int(chunk_size, "chunk_size")
-    check_positive_int(examples_per_record, "examples_per_record")
-    check_non_negative_int(max_corrupt_records, "max_corrupt_records")
-    codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
-    if not isinstance(prefix, str) or not prefix or os.sep in prefix:
-        raise ValueError(expected("prefix", "a plain file name prefix", prefix))
-    if decode is not None and (
-        not isinstance(decode, Mapping) or not all(isinstance(k, str) for k in decode)
-    ):
-        raise TypeError(
-            expected(
-                "decode",
-                "None or a dict of feature name -> change, such as "
-                "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace)",
-                decode,
-            )
-        )
+    codec = _check_convert_args(
+        shards, chunk_size, examples_per_record, max_corrupt_records, compression, prefix, decode
+    )
+    if map_fn is not None and not callable(map_fn):
+        raise TypeError(expected("map_fn", "callable or None", map_fn))
     origin = open_source(files, split)
     paths = list(origin.files)
     if origin.declares_schema:  # e.g. a TFDS split, read with the features it declares
@@ -153,8 +140,6 @@ def convert(
         schema, decode = origin.schema(schema, decode, stored_as), None
     out_dir = os.fspath(directory)
     _check_not_input(paths, out_dir)
-    if map_fn is not None and not callable(map_fn):
-        raise TypeError(expected("map_fn", "callable or None", map_fn))
     sources = [_InputFile(path, origin.sidecar(path)) for path in paths]
     inferred_from = paths
     if max_corrupt_records:  # the whole records only; inferred from undamaged files
@@ -193,6 +178,42 @@ def convert(
     )
     logger.info("Converted %d file(s) to %s", len(paths), out_dir)
     return result
+
+
+def _check_convert_args(
+    shards: object,
+    chunk_size: object,
+    examples_per_record: object,
+    max_corrupt_records: object,
+    compression: str | None,
+    prefix: object,
+    decode: object,
+) -> str:
+    """Check :func:`convert`'s plain arguments on entry; return the output's compression.
+
+    Raises:
+        TypeError: If one has the wrong type.
+        ValueError: If one is out of range.
+    """
+    check_positive_int(shards, "shards")
+    check_positive_int(chunk_size, "chunk_size")
+    check_positive_int(examples_per_record, "examples_per_record")
+    check_non_negative_int(max_corrupt_records, "max_corrupt_records")
+    codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
+    if not isinstance(prefix, str) or not prefix or os.sep in prefix:
+        raise ValueError(expected("prefix", "a plain file name prefix", prefix))
+    if decode is not None and (
+        not isinstance(decode, Mapping) or not all(isinstance(k, str) for k in decode)
+    ):
+        raise TypeError(
+            expected(
+                "decode",
+                "None or a dict of feature name -> change, such as "
+                "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace)",
+                decode,
+            )
+        )
+    return codec
 
 
 class _InputFile:
