@@ -332,7 +332,7 @@ def _code_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     lines = function.end_lineno - function.lineno + 1
     first = function.body[0]
     documented = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-    if documented and isinstance(first.value.value, str):  # type: ignore[attr-defined]
+    if documented and isinstance(first.value.value, str):
         assert first.end_lineno is not None
         lines -= first.end_lineno - first.lineno + 1
     return lines

@@ -76,7 +76,7 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
     before, (stop, _) = run(tmp_path / "p", (1, 17))
     assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         after, (_, total) = run(tmp_path / "p", None)
     assert total == EPOCHS * per_epoch  # the steps of an uninterrupted run
     assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
@@ -262,7 +262,7 @@ def test_a_bucketed_stream_resumes_at_its_pool_and_skips_inside_it(
     before, (stop, _) = run(tmp_path / "p", (1, 19))  # inside the third pool of epoch 1
     assert stop is not None and stop.epoch == 1 and 2 * pool < stop.step < 3 * pool, stop
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         after, (_, total) = run(tmp_path / "p", None)
     assert total == EPOCHS * 75
     entered = stop.step // pool * pool * batch  # the records of the pools before
@@ -320,7 +320,7 @@ def test_global_order_on_damaged_files_and_packed_shards_resumes_by_a_seek(
     before, (stop, _) = run(tmp_path / "p", (1, 17))
     assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         after, (_, total) = run(tmp_path / "p", None)
     assert total == EPOCHS * per_epoch
     assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
@@ -405,7 +405,7 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
 
     reference = train(tmp_path / "ref", None)
     train(tmp_path / "b", 30 + 11)  # in epoch 1 (30 steps an epoch), at its step 11
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         resumed = train(tmp_path / "b", None)
     assert "Resumed the input at epoch 1, record" in caplog.text  # a seek, not a replay
     assert "Skipped" not in caplog.text
@@ -436,7 +436,7 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
     reference = run(data, pipeline, None)
     logdir = str(tmp_path / "ckpt")
     first = run(data, pipeline, logdir, StopAt(epoch=1, step=3))
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         second = run(data, pipeline, logdir)
     assert second["initial"] == (1, 3)
     assert f"Resumed the input at epoch 1, record {entered * BATCH}" in caplog.text
