@@ -13,7 +13,7 @@ written by a plain ``tf.io.TFRecordWriter``), batch 256, seed 3:
 - **resume**: the seconds to the first batch of a read started at 0%, 10% and 90% of the
   epoch, for ``shuffle="global"``, no shuffle and ``shuffle_buffer=10_000``; the extra
   time is the 10% or 90% figure minus the 0% one. A read by position seeks through
-  ``Source.facts.position.seek(epoch, records)`` when the reader has it (resume by
+  ``Source.position.seek(epoch, records)`` when the reader has it (resume by
   position); without it, ``shuffle="global"`` starts its order at the position
   (``global_batches(start=...)``, what that seek reads) and the other two replay:
   ``dataset.skip(batches)`` on the reader's batches, the batches read and parsed again
@@ -97,11 +97,11 @@ def _resume_reader(files: list[str], mode: str) -> tuple[str, Callable[[int], An
     from tfr_hooks.tfrecord.pipelines.order import global_batches
 
     probe = _source(files, mode)
-    if mode != "buffer" and getattr(probe.facts, "position", None) is not None:
+    if mode != "buffer" and getattr(probe, "position", None) is not None:
 
         def seek(n: int) -> Any:
             src = _source(files, mode)
-            moved = src.facts.position.seek(epoch=0, records=n)
+            moved = src.position.seek(epoch=0, records=n)
             return src if moved is None else moved
 
         return "seek (facts.position.seek)", seek

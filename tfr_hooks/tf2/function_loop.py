@@ -32,7 +32,12 @@ from tfr_hooks.task import is_multi_worker
 from tfr_hooks.tf2 import distribute
 from tfr_hooks.tf2.compiled import CompiledSteps
 from tfr_hooks.tf2.runner import FunctionRunner
-from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, data_and_facts
+from tfr_hooks.tfrecord.pipelines.contract import (
+    ReadFacts,
+    Source,
+    data_and_facts,
+    position_of_source,
+)
 from tfr_hooks.tfrecord.pipelines.sharding import distributed_steps
 from tfr_hooks.tuning import AUTO, AutoSteps, check_steps_per_execution
 
@@ -146,7 +151,7 @@ class FunctionLoop:
         service_timeout: float = 60.0,
         class_weight: Mapping[int, float] | None = None,
     ) -> None:
-        data, facts = _data_of(data, "data")
+        given, (data, facts) = data, _data_of(data, "data")
         check_service_timeout(service_timeout)
         _check_steps(model, step_fn, validation_step_fn)
         class_weight = _check_class_weight(class_weight, model)
@@ -162,6 +167,8 @@ class FunctionLoop:
         self.data = data
         #: what the reader knows of ``data`` (the input contract), or what its graph shows
         self.facts = facts
+        #: where ``data``'s next pass starts, when it can start anywhere (else ``None``)
+        self._position = position_of_source(given)
         self.model = model
         self.step_fn = step_fn
         self.validation_step_fn = validation_step_fn
@@ -283,7 +290,7 @@ class FunctionLoop:
                 steps=known if known else None,
                 examples=self.facts.served_examples(),
                 report=self._input_facts,
-                position=self.facts.position,
+                position=self._position,
             ),
             passes=self._passes,
         )
