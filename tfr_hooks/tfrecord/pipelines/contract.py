@@ -197,9 +197,9 @@ class Source:
             :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`), when the
             pipeline can start a pass anywhere: a resumed run seeks there instead of
             replaying the passes and batches before it (bucketed from pools, at the
-            pool's start). ``None`` when it cannot (``shuffle_buffer`` streamed, the
-            tf.data service, damaged files without ``shuffle="global"``, bucketing in
-            memory, ``num_epochs`` other than 1).
+            pool's start). ``None`` when it cannot (``shuffle=N`` streamed or in
+            memory, the tf.data service, damaged files without ``shuffle="global"``,
+            bucketing in memory, ``num_epochs`` other than 1).
     """
 
     dataset: Any
