@@ -356,6 +356,10 @@ def test_the_tfds_labels_and_describe_of_an_array_record_directory(tfds_array_di
     assert source.directory.schema.labels == {"label": ("zero", "one", "two")}
     assert "5 examples in 1 ArrayRecord shard(s)" in source.describe()
     assert source.to_dict()["tfds"]["file_format"] == "array_record"
+    infos = tfrecord.inspect(tfds_array_dirs["digits_png"])  # each shard, by index reads
+    found = [(i.record_format, i.num_records) for i in infos]
+    assert found == [("array_record", 3), ("array_record", 5)]  # test, train
+    assert sorted(infos[0].features) == ["image", "label"]
 
 
 def test_the_tf_data_readers_refuse_an_array_record_directory_clearly(tfds_array_dirs):
