@@ -170,33 +170,125 @@ def test_an_empty_array_record_file_is_an_error_naming_its_format(tmp_path):
 _BLOCKED = """
 import sys
 sys.modules["array_record"] = None  # as if the extra were not installed
-from tfr_hooks import tfrecord
+import numpy as np
+from tfr_hooks import cli, tfrecord
 from tfr_hooks.tfrecord.formats.arrayrecord import is_array_record
-assert is_array_record(sys.argv[1])  # recognized without the package
-if sys.argv[2] == "api":
+path, how, out = sys.argv[1:]
+assert is_array_record(path)  # recognized without the package
+if how == "inspect":
     try:
-        tfrecord.inspect(sys.argv[1])
+        tfrecord.inspect(path)
     except ImportError as error:
         print(error)
+elif how == "write":
+    try:
+        tfrecord.write(np.arange(3), out, format="array_record")
+    except ImportError as error:
+        print(error)
+elif how == "cli-inspect":
+    sys.exit(cli.main(["inspect", path]))
 else:
-    from tfr_hooks import cli
-    sys.exit(cli.main(["inspect", sys.argv[1]]))
+    np.savez(out + ".npz", x=np.arange(3))
+    sys.exit(cli.main(["convert", out + ".npz", out, "--format", "array_record"]))
 """
 
 
-@pytest.mark.parametrize("how", ["api", "cli"])
-def test_without_array_record_installed_an_error_names_the_extra(files, how):
+@pytest.mark.parametrize(
+    "how",
+    [
+        "inspect",
+        pytest.param("write", marks=pytest.mark.slow),
+        pytest.param("cli-inspect", marks=pytest.mark.slow),
+        "cli-convert",
+    ],
+)
+def test_without_array_record_installed_an_error_names_the_extra(files, tmp_path, how):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-c", _BLOCKED, files[0], how],
+        [sys.executable, "-c", _BLOCKED, files[0], how, str(tmp_path / "out")],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
         cwd=REPO,
     )
-    assert done.returncode == (0 if how == "api" else 1), done.stderr
-    text = done.stdout if how == "api" else done.stderr
+    command = how.startswith("cli-")
+    assert done.returncode == (1 if command else 0), done.stderr
+    text = done.stderr if command else done.stdout
     assert "pip install 'tfr_hooks[arrayrecord]'" in text
-    if how == "cli":
-        assert "tfr-hooks inspect: error: Reading or writing ArrayRecord" in text
+    if command:
+        name = how.removeprefix("cli-")
+        assert f"tfr-hooks {name}: error: Reading or writing ArrayRecord" in text
+
+
+# --- writing: tfrecord.write, convert, `tfr-hooks convert --format array_record` -----------
+
+
+def _arrays(n: int) -> dict[str, np.ndarray]:
+    return {
+        "image": np.arange(n * 6, dtype=np.uint8).reshape(n, 3, 2),
+        "label": np.arange(n, dtype=np.int64) % 5,
+        "name": np.array([f"item {i}".encode() for i in range(n)]),
+    }
+
+
+def _read_back(paths: list[str], schema: tfrecord.Schema) -> dict[str, np.ndarray]:
+    """Every record, in order, through Grain's ArrayRecordDataSource, parsed by ``schema``."""
+    import grain.python as grain
+
+    source = grain.ArrayRecordDataSource(paths)
+    records = [source[i] for i in range(len(source))]
+    parsed = schema.parse_batch(tf.constant(records))
+    return {name: value.numpy() for name, value in parsed.items()}
+
+
+def test_write_array_record_shards_that_grain_reads_back_as_written(tmp_path):
+    arrays = _arrays(23)
+    result = tfrecord.write(arrays, tmp_path / "out", shards=3, format="array_record")
+    assert [os.path.basename(f) for f in result.files] == [
+        f"data-0000{i}-of-00003.array_record" for i in range(3)
+    ]
+    assert result.format == "array_record" and result.num_records == 23
+    stored = json.loads(Path(result.schema_path).read_text())
+    assert stored["record_format"] == "array_record"
+    assert [s["num_records"] for s in stored["shards"]] == [8, 7, 8]
+    back = _read_back(result.files, result.schema)
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(back[name], array)
+    assert [len(data_source.ArrayRecordDataSource([f])) for f in result.files] == [8, 7, 8]
+    assert sum(info.num_records for info in tfrecord.inspect(tmp_path / "out")) == 23
+    with pytest.raises(ValueError, match="do not read ArrayRecord shards yet"):
+        tfrecord.dataset(tmp_path / "out", 4)
+    again = tfrecord.write(arrays, tmp_path / "out", format="array_record", overwrite=True)
+    names = sorted(os.listdir(tmp_path / "out"))
+    assert names == ["data-00000-of-00001.array_record", "schema.json"]
+    assert again.num_records == 23
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"format": "riegeli"}, "Received: format='riegeli'"),
+        ({"format": "array_record", "compression": "gzip"}, "Received: compression='GZIP'"),
+        ({"format": "array_record", "examples_per_record": 4}, "examples_per_record=4"),
+    ],
+)
+def test_write_refuses_what_array_record_shards_cannot_hold(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tfrecord.write(_arrays(8), tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_tfrecord_files_to_array_record(tmp_path, capsys):
+    records = [example(id=int64_feature([i]), score=float_feature([i / 4])) for i in range(30)]
+    source = write_records(tmp_path / "in.tfrecord", records)
+    result = tfrecord.convert(source, tmp_path / "out", shards=2, format="array_record")
+    assert all(f.endswith(".array_record") for f in result.files)
+    back = _read_back(result.files, result.schema)
+    assert back["id"].tolist() == list(range(30))
+    np.testing.assert_allclose(back["score"], np.arange(30) / 4)
+    out = tmp_path / "cli"
+    assert cli.main(["convert", str(source), str(out), "--format", "array_record"]) == 0
+    assert "(format: ArrayRecord)" in capsys.readouterr().out
+    (info,) = tfrecord.inspect(out)
+    assert info.record_format == "array_record" and info.num_records == 30

@@ -35,7 +35,12 @@ from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import Sidecar, load_schema
 from tfr_hooks.tfrecord.sources.base import open_source
-from tfr_hooks.tfrecord.writing.write import WriteResult, clear_dataset, write_shards
+from tfr_hooks.tfrecord.writing.write import (
+    WriteResult,
+    check_format,
+    clear_dataset,
+    write_shards,
+)
 
 __all__ = ["convert"]
 
@@ -58,6 +63,7 @@ def convert(
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     max_corrupt_records: int = 0,
     split: str | None = None,
+    format: str = "tfrecord",
 ) -> WriteResult:
     """Rewrite TFRecord files of ``tf.train.Example`` records, from any producer, as shards.
 
@@ -109,6 +115,9 @@ def convert(
             ``"train"``); its features are stored decoded, as
             :func:`~tfr_hooks.tfrecord.dataset` reads them (images as pixels,
             sequences as feature lists). An error with other files.
+        format: Of the output: ``"tfrecord"`` (the default) or ``"array_record"``
+            (ArrayRecord files, which TFDS and Grain read; see
+            :func:`~tfr_hooks.tfrecord.write`).
 
     Returns:
         A :class:`~tfr_hooks.tfrecord.WriteResult` with the shard paths and the schema.
@@ -133,6 +142,7 @@ def convert(
     check_positive_int(examples_per_record, "examples_per_record")
     check_non_negative_int(max_corrupt_records, "max_corrupt_records")
     codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
+    check_format(format, codec, examples_per_record)
     if not isinstance(prefix, str) or not prefix or os.sep in prefix:
         raise ValueError(expected("prefix", "a plain file name prefix", prefix))
     if decode is not None and (
@@ -190,6 +200,7 @@ def convert(
         chunk_size=chunk_size,
         examples_per_record=examples_per_record,
         progress=progress,
+        format=format,
     )
     logger.info("Converted %d file(s) to %s", len(paths), out_dir)
     return result
