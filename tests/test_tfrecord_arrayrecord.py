@@ -300,3 +300,11 @@ def test_convert_tfrecord_files_to_array_record(tmp_path, capsys):
     assert "(format: ArrayRecord)" in capsys.readouterr().out
     (info,) = tfrecord.inspect(out)
     assert info.record_format == "array_record" and info.num_records == 30
+
+
+def test_the_tf_data_readers_refuse_array_record_files_naming_their_format(files, tmp_path):
+    renamed = tmp_path / "ids-plain"  # told by content too
+    shutil.copy(files[0], renamed)
+    for given in (files, str(renamed)):
+        with pytest.raises(tfrecord.NotTFRecordError, match="is an ArrayRecord file, which"):
+            tfrecord.dataset(given, 4)
