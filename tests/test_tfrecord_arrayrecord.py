@@ -300,6 +300,10 @@ def test_convert_tfrecord_files_to_array_record(tmp_path, capsys):
     assert "(format: ArrayRecord)" in capsys.readouterr().out
     (info,) = tfrecord.inspect(out)
     assert info.record_format == "array_record" and info.num_records == 30
+    back_to_tfrecord = tfrecord.convert(out, tmp_path / "again")  # ArrayRecord input
+    assert back_to_tfrecord.format == "tfrecord"
+    ids = np.concatenate([b["id"].numpy() for b in tfrecord.dataset(tmp_path / "again", 7)])
+    assert ids.tolist() == list(range(30))
 
 
 def test_the_tf_data_readers_refuse_array_record_files_naming_their_format(files, tmp_path):

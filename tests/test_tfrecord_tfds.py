@@ -362,6 +362,18 @@ def test_the_tfds_labels_and_describe_of_an_array_record_directory(tfds_array_di
     assert sorted(infos[0].features) == ["image", "label"]
 
 
+@pytest.mark.parametrize("name", ["digits_png", "detection", "nested"])
+def test_convert_makes_an_array_record_split_tfrecord_shards_the_readers_read(
+    tfds_array_dirs, tmp_path, name
+):
+    directory = tfds_array_dirs[name]
+    result = tfrecord.convert(directory, tmp_path / "out", split="train")
+    assert result.num_records == builders.BUILDERS[name].splits["train"]
+    reference = tfds.data_source(name, data_dir=Path(directory).parents[1], split="train")
+    read = _examples(tfrecord.dataset(tmp_path / "out", BATCH))  # the files' order
+    assert read == [_flat_source(reference[i]) for i in range(len(reference))]
+
+
 def test_the_tf_data_readers_refuse_an_array_record_directory_clearly(tfds_array_dirs):
     with pytest.raises(ValueError, match=r"do not read its ArrayRecord shards yet"):
         tfrecord.dataset(tfds_array_dirs["tokens"], BATCH)

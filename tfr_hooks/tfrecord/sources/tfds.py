@@ -643,20 +643,8 @@ class TfdsSource(RecordSource):
         return self.directory.plan_parts(self.split.name, as_tuple)[1]
 
     def compression(self, given: str | None, *, tolerant: bool) -> str:
-        """The shards' one compression; ``given`` must match it.
-
-        Raises:
-            ValueError: For ArrayRecord shards, which the ``tf.data`` readers and
-                ``convert`` do not read yet (the message says what reads them).
-        """
+        """The shards' one compression; ``given`` must match it."""
         del tolerant
-        if self.record_format == "array_record":
-            raise ValueError(
-                f"Expected TFRecord shards to read TFDS directory {self.directory.path!r} "
-                "with tf.data: the readers do not read its ArrayRecord shards yet (inspect "
-                "them with `tfr-hooks inspect`, or prepare it with file_format='tfrecord'). "
-                "Received: fileFormat='array_record'"
-            )
         codec = self.directory.check_files(self.split)
         if given is not None and given.upper().replace("NONE", "") != codec:
             raise ValueError(
@@ -682,8 +670,20 @@ class TfdsSource(RecordSource):
         return self.directory.schema
 
     def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
-        """The shards were checked with the compression; the counts, or the whole records."""
+        """The shards were checked with the compression; the counts, or the whole records.
+
+        Raises:
+            ValueError: For ArrayRecord shards, which the ``tf.data`` readers do not read
+                yet (``convert`` does, without this check).
+        """
         del compression, given
+        if self.record_format == "array_record":
+            raise ValueError(
+                f"Expected TFRecord shards to read TFDS directory {self.directory.path!r} "
+                "with tf.data: the readers do not read its ArrayRecord shards yet (convert "
+                "a split to TFRecord shards with `tfr-hooks convert DIR OUT --split SPLIT`, "
+                "or prepare it with file_format='tfrecord'). Received: fileFormat='array_record'"
+            )
         if self.damage is not None:
             return schema, [self.damage.of(path).records for path in self.files], 1
         return schema, self.counts(), 1

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
+from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles, is_array_record, read_records
 from tfr_hooks.tfrecord.formats.damage import DamageMap, RecordFiles, scan_damage
 from tfr_hooks.tfrecord.formats.framing import (
     Files,
@@ -207,17 +208,21 @@ def convert(
 
 
 class _InputFile:
-    """One input file: its compression, sidecar (if written by this package) and packing."""
+    """One input file: its compression, sidecar (if written by this package) and packing.
+
+    An ArrayRecord file (told by name or content) is read by index, in batches.
+    """
 
     def __init__(self, path: str, sidecar: Sidecar | None) -> None:
         self.path = path
         self.damage: DamageMap | None = None  # max_corrupt_records: what the scan found
         self.sidecar = sidecar
+        self.array = ArrayRecordFiles([path]) if is_array_record(path) else None
         if self.sidecar is not None:
             self.compression = self.sidecar.compression
             self.per_record = self.sidecar.examples_per_record
         else:
-            self.compression = detect_compression(path)
+            self.compression = "" if self.array else detect_compression(path)
             self.per_record = 1
 
     def check(self, schema: Schema) -> None:
@@ -226,6 +231,8 @@ class _InputFile:
             first = self.damage.of(self.path).first
             if first is None:  # no whole record
                 return
+        elif self.array is not None:
+            first = self.array.read([0])[0]
         else:
             if self.sidecar is None:  # TensorFlow would stop silently at a record cut short
                 check_framing(self.path, self.compression)
@@ -245,11 +252,16 @@ class _InputFile:
             known = self.sidecar.examples_of(os.path.basename(self.path))
             if known is not None:
                 return known
+        if self.array is not None:
+            return len(self.array)
         records = self.records()
         return int(records.reduce(np.int64(0), lambda n, _: n + 1))
 
     def records(self) -> tf.data.Dataset:
         """The file's records (the whole ones only, under ``max_corrupt_records``)."""
+        if self.array is not None:  # a batch of records read by index in one call
+            keys = tf.data.Dataset.range(len(self.array)).batch(1024)
+            return keys.map(lambda k, a=self.array: read_records(a, k)).unbatch()
         return RecordFiles((self.path,), self.compression, self.damage).records()
 
 
