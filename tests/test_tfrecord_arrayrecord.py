@@ -304,6 +304,8 @@ def test_convert_tfrecord_files_to_array_record(tmp_path, capsys):
     assert back_to_tfrecord.format == "tfrecord"
     ids = np.concatenate([b["id"].numpy() for b in tfrecord.dataset(tmp_path / "again", 7)])
     assert ids.tolist() == list(range(30))
+    with pytest.raises(ValueError, match=r"ArrayRecord input.*max_corrupt_records=2"):
+        tfrecord.convert(out, tmp_path / "damaged", max_corrupt_records=2)
 
 
 def test_the_tf_data_readers_refuse_array_record_files_naming_their_format(files, tmp_path):

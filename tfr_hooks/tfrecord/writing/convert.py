@@ -169,6 +169,7 @@ def convert(
     sources = [_InputFile(path, origin.sidecar(path)) for path in paths]
     inferred_from = paths
     if max_corrupt_records:  # the whole records only; inferred from undamaged files
+        _check_framed(sources, max_corrupt_records)
         damage = scan_damage(paths, [s.compression for s in sources], max_corrupt_records)
         for source in sources:
             source.damage = damage
@@ -263,6 +264,17 @@ class _InputFile:
             keys = tf.data.Dataset.range(len(self.array)).batch(1024)
             return keys.map(lambda k, a=self.array: read_records(a, k)).unbatch()
         return RecordFiles((self.path,), self.compression, self.damage).records()
+
+
+def _check_framed(sources: Sequence[_InputFile], max_corrupt_records: int) -> None:
+    """Refuse ``max_corrupt_records`` for ArrayRecord input: it counts TFRecord damage."""
+    arrays = [source.path for source in sources if source.array is not None]
+    if arrays:
+        raise ValueError(
+            f"Expected max_corrupt_records=0 for ArrayRecord input ({arrays[0]!r}): "
+            "it skips damaged TFRecord records, and array_record checks its own chunks. "
+            f"Received: max_corrupt_records={max_corrupt_records}"
+        )
 
 
 def _check_not_input(paths: Sequence[str], out_dir: str) -> None:
