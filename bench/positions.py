@@ -384,9 +384,17 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     result["resume"] = resume_rows(files, spec["records"], spec["repeats"])
     result["loop_resume"] = loop_resume_rows(files, spec["records"], spec["repeats"])
     result["tf_checkpoint"] = tf_checkpoint_rows(files, spec["records"], workdir)
+    array_dir = root / f"records-{spec['records']}-array_record"
     try:
-        array_dir = root / f"records-{spec['records']}-array_record"
         result["grain"] = grain_rows(files, array_dir, spec["grain_examples"])
     except ImportError as exc:  # the bench extra not installed
         result["grain"] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:  # issue 55: ours on the same ArrayRecord files, the ceiling, ours on TFRecord
+        from arrayrecord_rows import arrayrecord_rows
+
+        converted = to_array_record(files, array_dir)["files"]  # Grain's, when it ran
+        rows = arrayrecord_rows(converted, files, spec["grain_examples"], spec["rounds"])
+        result["arrayrecord"] = rows
+    except ImportError as exc:  # the arrayrecord extra not installed
+        result["arrayrecord"] = {"error": f"{type(exc).__name__}: {exc}"}
     return result

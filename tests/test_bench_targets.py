@@ -142,3 +142,41 @@ def test_groups_hold_each_row_once_and_only_known_rows() -> None:
     assert len(rows) == len(set(rows))
     assert set(rows) <= {name for name, _ in bench_configs.ROWS}
     assert json.dumps(bench_configs.GROUP_OF)  # plain data
+
+
+def _arrayrecord_result(ours: float, ceiling: float, grain: float | None) -> dict[str, object]:
+    rows = {"ours_array_record": ours, "ceiling": ceiling, "ours_tfrecord": 500_000.0}
+    result: dict[str, object] = {
+        "arrayrecord": {
+            "batch_size": 256,
+            "examples": 1000,
+            "examples_per_sec": rows,
+            "runs": {name: [rate, rate] for name, rate in rows.items()},
+        }
+    }
+    if grain is not None:
+        variant = {"examples_per_sec": grain, "restore_seconds": 0.1}
+        result["grain"] = {"best": "batched", "variants": {"batched": variant}}
+    return result
+
+
+@pytest.mark.usefixtures("bench")
+def test_arrayrecord_targets_read_grains_best_and_the_ceiling_of_the_same_run() -> None:
+    # issue 55: ours >= 2x Grain's best read, >= 0.8x __getitems__ of the same indices
+    sys.modules.pop("arrayrecord_report", None)
+    import arrayrecord_report
+
+    met = arrayrecord_report.arrayrecord_targets(_arrayrecord_result(90_000, 100_000, 40_000))
+    assert [t.met for t in met] == [True, True]
+    assert met[0].value.startswith("2.25x") and met[1].value.startswith("0.90x")
+    missed = arrayrecord_report.arrayrecord_targets(_arrayrecord_result(70_000, 100_000, 40_000))
+    assert [t.met for t in missed] == [False, False]
+    (alone, ceiling) = arrayrecord_report.arrayrecord_targets(
+        _arrayrecord_result(90_000, 100_000, None)
+    )
+    assert alone.met is None and ceiling.met is True
+    lines = "\n".join(arrayrecord_report.arrayrecord_lines(_arrayrecord_result(9, 10, 4)))
+    assert "## ArrayRecord (issue 55)" in lines and "| Grain's best: batched, raw | 4 |" in lines
+    assert "| ArrayRecord, global shuffle: ours / Grain's best (examples/s) | 2.25x" in lines
+    not_run = arrayrecord_report.arrayrecord_lines({"arrayrecord": {"error": "ImportError: x"}})
+    assert not_run[-1] == "Not measured (ImportError: x)."
