@@ -52,6 +52,7 @@ a large one part of one). ``num_epochs=None`` never ends: the positions go on fo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import zlib
@@ -61,13 +62,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.formats.index import RecordIndex
+from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW, GlobalOrder
+
 __all__ = [
     "RESOLUTION",
     "Interleave",
     "MixtureOrder",
     "MixtureState",
     "Stretch",
+    "global_streams",
     "integer_weights",
+    "source_stream",
     "source_seed",
     "worker_span",
 ]
@@ -126,7 +132,7 @@ def integer_weights(weights: Mapping[str, float], resolution: int = RESOLUTION) 
         ints[i] = 1
         ints[int(np.argmax(ints))] -= 1
     divisor = math.gcd(*(int(v) for v in ints))
-    return {name: int(v) // divisor for name, v in zip(names, ints)}
+    return {name: int(v) // divisor for name, v in zip(names, ints, strict=True)}
 
 
 def source_seed(seed: int, name: str) -> int:
@@ -235,7 +241,7 @@ class MixtureState:
             raise ValueError(
                 f"Expected stretches, the first at position 0. Received: stretches={stretches!r}"
             )
-        if any(b.start <= a.start for a, b in zip(stretches, stretches[1:])):
+        if any(b.start <= a.start for a, b in itertools.pairwise(stretches)):
             raise ValueError(
                 f"Expected stretches by increasing start. Received: stretches={stretches!r}"
             )
@@ -272,16 +278,20 @@ class MixtureState:
 
         Sources of earlier stretches only keep the draws they reached.
         """
-        if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or position < 0:
+        if (
+            isinstance(position, bool)
+            or not isinstance(position, (int, np.integer))
+            or position < 0
+        ):
             raise ValueError(f"Expected a position >= 0. Received: position={position!r}")
         at = self.stretch_at(position)
         reached: dict[str, int] = {}
-        for s, (stretch, inter) in enumerate(zip(self.stretches, self._interleaves)):
+        for s, (stretch, inter) in enumerate(zip(self.stretches, self._interleaves, strict=True)):
             if s > at:
                 break
             end = int(position) if s == at else self.stretches[s + 1].start
             counts = inter.counts_before(end - stretch.start)
-            for name, base, count in zip(stretch.names, stretch.draws, counts):
+            for name, base, count in zip(stretch.names, stretch.draws, counts, strict=True):
                 reached[name] = base + int(count)
         return reached
 
@@ -303,8 +313,10 @@ class MixtureState:
         reached = self.draws_before(position)
         known: dict[str, int] = {}
         for stretch in self.stretches:
-            known.update(zip(stretch.names, stretch.sizes))
-        changed = {n: (known[n], checked[n]) for n in names if known.get(n, checked[n]) != checked[n]}
+            known.update(zip(stretch.names, stretch.sizes, strict=True))
+        changed = {
+            n: (known[n], checked[n]) for n in names if known.get(n, checked[n]) != checked[n]
+        }
         if changed:
             raise ValueError(
                 "Expected each kept source to hold the records it held (old, new): "
@@ -323,7 +335,13 @@ class MixtureState:
     def to_bytes(self) -> bytes:
         """The state as compact JSON bytes."""
         rows = [
-            [s.start, [[n, w, d, z] for n, w, d, z in zip(s.names, s.weights, s.draws, s.sizes)]]
+            [
+                s.start,
+                [
+                    [n, w, d, z]
+                    for n, w, d, z in zip(s.names, s.weights, s.draws, s.sizes, strict=True)
+                ],
+            ]
             for s in self.stretches
         ]
         return json.dumps(rows, separators=(",", ":")).encode("utf-8")
@@ -353,8 +371,11 @@ class MixtureState:
 
 
 def worker_span(batch: int, batch_size: int, worker: int, workers: int) -> tuple[int, int]:
-    """The positions ``[begin, end)`` worker ``worker`` of ``workers`` takes of global batch
-    ``batch``: disjoint parts that cover the batch, whatever the worker count."""
+    """The positions ``[begin, end)`` worker ``worker`` of ``workers`` takes of a batch.
+
+    Global batch ``batch`` (of ``batch_size`` positions) is cut into disjoint parts that
+    cover it, whatever the worker count.
+    """
     if not 0 <= worker < workers:
         raise ValueError(
             f"Expected 0 <= worker < workers. Received: worker={worker}, workers={workers}"
@@ -379,7 +400,7 @@ class MixtureOrder:
         >>> order = MixtureOrder(state, seed=3)
         >>> source, epoch, at = order.draws_numpy(range(10))
         >>> [order.names[s] for s in source]
-        ['a', 'b', 'a', 'a', 'b', 'a', 'a', 'b', 'a', 'a']
+        ['a', 'b', 'a', 'a', 'a', 'b', 'a', 'a', 'b', 'a']
     """
 
     def __init__(self, state: MixtureState, *, seed: int) -> None:
@@ -390,7 +411,7 @@ class MixtureOrder:
         names: list[str] = []
         sizes: dict[str, int] = {}
         for stretch in state.stretches:
-            for name, size in zip(stretch.names, stretch.sizes):
+            for name, size in zip(stretch.names, stretch.sizes, strict=True):
                 if name not in sizes:
                     names.append(name)
                 sizes[name] = size
@@ -516,15 +537,14 @@ class MixtureOrder:
     def source_epochs(self, position: int) -> dict[str, int]:
         """Each source's epochs completed before ``position`` (what the reports show)."""
         draws = self.draws_before(position)
-        return {n: int(d // z) for n, d, z in zip(self.names, draws, self.sizes)}
+        return {n: int(d // z) for n, d, z in zip(self.names, draws, self.sizes, strict=True)}
 
     def choices(self, start: Any = 0, stop: Any = None) -> tf.data.Dataset:
-        """The source of each position from ``start`` (``int64``), for
-        ``tf.data.Dataset.choose_from_datasets``."""
+        """The source of each position from ``start`` (for ``choose_from_datasets``)."""
         stop = (1 << 62) if stop is None else stop
-        return tf.data.Dataset.range(start, stop).batch(1024).map(
-            lambda k: self.draws(k)[0]
-        ).unbatch()
+        return (
+            tf.data.Dataset.range(start, stop).batch(1024).map(lambda k: self.draws(k)[0]).unbatch()
+        )
 
     def interleave(
         self, streams: Sequence[tf.data.Dataset], start: int = 0, stop: Any = None
@@ -550,4 +570,59 @@ class MixtureOrder:
     def stream_start(self, position: int) -> list[tuple[int, int]]:
         """Where each source's stream starts for a read from ``position``: ``(epoch, at)``."""
         draws = self.draws_before(position)
-        return [(int(d // z), int(d % z)) for d, z in zip(draws, self.sizes)]
+        return [(int(d // z), int(d % z)) for d, z in zip(draws, self.sizes, strict=True)]
+
+
+def source_stream(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
+    """A source's records in its global order, from position ``at`` of ``epoch`` on.
+
+    Its epochs follow one another, each in its own order; the stream never ends.
+    """
+    first = order.records(epoch, start=at)
+    later = tf.data.Dataset.range(epoch + 1, 1 << 62)
+    return first.concatenate(later.flat_map(lambda e: order.records(e)))
+
+
+def global_streams(
+    mixture: MixtureOrder,
+    indexes: Mapping[str, Sequence[RecordIndex]],
+    start: int = 0,
+    *,
+    window: int = DEFAULT_WINDOW,
+) -> list[tf.data.Dataset]:
+    """Each source's stream for a mixed read from ``start``, in the source's global order.
+
+    Source ``name`` is read by a :class:`GlobalOrder` over its files seeded with
+    :func:`source_seed` ``(seed, name)``, entered at the draws it made before
+    ``start`` (its window re-read, nothing before it): pass the result to
+    :meth:`MixtureOrder.interleave`. A source that no stretch from ``start`` on draws
+    gets an empty stream.
+
+    Args:
+        mixture: The mixture's order.
+        indexes: The record indexes of each drawn source's files.
+        start: The global position to start at.
+        window: Records a window of each source's global order.
+
+    Raises:
+        ValueError: A source's files hold another number of records than its size.
+    """
+    streams = []
+    later = mixture.state.stretches[mixture.state.stretch_at(start) :]
+    drawn = {name for stretch in later for name in stretch.names}
+    for name, (epoch, at), size in zip(
+        mixture.names, mixture.stream_start(start), mixture.sizes, strict=True
+    ):
+        if name not in drawn:
+            streams.append(tf.data.Dataset.from_tensors(tf.constant(b"")).take(0))
+            continue
+        order = GlobalOrder(
+            list(indexes[name]), seed=source_seed(mixture.seed, name), window=window
+        )
+        if order.total != size:
+            raise ValueError(
+                f"Expected source {name!r} to hold {size} records (its size in the state). "
+                f"Received: records={order.total}"
+            )
+        streams.append(source_stream(order, epoch, at))
+    return streams
