@@ -112,15 +112,16 @@ def mixture(files: dict[str, list[str]], start: int = 0, state: Any = None) -> A
     import tensorflow as tf
 
     from tfr_hooks.tfrecord.formats.index import index_files
-    from tfr_hooks.tfrecord.pipelines.mixture import MixtureOrder, MixtureState, global_streams
+    from tfr_hooks.tfrecord.pipelines.mixture import MixtureOrder, MixtureState
+    from tfr_hooks.tfrecord.pipelines.mixture_streams import global_streams, mixed_batches
 
     indexes = {name: index_files(paths) for name, paths in files.items()}
     if state is None:
         sizes = {name: sum(i.count for i in idx) for name, idx in indexes.items()}
         state = MixtureState.initial(WEIGHTS, sizes)
     order = MixtureOrder(state, seed=SEED)
-    streams = global_streams(order, indexes, start)
-    mixed = order.interleave(streams, start).batch(BATCH).map(parse_fn())
+    vectors = global_streams(order, indexes, start, vectors=True)
+    mixed = mixed_batches(order, vectors, start, BATCH).map(parse_fn())
     return mixed.prefetch(tf.data.AUTOTUNE), order
 
 

@@ -19,11 +19,11 @@ from tfr_hooks.tfrecord.pipelines.mixture import (
     Interleave,
     MixtureOrder,
     MixtureState,
-    global_streams,
     integer_weights,
     source_seed,
     worker_span,
 )
+from tfr_hooks.tfrecord.pipelines.mixture_streams import global_streams, interleave, mixed_batches
 from tfr_hooks.tfrecord.pipelines.order import GlobalOrder
 
 WEIGHTS = {"web": 0.5, "books": 0.3, "code": 0.2}
@@ -319,7 +319,7 @@ def test_tfrecord_sources_streamed_in_their_global_orders(tmp_path: Path) -> Non
     indexes = {name: ix.index_files(paths) for name, paths in files.items()}
     order = order_of(WEIGHTS, sizes, seed=7)
     count = 500
-    mixed = ids_of(order.interleave(global_streams(order, indexes, 0, window=128), 0, count))
+    mixed = ids_of(interleave(order, global_streams(order, indexes, 0, window=128), 0, count))
     source, epoch, at = order.draws_numpy(np.arange(count))
     # each position holds its draw: that position of its source's global order
     epochs_of = {}
@@ -333,6 +333,13 @@ def test_tfrecord_sources_streamed_in_their_global_orders(tmp_path: Path) -> Non
     assert mixed == expected
     # entered at a position: the tail of the whole
     start = 277
-    tail = ids_of(order.interleave(global_streams(order, indexes, start, window=128), start, count))
+    tail = ids_of(
+        interleave(order, global_streams(order, indexes, start, window=128), start, count)
+    )
     assert len(tail) == count - start
     assert tail == mixed[start:]
+    # a batch at a time: the same records, from the start and entered at a batch
+    for begin in (0, 256):
+        vectors = global_streams(order, indexes, begin, window=128, vectors=True)
+        batched = mixed_batches(order, vectors, begin, 32).unbatch().take(count - begin)
+        assert ids_of(batched) == mixed[begin:]

@@ -26,7 +26,8 @@ is. It is pure integer arithmetic on ``k``, with no random draw and no buffer:
    ``tf.random.experimental.index_shuffle(n mod N_i, [source_seed, epoch], N_i - 1)``
    (:meth:`MixtureOrder.records`); a streamed TFRecord source may use its global order
    (:class:`~tfr_hooks.tfrecord.pipelines.order.GlobalOrder` seeded with
-   :func:`source_seed`) instead: then ``n mod N_i`` is a position in that epoch.
+   :func:`source_seed`) instead: then ``n mod N_i`` is a position in that epoch
+   (:mod:`tfr_hooks.tfrecord.pipelines.mixture_streams` reads them so).
 4. **Weights changeable at a checkpoint.** The state (:class:`MixtureState`) is a list
    of **stretches**: each holds its start position and, per source, its integer weight,
    its draws before the stretch and its size. Position ``k`` of a stretch takes draw
@@ -62,18 +63,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.formats.index import RecordIndex
-from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW, GlobalOrder
-
 __all__ = [
     "RESOLUTION",
     "Interleave",
     "MixtureOrder",
     "MixtureState",
     "Stretch",
-    "global_streams",
     "integer_weights",
-    "source_stream",
     "source_seed",
     "worker_span",
 ]
@@ -467,6 +463,12 @@ class MixtureOrder:
             source's epoch, and the position in that epoch's order (``int64``, the
             shape of ``positions``).
         """
+        source, n = self.draw_numbers(positions)
+        size = tf.gather(tf.constant(self.sizes, tf.int64), source)
+        return source, n // size, n % size
+
+    def draw_numbers(self, positions: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(source, n)`` of each position: it is draw ``n`` of its source (``int64``)."""
         k = tf.cast(positions, tf.int64)
         const = lambda a: tf.constant(a, tf.int64)  # noqa: E731
         s = tf.searchsorted(const(self._starts), tf.reshape(k, [-1]), side="right") - 1
@@ -482,9 +484,7 @@ class MixtureOrder:
             + q * tf.gather(const(self._slot_weight), flat)
             + tf.gather(const(self._prefix), at_prefix)
         )
-        source = tf.gather(const(self._slot_source), flat)
-        size = tf.gather(const(self.sizes), source)
-        return source, n // size, n % size
+        return tf.gather(const(self._slot_source), flat), n
 
     def records(self, source: Any, epoch: Any, at: Any) -> tf.Tensor:
         """The record of each draw in its source's permutation for ``(seed, source, epoch)``.
@@ -539,90 +539,28 @@ class MixtureOrder:
         draws = self.draws_before(position)
         return {n: int(d // z) for n, d, z in zip(self.names, draws, self.sizes, strict=True)}
 
-    def choices(self, start: Any = 0, stop: Any = None) -> tf.data.Dataset:
-        """The source of each position from ``start`` (for ``choose_from_datasets``)."""
-        stop = (1 << 62) if stop is None else stop
-        return (
-            tf.data.Dataset.range(start, stop).batch(1024).map(lambda k: self.draws(k)[0]).unbatch()
-        )
+    def batch_counts(self, start: int, batch_size: int) -> np.ndarray:
+        """Draws of each source in each batch from ``start``, over one cycle of batches.
 
-    def interleave(
-        self, streams: Sequence[tf.data.Dataset], start: int = 0, stop: Any = None
-    ) -> tf.data.Dataset:
-        """The mixed stream from ``start``: each position's element from its source's stream.
-
-        Args:
-            streams: One dataset a source of :attr:`names`, each holding that source's
-                draws from :meth:`draws_before` ``(start)`` on, in order (a source's
-                epochs one after another; see :meth:`stream_start`).
-            start: The global position to start at.
-            stop: The position to stop at (``None``: never).
+        ``start`` must be in the last stretch, where the counts repeat every
+        ``period / gcd(period, batch_size)`` batches: an ``int64`` array of that many
+        rows, one column a source of :attr:`names` (0 for a source no longer drawn).
         """
-        if len(streams) != len(self.names):
+        last, inter = self.state.stretches[-1], self.state._interleaves[-1]
+        if start < last.start:
             raise ValueError(
-                f"Expected one stream a source of {list(self.names)}. "
-                f"Received: streams={len(streams)}"
+                f"Expected a start in the last stretch (>= {last.start}). Received: start={start}"
             )
-        return tf.data.Dataset.choose_from_datasets(
-            list(streams), self.choices(start, stop), stop_on_empty_dataset=True
-        )
+        cycle = inter.period // math.gcd(inter.period, batch_size)
+        local = start - last.start + np.arange(cycle + 1, dtype=np.int64) * batch_size
+        q, r = local // inter.period, local % inter.period
+        before = q[:, None] * inter.weights[None, :] + inter.prefix[:, r].T
+        counts = np.zeros((cycle, len(self.names)), np.int64)
+        ids = [self.names.index(n) for n in last.names]
+        counts[:, ids] = np.diff(before, axis=0)
+        return counts
 
     def stream_start(self, position: int) -> list[tuple[int, int]]:
         """Where each source's stream starts for a read from ``position``: ``(epoch, at)``."""
         draws = self.draws_before(position)
         return [(int(d // z), int(d % z)) for d, z in zip(draws, self.sizes, strict=True)]
-
-
-def source_stream(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
-    """A source's records in its global order, from position ``at`` of ``epoch`` on.
-
-    Its epochs follow one another, each in its own order; the stream never ends.
-    """
-    first = order.records(epoch, start=at)
-    later = tf.data.Dataset.range(epoch + 1, 1 << 62)
-    return first.concatenate(later.flat_map(lambda e: order.records(e)))
-
-
-def global_streams(
-    mixture: MixtureOrder,
-    indexes: Mapping[str, Sequence[RecordIndex]],
-    start: int = 0,
-    *,
-    window: int = DEFAULT_WINDOW,
-) -> list[tf.data.Dataset]:
-    """Each source's stream for a mixed read from ``start``, in the source's global order.
-
-    Source ``name`` is read by a :class:`GlobalOrder` over its files seeded with
-    :func:`source_seed` ``(seed, name)``, entered at the draws it made before
-    ``start`` (its window re-read, nothing before it): pass the result to
-    :meth:`MixtureOrder.interleave`. A source that no stretch from ``start`` on draws
-    gets an empty stream.
-
-    Args:
-        mixture: The mixture's order.
-        indexes: The record indexes of each drawn source's files.
-        start: The global position to start at.
-        window: Records a window of each source's global order.
-
-    Raises:
-        ValueError: A source's files hold another number of records than its size.
-    """
-    streams = []
-    later = mixture.state.stretches[mixture.state.stretch_at(start) :]
-    drawn = {name for stretch in later for name in stretch.names}
-    for name, (epoch, at), size in zip(
-        mixture.names, mixture.stream_start(start), mixture.sizes, strict=True
-    ):
-        if name not in drawn:
-            streams.append(tf.data.Dataset.from_tensors(tf.constant(b"")).take(0))
-            continue
-        order = GlobalOrder(
-            list(indexes[name]), seed=source_seed(mixture.seed, name), window=window
-        )
-        if order.total != size:
-            raise ValueError(
-                f"Expected source {name!r} to hold {size} records (its size in the state). "
-                f"Received: records={order.total}"
-            )
-        streams.append(source_stream(order, epoch, at))
-    return streams
