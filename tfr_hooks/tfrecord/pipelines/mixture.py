@@ -43,11 +43,14 @@ is. It is pure integer arithmetic on ``k``, with no random draw and no buffer:
    global batch ``b`` (:func:`worker_span`): the parts are disjoint and cover the
    batch, so a run saved with ``J`` workers resumes with any other count.
 
-**The epoch of a mixture** is a fixed number of global positions: ``steps_per_epoch``
-global batches when given, else the sum of the sources' sizes (of the stretch it starts
-in: :meth:`MixtureOrder.epoch_size`). Epoch ``e`` is positions ``[e*E, (e+1)*E)``; a
-source's own epochs run through it independently (a small source may finish several,
-a large one part of one). ``num_epochs=None`` never ends: the positions go on forever.
+**The epoch of a mixture** is a fixed number ``E`` of global positions:
+``steps_per_epoch`` global batches when given, else the sum of the sizes of the sources
+being drawn (:attr:`MixtureOrder.epoch_size`, those of the last stretch). Epoch ``e`` is
+positions ``[e*E, (e+1)*E)``; each source's own epochs run through it independently (a
+small source may finish several, a large one part of one), so a mixture's epoch is a
+unit of steps for ``num_epochs``, the loops' epochs and their reports, not a pass over
+every record. A run whose weights change at a checkpoint keeps counting global positions
+from there. ``num_epochs=None`` never ends: the positions go on forever.
 """
 
 from __future__ import annotations
