@@ -121,7 +121,8 @@ def mixture(files: dict[str, list[str]], start: int = 0, state: Any = None) -> A
         state = MixtureState.initial(WEIGHTS, sizes)
     order = MixtureOrder(state, seed=SEED)
     vectors = global_streams(order, indexes, start, vectors=True)
-    mixed = mixed_batches(order, vectors, start, BATCH).map(parse_fn())
+    mixed = mixed_batches(order, vectors, start, BATCH)
+    mixed = mixed.map(parse_fn(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return mixed.prefetch(tf.data.AUTOTUNE), order
 
 
@@ -140,7 +141,9 @@ def sample_from(files: dict[str, list[str]]) -> Any:
         for paths in files.values()
     ]
     mixed = tf.data.Dataset.sample_from_datasets(sources, list(WEIGHTS.values()), seed=SEED)
-    return mixed.batch(BATCH).map(parse_fn()).prefetch(tf.data.AUTOTUNE)
+    mixed = mixed.batch(BATCH)
+    mixed = mixed.map(parse_fn(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return mixed.prefetch(tf.data.AUTOTUNE)
 
 
 def to_array_record(files: dict[str, list[str]], directory: Path) -> dict[str, str]:

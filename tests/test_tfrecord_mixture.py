@@ -7,6 +7,10 @@ TFRecord sources in their global orders.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +89,14 @@ def test_integer_weights_keep_shares_and_every_positive_source() -> None:
     assert sum(thirds.values()) == 10_000
     assert max(thirds.values()) - min(thirds.values()) == 1
     assert integer_weights({"a": 2, "b": 2}) == {"a": 1, "b": 1}
+
+
+def test_a_source_at_weight_zero_is_kept_but_never_drawn() -> None:
+    assert integer_weights({"a": 0.6, "b": 0.0, "c": 0.4}) == {"a": 3, "b": 0, "c": 2}
+    order = order_of({"a": 0.6, "b": 0.0, "c": 0.4}, {"a": 10, "b": 10, "c": 10})
+    sources, _, _ = order.draws_numpy(np.arange(1000))
+    assert not (sources == order.names.index("b")).any()
+    assert order.batch_counts(0, 7)[:, order.names.index("b")].sum() == 0
 
 
 @pytest.mark.parametrize(
@@ -339,7 +351,46 @@ def test_tfrecord_sources_streamed_in_their_global_orders(tmp_path: Path) -> Non
     assert len(tail) == count - start
     assert tail == mixed[start:]
     # a batch at a time: the same records, from the start and entered at a batch
-    for begin in (0, 256):
+    for begin, chunk in ((0, 4096), (256, 32), (100, 100)):
         vectors = global_streams(order, indexes, begin, window=128, vectors=True)
-        batched = mixed_batches(order, vectors, begin, 32).unbatch().take(count - begin)
+        batched = mixed_batches(order, vectors, begin, 32, chunk=chunk)
+        batched = batched.unbatch().take(count - begin)
         assert ids_of(batched) == mixed[begin:]
+
+
+@pytest.mark.slow
+@pytest.mark.main_only
+@pytest.mark.timeout(300)
+def test_the_mixture_benchmark_runs_every_row_on_tiny_data(tmp_path: Path) -> None:
+    # bench/mixture.py, issue 54's rows: it never asserts speed, only that each row is there
+    bench = Path(__file__).resolve().parents[1] / "bench" / "mixture.py"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = tmp_path / "rows.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(bench),
+            "--records=4200",
+            "--examples=1024",
+            "--repeats=1",
+            f"--data-dir={tmp_path / 'data'}",
+            f"--json={out}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert set(rows["examples_per_sec"]) == {
+        "mixture",
+        "single_global",
+        "sample_from_datasets",
+        "grain_mix",
+    }
+    assert all(rate > 0 for rate in rows["examples_per_sec"].values())
+    assert rows["share_error"]["mixture"] <= 0.005
+    ours = rows["checkpoint"]["ours (mixture state + position)"]
+    assert 0 < ours["bytes"] < 1024
+    assert "| mixture (ours" in result.stdout

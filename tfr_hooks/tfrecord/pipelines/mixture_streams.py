@@ -25,6 +25,7 @@ from tfr_hooks.tfrecord.pipelines.mixture import MixtureOrder, source_seed
 from tfr_hooks.tfrecord.pipelines.order import DEFAULT_WINDOW, GlobalOrder
 
 __all__ = [
+    "CHUNK",
     "choices",
     "global_streams",
     "interleave",
@@ -32,6 +33,9 @@ __all__ = [
     "source_stream",
     "source_windows",
 ]
+
+#: Positions a mixed read assembles at once: enough to share the per-chunk work.
+CHUNK = 4096
 
 
 def choices(order: MixtureOrder, start: Any = 0, stop: Any = None) -> tf.data.Dataset:
@@ -63,14 +67,21 @@ def interleave(
 
 
 def mixed_batches(
-    order: MixtureOrder, vectors: Sequence[tf.data.Dataset], start: int, batch_size: int
+    order: MixtureOrder,
+    vectors: Sequence[tf.data.Dataset],
+    start: int,
+    batch_size: int,
+    *,
+    chunk: int = CHUNK,
 ) -> tf.data.Dataset:
     """The mixed stream from ``start`` in batches of ``batch_size``, a batch at a time.
 
-    Each source's stream of record vectors is cut into the batches' counts
-    (``Dataset.rebatch`` with the cycle of :meth:`MixtureOrder.batch_counts`), and each batch is
-    put in its positions' order by one gather: no per-record step. The same
-    elements as ``interleave(...).batch(batch_size)``, much faster.
+    The positions are taken in chunks of about ``chunk`` (whole batches): each source's
+    stream of record vectors is cut into the chunks' counts (``Dataset.rebatch`` with
+    the cycle of :meth:`MixtureOrder.batch_counts`), each chunk put in its positions'
+    order by one gather, and the chunks cut into batches: no per-record step, and the
+    per-chunk work shared by its batches. The same elements as
+    ``interleave(...).batch(batch_size)``, much faster.
 
     Args:
         order: The mixture's order.
@@ -80,25 +91,26 @@ def mixed_batches(
             not read.
         start: The global position to start at, in the last stretch.
         batch_size: Positions a batch.
+        chunk: Positions assembled at once (rounded down to whole batches).
     """
-    counts = order.batch_counts(start, batch_size)
+    size = batch_size * max(1, chunk // batch_size)
+    counts = order.batch_counts(start, size)
     drawn = [i for i in range(len(order.names)) if counts[:, i].any()]
     # each source cut and read ahead on its own, so the sources are read in parallel
-    cut = tuple(
-        vectors[i].rebatch(tf.constant(counts[:, i], tf.int64)).prefetch(2) for i in drawn
-    )
-    firsts = tf.data.Dataset.range(start, 1 << 62, batch_size)
+    cut = tuple(vectors[i].rebatch(tf.constant(counts[:, i], tf.int64)).prefetch(2) for i in drawn)
+    firsts = tf.data.Dataset.range(start, 1 << 62, size)
     n_sources = len(order.names)
 
     def assemble(first: tf.Tensor, *parts: tf.Tensor) -> tf.Tensor:
-        source, n = order.draw_numbers(first + tf.range(batch_size, dtype=tf.int64))
+        source, n = order.draw_numbers(first + tf.range(size, dtype=tf.int64))
         base = tf.math.unsorted_segment_min(n, source, n_sources)
         sizes = tf.math.bincount(source, minlength=n_sources, dtype=tf.int64)
         offsets = tf.cumsum(sizes, exclusive=True)
         index = tf.gather(offsets, source) + n - tf.gather(base, source)
         return tf.gather(tf.concat(parts, 0), index)
 
-    return tf.data.Dataset.zip((firsts, *cut)).map(assemble)
+    chunks = tf.data.Dataset.zip((firsts, *cut)).map(assemble)
+    return chunks if size == batch_size else chunks.rebatch(batch_size)
 
 
 def source_windows(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
