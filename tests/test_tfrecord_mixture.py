@@ -69,6 +69,16 @@ def test_shares_within_bounds_in_every_window_and_batch(weights: dict[str, float
     assert share_errors(sources, weights, 256).max() <= 0.05
 
 
+def test_shares_within_bounds_for_random_weights_of_2_to_8_sources() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        n = int(rng.integers(2, 9))
+        weights = {f"s{i}": float(w) for i, w in enumerate(rng.dirichlet(np.full(n, 0.5)))}
+        sources = order_of(weights, dict.fromkeys(weights, 100)).draws_numpy(np.arange(30_000))[0]
+        assert share_errors(sources, weights, 10_000).max() <= 0.005, weights
+        assert share_errors(sources, weights, 256).max() <= 0.05, weights
+
+
 def test_interleave_counts_are_exact_and_constant_time() -> None:
     inter = Interleave([5, 3, 2])
     sequence = inter.source_at(np.arange(1000))
