@@ -13,9 +13,10 @@ is. It is pure integer arithmetic on ``k``, with no random draw and no buffer:
    (ties by source), give the period's sequence of sources. Position ``k`` is the
    ``k mod W``-th of that sequence. Among the first ``k`` positions, source ``i`` has
    ``(k // W) * w_i + prefix_i[k mod W]`` draws: a constant-time count (two table
-   reads), which strays from ``k * w_i / W`` by at most about ``(n + 1) / 2`` for ``n``
-   sources. So in every window of 10,000 positions a source's share is within 0.005 of
-   its weight, and within 0.05 in every batch of 256.
+   reads), which strays from ``k * w_i / W`` by at most ``(n + 1) / 2`` for ``n``
+   sources (measured on random weights: 1 for 3 sources, about 2 for 8). So in every
+   window of 10,000 positions a source's share is within 0.005 of its weight, and
+   within 0.05 in every batch of 256.
 3. **Each source has its own epochs.** Draw ``n`` of source ``i`` (of ``N_i`` records)
    is position ``n mod N_i`` of the source's epoch ``n // N_i``. The source's order
    within an epoch is drawn from ``(seed, source, epoch)`` (:func:`source_seed` folds
