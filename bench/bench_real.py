@@ -17,7 +17,7 @@ Pipelines: ``hand`` is what the TensorFlow data performance guide writes
 num_parallel_calls=AUTOTUNE)``, ``batch``/``padded_batch``/``bucket_by_sequence_length``,
 ``prefetch(AUTOTUNE)``); ``cached`` adds ``.cache()`` after the decode (filled by a full
 pass before the warm-up epoch, so every timed epoch reads from the cache); ``stream`` is
-the package's ``tfrecord.dataset(files, batch, shuffle_buffer=..., map_fn=decode)``;
+the package's ``tfrecord.dataset(files, batch, shuffle=..., map_fn=decode)``;
 ``memory`` and ``packed`` are the package's in-memory and packed pipelines (see
 :func:`package_pipeline`); ``*_bucketed`` text rows batch by length.
 """
@@ -177,12 +177,12 @@ def package_pipeline(spec: w.Spec, kind: str, source: str, service: str | None =
         if source.endswith("_bucketed"):
             kwargs["bucket_boundaries"] = BUCKETS
     if base == "memory":
-        kwargs.update(in_memory=True, shuffle_buffer=1)
+        kwargs.update(in_memory=True, shuffle="global")
         if kind == "img":  # the RSS check: images are where the data dominates
             info = _info(spec, kind)
             w._before_loading(spec, info["examples"] * (IMAGE_BYTES + 8) / 2**20)
     else:
-        kwargs["shuffle_buffer"] = w.PACKED_WINDOW if base == "packed" else SHUFFLE
+        kwargs["shuffle"] = w.PACKED_WINDOW if base == "packed" else SHUFFLE
     return tfrecord.dataset(files, spec.batch_size, service=service, **kwargs)
 
 
@@ -383,7 +383,7 @@ def session_loop(spec: w.Spec, kind: str, source: str) -> dict[str, Any]:
         "as_tuple": ("image", "label") if kind == "img" else ("tokens", "label"),
         "map_fn": _package_decode(kind) if kind == "img" or base == "memory" else None,
         "in_memory": base == "memory",
-        "shuffle_buffer": 1 if base == "memory" else SHUFFLE,
+        "shuffle": "global" if base == "memory" else SHUFFLE,
     }
     if kind == "txt":
         kwargs["pad_to"] = "longest"
@@ -493,14 +493,14 @@ def small_pipeline(
             files,
             spec.batch_size,
             in_memory=True,
-            shuffle_buffer=1,  # a new permutation each pass, as the reference's shuffle(n)
+            shuffle="global",  # a new permutation each pass, as the reference's shuffle(n)
             num_epochs=1,
             seed=spec.seed,
             as_tuple=pair,
             map_fn=map_fn,
         )
     streamed = tfrecord.dataset(
-        files, spec.batch_size, num_epochs=1, shuffle_buffer=0, as_tuple=pair, map_fn=map_fn
+        files, spec.batch_size, num_epochs=1, shuffle=None, as_tuple=pair, map_fn=map_fn
     )
     # the tuples are made before the cache, as a user writes it: no function runs a pass
     cached = streamed.unbatch().cache()

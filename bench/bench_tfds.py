@@ -123,5 +123,5 @@ def pipeline(spec: w.Spec, source: str, files: list[str], shuffle: int) -> Any:
         num_epochs=None,
         drop_remainder=True,
         in_memory=memory,
-        shuffle_buffer=1 if memory else shuffle,
+        shuffle="global" if memory else shuffle,
     )

@@ -470,15 +470,16 @@ def read_batches(spec: Spec, pipeline: str, *, reinit: bool = False) -> Any:
     # shuffled in a buffer of 4 batches, 2 files read at once (the figures in
     # bench/results were measured so)
     extra: dict[str, Any] = {
-        "shuffle_buffer": 4 * spec.batch_size,
+        "shuffle": 4 * spec.batch_size,
         "read_config": tfrecord.ReadConfig(num_parallel_reads=2),
     }
     if pipeline == "memory":
         _before_loading(spec)
         extra["in_memory"] = True
+        extra["shuffle"] = "global"  # a fresh permutation of all the examples each pass
         extra["drop_remainder"] = True  # every pass: steps_per_epoch batches
     if pipeline == "packed":
-        extra["shuffle_buffer"] = PACKED_WINDOW
+        extra["shuffle"] = PACKED_WINDOW
     return tfrecord.read_batches(
         records(spec, pipeline),
         spec.batch_size,
@@ -497,12 +498,12 @@ def tf2_dataset(spec: Spec, *, reinit: bool = False, source: str = "records") ->
     (``in_memory=True``: a new permutation of all examples each pass, whole batches) or
     ``"packed"`` (the packed shards, windows of :data:`PACKED_WINDOW` examples).
     """
-    extra: dict[str, Any] = {"shuffle_buffer": 4 * spec.batch_size}
+    extra: dict[str, Any] = {"shuffle": 4 * spec.batch_size}
     if source == "memory":
         _before_loading(spec)
-        extra = {"in_memory": True, "shuffle_buffer": 1, "drop_remainder": True}
+        extra = {"in_memory": True, "shuffle": "global", "drop_remainder": True}
     elif source == "packed":
-        extra["shuffle_buffer"] = PACKED_WINDOW
+        extra["shuffle"] = PACKED_WINDOW
     return tfrecord.dataset(
         records(spec, source),
         spec.batch_size,

@@ -10,7 +10,7 @@ process. Rows:
   of 256, as the readers do) and the same files streamed through
   ``shuffle(10_000)``, in paired rounds (one of each, alternating which goes first); the
   ratio is the median of the rounds' ratios; then the same pair through the readers
-  (``tfrecord.dataset(files, 256, shuffle="global")`` against ``shuffle_buffer=10_000``:
+  (``tfrecord.dataset(files, 256, shuffle="global")`` against ``shuffle=10_000``:
   what a user gets, the global read parsing a window at once);
 - mixing: classes in each of the first 20 batches and the mean total-variation distance
   of a batch's class histogram from uniform, for both;
@@ -94,7 +94,7 @@ def main() -> None:
             ),
             # what a user gets: the readers, parse and all
             "reader global": lambda: tfrecord.dataset(files, 256, shuffle="global", seed=3),
-            "reader streamed": lambda: tfrecord.dataset(files, 256, shuffle_buffer=10_000, seed=3),
+            "reader streamed": lambda: tfrecord.dataset(files, 256, shuffle=10_000, seed=3),
         }
 
         def rate(name: str) -> tuple[float, float]:
@@ -128,7 +128,7 @@ def main() -> None:
             firsts[share] = statistics.median(times)
     median = statistics.median
     lines = [
-        "# shuffle='global' vs a streamed shuffle_buffer=10_000 (bench/global_order.py)",
+        "# shuffle='global' vs a streamed shuffle=10_000 (bench/global_order.py)",
         "",
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"{platform.node()}, {os.cpu_count()} cores (shared), TensorFlow {tf.__version__}; "
@@ -147,7 +147,7 @@ def main() -> None:
             f"{median(r[0] for r in rates[kind + key]):,.0f} examples/s wall, "
             f"{median(r[1] for r in rates[kind + key]):,.0f} /CPU-s | - |"
             for kind in ratios
-            for key, name in (("global", "global"), ("streamed", "shuffle_buffer=10_000"))
+            for key, name in (("global", "global"), ("streamed", "shuffle=10_000"))
         ],
         *[
             f"| global / streamed{' (' + kind.strip() + ')' if kind else ''}, median of paired "

@@ -97,7 +97,7 @@ def cached_pipeline(arrays: dict[str, np.ndarray]) -> tf.data.Dataset:
 def file_pipeline(arrays: dict[str, np.ndarray], variant: str, directory: str) -> tf.data.Dataset:
     """The pipelines as users build them on TFRecord files (``tfrecord.write`` of ``arrays``).
 
-    ``memory_files``: ``tfrecord.dataset(in_memory=True, shuffle_buffer=1, num_epochs=1)``,
+    ``memory_files``: ``tfrecord.dataset(in_memory=True, shuffle="global", num_epochs=1)``,
     as the bench's small rows read it; ``cached_files``: ``tfrecord.dataset(...)
     .unbatch().cache()`` (filled now), then ``.shuffle(n).batch(128).prefetch(AUTOTUNE)``.
     """
@@ -105,9 +105,9 @@ def file_pipeline(arrays: dict[str, np.ndarray], variant: str, directory: str) -
         tfrecord.write(arrays, directory, shards=4, overwrite=True)
     if variant == "memory_files":
         return tfrecord.dataset(
-            directory, BATCH, in_memory=True, shuffle_buffer=1, num_epochs=1, seed=1
+            directory, BATCH, in_memory=True, shuffle="global", num_epochs=1, seed=1
         )
-    data = tfrecord.dataset(directory, BATCH, num_epochs=1, shuffle_buffer=0).unbatch().cache()
+    data = tfrecord.dataset(directory, BATCH, num_epochs=1, shuffle=None).unbatch().cache()
     data.reduce(0, lambda n, _: n + 1)  # fill the cache (one pass, not timed)
     count = len(arrays["label"])
     return data.shuffle(count, seed=1).batch(BATCH).prefetch(tf.data.AUTOTUNE)
@@ -120,7 +120,7 @@ def memory_pipeline(arrays: dict[str, np.ndarray], variant: str = "memory") -> t
         batches = tf.data.Dataset.from_tensor_slices({"label": tf.range(passes, dtype=tf.int64)})
         return batches.map(lambda b: {"label": b["label"] + 1}) if variant == "one_map" else batches
     if variant == "handover":
-        gather = serve._Gather(arrays, BATCH, True, False, None)
+        gather = serve._Gather(arrays, BATCH, "global", False, None)
         return tf.data.Dataset.from_tensors(0).map(
             lambda _: {
                 "label": tf.numpy_function(gather.source, [], gather.dtypes, stateful=True)[-1][:1]
@@ -135,7 +135,7 @@ def memory_pipeline(arrays: dict[str, np.ndarray], variant: str = "memory") -> t
         return serve.memory_dataset(
             arrays,
             BATCH,
-            shuffle=variant != "ordered",
+            shuffle=None if variant == "ordered" else "global",
             seed=1,
             drop_remainder=False,
             num_epochs=1,
@@ -214,7 +214,7 @@ def graph_passes(examples: int, kind: str, rounds: int, meta: bool = True) -> st
     tfrecord.write(arrays, files, shards=4, overwrite=True)
 
     def memory_batches() -> tuple[Any, Any]:
-        batches = tfrecord.read_batches(files, BATCH, in_memory=True, shuffle_buffer=1, seed=1)
+        batches = tfrecord.read_batches(files, BATCH, in_memory=True, shuffle="global", seed=1)
         return batches.initializers, batches.tensors["label"]
 
     def cached_batches() -> tuple[Any, Any]:

@@ -7,11 +7,11 @@ written by a plain ``tf.io.TFRecordWriter``), batch 256, seed 3:
 - **index**: the record index's build rate (``build_index``, one sequential pass a
   file, in memory), MB/s; then the files are indexed once for the reads below.
 - **input alone**: examples/s of a whole epoch read with ``tfrecord.source(files, 256,
-  shuffle="global")`` and with ``shuffle_buffer=10_000`` (the package's reader, schema
+  shuffle="global")`` and with ``shuffle=10_000`` (the package's reader, schema
   inferred, parsed), in paired rounds; mixing (classes in each of the first 20 batches,
   the mean total-variation distance of a batch's class histogram from uniform).
 - **resume**: the seconds to the first batch of a read started at 0%, 10% and 90% of the
-  epoch, for ``shuffle="global"``, no shuffle and ``shuffle_buffer=10_000``; the extra
+  epoch, for ``shuffle="global"``, no shuffle and ``shuffle=10_000``; the extra
   time is the 10% or 90% figure minus the 0% one. A read by position seeks through
   ``Source.facts.position.seek(epoch, records)`` when the reader has it (resume by
   position); without it, ``shuffle="global"`` starts its order at the position
@@ -71,7 +71,7 @@ def _source(files: list[str], mode: str) -> Any:
     if mode == "global":
         options["shuffle"] = "global"
     elif mode == "buffer":
-        options["shuffle_buffer"] = BUFFER
+        options["shuffle"] = BUFFER
     return tfrecord.source(files, BATCH, **options)
 
 

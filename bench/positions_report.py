@@ -11,7 +11,7 @@ __all__ = ["PositionTarget", "position_targets", "render_positions"]
 MODES = {
     "global": 'shuffle="global"',
     "none": "no shuffle",
-    "buffer": "shuffle_buffer=10_000",
+    "buffer": "shuffle=10_000",
 }
 
 
@@ -53,7 +53,7 @@ def position_targets(result: Mapping[str, Any]) -> list[PositionTarget]:
     ratio = ours["global"] / ours["buffer"]
     targets.append(
         PositionTarget(
-            'input alone: shuffle="global" / shuffle_buffer=10_000 (examples/s)',
+            'input alone: shuffle="global" / shuffle=10_000 (examples/s)',
             f"{result['input']['ratio']:.2f}x (medians {ratio:.2f}x)",
             ">= 0.9x",
             result["input"]["ratio"] >= 0.9,

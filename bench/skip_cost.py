@@ -45,7 +45,7 @@ def skip_seconds(directory: str, pipeline: str, batch: int, count: int) -> float
     data = tfrecord.dataset(
         source,
         batch,
-        shuffle_buffer=10_000,
+        shuffle="global" if pipeline == "memory" else 10_000,
         seed=0,
         in_memory=pipeline == "memory",
         as_tuple=("image", "label"),
@@ -83,7 +83,7 @@ def graph_costs(directory: str, pipeline: str, batch: int, count: int) -> tuple[
         data = tfrecord.read_batches(
             source,
             batch,
-            shuffle_buffer=10_000,
+            shuffle="global" if pipeline == "memory" else 10_000,
             seed=0,
             in_memory=pipeline == "memory",
             as_tuple=("image", "label"),

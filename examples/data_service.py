@@ -103,7 +103,7 @@ def records(path: Path, batch_size: int, service: str, *, shuffle: bool = False)
     return tfrecord.dataset(
         path,
         batch_size,
-        shuffle_buffer=600 if shuffle else 0,  # within each worker's shards
+        shuffle=600 if shuffle else None,  # within each worker's shards
         seed=0,
         as_tuple=("image", "label"),
         service=service,

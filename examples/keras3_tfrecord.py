@@ -68,7 +68,7 @@ def records(path: Path, batch_size: int, *, shuffle: bool = False) -> tf.data.Da
     return tfr_hooks.tfrecord.dataset(
         path,
         batch_size,
-        shuffle_buffer=2048 if shuffle else 0,
+        shuffle=2048 if shuffle else None,
         seed=0,
         as_tuple=("image", "label"),
     )

@@ -193,7 +193,7 @@ def train(args: argparse.Namespace) -> dict[str, list[float]]:
     paths = write_data(args.data_dir)
     task = current_task(strategy)
     train_data = tfrecord.dataset(
-        paths["train"], args.batch_size, shuffle_buffer=1200, seed=0, as_tuple=("image", "label")
+        paths["train"], args.batch_size, shuffle=1200, seed=0, as_tuple=("image", "label")
     )
     val_data = tfrecord.dataset(paths["validation"], 100, as_tuple=("image", "label"))
     with strategy.scope() if strategy is not None else _no_scope():

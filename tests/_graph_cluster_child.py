@@ -95,7 +95,7 @@ def train(index: int, cluster: dict[str, Any], out: str, restart: bool) -> dict[
                 BATCH,
                 pipeline="queue",
                 num_epochs=NUM_EPOCHS,
-                shuffle_buffer=4 * BATCH,
+                shuffle=4 * BATCH,
                 read_config=tfrecord.ReadConfig(num_parallel_reads=1),
                 as_tuple=("x", "y"),
                 seed=index,

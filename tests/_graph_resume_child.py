@@ -114,10 +114,10 @@ class Ready(tfr_hooks.Hook):
 def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
     """The pipeline's batches and the model, in the current default graph."""
     if pipeline == "stream":
-        batches = tfrecord.read_batches(data["plain"], BATCH, shuffle_buffer=16, seed=SEED)
+        batches = tfrecord.read_batches(data["plain"], BATCH, shuffle=16, seed=SEED)
     elif pipeline == "stream_bucketed":  # sorted pools (x: a length of 4, ties shuffled)
         batches = tfrecord.read_batches(
-            data["plain"], BATCH, shuffle_buffer=16, seed=SEED, bucket_boundaries=[4], bucket_by="x"
+            data["plain"], BATCH, shuffle=16, seed=SEED, bucket_boundaries=[4], bucket_by="x"
         )
     elif pipeline == "global_bucketed":  # pools of 2 batches: a seek to a pool's start
         batches = tfrecord.read_batches(
@@ -131,7 +131,7 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
         )
     elif pipeline == "memory":
         batches = tfrecord.read_batches(
-            data["plain"], BATCH, shuffle_buffer=1, seed=SEED, in_memory=True
+            data["plain"], BATCH, shuffle="global", seed=SEED, in_memory=True
         )
     elif pipeline == "global":  # shuffle="global": a resumed run seeks
         batches = tfrecord.read_batches(data["plain"], BATCH, shuffle="global", seed=SEED)
@@ -146,14 +146,14 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
     elif pipeline == "packed_global":  # packed shards, shuffle="global": a seek too
         batches = tfrecord.read_batches(data["packed"], BATCH, shuffle="global", seed=SEED)
     elif pipeline == "packed":
-        batches = tfrecord.read_batches(data["packed"], BATCH, shuffle_buffer=3, seed=SEED)
+        batches = tfrecord.read_batches(data["packed"], BATCH, shuffle=3, seed=SEED)
     elif pipeline == "served":  # through the tf.data service at $SERVICE
         batches = tfrecord.read_batches(
-            data["plain"], BATCH, shuffle_buffer=16, seed=SEED, service=os.environ["SERVICE"]
+            data["plain"], BATCH, shuffle=16, seed=SEED, service=os.environ["SERVICE"]
         )
     elif pipeline == "damaged":  # data["damaged"]: shards with damaged records, skipped
         batches = tfrecord.read_batches(
-            data["damaged"], BATCH, shuffle_buffer=16, seed=SEED, max_corrupt_records=1
+            data["damaged"], BATCH, shuffle=16, seed=SEED, max_corrupt_records=1
         )
     elif pipeline == "queue":
         batches = tfrecord.read_batches(

@@ -175,7 +175,8 @@ def _normal_runs(directory: Path) -> dict[str, Any]:
             queue = pipeline == "queue"
             batches = tfrecord.read_batches(
                 data, 20, pipeline="queue" if queue else "dataset", in_memory=not queue,
-                num_epochs=3 if queue else 1, shuffle_buffer=100, seed=0, as_tuple=("x", "y"),
+                num_epochs=3 if queue else 1, shuffle=100 if queue else "global", seed=0,
+                as_tuple=("x", "y"),
             )  # fmt: skip
             features, labels = batches.tensors
             inputs = tf_keras.layers.Input(tensor=features)
@@ -217,7 +218,7 @@ def _normal_runs(directory: Path) -> dict[str, Any]:
         metrics=["accuracy"],
     )
     loop = tfr_hooks.FunctionLoop(
-        tfrecord.dataset(data, 20, shuffle_buffer=200, seed=0, as_tuple=("x", "y")),
+        tfrecord.dataset(data, 20, shuffle=200, seed=0, as_tuple=("x", "y")),
         model=model,
         hooks=[tfr_hooks.KerasCallbacks([keras.callbacks.EarlyStopping(patience=5)], model)],
         steps_per_execution=2,

@@ -242,7 +242,7 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
             os.path.join(data, "train"), GLOBAL_BATCH, shuffle="global", seed=5, **bucketed
         )
     else:
-        train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shuffle_buffer=64)
+        train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shuffle=64)
     seen: dict[str, list[list[int]]] = {}
     state: list[Any] = []
     with strategy.scope():
@@ -324,7 +324,7 @@ def cardinality_mode(data: str) -> dict[str, Any]:
             train = tfrecord.source(
                 files,
                 GLOBAL_BATCH,
-                shuffle_buffer=32,
+                shuffle="global" if pipeline == "memory" else 32,
                 seed=5,
                 drop_remainder=drop,
                 in_memory=pipeline == "memory",

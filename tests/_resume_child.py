@@ -84,7 +84,7 @@ def main(data: str, out: str, pipeline: str) -> dict[str, Any]:
     train = tfrecord.dataset(
         files,
         BATCH,
-        shuffle_buffer=64,
+        shuffle="global" if pipeline == "memory" else 64,
         seed=3,
         as_tuple=("x", "y", "id"),
         in_memory=pipeline == "memory",

@@ -434,13 +434,13 @@ def test_positions_suite_reports_resume_checkpoints_and_grain_with_targets(
     assert "# tfr_hooks benchmark: positions" in markdown
     assert "## Resume: seconds to the first batch" in markdown
     assert "## Resume through the loop: seconds from `FunctionLoop.run`" in markdown
-    assert "| shuffle_buffer=10_000 | replay (dataset.skip on batches) |" in markdown
+    assert "| shuffle=10_000 | replay (dataset.skip on batches) |" in markdown
     assert "`tf.train.Checkpoint(iterator=...)`" in markdown
     targets = markdown.split("## Targets (issue 45)", 1)[1]
     for target in (
         'resume (FunctionLoop resumed), shuffle="global": extra time at 90%',
         "resume (FunctionLoop resumed), no shuffle: extra time at 90%",
-        'input alone: shuffle="global" / shuffle_buffer=10_000',
+        'input alone: shuffle="global" / shuffle=10_000',
         'mixing, shuffle="global"',
     ):
         (line,) = [line for line in targets.splitlines() if line.startswith(f"| {target}")]

@@ -189,7 +189,7 @@ CASES = {
             p["data"], 8, pipeline="queue", read_config=tfrecord.ReadConfig(capacity=4)
         ),
         ValueError,
-        r"Expected `capacity` to exceed `shuffle_buffer` and be at least `batch_size`",
+        r"Expected `capacity` to exceed the buffer of `shuffle` and be at least `batch_size`",
     ),
     "no files": (
         lambda p: tfrecord.read_batches(str(p["data"]) + ".missing*", 8),

@@ -244,7 +244,7 @@ def test_the_same_damage_gives_the_same_shuffled_order_again(clean: list[Path]) 
     files, kept = three(clean, "length_header")
 
     def order() -> list[int]:
-        data = tfrecord.dataset(files, BATCH, shuffle_buffer=8, seed=3, max_corrupt_records=1)
+        data = tfrecord.dataset(files, BATCH, shuffle=8, seed=3, max_corrupt_records=1)
         return ids_of(data)
 
     first = order()

@@ -25,7 +25,7 @@ from _faults import LinearModel
 from conftest import write_records
 from helpers import FaultRecorder as Recorder
 from tfr_hooks import tfrecord
-from tfr_hooks.graph.checkpoint import resume_epoch_of
+from tfr_hooks.graph.checkpoint import resume_position_of
 
 v1 = tf.compat.v1
 pytestmark = pytest.mark.timeout(120)
@@ -123,7 +123,7 @@ def test_bad_record_stops_the_run_naming_the_file(graph, tmp_path, defect, pipel
     # the last good checkpoint is intact and loadable
     latest = tf.train.latest_checkpoint(str(logdir))
     assert latest is not None
-    epochs_done, _ = resume_epoch_of(latest)
+    epochs_done, _, _ = resume_position_of(latest)
     assert epochs_done >= 1
     reader = tf.train.load_checkpoint(latest)
     values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}

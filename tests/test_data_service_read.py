@@ -119,12 +119,12 @@ def test_a_closed_port_is_an_error_at_once(plain: list[str], closed_port: int) -
 @pytest.mark.slow
 @pytest.mark.data_service
 @pytest.mark.timeout(START + 240)
-@pytest.mark.parametrize("shuffle_buffer", [0, 64])
+@pytest.mark.parametrize("shuffle", [None, 64])
 def test_every_example_once_per_epoch_through_the_service(
-    service: str, plain: list[str], packed: Path, shuffle_buffer: int
+    service: str, plain: list[str], packed: Path, shuffle: int | None
 ) -> None:
     for files in (plain, packed):
-        data = tfrecord.dataset(files, 16, shuffle_buffer=shuffle_buffer, service=service)
+        data = tfrecord.dataset(files, 16, shuffle=shuffle, service=service)
         assert data.cardinality() == tf.data.UNKNOWN_CARDINALITY
         for _ in range(2):  # a new iterator each: a new epoch
             assert ids_of(data) == IDS
@@ -154,15 +154,13 @@ def test_the_workers_run_map_fn_padding_and_batch_map_fn(service: str, plain: li
 @pytest.mark.slow
 @pytest.mark.data_service
 @pytest.mark.timeout(START + 240)
-@pytest.mark.parametrize("shuffle_buffer", [0, 64])
+@pytest.mark.parametrize("shuffle", [None, 64])
 def test_graph_mode_reads_each_example_once_per_initialization(
-    service: str, plain: list[str], packed: Path, shuffle_buffer: int
+    service: str, plain: list[str], packed: Path, shuffle: int | None
 ) -> None:
     for files in (plain, packed):
         with tf.Graph().as_default():
-            batches = tfrecord.read_batches(
-                files, 16, shuffle_buffer=shuffle_buffer, seed=3, service=service
-            )
+            batches = tfrecord.read_batches(files, 16, shuffle=shuffle, seed=3, service=service)
             assert batches.facts.service == service
             assert batches.facts.kind is (
                 tfrecord.PipelineKind.STREAMED if files is plain else tfrecord.PipelineKind.PACKED
@@ -197,7 +195,7 @@ def test_function_loop_trains_exact_epochs_through_the_service(
 ) -> None:
     # 20 divides each file's 100 examples: however the files are split over the workers,
     # every batch is full and an epoch is 20 steps
-    data = tfrecord.dataset(plain, 20, shuffle_buffer=50, service=service)
+    data = tfrecord.dataset(plain, 20, shuffle=50, service=service)
     w = tf.Variable(tf.zeros([4]))
 
     def step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -221,7 +219,7 @@ def test_function_loop_with_auto_steps_trains_exact_epochs_through_the_service(
     service: str, plain: list[str]
 ) -> None:
     # 100 steps an epoch (4 divides each file's 100 examples), a cheap step: calls grow
-    source = tfrecord.source(plain, 4, shuffle_buffer=50, service=service)
+    source = tfrecord.source(plain, 4, shuffle=50, service=service)
 
     def step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         return {"id": tf.reduce_mean(tf.cast(batch["id"], tf.float32))}
@@ -241,7 +239,7 @@ def test_session_loop_trains_exact_epochs_through_the_service(
     service: str, plain: list[str]
 ) -> None:
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(plain, 20, shuffle_buffer=50, service=service)
+        batches = tfrecord.read_batches(plain, 20, shuffle=50, service=service)
         w = v1.get_variable("w", [4], initializer=tf.zeros_initializer())
         loss = tf.reduce_mean(tf.square(tf.reduce_sum(batches.tensors["x"] * w, 1) - 1.0))
         train_op = v1.train.GradientDescentOptimizer(0.01).minimize(loss)

@@ -4,7 +4,7 @@ One :class:`~tfr_hooks.service.local.LocalService` (a dispatcher and 2 workers o
 loopback) is started by the module and stays up across every run: an uninterrupted
 reference, then the same run interrupted and resumed in new processes. The trainer is
 ``tests/_resume_child.py`` (``FunctionLoop``, a Keras 3 model,
-``tfrecord.dataset(files, 12, shuffle_buffer=64, seed=3, service=address)``,
+``tfrecord.dataset(files, 12, shuffle=64, seed=3, service=address)``,
 ``PreemptionCheckpoint`` for a SIGTERM, ``BackupAndRestore(save_freq=3)`` through
 ``KerasCallbacks`` for a SIGKILL), as in ``tests/test_function_loop_determinism.py``.
 

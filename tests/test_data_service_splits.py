@@ -33,8 +33,8 @@ TOTAL = 1000
 BATCH = 64
 START = 240  # seconds the servers may take to start on a loaded 2-core machine
 MATRIX = pytest.mark.parametrize(
-    ("files", "workers", "shuffle_buffer"),
-    [(f, w, b) for f in (1, 2, 5) for w in (2, 3) for b in (0, 100)],
+    ("files", "workers", "shuffle"),
+    [(f, w, b) for f in (1, 2, 5) for w in (2, 3) for b in (None, 100)],
 )
 
 
@@ -135,10 +135,10 @@ def test_the_splits_stay_few_enough_for_the_graph_on_large_data(tmp_path: Path) 
 @pytest.mark.timeout(2 * START + 300)
 @MATRIX
 def test_function_loop_trains_each_example_once_an_epoch_through_the_service(
-    services: dict[int, str], tmp_path: Path, files: int, workers: int, shuffle_buffer: int
+    services: dict[int, str], tmp_path: Path, files: int, workers: int, shuffle: int | None
 ) -> None:
     paths = write_files(tmp_path, files)
-    source = tfrecord.source(paths, BATCH, shuffle_buffer=shuffle_buffer, service=services[workers])
+    source = tfrecord.source(paths, BATCH, shuffle=shuffle, service=services[workers])
     hits = tf.Variable(tf.zeros([TOTAL], tf.int32))
 
     def step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -155,13 +155,11 @@ def test_function_loop_trains_each_example_once_an_epoch_through_the_service(
 @pytest.mark.timeout(2 * START + 300)
 @MATRIX
 def test_session_loop_trains_each_example_once_an_epoch_through_the_service(
-    services: dict[int, str], tmp_path: Path, files: int, workers: int, shuffle_buffer: int
+    services: dict[int, str], tmp_path: Path, files: int, workers: int, shuffle: int | None
 ) -> None:
     paths = write_files(tmp_path, files)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(
-            paths, BATCH, shuffle_buffer=shuffle_buffer, service=services[workers]
-        )
+        batches = tfrecord.read_batches(paths, BATCH, shuffle=shuffle, service=services[workers])
         hits = v1.get_variable("hits", [TOTAL], tf.int32, initializer=tf.zeros_initializer())
         train_op = count_ids(hits, batches.tensors["id"])
         counted = EpochIds(hits.value(), hits.assign(tf.zeros_like(hits)))
@@ -203,7 +201,7 @@ def test_compressed_damaged_packed_and_many_files_give_each_example_once_through
     data = tfrecord.dataset(
         paths,
         BATCH,
-        shuffle_buffer=100,
+        shuffle=100,
         service=services[3],
         **read,
     )

@@ -101,8 +101,8 @@ def test_datasets_shard_by_file_with_enough_files_else_by_data(tmp_path, as_task
     one, two = _shards(tmp_path / "one", 1), _shards(tmp_path / "two", 2)
     as_task(_config(1))
     # a read that cannot seek (a buffer): by file when every worker has a file
-    assert _policy(tfrecord.dataset(two, 4, shuffle_buffer=8)) == Policy.FILE
-    assert _policy(tfrecord.dataset(one, 4, shuffle_buffer=8)) == Policy.DATA
+    assert _policy(tfrecord.dataset(two, 4, shuffle=8)) == Policy.FILE
+    assert _policy(tfrecord.dataset(one, 4, shuffle=8)) == Policy.DATA
     # a read that seeks (unshuffled, uncompressed): one sequence split by data, so that its
     # position holds on any worker count (issue 52)
     assert _policy(tfrecord.dataset(two, 4)) == Policy.DATA
@@ -141,7 +141,7 @@ def test_workers_shuffle_alike_without_a_seed(tmp_path, as_task) -> None:
     root = _shards(tmp_path / "d", 2, n=64)
 
     def order() -> list[int]:
-        ds = tfrecord.dataset(root, 64, shuffle_buffer=64, as_tuple=("index",))
+        ds = tfrecord.dataset(root, 64, shuffle=64, as_tuple=("index",))
         return next(iter(ds))[0].numpy().tolist()
 
     as_task(_config(0))

@@ -317,7 +317,8 @@ def test_a_preempted_run_resumes_at_the_next_batch_of_the_same_order(
     read = {k: v for k, v in pipeline.items() if k != "examples_per_record"}
 
     def run(directory: Any, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
-        data = tfrecord.dataset(tmp_path / "data", batch, shuffle_buffer=64, seed=3, **read)
+        shuffle = "global" if read.get("in_memory") else 64
+        data = tfrecord.dataset(tmp_path / "data", batch, shuffle=shuffle, seed=3, **read)
         return preemptible_run(data, "index", directory, at, EPOCHS)
 
     reference, (_, total) = run(tmp_path / "ref", None)

@@ -159,7 +159,7 @@ def _queue_loop(files: Path, num_epochs: int | None, **loop_kwargs: Any) -> Any:
         QBATCH,
         pipeline="queue",
         num_epochs=num_epochs,
-        shuffle_buffer=4 * QBATCH,
+        shuffle=4 * QBATCH,
         read_config=tfrecord.ReadConfig(num_parallel_reads=2),
         seed=1,
     )

@@ -37,9 +37,6 @@ PIPELINES = [
         {"shuffle": "global", "seed": 3, "in_memory": True}, id="global-memory", marks=SLOW
     ),
     pytest.param({"in_memory": True}, id="unshuffled-memory", marks=SLOW),
-    pytest.param(
-        {"shuffle_buffer": 64, "seed": 3, "in_memory": True}, id="buffer-memory", marks=SLOW
-    ),
     pytest.param({}, id="unshuffled-streamed", marks=SLOW),
     pytest.param(
         {"read_config": tfrecord.ReadConfig(num_parallel_reads=2)},
@@ -636,10 +633,12 @@ def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:
 
 def test_what_replays_has_no_position(tmp_path: Path) -> None:
     data = _write(tmp_path / "data", 300, 2)
-    assert tfrecord.source(data, 10, shuffle_buffer=64, seed=1).facts.position is None
+    assert tfrecord.source(data, 10, shuffle=64, seed=1).facts.position is None
+    # in memory as streamed: a buffer's order is entered by replay
+    assert tfrecord.source(data, 10, shuffle=64, seed=1, in_memory=True).facts.position is None
     assert tfrecord.source(data, 10, shuffle="global", num_epochs=2).facts.position is None
     bucketed: dict[str, Any] = {"bucket_boundaries": [2], "bucket_by": "index"}
-    assert tfrecord.source(data, 10, shuffle_buffer=64, **bucketed).facts.position is None
+    assert tfrecord.source(data, 10, shuffle=64, **bucketed).facts.position is None
     assert tfrecord.source(data, 10, in_memory=True, **bucketed).facts.position is None
     with pytest.raises(ValueError, match="epoch"):
         tfrecord.source(data, 10, shuffle="global", seed=1).facts.position.seek(-1, 0)  # type: ignore[union-attr]
@@ -691,7 +690,7 @@ def test_batches_of_reads_a_graph_dataset_with_or_without_a_position(tmp_path: P
     data = _write(tmp_path / "data", 300, 2)
     for options, seeks in [
         ({"shuffle": "global", "seed": 1}, True),
-        ({"shuffle_buffer": 8}, False),
+        ({"shuffle": 8}, False),
     ]:
         with tf.Graph().as_default():
             batches = tfrecord.batches_of(tfrecord.dataset(data, 10, **options).prefetch(1))

@@ -95,7 +95,7 @@ def test_a_run_preempted_on_n_workers_resumes_on_m_with_each_example_once(
     [
         ({"shuffle": "global", "seed": 1}, "the position counts global batches"),
         ({}, "the position counts global batches"),
-        ({"shuffle_buffer": 64, "seed": 1}, "this input cannot seek (it replays)"),
+        ({"shuffle": 64, "seed": 1}, "this input cannot seek (it replays)"),
     ],
     ids=["global", "unshuffled", "buffer-replays"],
 )

@@ -64,7 +64,7 @@ def test_global_shuffle_mixes_class_ordered_files(tmp_path):
     fewest, distance = _mixing(tfrecord.dataset(files, 256, shuffle="global", seed=3))
     assert fewest >= 15 and distance <= 0.25, (fewest, distance)
     # a streamed buffer shuffle of the same files does not
-    fewest, distance = _mixing(tfrecord.dataset(files, 256, shuffle_buffer=10_000, seed=3))
+    fewest, distance = _mixing(tfrecord.dataset(files, 256, shuffle=10_000, seed=3))
     assert fewest < 15 or distance > 0.25, (fewest, distance)
 
 
@@ -183,9 +183,10 @@ def test_function_loop_trains_an_epoch(class_files):
 
 
 def test_errors_name_shuffle_and_what_works(class_files, tmp_path):
-    with pytest.raises(ValueError, match=r"shuffle.*None or 'global'.*Received: shuffle='full'"):
+    match = r"shuffle.*None.*a positive int.*'global'.*Received: shuffle='full'"
+    with pytest.raises(ValueError, match=match):
         tfrecord.dataset(class_files, 8, shuffle="full")
-    with pytest.raises(ValueError, match=r"shuffle_buffer=0 with shuffle='global'"):
+    with pytest.raises(ValueError, match=r"Received: shuffle='global', shuffle_buffer=100"):
         tfrecord.dataset(class_files, 8, shuffle="global", shuffle_buffer=100)
     with pytest.raises(ValueError, match=r"shuffle=None with service="):
         tfrecord.dataset(class_files, 8, shuffle="global", service="grpc://localhost:1")

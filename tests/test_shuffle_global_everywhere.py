@@ -78,7 +78,7 @@ def test_packed_shards_mix_examples_not_records(packed_classes: str) -> None:
         # a record's 4 examples are not handed out together
         assert np.mean(np.diff(ids) == 1) < 0.1
     assert fewest >= 15 and np.mean(distances) <= 0.25, (fewest, np.mean(distances))
-    streamed = tfrecord.dataset(packed_classes, 256, shuffle_buffer=1_000, seed=3)
+    streamed = tfrecord.dataset(packed_classes, 256, shuffle=1_000, seed=3)
     first = next(iter(streamed))["label"].numpy()
     assert len(np.unique(first)) < 15
 

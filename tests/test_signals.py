@@ -27,7 +27,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import tfr_hooks
 from conftest import write_records
 from helpers import WATCHER, Threads, metrics
-from tfr_hooks.graph.checkpoint import resume_epoch_of
+from tfr_hooks.graph.checkpoint import resume_position_of
 
 SCRIPT = Path(__file__).parent / "_fault_scripts" / "train.py"
 v1 = tf.compat.v1
@@ -160,7 +160,7 @@ def test_sigint_mid_epoch_closes_the_epoch_writes_checkpoints_and_flushes_tensor
     assert result["threads"] == ["MainThread"]
     # our checkpoint: the interrupted epoch 1 is to be run again on resume
     latest = tf.train.latest_checkpoint(str(proc.logdir / "ckpt"))
-    assert resume_epoch_of(latest)[0] == 1
+    assert resume_position_of(latest)[0] == 1
     values = _load_all(latest)
     assert any("momentum" in name for name in values)  # optimizer slots are saved
     # Keras' ModelCheckpoint wrote each epoch's weights at its end, the interrupted one's
@@ -199,7 +199,7 @@ def test_signals_stop_a_step_blocked_on_an_empty_queue(start):
     first = json.loads(proc.wait_for("FIRST", STOP_TIMEOUT_S).split(" ", 1)[1])
     assert len(first["history"]["loss"]) == 1 and first["threads"] == ["MainThread"]
     latest = tf.train.latest_checkpoint(str(proc.logdir / "ckpt"))
-    assert resume_epoch_of(latest)[0] == 0  # the interrupted epoch 0
+    assert resume_position_of(latest)[0] == 0  # the interrupted epoch 0
     assert _load_all(latest)["global_step"] == 5
     assert "Cancelling its read" in proc.stderr_path.read_text()
     # blocked again: two signals in a row abort at once, threads still joined
@@ -240,12 +240,12 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(star
     # ... and the state file points only at complete checkpoints
     state = tf.train.get_checkpoint_state(str(proc.logdir))
     assert state is not None and len(state.all_model_checkpoint_paths) >= 2
-    assert resume_epoch_of(state.model_checkpoint_path)[0] >= 3  # three saves came first
+    assert resume_position_of(state.model_checkpoint_path)[0] >= 3  # three saves came first
     for path in state.all_model_checkpoint_paths:
         assert not any(
             n.startswith(os.path.basename(path) + ".") and "tempstate" in n for n in names
         )
-        epochs_done, _ = resume_epoch_of(path)
+        epochs_done, _, _ = resume_position_of(path)
         big = _load_all(path)["big"]
         assert big.shape == (8 * 1024 * 1024,)
         assert np.all(big == epochs_done)  # one step per epoch adds 1 everywhere

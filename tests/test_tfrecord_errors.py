@@ -293,7 +293,7 @@ def test_hook_translates_graph_mode_queue_errors_without_hanging(tmp_path):
             schema=SCHEMA,
             pipeline="queue",
             num_epochs=1,
-            shuffle_buffer=16,
+            shuffle=16,
             read_config=tfrecord.ReadConfig(num_parallel_reads=2),
         )
         with new_session() as session, pytest.raises(tf.errors.DataLossError) as info:

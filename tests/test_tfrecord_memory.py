@@ -61,7 +61,7 @@ def _index_step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
 @pytest.mark.parametrize("source", ["shards", "packed_shards"])
 @pytest.mark.slow  # trains on 2 layouts; about 1 s of CPU
 def test_function_loop_epochs_are_exact_in_memory(source, request):
-    ds = tfrecord.dataset(request.getfixturevalue(source), 128, shuffle_buffer=1, in_memory=True)
+    ds = tfrecord.dataset(request.getfixturevalue(source), 128, shuffle="global", in_memory=True)
     counter = EpochCounts()
     FunctionLoop(ds, step_fn=_index_step, hooks=[counter], steps_per_execution=3).run(epochs=3)
     assert counter.counts == [(8, 1000)] * 3  # 7 full batches and one of 104, each epoch
@@ -100,7 +100,7 @@ def test_batch_sizes_and_drop_remainder(shards):
 
 def test_every_epoch_is_a_new_permutation_reproducible_from_the_seed(shards):
     orders = _epoch_orders(
-        tfrecord.dataset(shards, 128, shuffle_buffer=1, seed=5, in_memory=True), 3
+        tfrecord.dataset(shards, 128, shuffle="global", seed=5, in_memory=True), 3
     )
     for order in orders:
         assert sorted(order.tolist()) == list(range(1000))  # the same multiset, once each
@@ -108,11 +108,11 @@ def test_every_epoch_is_a_new_permutation_reproducible_from_the_seed(shards):
     assert not np.array_equal(orders[1], orders[2])
     assert not np.array_equal(orders[0], np.arange(1000))
     again = _epoch_orders(
-        tfrecord.dataset(shards, 128, shuffle_buffer=1, seed=5, in_memory=True), 3
+        tfrecord.dataset(shards, 128, shuffle="global", seed=5, in_memory=True), 3
     )
     assert all(np.array_equal(a, b) for a, b in zip(orders, again, strict=True))
     other = _epoch_orders(
-        tfrecord.dataset(shards, 128, shuffle_buffer=1, seed=6, in_memory=True), 1
+        tfrecord.dataset(shards, 128, shuffle="global", seed=6, in_memory=True), 1
     )
     assert not np.array_equal(orders[0], other[0])
 
@@ -124,7 +124,7 @@ def test_no_shuffle_keeps_file_order(shards):
 
 def _graph_orders(directory: Path, seed: int, epochs: int) -> list[np.ndarray]:
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(directory, 128, in_memory=True, shuffle_buffer=1, seed=seed)
+        batches = tfrecord.read_batches(directory, 128, in_memory=True, shuffle="global", seed=seed)
         orders = []
         with v1.Session() as session:
             for _ in range(epochs):
@@ -148,26 +148,29 @@ def test_graph_mode_reshuffles_at_each_initialization_reproducibly(shards):
     assert all(np.array_equal(a, b) for a, b in zip(orders, again, strict=True))
 
 
-def _passes(arrays: dict[str, np.ndarray], drop: bool, passes: int) -> list[list[np.ndarray]]:
+def _passes(
+    arrays: dict[str, np.ndarray], drop: bool, passes: int, shuffle: int | str = "global"
+) -> list[list[np.ndarray]]:
     """Batches (``index``) of ``passes`` passes of ``memory_dataset``, a new iterator each."""
     from tfr_hooks.tfrecord.pipelines.memory.serve import memory_dataset
 
     ds = memory_dataset(
-        arrays, 128, shuffle=True, seed=4, drop_remainder=drop, num_epochs=1, prefetch=2
+        arrays, 128, shuffle=shuffle, seed=4, drop_remainder=drop, num_epochs=1, prefetch=2
     )
     return [[b["index"].numpy() for b in ds] for _ in range(passes)]
 
 
+@pytest.mark.parametrize("shuffle", ["global", 64])
 @pytest.mark.parametrize("drop", [False, True])
-def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, drop):
+def test_small_data_gathered_whole_keeps_the_passes_and_batches(monkeypatch, drop, shuffle):
     from tfr_hooks.tfrecord.pipelines.memory import serve
 
     arrays = _arrays()
-    assert serve._Gather(arrays, 128, True, drop, None).whole  # 20 KB: gathered whole
-    whole = _passes(arrays, drop, 3)
+    assert serve._Gather(arrays, 128, shuffle, drop, None).whole  # 20 KB: gathered whole
+    whole = _passes(arrays, drop, 3, shuffle)
     monkeypatch.setattr(serve, "WHOLE_PASS_BYTES", -1)  # a flat_map of each pass's slices
-    assert not serve._Gather(arrays, 128, True, drop, None).whole
-    sliced = _passes(arrays, drop, 3)
+    assert not serve._Gather(arrays, 128, shuffle, drop, None).whole
+    sliced = _passes(arrays, drop, 3, shuffle)
     sizes = [128] * 7 + ([] if drop else [104])  # each pass ends with its own final batch
     for batches, other in zip(whole, sliced, strict=True):
         assert [len(b) for b in batches] == sizes
@@ -185,7 +188,7 @@ def test_unaligned_arrays_are_served_whole_and_right():
     ds = memory_dataset(
         {"x": unaligned, "index": arrays["index"]},
         100,
-        shuffle=True,
+        shuffle="global",
         seed=1,
         drop_remainder=False,
         num_epochs=2,
@@ -259,7 +262,7 @@ def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
     arrays = _arrays()
     with tf.Graph().as_default() if graph_mode else contextlib.nullcontext():
         data = serve.memory_dataset(
-            arrays, 128, shuffle=True, seed=4, drop_remainder=False, num_epochs=1, prefetch=2
+            arrays, 128, shuffle="global", seed=4, drop_remainder=False, num_epochs=1, prefetch=2
         )
         names = _single_device_functions(data)
     # the gather (and in graph mode the pass seeds' map) run single-device
@@ -305,7 +308,7 @@ def test_cardinality_is_exact(shards, tmp_path):
 def test_keras_fit_knows_the_epoch_length(shards, recwarn):
     import keras
 
-    ds = tfrecord.dataset(shards, 128, as_tuple=("x", "index"), in_memory=True, shuffle_buffer=1)
+    ds = tfrecord.dataset(shards, 128, as_tuple=("x", "index"), in_memory=True, shuffle="global")
     inputs = keras.Input((3,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
     model.compile("sgd", "mse")
@@ -421,7 +424,7 @@ def _noise(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
 
 def test_map_fn_runs_once_per_example_over_epochs(jpegs):
     counter = Counter()
-    ds = tfrecord.dataset(jpegs, 32, in_memory=True, map_fn=counter.decode, shuffle_buffer=1)
+    ds = tfrecord.dataset(jpegs, 32, in_memory=True, map_fn=counter.decode, shuffle="global")
     assert counter.calls == 100  # decoded here, once
     assert ds.element_spec["image"].shape.as_list() == [None, 16, 16, 3]
     orders = _epoch_orders(ds, 3, key="id")
@@ -440,7 +443,7 @@ def test_map_fn_runs_once_in_graph_mode(jpegs):
     with tf.Graph().as_default():
         v1.set_random_seed(0)
         batches = tfrecord.read_batches(
-            jpegs, 32, in_memory=True, map_fn=counter.decode, shuffle_buffer=1, seed=1
+            jpegs, 32, in_memory=True, map_fn=counter.decode, shuffle="global", seed=1
         )
         assert batches.facts.kind.in_memory and batches.facts.examples == 100
         orders = []
@@ -515,7 +518,7 @@ def test_batch_map_fn_draws_anew_every_epoch(jpegs, tmp_path, pipeline):
             tmp_path,
             examples_per_record=16,
         )
-        ds = tfrecord.dataset(tmp_path, 16, batch_map_fn=_noise, shuffle_buffer=8)
+        ds = tfrecord.dataset(tmp_path, 16, batch_map_fn=_noise, shuffle=8)
     else:
         in_memory: bool | str = {"stream": False, "memory": True, "encoded": "auto"}[pipeline]
         budget = 200_000 if pipeline == "encoded" else None  # decoded 300 KB; records 30 KB
@@ -526,7 +529,7 @@ def test_batch_map_fn_draws_anew_every_epoch(jpegs, tmp_path, pipeline):
             batch_map_fn=_noise,
             in_memory=in_memory,
             read_config=tfrecord.ReadConfig(memory_budget=budget),
-            shuffle_buffer=8,
+            shuffle=8 if pipeline == "stream" else "global",
         )
     epochs = [_by_id(ds) for _ in range(2)]
     clean = _by_id(

@@ -89,9 +89,7 @@ def test_in_memory_float_images_equal_map_fn_values_exactly(
         monkeypatch.setattr(serve, "WHOLE_PASS_BYTES", 0)
     map_fn = _map_fn(FINISHES[finish][0])
     expected = _expected(pngs, map_fn)
-    data = tfrecord.dataset(
-        [pngs], 8, in_memory=True, shuffle_buffer=0, num_epochs=1, map_fn=map_fn
-    )
+    data = tfrecord.dataset([pngs], 8, in_memory=True, shuffle=None, num_epochs=1, map_fn=map_fn)
     assert data.element_spec["image"].dtype == expected.dtype
     batches = list(data)
     assert [len(b["label"]) for b in batches] == [8] * 6 + [2]
@@ -117,7 +115,7 @@ def test_in_memory_pipeline_holds_uint8_where_map_fn_casts_and_scales(
     monkeypatch.setattr(pipeline, "memory_dataset", serving)
     fn, narrows = FINISHES[finish]
     data = tfrecord.dataset(
-        [pngs], 8, in_memory=True, shuffle_buffer=0, num_epochs=1, map_fn=_map_fn(fn)
+        [pngs], 8, in_memory=True, shuffle=None, num_epochs=1, map_fn=_map_fn(fn)
     )
     assert data.element_spec["image"].dtype != tf.uint8  # served as map_fn returns it
     [arrays] = held
@@ -131,7 +129,7 @@ def test_shuffled_float_images_in_memory_are_the_same_values_as_tuples(pngs: str
     map_fn = _map_fn(FINISHES["divided"][0])
     expected = _expected(pngs, map_fn)
     data = tfrecord.dataset(
-        [pngs], 16, in_memory=True, shuffle_buffer=1, seed=5, num_epochs=2, map_fn=map_fn,
+        [pngs], 16, in_memory=True, shuffle="global", seed=5, num_epochs=2, map_fn=map_fn,
         as_tuple=("image", "label"),
     )  # fmt: skip
     seen = [(x.numpy(), y.numpy()) for x, y in data]
@@ -161,7 +159,7 @@ def test_graph_mode_serves_the_same_float_images(pngs: str) -> None:
     expected = _expected(pngs, map_fn)
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            [pngs], 8, in_memory=True, shuffle_buffer=0, num_epochs=1, map_fn=map_fn
+            [pngs], 8, in_memory=True, shuffle=None, num_epochs=1, map_fn=map_fn
         )
         images = []
         with tf.compat.v1.Session() as session:
@@ -201,7 +199,7 @@ def test_float_images_are_held_in_a_quarter_of_the_memory(tmp_path: Path) -> Non
     floats = images.size * 4
     tracemalloc.start()
     try:
-        data = tfrecord.dataset([path], 100, in_memory=True, shuffle_buffer=0, map_fn=map_fn)
+        data = tfrecord.dataset([path], 100, in_memory=True, shuffle=None, map_fn=map_fn)
         _, peak = tracemalloc.get_traced_memory()  # numpy's buffers: the held arrays
     finally:
         tracemalloc.stop()

@@ -100,7 +100,7 @@ def test_other_readers_see_plain_examples(tmp_path):
 
 def test_batches_and_cardinality_are_exact(tmp_path):
     tfrecord.write({"i": np.arange(1000)}, tmp_path, shards=3, examples_per_record=64)
-    ds = tfrecord.dataset(tmp_path, 128, shuffle_buffer=256, seed=0)
+    ds = tfrecord.dataset(tmp_path, 128, shuffle=256, seed=0)
     assert [int(b["i"].shape[0]) for b in ds] == [128] * 7 + [104]
     assert int(ds.cardinality()) == 8
     three = tfrecord.dataset(tmp_path, 128, num_epochs=3, drop_remainder=True)
@@ -112,7 +112,7 @@ def test_shuffle_by_file_block_and_window_each_epoch_reproducibly(tmp_path):
     tfrecord.write({"i": np.arange(1000)}, tmp_path, shards=4, examples_per_record=16)
 
     def orders(seed: int) -> list[np.ndarray]:
-        ds = tfrecord.dataset(tmp_path, 100, shuffle_buffer=200, seed=seed)
+        ds = tfrecord.dataset(tmp_path, 100, shuffle=200, seed=seed)
         return [np.concatenate([b["i"].numpy() for b in ds]) for _ in range(3)]
 
     first = orders(3)
@@ -128,7 +128,7 @@ def test_shuffle_by_file_block_and_window_each_epoch_reproducibly(tmp_path):
 def test_graph_dataset_pipeline_reshuffles_each_initialization(tmp_path):
     tfrecord.write({"i": np.arange(500)}, tmp_path, shards=2, examples_per_record=16)
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(tmp_path, 50, pipeline="dataset", seed=1, shuffle_buffer=64)
+        batches = tfrecord.read_batches(tmp_path, 50, pipeline="dataset", seed=1, shuffle=64)
         orders = []
         with v1.Session() as session:
             for _ in range(2):

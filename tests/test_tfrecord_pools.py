@@ -56,7 +56,7 @@ def texts(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
 
 
 def read(files: str | list[str], **kwargs: Any) -> tf.data.Dataset:
-    options = {"shuffle_buffer": 64, "seed": 7, "bucket_boundaries": BOUNDARIES, **kwargs}
+    options = {"shuffle": 64, "seed": 7, "bucket_boundaries": BOUNDARIES, **kwargs}
     return tfrecord.dataset(files, BATCH, **options)
 
 
@@ -122,7 +122,7 @@ def test_the_seed_fixes_every_epoch_and_another_seed_changes_it(texts):
 
 
 def test_without_shuffling_each_pool_serves_its_batches_shortest_first(texts):
-    batches = batches_of(read(texts[300], shuffle_buffer=0))
+    batches = batches_of(read(texts[300], shuffle=None))
     for start in range(0, len(batches), DEFAULT_POOL):
         pool = [ln for _, ln in batches[start : start + DEFAULT_POOL]]
         flat = [x for ln in pool for x in ln]
@@ -140,7 +140,7 @@ def test_a_dense_feature_stays_dense(texts, drop):
 
 
 def test_the_global_order_shuffles_each_pools_batches_too(texts):
-    data = read(texts[300], shuffle_buffer=0, shuffle="global")
+    data = read(texts[300], shuffle="global")
     epochs = [batches_of(data) for _ in range(2)]
     for batches in epochs:
         check_pools(batches, 300, False)
@@ -163,7 +163,7 @@ def test_padded_to_each_batchs_longest_in_graph_mode_too(texts):
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
             texts[300], BATCH, pad_to="longest", bucket_boundaries=BOUNDARIES, seed=7,
-            shuffle_buffer=64,
+            shuffle=64,
         )  # fmt: skip
         ids: list[int] = []
         with tf.compat.v1.Session() as session:

@@ -120,8 +120,8 @@ def check_images(found: dict[int, dict[str, Any]], codec: str) -> None:
 
 TF2_PIPELINES = {
     "stream": {},
-    "stream-shuffled": {"shuffle_buffer": 20, "seed": 1},
-    "memory": {"in_memory": True, "shuffle_buffer": 1, "seed": 2},
+    "stream-shuffled": {"shuffle": 20, "seed": 1},
+    "memory": {"in_memory": True, "shuffle": "global", "seed": 2},
     "auto": {"in_memory": "auto"},
 }
 
@@ -138,7 +138,7 @@ def test_images_with_box_lists_read_on_every_tf2_pipeline(images, pipeline):
 def test_images_with_box_lists_read_packed_after_convert(images, tmp_path):
     codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
     tfrecord.convert(images, tmp_path / "packed", examples_per_record=8, compression="gzip")
-    for kwargs in ({}, {"shuffle_buffer": 24, "seed": 3}, {"in_memory": True}):
+    for kwargs in ({}, {"shuffle": 24, "seed": 3}, {"in_memory": True}):
         check_images(
             by_id(list(tfrecord.dataset(tmp_path / "packed", BATCH, map_fn=decode, **kwargs))),
             codec,
@@ -220,10 +220,10 @@ def check_texts(found: dict[int, dict[str, Any]], cut: int | None = None) -> Non
 
 
 PIPELINES = {
-    "stream": {"shuffle_buffer": 64, "seed": 1},
-    "memory": {"in_memory": True, "shuffle_buffer": 1, "seed": 1},
-    "packed": {"shuffle_buffer": 64, "seed": 1},
-    "packed-memory": {"in_memory": True, "shuffle_buffer": 1, "seed": 1},
+    "stream": {"shuffle": 64, "seed": 1},
+    "memory": {"in_memory": True, "shuffle": "global", "seed": 1},
+    "packed": {"shuffle": 64, "seed": 1},
+    "packed-memory": {"in_memory": True, "shuffle": "global", "seed": 1},
 }
 
 
@@ -296,7 +296,7 @@ def test_bucketed_batches_hold_one_bucket_and_waste_less_padding(texts, packed_t
 
 def test_memory_bucketed_epochs_follow_a_fresh_order(texts):
     data = tfrecord.dataset(
-        texts, BATCH, in_memory=True, shuffle_buffer=1, seed=4, bucket_boundaries=BOUNDARIES
+        texts, BATCH, in_memory=True, shuffle="global", seed=4, bucket_boundaries=BOUNDARIES
     )
     first, second = ([rows(b["id"]) for b in data] for _ in range(2))
     assert first != second

@@ -61,7 +61,7 @@ def test_paths_globs_and_directories_give_the_same_files(shards):
 
 def test_shuffle_is_seeded_and_deterministic(shards):
     def labels(seed):
-        ds = tfrecord.dataset(shards, 100, shuffle_buffer=200, seed=seed)
+        ds = tfrecord.dataset(shards, 100, shuffle=200, seed=seed)
         return np.concatenate([b["label"].numpy() for b in ds])
 
     first, again, other = labels(1), labels(1), labels(2)
@@ -86,7 +86,7 @@ def test_per_example_map_and_epochs(shards):
 def test_graph_mode_dataset_pipeline_one_epoch_per_initialization(shards):
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
-            shards, BATCH, pipeline="dataset", shuffle_buffer=4 * BATCH, as_tuple=("image", "label")
+            shards, BATCH, pipeline="dataset", shuffle=4 * BATCH, as_tuple=("image", "label")
         )
         x, y = batches.tensors
         assert x.shape.as_list() == [None, 4, 4]
@@ -104,7 +104,7 @@ def test_graph_mode_dataset_pipeline_one_epoch_per_initialization(shards):
 def _streamed_graph_orders(files: list[str], epochs: int) -> list[list[int]]:
     """The ids of each of ``epochs`` passes of a seeded streamed graph pipeline, in a new graph."""
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(files, 16, shuffle_buffer=32, seed=3)
+        batches = tfrecord.read_batches(files, 16, shuffle=32, seed=3)
         assert not batches.facts.kind.in_memory
         with new_session() as session:
             return [
@@ -136,7 +136,7 @@ def test_graph_mode_queue_pipeline_reads_num_epochs(shards):
             BATCH,
             pipeline="queue",
             num_epochs=3,
-            shuffle_buffer=4 * BATCH,
+            shuffle=4 * BATCH,
             read_config=tfrecord.ReadConfig(num_parallel_reads=2),
             seed=3,
         )
@@ -200,7 +200,7 @@ def test_graph_mode_static_batch_size_tensor_takes_a_batch(shards, batch_size, k
     ("batch_size", "kwargs", "sizes"),
     [
         (100, {"in_memory": True}, [(10, 1000)] * 2),
-        (125, {"in_memory": True, "shuffle_buffer": 1}, [(8, 1000)] * 2),
+        (125, {"in_memory": True, "shuffle": "global"}, [(8, 1000)] * 2),
         (128, {"drop_remainder": True}, [(7, 896)] * 2),
         (128, {"in_memory": True, "drop_remainder": True}, [(7, 896)] * 2),
         # one stream of two passes: the batch crossing 1,000 counts in the first epoch
@@ -255,9 +255,9 @@ def _config(**fields):
         ({"shuffle_buffer": -1}, ValueError, r"Received: shuffle_buffer=-1"),
         ({"num_epochs": 0}, ValueError, r"Received: num_epochs=0"),
         (
-            {"pipeline": "queue", "read_config": _config(capacity=10), "shuffle_buffer": 20},
+            {"pipeline": "queue", "read_config": _config(capacity=10), "shuffle": 20},
             ValueError,
-            r"Expected `capacity` to exceed `shuffle_buffer` .* capacity=10, shuffle_buffer=20",
+            r"Expected `capacity` to exceed the buffer of `shuffle` .* capacity=10, shuffle=20",
         ),
         (
             {"read_config": _config(capacity=10)},

@@ -447,7 +447,7 @@ def test_the_readers_find_a_list_the_first_records_lack_and_do_not_warn(tmp_path
     values = [_record(i, 3, audio=i >= 3) for i in range(8)]  # records 0-2 lack audio
     path = _write(tmp_path / "late.tfrecord", values)
     with caplog.at_level(logging.WARNING):
-        batch = next(iter(tfrecord.dataset(path, 8, schema=DECLARED, shuffle_buffer=0)))
+        batch = next(iter(tfrecord.dataset(path, 8, schema=DECLARED, shuffle=None)))
     assert [r.getMessage() for r in caplog.records if r.name.startswith("tfr_hooks")] == []
     ids, lengths = batch["id"].numpy().tolist(), batch["audio"].row_lengths().numpy()
     by_id = dict(zip(ids, lengths, strict=True))
@@ -471,7 +471,7 @@ def test_a_list_one_file_lacks_and_another_holds_is_a_warning_naming_the_file(tm
     held = _write(tmp_path / "a.tfrecord", [_record(i, 2) for i in range(4)])
     lacking = _write(tmp_path / "b.tfrecord", [_record(i, 2, audio=False) for i in range(4, 8)])
     with caplog.at_level(logging.WARNING, logger=PLAN_LOGGER):
-        batches = list(tfrecord.dataset([held, lacking], 8, schema=DECLARED, shuffle_buffer=0))
+        batches = list(tfrecord.dataset([held, lacking], 8, schema=DECLARED, shuffle=None))
     (warning,) = [r.getMessage() for r in caplog.records if r.name == PLAN_LOGGER]
     assert warning == (
         f"Feature list 'audio' is missing from all 4 records of file {lacking!r}, though "

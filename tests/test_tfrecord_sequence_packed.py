@@ -163,7 +163,7 @@ def test_packed_dataset_returns_the_values_and_frame_counts_written(packed_dir, 
         schema,
         16,
         batch_size=32,
-        shuffle_buffer=0,
+        shuffle=None,
         seed=None,
         num_parallel_reads=1,
         drop_remainder=False,
@@ -180,7 +180,7 @@ def test_packed_dataset_returns_the_values_and_frame_counts_written(packed_dir, 
 
 @pytest.mark.slow  # reads every shuffled pass; about 1 s of CPU
 def test_shuffled_packed_read_through_dataset_is_one_whole_pass(packed_dir, written):
-    ds = tfrecord.dataset(packed_dir, 24, shuffle_buffer=64, seed=3, num_epochs=1)
+    ds = tfrecord.dataset(packed_dir, 24, shuffle=64, seed=3, num_epochs=1)
     batches = list(ds)
     ids = [i for b in batches for i in b["id"].numpy().tolist()]
     assert sorted(ids) == list(range(N)) and ids != list(range(N))
@@ -197,7 +197,7 @@ def test_plain_convert_writes_sequence_examples_that_read_whole(written, tmp_pat
     assert len(frames) == _frames(0) and frames[0].bytes_list.value[0] == (
         written[1][0]["rgb"][0].tobytes()
     )
-    batches = list(tfrecord.dataset(tmp_path / "plain", 50, shuffle_buffer=0, num_epochs=1))
+    batches = list(tfrecord.dataset(tmp_path / "plain", 50, shuffle=None, num_epochs=1))
     _assert_as_written(_one_pass(batches), written[1])
 
 
@@ -206,7 +206,7 @@ def test_packed_shards_convert_again(packed_dir, written, tmp_path):
     # packed input (read with its stored schema) to SequenceExamples, then to packed
     tfrecord.convert(packed_dir, tmp_path / "again")
     result = tfrecord.convert(tmp_path / "again", tmp_path / "repacked", examples_per_record=7)
-    batches = list(tfrecord.dataset(tmp_path / "repacked", 64, shuffle_buffer=0, num_epochs=1))
+    batches = list(tfrecord.dataset(tmp_path / "repacked", 64, shuffle=None, num_epochs=1))
     assert load_sidecar(tmp_path / "repacked" / "schema.json").examples_per_record == 7
     assert result.num_records == N
     _assert_as_written(_one_pass(batches), written[1])
@@ -248,7 +248,7 @@ def test_cli_convert_packs_a_sequence_example_file(written, tmp_path, capsys):
     capsys.readouterr()
     schema = load_sidecar(out / "schema.json").schema
     assert {f.name for f in schema.sequence_features} == {"rgb", "audio"}
-    batches = list(tfrecord.dataset(out, 100, shuffle_buffer=0, num_epochs=1))
+    batches = list(tfrecord.dataset(out, 100, shuffle=None, num_epochs=1))
     assert sum(int(tf.reduce_sum(b["audio"].row_lengths())) for b in batches) == sum(
         f["audio"] for f in _expected(written[1])["frames"].values()
     )
@@ -289,7 +289,7 @@ def test_input_report_facts_of_sequence_example_files(written, packed_dir):
 @pytest.mark.slow  # graph-mode pipelines over packed shards; about 1 s of CPU
 def test_read_batches_unpacks_feature_lists_in_graph_mode(packed_dir, written):
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(packed_dir, 32, shuffle_buffer=64, seed=1, num_epochs=1)
+        batches = tfrecord.read_batches(packed_dir, 32, shuffle=64, seed=1, num_epochs=1)
         tensors = batches.tensors
         assert tensors["rgb"].shape.as_list() == [None, None, 8]
         fetch = {
@@ -331,13 +331,13 @@ def test_token_feature_lists_convert_plain_and_packed(tmp_path):
         records.append(sequence.SerializeToString())
     path = write_records(tmp_path / "tokens.tfrecord", records)
     tfrecord.convert(path, tmp_path / "plain")
-    written = next(iter(tfrecord.dataset(path, 20, shuffle_buffer=0)))
-    plain = next(iter(tfrecord.dataset(tmp_path / "plain", 20, shuffle_buffer=0)))
+    written = next(iter(tfrecord.dataset(path, 20, shuffle=None)))
+    plain = next(iter(tfrecord.dataset(tmp_path / "plain", 20, shuffle=None)))
     assert plain["words"].to_list() == written["words"].to_list()
     assert plain["names"].to_list() == written["names"].to_list()
     with pytest.raises(ValueError, match=r"feature list 'words' of shape \(None,\) per frame"):
         tfrecord.convert(path, tmp_path / "packed", examples_per_record=8)
     names = tfrecord.infer_schema(path).select(["id", "names"])
     tfrecord.convert(path, tmp_path / "packed", schema=names, examples_per_record=8)
-    packed_names = next(iter(tfrecord.dataset(tmp_path / "packed", 20, shuffle_buffer=0)))
+    packed_names = next(iter(tfrecord.dataset(tmp_path / "packed", 20, shuffle=None)))
     assert packed_names["names"].to_list() == written["names"].to_list()

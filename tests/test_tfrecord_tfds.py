@@ -294,7 +294,11 @@ class _EpochExamples(tfr_hooks.Hook):
 @pytest.mark.parametrize("in_memory", [False, True])
 def test_function_loop_trains_on_a_tfds_image_directory(tfds_dirs, in_memory):
     source = tfrecord.source(
-        tfds_dirs["digits_png"], 2, as_tuple=True, in_memory=in_memory, shuffle_buffer=5
+        tfds_dirs["digits_png"],
+        2,
+        as_tuple=True,
+        in_memory=in_memory,
+        shuffle="global" if in_memory else 5,
     )
     weights = tf.Variable(tf.zeros([30, 3]))
 
@@ -328,7 +332,7 @@ def _touch(batch: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("name", LAYOUTS)
 @pytest.mark.slow  # trains on 6 layouts; the streamed reads stay in the fast run; about 3 s of CPU
 def test_function_loop_runs_each_layout_in_memory_with_exact_epochs(tfds_dirs, name):
-    source = tfrecord.source(tfds_dirs[name], 2, in_memory=True, shuffle_buffer=1)
+    source = tfrecord.source(tfds_dirs[name], 2, in_memory=True, shuffle="global")
     counter = _EpochExamples()
 
     def step(batch: Any) -> dict[str, Any]:
@@ -345,7 +349,7 @@ def test_function_loop_runs_each_layout_in_memory_with_exact_epochs(tfds_dirs, n
 def test_session_loop_runs_each_layout_streamed_with_exact_epochs(tfds_dirs, name):
     v1 = tf.compat.v1
     with tf.Graph().as_default():
-        batches = tfrecord.read_batches(tfds_dirs[name], 2, shuffle_buffer=4)
+        batches = tfrecord.read_batches(tfds_dirs[name], 2, shuffle=4)
         total = v1.get_variable("total", [], initializer=v1.zeros_initializer())
         train = total.assign_add(_touch(batches.tensors))
         counter = _EpochExamples()

@@ -825,7 +825,8 @@ def test_auto_trains_each_example_once_an_epoch_on_every_pipeline(tmp_path: Any,
     files: Any = str(plain)
     if kind == "packed":
         files = tfrecord.convert([plain], tmp_path / "packed", examples_per_record=8).files
-    source = tfrecord.source(files, 2, shuffle_buffer=64, seed=0, in_memory=kind == "in_memory")
+    memory = kind == "in_memory"
+    source = tfrecord.source(files, 2, shuffle="global" if memory else 64, seed=0, in_memory=memory)
 
     def step(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         return {"index": tf.reduce_mean(tf.cast(batch["index"], tf.float64))}

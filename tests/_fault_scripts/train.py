@@ -152,7 +152,7 @@ def blocked(logdir: str) -> dict:
 
 def abort(logdir: str, data: str) -> dict:
     batches = tfrecord.read_batches(
-        data, 10, pipeline="queue", num_epochs=None, shuffle_buffer=40, as_tuple=("x", "y")
+        data, 10, pipeline="queue", num_epochs=None, shuffle=40, as_tuple=("x", "y")
     )
     x, y = batches.tensors
     w = tf.Variable(tf.zeros([4]))

@@ -55,7 +55,6 @@ from tfr_hooks.task import current_task
 __all__ = [
     "EpochCheckpoint",
     "CHECKPOINT_PREFIX",
-    "resume_epoch_of",
     "resume_position_of",
     "saved_workers_of",
 ]
@@ -65,22 +64,6 @@ logger = logging.getLogger(__name__)
 #: The file name prefix of the checkpoints :class:`EpochCheckpoint` writes.
 CHECKPOINT_PREFIX = "ckpt-epoch"
 _NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)(?:-step(\d+))?(?:-workers(\d+))?-(\d+)$")
-
-
-def resume_epoch_of(path: str) -> tuple[int, int]:
-    """The epoch to resume at and the save counter encoded in a checkpoint path.
-
-    Args:
-        path: A checkpoint prefix written by :class:`EpochCheckpoint`.
-
-    Returns:
-        ``(epoch, counter)``.
-
-    Raises:
-        ValueError: If ``path`` is not named like :class:`EpochCheckpoint`'s checkpoints.
-    """
-    epoch, _, counter = resume_position_of(path)
-    return epoch, counter
 
 
 def resume_position_of(path: str) -> tuple[int, int, int]:

@@ -156,7 +156,7 @@ class FunctionRunner:
     def start_pass(self) -> None:
         """Start a pass over the training data and leave it, without a step.
 
-        A seeded shuffle (``shuffle_buffer`` with ``seed``, the in-memory permutations)
+        A seeded shuffle (``shuffle=N`` with ``seed``, the in-memory orders)
         draws a new order for every pass started over the same dataset: epoch E of a run
         gets the order of the (E+1)-th pass. A run resumed at epoch E in a new process
         would give it the first pass's order; the engine starts E passes first, each an

@@ -76,7 +76,7 @@ def read_batches(
       :func:`~tfr_hooks.tfrecord.dataset` builds; ``Batches.initializers`` holds its
       initializer, to run at each epoch start. One initialization reads ``num_epochs``
       passes, then ``OutOfRangeError`` (never with ``num_epochs=None``). With
-      ``shuffle_buffer``, every pass has its own order (each initialization draws the
+      ``shuffle``, every pass has its own order (each initialization draws the
       next seed of a sequence that ``seed`` fixes), the same sequence in a new graph
       built alike.
     * ``pipeline="dataset", in_memory=True``: every shard is read and decoded once,
@@ -85,7 +85,7 @@ def read_batches(
       ``tf.numpy_function``, never as a constant.
     * ``pipeline="queue"``: ``string_input_producer(num_epochs=...)``, one
       ``TFRecordReader`` per reader thread, and ``shuffle_batch_join`` (``batch_join``
-      when ``shuffle_buffer`` is 0). Queue runners land in the graph's ``QUEUE_RUNNERS``
+      with ``shuffle=None``). Queue runners land in the graph's ``QUEUE_RUNNERS``
       collection; start them (``SessionLoop`` does) and run
       ``tf.compat.v1.local_variables_initializer()`` when ``num_epochs`` is set.
       ``OutOfRangeError`` comes after ``num_epochs`` passes (never when ``None``).
@@ -127,7 +127,7 @@ def read_batches(
     Examples:
         >>> with tf.Graph().as_default():  # doctest: +SKIP
         ...     batches = tfrecord.read_batches("data/mnist", 128, pipeline="queue",
-        ...                                     shuffle_buffer=512, num_epochs=5,
+        ...                                     shuffle=512, num_epochs=5,
         ...                                     as_tuple=("image", "label"))
         ...     x, y = batches.tensors
         ...     loop = tfr_hooks.SessionLoop(train_op, fetches={"loss": loss},

@@ -100,7 +100,7 @@ class ReadFacts:
             :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`), when the pipeline can
             start a pass anywhere: a resumed run seeks there instead of replaying the
             passes and batches before it (bucketed from pools, at the pool's start:
-            see its ``grain``). ``None`` when it cannot (``shuffle_buffer`` streamed,
+            see its ``grain``). ``None`` when it cannot (``shuffle=N`` streamed or in memory,
             the queue, the tf.data service, damaged files without ``shuffle="global"``,
             bucketing in memory, ``num_epochs`` other than 1, a dataset the readers did
             not build, or one behind a stage that may drop or add batches).

@@ -14,7 +14,7 @@ plan and the pipeline builder (:mod:`tfr_hooks.tfrecord.pipelines.pipeline`) rea
 Examples:
     >>> from tfr_hooks import tfrecord
     >>> ds = tfrecord.dataset(
-    ...     "data/mnist", 128, shuffle_buffer=10_000, as_tuple=("image", "label"),
+    ...     "data/mnist", 128, shuffle=10_000, as_tuple=("image", "label"),
     ...     read_config=tfrecord.ReadConfig(num_parallel_reads=8))  # doctest: +SKIP
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -132,13 +133,14 @@ class ReadConfig:
             position then: a resume replays; an error with fewer files than
             workers), ``"data"``, or ``"off"`` (every worker reads everything).
             ``batch_size`` is then the global batch size. With more than one worker and
-            ``shuffle_buffer`` but no ``seed``, a seed common to all workers is used, so
+            ``shuffle=N`` but no ``seed``, a seed common to all workers is used, so
             that every example is read once per epoch (see
             :func:`tfr_hooks.tfrecord.pipelines.sharding.shard_dataset`). With ``service``, the
             service splits the data instead, and neither ``shard`` nor the common seed
             is used.
         capacity: ``read_batches(pipeline="queue")`` only: the queue's capacity;
-            ``None`` for ``shuffle_buffer + (num_parallel_reads + 2) * batch_size``.
+            ``None`` for ``N + (num_parallel_reads + 2) * batch_size`` (``N`` of
+            ``shuffle=N``, 0 unshuffled).
         name: ``read_batches`` only: the name scope of its ops.
         bucket_pool: With ``bucket_boundaries`` on a streamed or packed read: the
             batches of one pool, read and parsed at once, sorted by length and cut into
@@ -215,29 +217,35 @@ class ReadArgs(TypedDict, total=False):
     **Order**
 
     Attributes:
-        shuffle_buffer: Examples in the shuffle buffer; 0 (the default) keeps the
-            stored order. When shuffling, the order of the files is shuffled too, and
-            every pass (every new iterator; in graph mode, every initialization of one)
-            gets a new order. In memory, any value above 0 gives each pass a fresh
-            permutation of all the examples; for ``read_batches(pipeline="queue")``, the
-            ``min_after_dequeue`` of ``shuffle_batch_join`` (the file names shuffled).
-        shuffle: ``None`` (the default): ``shuffle_buffer`` decides, as above; or
-            ``"global"``: every epoch reads the whole data set in an order drawn from
-            ``(seed, epoch)`` (:mod:`tfr_hooks.tfrecord.pipelines.order`), each example once, in
-            memory bounded by the order's window (about two windows of 32,768 records,
+        shuffle: The order, one value for every reader and placement: ``None`` (the
+            default) reads in the stored order (the files in the order given, each
+            file's records in turn); ``N``, a positive int, mixes the examples in a
+            buffer of ``N`` (``tf.data.Dataset.shuffle``): when shuffling, the order of
+            the files is shuffled too, and every pass (every new iterator; in graph
+            mode, every initialization of one) gets a new order; for
+            ``read_batches(pipeline="queue")`` it is the ``min_after_dequeue`` of
+            ``shuffle_batch_join`` (the file names shuffled). ``"global"``: every epoch
+            reads the whole data set in an order drawn from ``(seed, epoch)``
+            (:mod:`tfr_hooks.tfrecord.pipelines.order`), each example once, in memory
+            bounded by the order's window (about two windows of 32,768 records,
             whatever the data's size). Choose it when the files hold the examples in
             some order (by class, by source, by time) that a buffer much smaller than
-            the data cannot undo: a streamed ``shuffle_buffer`` only mixes examples
-            that lie within the buffer of each other. It needs a record index of every
-            file, built on the first read (one sequential pass, kept beside the files or
-            in a cache directory; see :mod:`tfr_hooks.tfrecord.formats.index`). Each new
-            iterator (in graph mode, each initialization) is the next epoch, with its
-            own order; the same seed gives the same orders. Not with
-            ``shuffle_buffer > 0``. Streamed files of one example a record,
-            uncompressed, only for now (packed shards, GZIP/ZLIB files,
+            the data cannot undo: ``shuffle=N`` only mixes examples that lie within
+            ``N`` of each other. Streamed, it needs a record index of every file, built
+            on the first read (one sequential pass, kept beside the files or in a cache
+            directory; see :mod:`tfr_hooks.tfrecord.formats.index`). Each new iterator
+            (in graph mode, each initialization) is the next epoch, with its own order;
+            the same seed gives the same orders. Streamed files of one example a
+            record, uncompressed, only for now (packed shards, GZIP/ZLIB files,
             ``pipeline="queue"``, ``service`` and ``max_corrupt_records > 0`` raise a
-            ``ValueError``); in memory it is what ``shuffle_buffer > 0`` does there (a
-            fresh permutation of all the examples each epoch).
+            ``ValueError``). In memory (``in_memory``) the three mean the same over the
+            held examples: ``None`` the stored order, ``N`` a buffer of ``N`` over the
+            examples' indices, ``"global"`` a fresh permutation of all the examples
+            each epoch. ``0``, a bool or another string is a ``ValueError``.
+        shuffle_buffer: Deprecated (removed in the next release): the former
+            spelling of ``shuffle=N``, which it still means; ``0`` means
+            ``shuffle=None``. Passing it emits a ``DeprecationWarning``; passing a
+            nonzero ``shuffle_buffer`` with ``shuffle`` is a ``ValueError``.
         seed: Seed for the shuffles: the sequence of the passes' orders (default
             ``None``).
         num_epochs: Passes over the data (default 1); ``None`` repeats forever.
@@ -294,9 +302,10 @@ class ReadArgs(TypedDict, total=False):
     Attributes:
         in_memory: ``True`` reads and decodes every shard once, when the reader is
             called, and serves the batches from memory by gathering (see
-            :mod:`tfr_hooks.tfrecord.pipelines.memory`): each epoch (each new iterator) follows a
-            fresh permutation of all the examples when ``shuffle_buffer > 0``, the
-            stored order when it is 0, and ends with its own final batch. With
+            :mod:`tfr_hooks.tfrecord.pipelines.memory`): each epoch (each new iterator) follows
+            the order ``shuffle`` names (``"global"``: a fresh permutation of all the
+            examples; ``N``: a buffer of ``N`` over their indices; ``None``: the stored
+            order), and ends with its own final batch. With
             ``map_fn``, its output (dense tensors of one shape for all examples, or
             lists of varying length) is what is held. ``"auto"`` does so when the
             decoded data fits ``ReadConfig.memory_budget`` (with a ``map_fn``, its size
@@ -331,8 +340,8 @@ class ReadArgs(TypedDict, total=False):
     split: str | None
     max_corrupt_records: int
     # order
+    shuffle: int | str | None
     shuffle_buffer: int
-    shuffle: str | None
     seed: int | None
     num_epochs: int | None
     # batch shape
@@ -357,15 +366,16 @@ class ReadOptions:
     Each attribute is the :class:`ReadArgs` option of the same name, except ``shaping``
     (``pad_to``, ``bucket_boundaries``, ``bucket_by`` and ``ReadConfig.padding_values``,
     checked together) and ``config`` (``read_config``, its ``prefetch`` resolved to the
-    reader's own). ``service`` is normalized to ``"grpc://HOST:PORT"``.
+    reader's own). ``service`` is normalized to ``"grpc://HOST:PORT"``, and the
+    deprecated ``shuffle_buffer`` to ``shuffle`` (the one field of the order;
+    :attr:`shuffle_buffer` is derived from it).
     """
 
     batch_size: int
     schema: SchemaLike = None
     split: str | None = None
     max_corrupt_records: int = 0
-    shuffle_buffer: int = 0
-    shuffle: str | None = None
+    shuffle: int | str | None = None
     seed: int | None = None
     num_epochs: int | None = 1
     drop_remainder: bool = False
@@ -380,7 +390,12 @@ class ReadOptions:
     @property
     def shuffles(self) -> bool:
         """Whether the reader shuffles: with a buffer, or in the global order."""
-        return self.shuffle_buffer > 0 or self.shuffle == "global"
+        return self.shuffle is not None
+
+    @property
+    def shuffle_buffer(self) -> int:
+        """The buffer of ``shuffle=N``: ``N``, else 0 (no buffer: unshuffled, or global)."""
+        return self.shuffle if isinstance(self.shuffle, int) else 0
 
     @property
     def renamed(self) -> bool:
@@ -418,7 +433,7 @@ def read_options(reader: str, batch_size: int, options: Mapping[str, Any]) -> Re
             knob the reader does not read.
     """
     _check_keywords(reader, options)
-    given = dict(options)
+    given = _renamed_shuffle(options)
     config = given.pop("read_config", None)
     if config is None:
         config = ReadConfig()
@@ -433,7 +448,6 @@ def read_options(reader: str, batch_size: int, options: Mapping[str, Any]) -> Re
     built = ReadOptions(batch_size, shaping=shaping, config=_for_reader(config, reader), **given)
     check_positive_int(batch_size, "batch_size")
     check_non_negative_int(built.max_corrupt_records, "max_corrupt_records")
-    check_non_negative_int(built.shuffle_buffer, "shuffle_buffer")
     if built.num_epochs is not None:
         check_positive_int(built.num_epochs, "num_epochs")
     if not isinstance(built.drop_remainder, bool):
@@ -452,30 +466,74 @@ def read_options(reader: str, batch_size: int, options: Mapping[str, Any]) -> Re
     return built
 
 
-#: The values of ``shuffle``.
+def _renamed_shuffle(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the deprecated ``shuffle_buffer`` turned into ``shuffle``.
+
+    Raises:
+        ValueError: ``shuffle_buffer`` is not an integer >= 0, or is nonzero with a
+            ``shuffle`` other than ``None`` (the message names both).
+    """
+    given = dict(options)
+    if "shuffle_buffer" not in given:
+        return given
+    buffer = check_non_negative_int(given.pop("shuffle_buffer"), "shuffle_buffer")
+    shuffle = given.get("shuffle")
+    if buffer and shuffle is not None:
+        raise ValueError(
+            "Expected one of shuffle and shuffle_buffer (shuffle_buffer=N is the "
+            "deprecated spelling of shuffle=N): pass shuffle alone. Received: "
+            f"shuffle={shuffle!r}, shuffle_buffer={buffer}"
+        )
+    _warn_deprecated(
+        f"shuffle_buffer={buffer} is deprecated and will be removed in the next release; "
+        f"write shuffle={buffer or None} (shuffle=N for a buffer of N examples, "
+        "shuffle='global' for the global order, shuffle=None for the stored order)"
+    )
+    if buffer:
+        given["shuffle"] = buffer
+    return given
+
+
+def _warn_deprecated(message: str) -> None:
+    """Emit a ``DeprecationWarning`` attributed to the first caller outside tfr_hooks.
+
+    Python shows a ``DeprecationWarning`` by default when it is attributed to
+    ``__main__``: a level inside the package would hide it from a script's author.
+    """
+    frame = sys._getframe(0)
+    level = 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("tfr_hooks."):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)
+
+
+#: The named values of ``shuffle`` (beside a positive int, the buffer).
 SHUFFLES = (None, "global")
 
 
 def _check_shuffle(options: ReadOptions) -> None:
-    """Refuse a ``shuffle`` other than ``None``/``"global"``, or one a pipeline cannot do."""
+    """Refuse a ``shuffle`` other than ``None``/``N``/``"global"``, or one a pipeline cannot do."""
     shuffle = options.shuffle
-    if shuffle not in SHUFFLES:
-        raise ValueError(expected("shuffle", "None or 'global'", shuffle))
-    if shuffle is None:
-        return
-    if options.shuffle_buffer:
+    buffer = isinstance(shuffle, int) and not isinstance(shuffle, bool) and shuffle > 0
+    if not buffer and shuffle not in SHUFFLES:
         raise ValueError(
-            "Expected shuffle_buffer=0 with shuffle='global' (the global order mixes the "
-            "whole data set without a buffer; choose one of the two). Received: "
-            f"shuffle={shuffle!r}, shuffle_buffer={options.shuffle_buffer}"
+            expected(
+                "shuffle",
+                "None (the stored order), a positive int (a buffer of that many "
+                "examples) or 'global' (the global order)",
+                shuffle,
+            )
         )
+    if shuffle != "global":
+        return
     if options.service is not None:
         raise ValueError(
             "Expected shuffle=None with service= (the tf.data service's dispatcher hands "
             "its workers ranges of index blocks, and its workers do not know which epoch "
             "a job is, so they cannot draw that epoch's global order; read without "
             "service= for shuffle='global', which then runs in the trainer, or shuffle "
-            "served data with shuffle_buffer, which mixes each worker's blocks). "
+            "served data with shuffle=N, a buffer, which mixes each worker's blocks). "
             f"Received: shuffle={shuffle!r}, service={options.service!r}"
         )
 
@@ -544,10 +602,10 @@ def queue_capacity(options: ReadOptions) -> int:
 
     Raises:
         ValueError: If the options bucket, map examples or hold the data in memory, or
-            ``capacity`` does not exceed ``shuffle_buffer`` or reach ``batch_size``.
+            ``capacity`` does not exceed the buffer of ``shuffle=N`` or reach ``batch_size``.
     """
     shaping = options.shaping
-    if options.shuffle is not None:
+    if options.shuffle == "global":
         raise ValueError(
             expected(
                 "shuffle",
@@ -555,7 +613,7 @@ def queue_capacity(options: ReadOptions) -> int:
                 "as a stream from its start, with no seek to a block, so the queue cannot "
                 "read the global order; use pipeline='dataset', the default of "
                 "read_batches, for shuffle='global' in graph mode, or shuffle the queue "
-                "with shuffle_buffer)",
+                "with shuffle=N, a buffer)",
                 options.shuffle,
             )
         )
@@ -595,8 +653,8 @@ def queue_capacity(options: ReadOptions) -> int:
     check_positive_int(cap, "capacity")
     if cap <= shuffle_buffer or cap < batch_size:
         raise ValueError(
-            "Expected `capacity` to exceed `shuffle_buffer` and be at least "
-            f"`batch_size`. Received: capacity={cap}, shuffle_buffer={shuffle_buffer}, "
+            "Expected `capacity` to exceed the buffer of `shuffle` and be at least "
+            f"`batch_size`. Received: capacity={cap}, shuffle={options.shuffle!r}, "
             f"batch_size={batch_size}"
         )
     return cap

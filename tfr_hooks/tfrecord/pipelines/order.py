@@ -33,7 +33,7 @@ written in class order (each block one class), with ``k`` blocks a window the cl
 histogram of a window strays from uniform by a total-variation distance of about
 ``10 * 0.8 * sqrt(0.0475 / k)`` for 20 classes (0.11 at ``k=256``), to which a batch of
 256 adds the 0.11 of sampling: about 0.16 in all, under the 0.25 asked of a batch,
-where a streamed ``shuffle_buffer=10_000`` gives 0.80. Blocks of 128 records keep the
+where a streamed ``shuffle=10_000`` gives 0.80. Blocks of 128 records keep the
 per-block work (a seek, a dataset) at under a microsecond a record, and windows of
 ``DEFAULT_WINDOW = 32_768`` records hold 256 blocks. For large records, pass a smaller
 ``window`` (memory is about two windows of records): mixing falls slowly with fewer
@@ -41,7 +41,7 @@ blocks (``k=128``: about 0.19).
 
 Compressed files cannot be entered at a block, so the global order refuses them
 (:class:`GlobalOrder` raises, naming the file): decompress them, or read them with
-``shuffle_buffer``.
+``shuffle=N``, a buffer.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class GlobalOrder:
                 raise ValueError(
                     "Expected uncompressed TFRecord files for shuffle='global' (a "
                     f"{index.compression} file cannot be entered at a block): decompress "
-                    "it, or read it with shuffle_buffer. "
+                    "it, or read it with shuffle=N, a buffer. "
                     f"Received: file={index.file!r}"
                 )
         blocks = {index.block for index in self.indexes}

@@ -204,7 +204,7 @@ def _build_dataset(
         parsed = _map_batches(parsed, options.batch_map_fn)
     # served, the batches of an epoch depend on how the workers split the files (each
     # worker batches its own share); bucketed, each full pool gives whole batches
-    sharded = options.shuffle and current_task().num_workers > 1
+    sharded = options.shuffle == "global" and current_task().num_workers > 1
     if options.service is None and not sharded:  # a worker's global share varies
         parsed = _with_cardinality(parsed, plan, options, position)
     return finish(parsed, plan.names, prefetch=prefetch, autotune=autotune)
@@ -358,7 +358,7 @@ def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
         raise ValueError(
             "Expected uncompressed files with shuffle='global' (a GZIP or ZLIB file "
             "cannot be entered at a record; decompress the files, or shuffle them with "
-            f"shuffle_buffer). Received: shuffle={options.shuffle!r}, "
+            f"shuffle=N, a buffer). Received: shuffle={options.shuffle!r}, "
             f"compression={plan.compression!r}"
         )
     task = current_task()
@@ -400,7 +400,7 @@ def _global_packed(
     The global order runs over the records (each a block of ``per_record`` examples) in
     windows of about :data:`~tfr_hooks.tfrecord.pipelines.order.DEFAULT_WINDOW` examples; each
     window is unpacked at once and its examples put in an order drawn from its records
-    (the window's one vectorized permutation, as a packed ``shuffle_buffer`` window),
+    (the window's one vectorized permutation, as a packed ``shuffle=N`` window),
     then cut into batches. With ``position`` (counting examples), each pass reads its
     epoch's windows from the one holding the position, and drops that window's examples
     before it: the same examples as the pass read from its start.
@@ -503,7 +503,7 @@ def _memory_data(
     data = memory_dataset(
         arrays,
         options.batch_size,
-        shuffle=options.shuffles,
+        shuffle=options.shuffle,
         seed=options.seed,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,

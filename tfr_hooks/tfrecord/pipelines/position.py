@@ -261,14 +261,14 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
     ``max_corrupt_records``, over the damaged files' runs of whole records) or on packed
     shards whose example counts are known (the position counts examples), an unshuffled
     stream read in a fixed order, and on one undamaged worker the in-memory pipelines
-    (any shuffle, not bucketed). Streamed bucketing (pools sorted by length) seeks too,
-    to a pool's start (``grain``: the pool's batches). Under
+    (``shuffle`` ``None`` or ``"global"``, not bucketed). Streamed bucketing (pools
+    sorted by length) seeks too, to a pool's start (``grain``: the pool's batches). Under
     ``MultiWorkerMirroredStrategy`` the streams read one global sequence split by data
     (see the module), so their position holds on any worker count; an unshuffled stream
     then needs ``shard`` ``"auto"`` or ``"data"``. A graph-mode cluster (asynchronous
     workers, no global batch) has none. Else ``None``: a resumed run replays
-    (``shuffle_buffer`` streamed, packed shards without ``shuffle="global"``, bucketing
-    in memory).
+    (``shuffle=N`` streamed or in memory, packed shards without ``shuffle="global"``,
+    bucketing in memory).
     """
     if options.num_epochs != 1 or options.service is not None:
         return None
@@ -288,8 +288,9 @@ def position_of(plan: Plan, options: ReadOptions, kind: PipelineKind) -> ReadPos
         return ReadPosition(options.batch_size, workers=workers, seed=options.seed, grain=grain)
     if plan.damage is not None:
         return None
-    if kind.in_memory:
-        return ReadPosition(options.batch_size, seed=options.seed) if workers == 1 else None
+    if kind.in_memory:  # a buffer's order is a stream: entered by replay, as streamed
+        seeks = workers == 1 and not options.shuffle_buffer
+        return ReadPosition(options.batch_size, seed=options.seed) if seeks else None
     fixed = not options.shuffles and not plan.compression and options.config.deterministic
     if streamed and fixed and (workers == 1 or options.config.shard in ("auto", "data")):
         return ReadPosition(options.batch_size, workers=workers, grain=grain)

@@ -80,7 +80,7 @@ def dataset(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> tf.da
         files: Paths, directories (the shards of their ``schema.json``) or glob patterns.
         batch_size: Examples per batch.
         **options: The readers' options, by keyword: what to read (``schema``,
-            ``split``, ``max_corrupt_records``), the order (``shuffle_buffer``,
+            ``split``, ``max_corrupt_records``), the order (``shuffle``,
             ``seed``, ``num_epochs``), the batch shape (``drop_remainder``, ``pad_to``,
             ``bucket_boundaries``, ``bucket_by``), transforms (``map_fn``,
             ``batch_map_fn``, ``as_tuple``), placement and speed (``in_memory``,
@@ -121,7 +121,7 @@ def dataset(files: Files, batch_size: int, **options: Unpack[ReadArgs]) -> tf.da
 
     Examples:
         >>> from tfr_hooks import tfrecord
-        >>> ds = tfrecord.dataset("data/mnist", batch_size=128, shuffle_buffer=1000,
+        >>> ds = tfrecord.dataset("data/mnist", batch_size=128, shuffle=1000,
         ...                       as_tuple=("image", "label"))  # doctest: +SKIP
         >>> for images, labels in ds:  # doctest: +SKIP
         ...     print(images.shape, labels.shape)
@@ -162,7 +162,7 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
     plan = plan_of(files, options)
     if options.service is None:
         # the service splits the data itself: a common seed would only repeat the order
-        shuffled = options.shuffle_buffer or int(options.shuffle is not None)
+        shuffled = int(options.shuffles)
         shared = sharding.shared_seed(options.seed, shuffled, task)
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
@@ -187,9 +187,9 @@ def _read(
         # no files to split: every worker gathers the same batches and keeps its share
         data = sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
         return Source(data, replace(facts, steps=_steps_of(data, facts, options)))
-    if not tf.executing_eagerly() and options.shuffle is not None:
+    if not tf.executing_eagerly() and options.shuffle == "global":
         shard = "off"  # a graph-mode cluster: the global order reads this worker's share
-    elif options.shuffle is not None or (facts.position is not None and task.num_workers > 1):
+    elif options.shuffle == "global" or (facts.position is not None and task.num_workers > 1):
         # one global sequence (the global order; an unshuffled stream that seeks): every
         # worker reads it and keeps its part of each global batch, on any worker count.
         # One worker: off, as TensorFlow's data sharding (AUTO too) on one worker undoes

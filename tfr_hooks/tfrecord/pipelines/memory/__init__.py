@@ -3,9 +3,11 @@
 When the decoded data fits in memory, the fastest parse is the one that never happens:
 :func:`.loading.load` reads and decodes every shard once (in parallel, one thread per core), into
 one numpy array per feature, and :func:`.serve.memory_dataset` serves batches by gathering rows
-of those arrays, each epoch along a fresh permutation of all the examples (what Keras
-``fit`` does for numpy arrays). There is no per-example ``tf.data`` element: each
-element of the pipeline is a slice of the permutation (several batches' worth), gathered
+of those arrays, each epoch along the order ``shuffle`` names: with ``"global"`` a fresh
+permutation of all the examples (what Keras ``fit`` does for numpy arrays), with ``N``
+the indices through a shuffle buffer of ``N`` (as streamed), with ``None`` the stored
+order. There is no per-example ``tf.data`` element: each
+element of the pipeline is a slice of the order (several batches' worth), gathered
 with one ``tf.gather`` per feature and cut into batches with ``rebatch``. Small dense
 data (up to :data:`.serve.WHOLE_PASS_BYTES`) is gathered a whole pass at a time by one function
 (the next pass while this one is consumed): every function a pass's pipeline runs costs

@@ -1,6 +1,8 @@
-"""Serving held arrays as batches: a fresh permutation every pass, gathered by index.
+"""Serving held arrays as batches: each pass's order of indices, gathered by index.
 
-:func:`memory_dataset` cuts each pass's permutation into slices and gathers them (a whole
+:func:`memory_dataset` draws each pass's order of the held examples (the stored order, a
+buffer shuffle of their indices, or a fresh permutation: ``shuffle`` as the readers
+take it), cuts it into slices and gathers them (a whole
 pass at once for small dense data), :func:`single_device_map` keeps the gather out of
 Grappler at each new iterator, and :func:`fresh_randomness` lets the random ops of a
 function draw new values every epoch (:mod:`tfr_hooks.tfrecord.pipelines.memory`).
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfr_hooks.checks import expected
 from tfr_hooks.tf_private import single_device_map
 from tfr_hooks.tfrecord.pipelines.memory.loading import Held, aligned
 from tfr_hooks.tfrecord.pipelines.passes import pass_seed
@@ -54,7 +57,7 @@ def memory_dataset(
     arrays: Mapping[str, Held],
     batch_size: int,
     *,
-    shuffle: bool,
+    shuffle: int | str | None,
     seed: int | None,
     drop_remainder: bool,
     num_epochs: int | None,
@@ -66,10 +69,10 @@ def memory_dataset(
     widen: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     position: ReadPosition | None = None,
 ) -> tf.data.Dataset:
-    """Batches gathered from in-memory arrays, a fresh permutation every pass.
+    """Batches gathered from in-memory arrays, in the order ``shuffle`` names, every pass.
 
     Each pass (epoch) ends with its own final batch (smaller, or dropped with
-    ``drop_remainder``). Shuffled passes follow a sequence of permutations fixed by
+    ``drop_remainder``). Shuffled passes follow a sequence of orders fixed by
     ``seed``: a new iterator (or, in graph mode, each initialization of the iterator)
     starts the next pass of that sequence.
 
@@ -82,7 +85,10 @@ def memory_dataset(
     Args:
         arrays: Feature name to array (or :class:`RaggedArray`), all of the same length.
         batch_size: Examples per batch.
-        shuffle: Whether each pass follows a new permutation (else the stored order).
+        shuffle: The order of each pass, as the readers' ``shuffle``: ``None`` the
+            stored order; ``N`` (a positive int) the indices ``0, 1, ...`` through a
+            ``tf.data`` shuffle buffer of ``N``, anew each pass (``1``: the stored
+            order); ``"global"`` a fresh permutation of all the examples each pass.
         seed: Seed of the sequence of permutations.
         drop_remainder: Whether to drop each pass's (each bucket's) final, smaller batch.
         num_epochs: Passes; ``None`` for endless.
@@ -98,8 +104,9 @@ def memory_dataset(
         widen: Applied first to each gathered batch (a dict): features held narrower
             than they are served (``uint8`` images that ``map_fn`` cast to float, see
             :mod:`tfr_hooks.tfrecord.pipelines.memory.narrow`) made what ``map_fn`` returned.
-        position: Where each pass starts (one pass an iterator, no ``buckets``): the
-            pass's permutation is drawn from ``(seed, epoch)`` and served from the
+        position: Where each pass starts (one pass an iterator, no ``buckets``, no
+            buffer: ``shuffle`` ``None`` or ``"global"``): the pass's permutation is
+            drawn from ``(seed, epoch)`` and served from the
             record the position holds when the iterator starts.
 
     Returns:
@@ -107,8 +114,14 @@ def memory_dataset(
         known cardinality.
 
     Raises:
-        ValueError: If ``drop_remainder`` leaves no batch.
+        ValueError: If ``drop_remainder`` leaves no batch, or ``shuffle`` is not one of
+            the three.
     """
+    buffer = isinstance(shuffle, int) and not isinstance(shuffle, bool) and shuffle > 0
+    if not (buffer or shuffle is None or shuffle == "global"):
+        raise ValueError(expected("shuffle", "None, a positive int or 'global'", shuffle))
+    if buffer and position is not None:
+        raise ValueError("Expected no `position` with a buffer shuffle (entered by replay)")
     gather = _Gather(arrays, batch_size, shuffle, drop_remainder, buckets)
     if batch_fn is not None and map_fn is not None:
         raise ValueError("Expected `batch_fn` without `map_fn` (apply it to the batches)")
@@ -167,7 +180,7 @@ class _Gather:
         self,
         arrays: Mapping[str, Held],
         batch_size: int,
-        shuffle: bool,
+        shuffle: int | str | None,
         drop_remainder: bool,
         buckets: np.ndarray | None,
     ) -> None:
@@ -193,7 +206,9 @@ class _Gather:
         if buckets is not None:
             self.flat.append(aligned(np.ascontiguousarray(buckets, np.int64)))
         self.count = count = len(self.held[0])
-        self.batch_size, self.shuffle, self.drop_remainder = batch_size, shuffle, drop_remainder
+        self.batch_size, self.drop_remainder = batch_size, drop_remainder
+        self.order = shuffle  # None, a buffer's size or "global"
+        self.shuffle = shuffle is not None  # bucketed: the batches' order shuffled
         self.plan = _batch_plan(count, batch_size, drop_remainder, buckets)
         self.per_pass = (
             len(self.plan[0])
@@ -312,8 +327,21 @@ class _Gather:
         return out
 
     def permutation(self, salt: Any) -> Any:
+        """The indices of the held examples in pass ``salt``'s order (``shuffle``)."""
+        if isinstance(self.order, int) and self.order > 1:  # a buffer (of 1: stored order)
+            # the index stream through tf.data's own shuffle: what a streamed buffer does,
+            # seeded by the salt alone (a graph seed of 0 would test the salt for 0)
+            graph = tf.compat.v1.get_default_graph()
+            graph_seed, graph.seed = graph.seed, None
+            try:
+                stream = tf.data.Dataset.range(self.count).shuffle(
+                    self.order, seed=salt, reshuffle_each_iteration=False
+                )
+            finally:
+                graph.seed = graph_seed
+            return stream.batch(self.count).get_single_element()
         order = tf.range(self.count, dtype=tf.int64)
-        if self.shuffle:
+        if self.order == "global":
             order = tf.random.experimental.stateless_shuffle(
                 order, seed=tf.stack([salt, tf.constant(7, tf.int64)])
             )
