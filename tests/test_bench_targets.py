@@ -89,6 +89,48 @@ def test_target_between_rows_of_a_group_reads_the_rounds_ratios() -> None:
 
 
 @pytest.mark.usefixtures("bench")
+def test_callbacks_share_against_fit_reads_the_rounds_not_one_slow_epoch() -> None:
+    import bench_report
+
+    # one slow epoch end in two of the loop's repeats (a checkpoint save the disk made
+    # slow), and a loop 1.25x as fast, whose same seconds in the callbacks are a larger
+    # share of its shorter epochs: whole runs' shares say 1 - (0.178 - 0.08) = 0.90; the
+    # rounds, each side's seconds as a share of fit's epoch, say 1 - 0.005
+    group = {"group": "group_fit_peers"}
+
+    def run(repeat: int, shares: list[float], rate: float = 100.0) -> dict[str, object]:
+        inside = sum(shares)  # two epochs of one second each
+        return _run(
+            rate,
+            repeat=repeat,
+            epoch_rates=[rate, rate],
+            epoch_hook_shares=shares,
+            seconds=2.0,
+            examples=200,
+            hook_batch_seconds=inside,
+            hook_epoch_seconds=0.0,
+            **group,
+        )
+
+    results = {
+        ("function_loop_1_cb", "mlp"): [
+            run(0, [0.25, 0.10625], 125.0),
+            run(1, [0.10625, 0.25], 125.0),
+            run(2, [0.10625, 0.10625], 125.0),
+        ],
+        ("keras3_fit_cb", "mlp"): [run(r, [0.08, 0.08]) for r in range(3)],
+    }
+    tables = bench_report.summarize(results, ["mlp"], [c for c, _ in results])
+    [target] = [
+        t
+        for t in bench_report.check_targets(tables)
+        if t.target == "steps_per_execution=1: time in callbacks <= fit's + 1 point"
+    ]
+    assert target.comparison.endswith("median over rounds (paired)")
+    assert target.ratio == pytest.approx(0.995) and target.met is True
+
+
+@pytest.mark.usefixtures("bench")
 def test_memory_target_reads_growth_over_the_workers_own_baseline_less_the_streamed_row() -> None:
     import bench_report
 
