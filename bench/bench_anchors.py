@@ -74,7 +74,8 @@ ANCHORS: tuple[Anchor, ...] = (
     Anchor(
         "steps_per_execution=1: time in callbacks <= fit's + 1 point",
         "`keras3_fit_cb`'s share in the same 3 callbacks, both at steps_per_execution=1, "
-        "each timed in its own run",
+        "each timed in its own epochs: in a group, the median over rounds of the two "
+        "epochs' seconds in the callbacks, their difference as a share of `fit`'s epoch",
         "at 1 the callbacks' per-batch calls (TensorBoard's) run every step in `fit` as in "
         "the loop; the loop's own dispatch of them may add at most 1% of the epoch",
     ),
@@ -338,6 +339,17 @@ RESTATED: tuple[Restated, ...] = (
         "(`function_loop_1_cb` against `keras3_fit_cb`)",
         "at 1 the per-batch calls run every step in `fit` too; `fit`'s own share is the "
         "peer's figure, not a target of the package",
+    ),
+    Restated(
+        "steps_per_execution=1: time in callbacks <= fit's + 1 point, read as the "
+        "difference of the two rows' shares, each the median over repeats of a whole "
+        "run's share",
+        "the same target read in the group's rounds: the median over rounds of "
+        "`function_loop_1_cb`'s seconds in the callbacks less `keras3_fit_cb`'s, as a "
+        "share of `fit`'s epoch (marked paired)",
+        "each share had its own row's time below it, so a faster loop read a larger share "
+        "for the same seconds in the same callbacks; and whole runs of 2 timed epochs let "
+        "one checkpoint save the disk made slow, on either side, decide the verdict",
     ),
     Restated(
         "input alone >= 3x (in memory), >= 2x (packed) the best streaming input row "

@@ -63,6 +63,8 @@ class Row:
     # a row of a group: (group, repeat) -> its timed epochs' examples a second, which
     # alternated with the other rows' epochs in that process (the paired readings)
     epoch_rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    # ... and each of those epochs' share inside the bracketed callbacks (callback rows)
+    epoch_hook_shares: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     decoded_mb: list[float] = field(default_factory=list)
     # the package's loops: the input wait share they reported themselves, per repeat
     input_wait: list[float] = field(default_factory=list)
@@ -186,6 +188,10 @@ def summarize(
                         row.anon_growth.append(run["anon_peak_mb"] - run["anon_baseline_mb"])
                     if "group" in run:
                         row.epoch_rates[(run["group"], run["repeat"])] = run["epoch_rates"]
+                        if run.get("hook_batch_seconds", 0.0) + run.get("hook_epoch_seconds", 0.0):
+                            shares = run.get("epoch_hook_shares")
+                            if shares:
+                                row.epoch_hook_shares[(run["group"], run["repeat"])] = shares
                     if "decoded_mb" in run:
                         row.decoded_mb.append(float(run["decoded_mb"]))
                     if "rss_baseline_mb" in run:

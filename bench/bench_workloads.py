@@ -145,11 +145,17 @@ class Clock:
             )
             for kind in ("batch", "epoch")
         }
+        # each timed epoch's share inside the bracketed callbacks (a group's paired reading)
+        inside = [
+            sum(self.hook_marks[i][k] - self.resumed[i - 1][2][k] for k in ("batch", "epoch"))
+            for i in range(1, len(self.marks))
+        ]
         return {
             "seconds": sum(s for s, _ in spans),
             "examples": sum(n for _, n in spans),
             "epochs": len(spans),
             "epoch_rates": [n / s for s, n in spans],
+            "epoch_hook_shares": [h / s for h, (s, _) in zip(inside, spans, strict=True)],
             "cpu_seconds": sum(
                 self.cpu[i] - self.resumed[i - 1][1] for i in range(1, len(self.marks))
             ),

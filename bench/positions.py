@@ -13,7 +13,7 @@ written by a plain ``tf.io.TFRecordWriter``), batch 256, seed 3:
 - **resume**: the seconds to the first batch of a read started at 0%, 10% and 90% of the
   epoch, for ``shuffle="global"``, no shuffle and ``shuffle=10_000``; the extra
   time is the 10% or 90% figure minus the 0% one. A read by position seeks through
-  ``Source.facts.position.seek(epoch, records)`` when the reader has it (resume by
+  ``Source.position.seek(epoch, records)`` when the reader has it (resume by
   position); without it, ``shuffle="global"`` starts its order at the position
   (``GlobalOrder.batches(start=...)``, what that seek reads) and the other two replay:
   ``dataset.skip(batches)`` on the reader's batches, the batches read and parsed again
@@ -98,11 +98,11 @@ def _resume_reader(files: list[str], mode: str) -> tuple[str, Callable[[int], An
     from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalOrder
 
     probe = _source(files, mode)
-    if mode != "buffer" and getattr(probe.facts, "position", None) is not None:
+    if mode != "buffer" and getattr(probe, "position", None) is not None:
 
         def seek(n: int) -> Any:
             src = _source(files, mode)
-            moved = src.facts.position.seek(epoch=0, records=n)
+            moved = src.position.seek(epoch=0, records=n)
             return src if moved is None else moved
 
         return "seek (facts.position.seek)", seek
@@ -386,9 +386,17 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     result["resume"] = resume_rows(files, spec["records"], spec["repeats"])
     result["loop_resume"] = loop_resume_rows(files, spec["records"], spec["repeats"])
     result["tf_checkpoint"] = tf_checkpoint_rows(files, spec["records"], workdir)
+    array_dir = root / f"records-{spec['records']}-array_record"
     try:
-        array_dir = root / f"records-{spec['records']}-array_record"
         result["grain"] = grain_rows(files, array_dir, spec["grain_examples"])
     except ImportError as exc:  # the bench extra not installed
         result["grain"] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:  # issue 55: ours on the same ArrayRecord files, the ceiling, ours on TFRecord
+        from arrayrecord_rows import arrayrecord_rows
+
+        converted = to_array_record(files, array_dir)["files"]  # Grain's, when it ran
+        rows = arrayrecord_rows(converted, files, spec["grain_examples"], spec["rounds"])
+        result["arrayrecord"] = rows
+    except ImportError as exc:  # the arrayrecord extra not installed
+        result["arrayrecord"] = {"error": f"{type(exc).__name__}: {exc}"}
     return result

@@ -158,6 +158,9 @@ def render_positions(result: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         ]
         lines += _resume_lines(result["loop_resume"])
     lines += _checkpoint_lines(result)
+    from arrayrecord_report import arrayrecord_lines  # it imports PositionTarget from here
+
+    lines += arrayrecord_lines(result)
     lines += [
         "",
         "## Targets (issue 45)",

@@ -283,7 +283,7 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
         raise
     result = {"seen": seen, "steps": int(counter.numpy())}
     if os.environ.get("ORDER_READ") in ("global", "unshuffled"):
-        position = train.facts.position
+        position = train.position
         result["position"] = None if position is None else position.state()
     return result
 

@@ -227,8 +227,12 @@ BUILDERS: dict[str, type[_Builder]] = {
 }
 
 
-def prepare(name: str, data_dir: str | os.PathLike[str]) -> str:
-    """Prepare builder ``name`` under ``data_dir``; return its version directory."""
-    builder = BUILDERS[name](data_dir=os.fspath(data_dir))
+def prepare(name: str, data_dir: str | os.PathLike[str], file_format: str = "tfrecord") -> str:
+    """Prepare builder ``name`` under ``data_dir`` in ``file_format``; its version directory.
+
+    ``file_format="array_record"`` writes ArrayRecord shards, as TFDS does for the data
+    sets ``tfds.data_source`` reads.
+    """
+    builder = BUILDERS[name](data_dir=os.fspath(data_dir), file_format=file_format)
     builder.download_and_prepare()
     return os.fspath(builder.data_dir)

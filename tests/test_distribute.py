@@ -106,15 +106,12 @@ def test_datasets_shard_by_file_with_enough_files_else_by_data(tmp_path, as_task
     # a read that seeks (unshuffled, uncompressed): one sequence split by data, so that its
     # position holds on any worker count (issue 52)
     assert _policy(tfrecord.dataset(two, 4)) == Policy.DATA
-    assert tfrecord.source(two, 4).facts.position is not None
+    assert tfrecord.source(two, 4).position is not None
     assert (
         _policy(tfrecord.dataset(two, 4, read_config=tfrecord.ReadConfig(shard="file")))
         == Policy.FILE
     )
-    assert (
-        tfrecord.source(two, 4, read_config=tfrecord.ReadConfig(shard="file")).facts.position
-        is None
-    )
+    assert tfrecord.source(two, 4, read_config=tfrecord.ReadConfig(shard="file")).position is None
     assert (
         _policy(tfrecord.dataset(two, 4, read_config=tfrecord.ReadConfig(shard="data")))
         == Policy.DATA

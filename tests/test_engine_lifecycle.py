@@ -574,7 +574,7 @@ def test_a_run_resumed_mid_epoch_replays_the_earlier_passes_and_skips_the_traine
 ) -> None:
     runner, resumed = Skipping(batches=(1.0, 2.0, 3.0, 4.0, 5.0), val=None), ResumedAt(2, 2)
     passes = Passes()
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         run_loop(runner, HookList([resumed]), tfr_hooks.LoopState(), epochs=3, passes=passes)
     # the engine asks for a pass for each of epochs 0 and 1, so that a seeded shuffle
     # draws their orders first, and counts them with epoch 2's own
@@ -583,9 +583,9 @@ def test_a_run_resumed_mid_epoch_replays_the_earlier_passes_and_skips_the_traine
     # the two trained batches are passed over, then the epoch runs to the data's end
     assert resumed.seen == [(2, 5, 20)]
     assert runner.steps == 3  # the steps after the two skipped
-    engine_lines = [r.getMessage() for r in caplog.records if r.name == "tfr_hooks.engine"]
-    assert "Started 2 passes over the data to resume at epoch 2" in engine_lines
-    assert "Skipped 2 batches (8 examples) of the resumed epoch" in engine_lines
+    resume_lines = [r.getMessage() for r in caplog.records if r.name == "tfr_hooks.resume"]
+    assert "Started 2 passes over the data to resume at epoch 2" in resume_lines
+    assert "Skipped 2 batches (8 examples) of the resumed epoch" in resume_lines
 
 
 def test_the_passes_a_loop_started_count_for_its_next_run_in_the_same_session(
@@ -597,7 +597,7 @@ def test_the_passes_a_loop_started_count_for_its_next_run_in_the_same_session(
     assert (first.passes_started, passes.started) == (0, 2)  # two epochs, two passes
     # the next run, in the same session, resumed at epoch 3: only epoch 2's pass is missing
     again = Skipping(val=None)
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         run_loop(again, HookList([ResumedAt(3, 0)]), tfr_hooks.LoopState(), epochs=4, passes=passes)
     assert (again.passes_started, passes.started) == (1, 4)
     assert "Started 1 passes over the data to resume at epoch 3" in caplog.messages
@@ -621,7 +621,7 @@ def test_a_run_resumed_with_epochs_counted_in_steps_replays_and_skips_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     runner, resumed = Skipping(batches=(1.0, 2.0, 3.0, 4.0), val=None), ResumedAt(1, 2)
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         run(runner, [resumed], epochs=2, steps_per_epoch=4)
     assert runner.passes_started == 0
     assert resumed.seen == [(1, 4, 8)]  # the two steps left, run on data started afresh
@@ -632,7 +632,7 @@ def test_a_resumed_epoch_whose_data_holds_fewer_batches_warns(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     runner = Skipping(batches=(1.0, 2.0), val=None)
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         run(runner, [ResumedAt(0, 3)], epochs=2)
     assert "Skipped 2 batches (8 examples) of the resumed epoch" in caplog.messages
     assert "Epoch 0 resumes at step 3, but its data holds only 2 batches." in caplog.messages

@@ -65,7 +65,7 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
 
     def run(directory: Path, at: tuple[int, int] | None) -> tuple[dict[int, list], Any]:
         source = tfrecord.source(data, batch, **pipeline)  # a new process's reader
-        assert source.facts.position is not None
+        assert source.position is not None
         return preemptible_run(source, "index", directory, at, EPOCHS)
 
     reference, (_, total) = run(tmp_path / "ref", None)
@@ -73,7 +73,7 @@ def test_a_preempted_run_seeks_to_the_next_batch_of_the_same_order(
     before, (stop, _) = run(tmp_path / "p", (1, 17))
     assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         after, (_, total) = run(tmp_path / "p", None)
     assert total == EPOCHS * per_epoch  # the steps of an uninterrupted run
     assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
@@ -251,7 +251,7 @@ def test_a_bucketed_stream_resumes_at_its_pool_and_skips_inside_it(
             read_config=tfrecord.ReadConfig(bucket_pool=pool),
             **pipeline,
         )
-        assert source.facts.position is not None and source.facts.position.grain == pool
+        assert source.position is not None and source.position.grain == pool
         return preemptible_run(source, "index", directory, at, EPOCHS)
 
     reference, (_, total) = run(tmp_path / "ref", None)
@@ -259,7 +259,7 @@ def test_a_bucketed_stream_resumes_at_its_pool_and_skips_inside_it(
     before, (stop, _) = run(tmp_path / "p", (1, 19))  # inside the third pool of epoch 1
     assert stop is not None and stop.epoch == 1 and 2 * pool < stop.step < 3 * pool, stop
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         after, (_, total) = run(tmp_path / "p", None)
     assert total == EPOCHS * 75
     entered = stop.step // pool * pool * batch  # the records of the pools before
@@ -272,7 +272,7 @@ def test_a_bucketed_stream_resumes_at_its_pool_and_skips_inside_it(
     with pytest.raises(ValueError, match="pool's start"):
         tfrecord.source(
             data, batch, bucket_boundaries=[8], read_config=tfrecord.ReadConfig(bucket_pool=pool)
-        ).facts.position.seek(0, batch)  # type: ignore[union-attr]
+        ).position.seek(0, batch)  # type: ignore[union-attr]
 
 
 def _damaged(directory: Path) -> tuple[list[str], list[int]]:
@@ -317,7 +317,7 @@ def test_global_order_on_damaged_files_and_packed_shards_resumes_by_a_seek(
     before, (stop, _) = run(tmp_path / "p", (1, 17))
     assert stop is not None and stop.epoch == 1 and 17 <= stop.step < per_epoch
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         after, (_, total) = run(tmp_path / "p", None)
     assert total == EPOCHS * per_epoch
     assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
@@ -345,7 +345,7 @@ def test_packed_shards_entered_at_any_example_go_on_as_the_whole_pass(
     n = 3 * (records * 64 - 5)
     tfrecord.write({"id": np.arange(n)}, tmp_path / "data", examples_per_record=64, shards=3)
     source = tfrecord.source(tmp_path / "data", 1000, shuffle="global", seed=5)
-    position = source.facts.position
+    position = source.position
     assert position is not None
 
     def ids_from(records: int) -> np.ndarray:
@@ -402,7 +402,7 @@ def test_a_resumed_keras_model_reaches_the_weights_of_an_uninterrupted_run(
 
     reference = train(tmp_path / "ref", None)
     train(tmp_path / "b", 30 + 11)  # in epoch 1 (30 steps an epoch), at its step 11
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         resumed = train(tmp_path / "b", None)
     assert "Resumed the input at epoch 1, record" in caplog.text  # a seek, not a replay
     assert "Skipped" not in caplog.text
@@ -433,7 +433,7 @@ def test_graph_mode_epoch_checkpoint_resumes_by_a_seek(
     reference = run(data, pipeline, None)
     logdir = str(tmp_path / "ckpt")
     first = run(data, pipeline, logdir, StopAt(epoch=1, step=3))
-    with caplog.at_level(logging.INFO, logger="tfr_hooks.engine"):
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
         second = run(data, pipeline, logdir)
     assert second["initial"] == (1, 3)
     assert f"Resumed the input at epoch 1, record {entered * BATCH}" in caplog.text
@@ -547,7 +547,7 @@ def test_a_resumed_read_does_not_read_the_records_before_its_position(
     """
     from tfr_hooks.tfrecord.formats.index import INDEX_BLOCK
     from tfr_hooks.tfrecord.formats.records import READ_BUFFER as _READ_BUFFER
-    from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
+    from tfr_hooks.tfrecord.pipelines.contract import position_of_source
     from tfr_hooks.tfrecord.pipelines.orders.global_order import DEFAULT_WINDOW
 
     n, batch, shards = 200_000, 100, 4
@@ -556,10 +556,10 @@ def test_a_resumed_read_does_not_read_the_records_before_its_position(
     record = size / n
     if reader == "source":
         source = tfrecord.source(files, batch, **pipeline)
-        data, position = source.dataset, source.facts.position
+        data, position = source.dataset, source.position
     else:  # the dataset a script gives the loop, and the facts the loop finds for it
         data = tfrecord.dataset(files, batch, **pipeline).map(lambda b: b)
-        position = facts_of_dataset(data).position
+        position = position_of_source(data)
     assert position is not None
     position.seek(0, 0)
     whole = [i for b in data for i in b["index"].numpy()]  # epoch 0's order, whole
@@ -623,7 +623,7 @@ def test_an_unshuffled_stream_entered_at_any_record_goes_on_as_the_interleave(
 def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:
     data = _write(tmp_path / "data", 300, 2)
     source = tfrecord.source(data, 10, shuffle="global", seed=7)
-    position = source.facts.position
+    position = source.position
     assert position is not None
     position.seek(4, 120)
     state = position.state()
@@ -636,15 +636,33 @@ def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:
 
 def test_what_replays_has_no_position(tmp_path: Path) -> None:
     data = _write(tmp_path / "data", 300, 2)
-    assert tfrecord.source(data, 10, shuffle=64, seed=1).facts.position is None
+    assert tfrecord.source(data, 10, shuffle=64, seed=1).position is None
     # in memory as streamed: a buffer's order is entered by replay
-    assert tfrecord.source(data, 10, shuffle=64, seed=1, in_memory=True).facts.position is None
-    assert tfrecord.source(data, 10, shuffle="global", num_epochs=2).facts.position is None
+    assert tfrecord.source(data, 10, shuffle=64, seed=1, in_memory=True).position is None
+    assert tfrecord.source(data, 10, shuffle="global", num_epochs=2).position is None
     bucketed: dict[str, Any] = {"bucket_boundaries": [2], "bucket_by": "index"}
-    assert tfrecord.source(data, 10, shuffle=64, **bucketed).facts.position is None
-    assert tfrecord.source(data, 10, in_memory=True, **bucketed).facts.position is None
+    assert tfrecord.source(data, 10, shuffle=64, **bucketed).position is None
+    assert tfrecord.source(data, 10, in_memory=True, **bucketed).position is None
     with pytest.raises(ValueError, match="epoch"):
-        tfrecord.source(data, 10, shuffle="global", seed=1).facts.position.seek(-1, 0)  # type: ignore[union-attr]
+        tfrecord.source(data, 10, shuffle="global", seed=1).position.seek(-1, 0)  # type: ignore[union-attr]
+
+
+def test_the_facts_are_values_and_the_position_is_the_sources(tmp_path: Path) -> None:
+    """``ReadFacts`` holds values (two reads of one data set have equal facts); the
+    position (live variables) is reached from the source, and found behind a map."""
+    from tfr_hooks.tfrecord.pipelines.contract import position_of_source
+
+    data = _write(tmp_path / "data", 40, 2)
+    source = tfrecord.source(data, 10, shuffle="global", seed=1)
+    again = tfrecord.source(data, 10, shuffle="global", seed=1)
+    assert source.facts == again.facts and source.position is not again.position
+    assert isinstance(source.position, tfrecord.ReadPosition)
+    assert source.map(lambda b: b).prefetch(1).position is source.position
+    assert position_of_source(source) is source.position
+    reader = tfrecord.dataset(data, 10, shuffle="global", seed=1)
+    assert isinstance(position_of_source(reader.map(lambda b: b)), tfrecord.ReadPosition)
+    assert position_of_source(reader.filter(lambda b: True)) is None  # may drop batches
+    assert position_of_source(tf.data.Dataset.range(3)) is None
 
 
 @pytest.mark.parametrize(
@@ -659,13 +677,13 @@ def test_a_pass_entered_mid_way_is_shorter_than_the_cardinality_it_declares(
     tmp_path: Path, pipeline: dict[str, Any]
 ) -> None:
     """``tfrecord.dataset``'s exact ``cardinality()`` does not stop a pass after a seek."""
-    from tfr_hooks.tfrecord.pipelines.contract import facts_of_dataset
+    from tfr_hooks.tfrecord.pipelines.contract import position_of_source
 
     data = _write(tmp_path / "data", 300, 2)
     reader = tfrecord.dataset(data, 10, **pipeline)
     assert int(reader.cardinality()) == 30  # Keras fit still knows the epoch's length
     train = reader.map(lambda b: b["index"])
-    position = facts_of_dataset(train).position
+    position = position_of_source(train)
     assert position is not None
     position.seek(0, 120)
     assert len(list(train)) == 18  # the rest of the pass, and no cardinality error
@@ -697,7 +715,7 @@ def test_batches_of_reads_a_graph_dataset_with_or_without_a_position(tmp_path: P
     ]:
         with tf.Graph().as_default():
             batches = tfrecord.batches_of(tfrecord.dataset(data, 10, **options).prefetch(1))
-            assert (batches.facts.position is not None) is seeks, options
+            assert (batches.position is not None) is seeks, options
             with tf.compat.v1.Session() as session:
                 ids = []
                 session.run(batches.initializers)

@@ -123,4 +123,4 @@ def test_a_resume_onto_another_worker_count_says_whether_examples_stay(
     warned = [
         r for r in caplog.records if r.levelno >= logging.WARNING and "saved on 2" in r.message
     ]
-    assert bool(warned) == (train.facts.position is None)
+    assert bool(warned) == (train.position is None)

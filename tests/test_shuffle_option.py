@@ -165,9 +165,9 @@ def test_in_memory_global_is_a_full_permutation_each_pass(files: list[str]) -> N
 @SLOW
 def test_in_memory_shuffle_n_resumes_by_replay_and_global_by_seek(files: list[str]) -> None:
     buffer = tfrecord.source(files, BATCH, in_memory=True, shuffle=8, seed=1)
-    assert buffer.facts.position is None  # as streamed: a buffer's order is replayed
+    assert buffer.position is None  # as streamed: a buffer's order is replayed
     whole = tfrecord.source(files, BATCH, in_memory=True, shuffle="global", seed=1)
-    assert whole.facts.position is not None
+    assert whole.position is not None
 
 
 def test_the_docs_no_longer_write_shuffle_buffer() -> None:

@@ -27,6 +27,9 @@ import _tfds_builders as builders
 import tfr_hooks
 from _tfrecord_data import new_session, run_graph_batches, write_records
 from tfr_hooks import FunctionLoop, tfrecord
+from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles
+from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
+from tfr_hooks.tfrecord.sources.tfds import TfdsSource
 
 BATCH = 2
 
@@ -271,13 +274,109 @@ def test_a_feature_kind_it_cannot_decode_is_an_error_naming_it(tfds_dirs, tmp_pa
         tfrecord.dataset(copy, BATCH)
 
 
-def test_an_array_record_directory_is_an_error_naming_the_format(tfds_dirs, tmp_path):
-    def to_array_record(info: dict[str, Any]) -> None:
-        info["fileFormat"] = "array_record"
+def test_a_file_format_it_cannot_read_is_an_error_naming_the_format(tfds_dirs, tmp_path):
+    def to_parquet(info: dict[str, Any]) -> None:
+        info["fileFormat"] = "parquet"
 
-    copy = _edited_copy(tfds_dirs["tokens"], tmp_path, "dataset_info.json", to_array_record)
-    with pytest.raises(ValueError, match=r"fileFormat 'array_record'"):
+    copy = _edited_copy(tfds_dirs["tokens"], tmp_path, "dataset_info.json", to_parquet)
+    with pytest.raises(ValueError, match=r"fileFormat 'parquet', which the package cannot"):
         tfrecord.dataset(copy, BATCH)
+
+
+# --- ArrayRecord directories (file_format="array_record", issue 55) -------------------------
+
+ARRAY_LAYOUTS = ["digits_png", "detection", "tokens", "episodes", "nested"]
+
+
+@pytest.fixture(scope="module")
+def tfds_array_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Builders prepared by TFDS with ``file_format="array_record"``: name -> version dir."""
+    data_dir = tmp_path_factory.mktemp("tfds_array_record")
+    return {name: builders.prepare(name, data_dir, "array_record") for name in ARRAY_LAYOUTS}
+
+
+def _flat_source(element: Any, prefix: str = "") -> dict[str, Any]:
+    """An element of ``tfds.data_source`` as flat keys of nested lists."""
+    flat: dict[str, Any] = {}
+    for name, value in element.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict):
+            flat.update(_flat_source(value, key + "/"))
+        elif (
+            hasattr(value, "__getitem__")
+            and hasattr(value, "__len__")
+            and not isinstance(value, (list, np.ndarray, bytes, str))
+        ):  # a Dataset feature (RLDS steps): a data source of its own
+            steps = [_flat_source(value[i]) for i in range(len(value))]
+            flat.update({f"{key}/{k}": [s[k] for s in steps] for k in steps[0]})
+        else:
+            flat[key] = (
+                np.asarray(value).tolist()
+                if not isinstance(value, list)
+                else [np.asarray(v).tolist() for v in value]
+            )
+    return flat
+
+
+@pytest.mark.parametrize("name", ARRAY_LAYOUTS)
+def test_an_array_record_directory_lists_its_shards_counts_and_features(tfds_array_dirs, name):
+    directory = tfds_array_dirs[name]
+    for split, size in builders.BUILDERS[name].splits.items():
+        source = open_source(directory, split)
+        assert isinstance(source, TfdsSource) and source.record_format == "array_record"
+        assert [os.path.basename(f) for f in source.files] == [
+            f"{name}-{split}.array_record-00000-of-00001"
+        ]
+        reference = tfds.data_source(name, data_dir=Path(directory).parents[1], split=split)
+        assert source.counts() == [size] == [len(reference)]
+        assert len(ArrayRecordFiles(source.files)) == size
+    assert source.directory.check_files(source.split) == ""  # counts and first records
+    assert resolve_files(directory) == sorted(
+        os.path.join(directory, f"{name}-{s}.array_record-00000-of-00001")
+        for s in builders.BUILDERS[name].splits
+    )
+
+
+@pytest.mark.parametrize("name", ARRAY_LAYOUTS)
+def test_array_record_records_decode_to_what_tfds_data_source_gives(
+    tfds_array_dirs, tfds_dirs, name
+):
+    directory = tfds_array_dirs[name]
+    source = open_source(directory, "train")
+    assert source.directory.schema == open_source(tfds_dirs[name], "train").directory.schema
+    reference = tfds.data_source(name, data_dir=Path(directory).parents[1], split="train")
+    records = ArrayRecordFiles(source.files).read(range(len(reference)))
+    batch = source.directory.schema.parse_batch(tf.constant(list(records)))
+    read = _examples([batch])
+    assert read == [_flat_source(reference[i]) for i in range(len(reference))]
+
+
+def test_the_tfds_labels_and_describe_of_an_array_record_directory(tfds_array_dirs):
+    source = open_source(tfds_array_dirs["digits_png"], "train")
+    assert source.directory.schema.labels == {"label": ("zero", "one", "two")}
+    assert "5 examples in 1 ArrayRecord shard(s)" in source.describe()
+    assert source.to_dict()["tfds"]["file_format"] == "array_record"
+    infos = tfrecord.inspect(tfds_array_dirs["digits_png"])  # each shard, by index reads
+    found = [(i.record_format, i.num_records) for i in infos]
+    assert found == [("array_record", 3), ("array_record", 5)]  # test, train
+    assert sorted(infos[0].features) == ["image", "label"]
+
+
+@pytest.mark.parametrize("name", ["digits_png", "detection", "nested"])
+def test_convert_makes_an_array_record_split_tfrecord_shards_the_readers_read(
+    tfds_array_dirs, tmp_path, name
+):
+    directory = tfds_array_dirs[name]
+    result = tfrecord.convert(directory, tmp_path / "out", split="train")
+    assert result.num_records == builders.BUILDERS[name].splits["train"]
+    reference = tfds.data_source(name, data_dir=Path(directory).parents[1], split="train")
+    read = _examples(tfrecord.dataset(tmp_path / "out", BATCH))  # the files' order
+    assert read == [_flat_source(reference[i]) for i in range(len(reference))]
+
+
+def test_the_tf_data_readers_refuse_an_array_record_directory_clearly(tfds_array_dirs):
+    with pytest.raises(ValueError, match=r"do not read its ArrayRecord shards yet"):
+        tfrecord.dataset(tfds_array_dirs["tokens"], BATCH)
 
 
 # --- both loops ----------------------------------------------------------------------------

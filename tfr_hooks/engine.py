@@ -17,10 +17,12 @@ Epoch boundaries:
   length known up front that the data did not match). A run that starts at a later
   epoch first starts (and leaves) a pass of the data for each earlier epoch not yet
   started where the data keeps its random state (``Runner.start_pass``, counted by
-  :class:`Passes`), so that a seeded shuffle gives that epoch its own order. Resumed
-  mid-epoch on a runner that can skip batches (``Runner.skips_batches``), it then passes
-  over the batches already trained on (``Runner.skip_batches``; they count in
-  ``loop.epoch_examples``) and runs that epoch to the data's end.
+  :class:`~tfr_hooks.resume.Passes`), so that a seeded shuffle gives that epoch its own
+  order. Resumed mid-epoch on a runner that can skip batches (``Runner.skips_batches``),
+  it then passes over the batches already trained on (``Runner.skip_batches``; they
+  count in ``loop.epoch_examples``) and runs that epoch to the data's end. How a run enters its
+  first epoch (a seek, a skip or a replay) is chosen once per run, in
+  :mod:`tfr_hooks.resume`; this module does not know which.
 * ``steps_per_epoch=None`` and a one-shot source: the data running out closes the current
   epoch and ends training.
 * ``steps_per_epoch=N``: epochs are counted in steps; the data is started once. Data
@@ -46,10 +48,10 @@ from tfr_hooks.checks import (
 )
 from tfr_hooks.hooks import Hook, HookList, LoopState, SessionRunContext, call_all
 from tfr_hooks.input_report import EpochClock, InputFacts, InputReport
+from tfr_hooks.resume import Passes, Resume, choose_resume
 from tfr_hooks.runners import Runner, StepResult
-from tfr_hooks.seeking import Seekable, entry, note_worker_count
+from tfr_hooks.seeking import Seekable
 from tfr_hooks.stalls import StallPolicy
-from tfr_hooks.task import current_task
 
 __all__ = [
     "Passes",
@@ -65,31 +67,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Passes:
-    """The passes over a loop's training data started where the data keeps its state.
-
-    A loop keeps one across its runs and hands it to :func:`run_loop`, which counts every
-    pass the runner starts (each epoch that restarts the data, each replayed pass). The
-    count holds for ``session``: the runner's ``session`` once it started (a graph's
-    random ops keep their state in it), or ``None`` for a runner without one (a
-    ``tf.data`` pipeline keeps it in the dataset). A run whose runner has another
-    session starts again from 0.
-
-    Attributes:
-        started: The passes started so far.
-        session: The session they were started in.
-    """
-
-    started: int = 0
-    session: Any = None
-
-    def follow(self, session: Any) -> None:
-        """Count the passes of ``session`` from now on: from 0 if it is another one."""
-        if session is not self.session:
-            self.started, self.session = 0, session
 
 
 @dataclass(frozen=True)
@@ -297,12 +274,13 @@ def run_loop(
         started = True
         passes.follow(runner.session)
         start_session(hooks, loop, runner.session, runner.coord)
+        resume = choose_resume(runner, steps_per_epoch, data.position)  # once, for the run
         # a hook may move the start in begin/after_create_session (Keras' BackupAndRestore)
         for epoch in range(loop.initial_epoch, epochs):
             if loop.stop_requested:
                 break
             logs, more = _run_epoch(
-                runner, hooks, loop, epoch, steps_per_epoch, passes, stalls, observers, data
+                runner, hooks, loop, epoch, steps_per_epoch, passes, stalls, resume, observers
             )
             if logs is None:
                 break
@@ -344,38 +322,19 @@ def _run_epoch(
     steps_per_epoch: int | None,
     passes: Passes,
     stalls: StallPolicy,
+    resume: Resume,
     observers: Sequence[CallObserver] = (),
-    data: RunInput | None = None,
 ) -> tuple[dict[str, Any] | None, bool]:
-    """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on."""
+    """Run one epoch; return its logs (``None`` if it saw no step) and whether to go on.
+
+    ``resume`` (chosen once for the run) puts the run's first epoch where the run resumes;
+    the steps already run count, and only the rest are run.
+    """
     first = epoch == loop.initial_epoch
-    # a run resumed mid-epoch: the steps already run count, and only the rest are run
-    done = loop.initial_step if first else 0
-    seekable = first and data is not None and steps_per_epoch is None
-    position = data.position if seekable and data is not None else None
-    if position is not None and position.grain > 1 and not runner.skips_batches:
-        position = None  # entered at a pool's start, it could not skip to the step
-    if first and done:  # saved on another worker count: a position is global, else moved
-        workers = position.workers if position is not None else current_task().num_workers
-        note_worker_count(loop.initial_workers, workers, position, epoch, done)
-    if position is not None:  # the pass starts where the interrupted run was: no replay
-        _seek(position, passes, epoch, done)
-    clock = _begin_epoch(
-        runner, hooks, loop, epoch, first and position is None, steps_per_epoch, passes, first
-    )
-    sought, done = done, loop.initial_step if first else 0  # as hooks left it by now
-    if position is not None:
-        records, skip = entry(position, done)
-        if done != sought:  # a hook moved the start in epoch_begin: seek there instead
-            position.seek(passes.started - 1, records)
-            runner.start_epoch(restart_data=True)
-        if skip and runner.skips_batches:  # inside a split batch, or a bucketed pool
-            runner.skip_batches(skip)
-        length = None  # the data's end ends the epoch
-        loop.epoch_examples = done * position.batch_size // position.split
-        loop.epoch_steps = done
-    else:
-        length = _resume_at(runner, loop, epoch, done, steps_per_epoch)
+    resume.begin_epoch(loop, passes, epoch)
+    clock = _begin_epoch(runner, hooks, loop, epoch, steps_per_epoch, passes, first)
+    done = loop.initial_step if first else 0  # as hooks left it by now
+    length = resume.entered(loop, passes)
     end = _run_steps(runner, hooks, loop, length, stalls, [*observers, clock])
     if loop.epoch_steps == done:
         logger.warning(
@@ -397,25 +356,19 @@ def _begin_epoch(
     hooks: HookList,
     loop: LoopState,
     epoch: int,
-    replay: bool,
     steps_per_epoch: int | None,
     passes: Passes,
     first: bool,
 ) -> EpochClock:
     """Reset the epoch's state, start its data (a pass when it restarts) and its clock.
 
-    ``replay``: first replay the passes of the epochs before (a resumed run whose data
-    cannot seek). Fires ``epoch_begin`` last; returns the clock of the epoch's steps.
+    Fires ``epoch_begin`` last; returns the clock of the epoch's steps.
     """
     loop.epoch = epoch
     loop.epoch_steps = loop.epoch_examples = 0
     loop.batch_logs = {}
     loop.input_stats = None
     loop.history_entries = {}
-    if replay and steps_per_epoch is None:
-        # the first epoch of a run that starts late (resumed): let the data's seeded
-        # shuffles draw what they drew for the earlier epochs, so this one has its order
-        _replay_passes(runner, passes, epoch)
     # the run's first execution (tracing, warm-up) is left out when more follow
     clock = EpochClock(time.perf_counter, skip_first=loop.global_step == 0)
     restart = first or steps_per_epoch is None
@@ -425,63 +378,6 @@ def _begin_epoch(
         clock.restarted()
     hooks.epoch_begin(epoch)
     return clock
-
-
-def _seek(position: Seekable, passes: Passes, epoch: int, done: int) -> None:
-    """Start the first epoch's pass at step ``done`` of ``epoch``, without a replay.
-
-    The pass is numbered as a replay would have numbered it (the passes this loop
-    already started count: a second run of one loop goes on with new passes).
-    """
-    number = max(epoch, passes.started)
-    records, _ = entry(position, done)
-    position.seek(number, records)
-    passes.started = number
-    if number or records:
-        logger.info(
-            "Resumed the input at epoch %d, record %d of its sequence (a seek, no replay)",
-            number,
-            records,
-        )
-
-
-def _replay_passes(runner: Runner, passes: Passes, epoch: int) -> None:
-    """Start (and leave) a pass of the data for each epoch before ``epoch`` not started."""
-    if not runner.replays_passes:
-        return
-    missing = epoch - passes.started
-    for _ in range(missing):
-        runner.start_pass()
-        passes.started += 1
-    if missing > 0:
-        logger.info("Started %d passes over the data to resume at epoch %d", missing, epoch)
-
-
-def _resume_at(
-    runner: Runner, loop: LoopState, epoch: int, done: int, steps_per_epoch: int | None
-) -> int | None:
-    """Put the epoch at step ``done``; return the step it ends at (``None``: the data's end).
-
-    When the data decides the epoch and the runner skips batches exactly, the batches the
-    interrupted run already trained on are passed over and the epoch runs to the data's
-    end, so that it has the steps (and the batches) of an uninterrupted one, whatever its
-    length was thought to be.
-    """
-    length = steps_per_epoch if steps_per_epoch is not None or not done else loop.steps_per_epoch
-    if done and steps_per_epoch is None and runner.skips_batches:
-        skipped, examples = runner.skip_batches(done)
-        logger.info("Skipped %d batches (%d examples) of the resumed epoch", skipped, examples)
-        if skipped < done:
-            logger.warning(
-                "Epoch %d resumes at step %d, but its data holds only %d batches.",
-                epoch,
-                done,
-                skipped,
-            )
-        length = None
-        loop.epoch_examples = examples  # seen before the interruption
-    loop.epoch_steps = done
-    return length
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,8 @@ class Runner(Protocol):
 
         The engine calls it, when :attr:`replays_passes`, at the start of a run that
         begins at a later epoch: once for each earlier epoch whose pass was not started
-        yet (see :class:`Passes`), so that a seeded shuffle, which draws a new order for
-        every pass started, gives the run's first epoch the order it had in an
+        yet (see :class:`~tfr_hooks.resume.Passes`), so that a seeded shuffle, which draws
+        a new order for every pass started, gives the run's first epoch the order it had in an
         uninterrupted run. It should cost the pass's start (an initialization, maybe its
         first batch), not an epoch of input.
         """

@@ -2,8 +2,8 @@
 
 A loop's training input that can start a pass anywhere (a reader's
 :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`) is a :class:`Seekable`.
-The engine (:mod:`tfr_hooks.engine`) seeks the first epoch of a resumed run to
-:func:`entry`'s records and skips the steps it leaves: the batches of a bucketed read's
+A resumed run whose strategy seeks (:class:`tfr_hooks.resume.Seek`) starts its first
+epoch at :func:`entry`'s records and skips the steps it leaves: the batches of a bucketed read's
 pool already trained on (a pool's batches are cut from the whole pool, so its pass is
 entered at the pool's start).
 
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 class Seekable(Protocol):
     """Input whose next pass can start at any epoch and record.
 
-    See :class:`~tfr_hooks.engine.RunInput`'s ``position``.
+    See :class:`~tfr_hooks.engine.RunInput`'s ``position`` and :mod:`tfr_hooks.resume`.
     """
 
     #: The examples of a global batch (a step of all workers).
@@ -38,7 +38,7 @@ class Seekable(Protocol):
     #: Steps a batch makes (1: a step is a global batch).
     split: int
     #: The batches a pass can be entered at a multiple of (a bucketed read's pool: its
-    #: batches are cut from the whole pool); the engine skips the steps past it.
+    #: batches are cut from the whole pool); the steps past it are skipped.
     grain: int
 
     def seek(self, epoch: int, records: int) -> None:

@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(command.run(args))
-    except (TFRecordError, OSError, ValueError, TypeError) as error:
+    except (TFRecordError, OSError, ValueError, TypeError, ImportError) as error:
+        # ImportError: an optional extra missing (its message names it)
         print(f"tfr-hooks {args.command}: error: {error}", file=sys.stderr)
         return 1

@@ -3,9 +3,10 @@
 Usage::
 
     tfr-hooks convert INPUT.npz OUTDIR --shards 4 [--compression gzip|zlib]
-        [--examples-per-record N]
+        [--examples-per-record N] [--format tfrecord|array_record]
     tfr-hooks convert FILE_OR_DIR_OR_GLOB... OUTDIR [--decode NAME=DTYPE:SHAPE]...
         [--shards N] [--compression gzip|zlib] [--examples-per-record N] [--split SPLIT]
+        [--format tfrecord|array_record]
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--compression", choices=COMPRESSION_CHOICES, default="none", help="default: none"
     )
     convert.add_argument("--prefix", default="data", help="shard file name prefix")
+    convert.add_argument(
+        "--format",
+        choices=("tfrecord", "array_record"),
+        default="tfrecord",
+        help="the shards' record format: TFRecord (default), or ArrayRecord files "
+        "(PREFIX-00000-of-0000N.array_record, read by TFDS and Grain; needs the "
+        "arrayrecord extra, no --compression, --examples-per-record 1)",
+    )
     convert.add_argument(
         "--decode",
         action="append",
@@ -166,9 +175,14 @@ def _convert_npz(args: argparse.Namespace, path: str) -> int:
 
 def _report(args: argparse.Namespace, result: Any) -> None:
     """Print what ``convert`` wrote: the shards, the schema, the packing, the features."""
+    framing = (
+        "format: ArrayRecord"
+        if result.format == "array_record"
+        else f"compression: {result.compression or 'none'}"
+    )
     print(
         f"Wrote {result.num_records} examples to {len(result.files)} shard(s) in "
-        f"{result.directory} (compression: {result.compression or 'none'})"
+        f"{result.directory} ({framing})"
     )
     print(f"Schema: {result.schema_path}")
     if args.examples_per_record > 1:
@@ -206,6 +220,7 @@ def _write(args: argparse.Namespace, data: Any, progress: Any) -> Any:
             overwrite=args.overwrite,
             progress=progress,
             examples_per_record=args.examples_per_record,
+            format=args.format,
         )
     except FileExistsError as error:  # the library names its argument, overwrite=True
         held = str(error).partition(", which holds ")[2]

@@ -1,4 +1,4 @@
-"""``tfr-hooks inspect``: the records, compression and features of TFRecord files.
+"""``tfr-hooks inspect``: the records, compression and features of TFRecord (or ArrayRecord) files.
 
 Usage::
 
@@ -69,14 +69,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     paths = source.files
     # per file: its FileInfo, or the error that kept it from being read
-    results: list[tuple[str, Any, tfrecord.TFRecordError | None]] = []
+    results: list[tuple[str, Any, Exception | None]] = []
     for path in paths:
         try:
             infos = tfrecord.inspect(
                 path, compression=args.compression, max_records=args.max_records
             )
             results.append((path, infos[0], None))
-        except tfrecord.TFRecordError as error:
+        except (tfrecord.TFRecordError, ImportError) as error:  # ImportError: an extra
             results.append((path, None, error))
     if args.json:
         items = [
@@ -127,9 +127,13 @@ def _print_file(info: Any, out: TextIO) -> None:
         else f" (features from the first {info.scanned_records})"
     )
     print(info.path, file=out)
+    framing = (
+        "format: ArrayRecord"
+        if info.record_format == "array_record"
+        else f"compression: {info.compression or 'none'}"
+    )
     print(
-        f"  records: {info.num_records}{scanned}   compression: {info.compression or 'none'}"
-        f"   size: {_size_text(info.size_bytes)}",
+        f"  records: {info.num_records}{scanned}   {framing}   size: {_size_text(info.size_bytes)}",
         file=out,
     )
     try:

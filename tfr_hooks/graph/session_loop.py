@@ -376,7 +376,7 @@ class SessionLoop:
 
     def _position(self, runner: SessionRunner) -> Any:
         """The training data's position, seeking in the runner's session (once made)."""
-        position = None if self._data is None else self._data.facts.position
+        position = None if self._data is None else self._data.position
         if position is None or self._stream is not None:
             return None
         return position.in_session(lambda: runner.session)

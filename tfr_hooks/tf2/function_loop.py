@@ -32,7 +32,12 @@ from tfr_hooks.task import is_multi_worker
 from tfr_hooks.tf2 import distribute
 from tfr_hooks.tf2.compiled import CompiledSteps
 from tfr_hooks.tf2.runner import FunctionRunner
-from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, Source, data_and_facts
+from tfr_hooks.tfrecord.pipelines.contract import (
+    ReadFacts,
+    Source,
+    data_and_facts,
+    position_of_source,
+)
 from tfr_hooks.tfrecord.pipelines.sharding import distributed_steps
 from tfr_hooks.tuning import AUTO, AutoSteps, check_steps_per_execution
 
@@ -146,29 +151,10 @@ class FunctionLoop:
         service_timeout: float = 60.0,
         class_weight: Mapping[int, float] | None = None,
     ) -> None:
-        data, facts = _data_of(data, "data")
+        given, (data, facts) = data, _data_of(data, "data")
         check_service_timeout(service_timeout)
-        if (model is None) == (step_fn is None):
-            raise ValueError(
-                "Expected exactly one of `model` (a compiled Keras 3 model) and `step_fn` "
-                f"(a function batch -> dict of scalar tensors). Received: model={model!r}, "
-                f"step_fn={step_fn!r}"
-            )
-        if model is not None:
-            _check_model(model)
-            if validation_step_fn is not None:
-                raise ValueError(
-                    expected(
-                        "validation_step_fn",
-                        "None with `model` (a model validates with its own test_step; "
-                        "`validation_step_fn` goes with `step_fn`)",
-                        validation_step_fn,
-                    )
-                )
+        _check_steps(model, step_fn, validation_step_fn)
         class_weight = _check_class_weight(class_weight, model)
-        for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
-            if fn is not None and not callable(fn):
-                raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
         check_steps_per_execution(steps_per_execution)
         check_optional_positive_int(steps_per_epoch, "steps_per_epoch")
         check_bool(measure_input, "measure_input")
@@ -181,6 +167,8 @@ class FunctionLoop:
         self.data = data
         #: what the reader knows of ``data`` (the input contract), or what its graph shows
         self.facts = facts
+        #: where ``data``'s next pass starts, when it can start anywhere (else ``None``)
+        self._position = position_of_source(given)
         self.model = model
         self.step_fn = step_fn
         self.validation_step_fn = validation_step_fn
@@ -302,7 +290,7 @@ class FunctionLoop:
                 steps=known if known else None,
                 examples=self.facts.served_examples(),
                 report=self._input_facts,
-                position=self.facts.position,
+                position=self._position,
             ),
             passes=self._passes,
         )
@@ -327,6 +315,36 @@ def _data_of(data: object, name: str) -> tuple[Any, ReadFacts]:
             f"tfrecord.dataset(...)). Received: {name}={data!r}"
         )
     return data_and_facts(data, why="training data" if name == "data" else "")
+
+
+def _check_steps(model: Any, step_fn: Any, validation_step_fn: Any) -> None:
+    """Check what trains: exactly one of ``model`` and ``step_fn``, and its validation.
+
+    Raises:
+        TypeError: A step function is not callable, or ``model`` not a Keras 3 model.
+        ValueError: Both or neither of ``model`` and ``step_fn``, ``validation_step_fn``
+            with ``model``, or ``model`` not compiled.
+    """
+    if (model is None) == (step_fn is None):
+        raise ValueError(
+            "Expected exactly one of `model` (a compiled Keras 3 model) and `step_fn` "
+            f"(a function batch -> dict of scalar tensors). Received: model={model!r}, "
+            f"step_fn={step_fn!r}"
+        )
+    if model is not None:
+        _check_model(model)
+        if validation_step_fn is not None:
+            raise ValueError(
+                expected(
+                    "validation_step_fn",
+                    "None with `model` (a model validates with its own test_step; "
+                    "`validation_step_fn` goes with `step_fn`)",
+                    validation_step_fn,
+                )
+            )
+    for name, fn in (("step_fn", step_fn), ("validation_step_fn", validation_step_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError(expected(name, "a function batch -> dict of scalar tensors", fn))
 
 
 def _check_model(model: object) -> None:

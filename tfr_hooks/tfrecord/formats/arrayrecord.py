@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -36,6 +36,7 @@ __all__ = [
     "SIGNATURE",
     "ArrayRecordFiles",
     "is_array_record",
+    "iter_array_records",
     "read_records",
     "write_array_record",
 ]
@@ -228,3 +229,25 @@ def write_array_record(
     finally:
         writer.close()
     return count
+
+
+def iter_array_records(path: str | os.PathLike[str], *, batch_size: int = 1024) -> Iterator[bytes]:
+    """The records of one ArrayRecord file, in order, read ``batch_size`` at a time.
+
+    What :func:`~tfr_hooks.tfrecord.formats.framing.iter_records` is for a TFRecord file
+    (inspection reads every record through one of the two).
+
+    Args:
+        path: The file.
+        batch_size: Records read in one call.
+
+    Raises:
+        ImportError: Without the ``array-record`` package (the message names the extra).
+        UnreadableFileError: If the file cannot be opened as an ArrayRecord file.
+    """
+    files = ArrayRecordFiles([path])
+    try:
+        for start in range(0, len(files), batch_size):
+            yield from files.read(np.arange(start, min(start + batch_size, len(files))))
+    finally:
+        files.close()

@@ -26,7 +26,9 @@ def inspect(
 ) -> list[FileInfo]:
     """Report what TFRecord files hold: record counts, feature names, kinds and lengths.
 
-    Works on files written by any tool, uncompressed or compressed (detected per file).
+    Works on files written by any tool, uncompressed or compressed (detected per file),
+    and on ArrayRecord files (told by their name or first bytes; they need the
+    ``arrayrecord`` extra: ``pip install tfr_hooks[arrayrecord]``).
 
     Args:
         files: Paths, directories or glob patterns.
@@ -40,7 +42,8 @@ def inspect(
     Raises:
         NoFilesError: If nothing matches, or a file is missing.
         EmptyFileError: If a file holds no records.
-        NotTFRecordError: If a file is not a TFRecord file.
+        NotTFRecordError: If a file is neither a TFRecord nor an ArrayRecord file.
+        ImportError: For an ArrayRecord file without the ``array-record`` package.
         CorruptRecordError: If a record is damaged, or the first one of a file is not a
             ``tf.train.Example`` or ``tf.train.SequenceExample`` (later ones that are
             neither are counted in :attr:`FileInfo.other_records`, with a warning).

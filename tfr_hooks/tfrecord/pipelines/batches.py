@@ -16,7 +16,12 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.tfrecord.formats.framing import Files
-from tfr_hooks.tfrecord.pipelines.contract import ReadFacts, epoch_steps, facts_of_dataset
+from tfr_hooks.tfrecord.pipelines.contract import (
+    ReadFacts,
+    epoch_steps,
+    facts_of_dataset,
+    position_of_source,
+)
 from tfr_hooks.tfrecord.pipelines.options import (
     PipelineKind,
     ReadArgs,
@@ -54,12 +59,16 @@ class Batches:
             pipeline ``kind``, the ``files``, ``schema`` and ``compression`` read, the
             ``examples`` of one pass, the ``num_epochs`` of one initialization, the
             ``service``, the ``corrupt_records`` skipped.
+        position: Where the next pass starts, when the pipeline can start a pass anywhere
+            (a :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`, whose
+            variables live in the graph), else ``None``: a resumed run then replays.
     """
 
     tensors: Any
     initializers: list[Any]
     batch_size: Any
     facts: ReadFacts
+    position: ReadPosition | None = None
 
 
 def read_batches(
@@ -151,8 +160,9 @@ def read_batches(
         size = _batch_size_of(first)
     bucketed = checked.shaping.bucket_boundaries is not None and not kind.in_memory
     steps = None if bucketed else epoch_steps(examples, checked)
-    facts = ReadFacts.of_read(plan, checked, kind, examples, steps, position)
-    return Batches(tensors, initializers, size, facts)
+    facts = ReadFacts.of_read(plan, checked, kind, examples, steps)
+    position = None if checked.service is not None else position
+    return Batches(tensors, initializers, size, facts, position)
 
 
 def batches_of(data: tf.data.Dataset) -> Batches:
@@ -188,10 +198,11 @@ def batches_of(data: tf.data.Dataset) -> Batches:
     if not isinstance(data, tf.data.Dataset):
         raise TypeError(expected("data", "a tf.data.Dataset built in the graph", data))
     facts = facts_of_dataset(data, why="training data")
+    position = position_of_source(data)
     iterator = tf.compat.v1.data.make_initializable_iterator(data)
     tensors = iterator.get_next()
     first = tensors[0] if isinstance(tensors, tuple) else next(iter(tensors.values()))
-    return Batches(tensors, [iterator.initializer], _batch_size_of(first), facts)
+    return Batches(tensors, [iterator.initializer], _batch_size_of(first), facts, position)
 
 
 def _check_graph_mode() -> None:

@@ -18,12 +18,18 @@ would silently go):
   gets its reader's facts (:func:`facts_of_dataset`): the reader notes them for the
   dataset it returns (:func:`note_read`, held while the dataset lives), and the loop
   finds that dataset behind the user's stages
-  (:func:`tfr_hooks.tf_private.dataset_stages`), so a resumed run seeks there too. A
+  (:func:`tfr_hooks.tf_private.dataset_stages`), so a resumed run seeks there too
+  (:func:`position_of_source`). A
   stage that may drop or add batches (``filter``, ``take``, ``unbatch``, ``rebatch``,
   ``shuffle``, ``cache``...) hides the position: the run replays, and the log says why;
 - any other dataset (a user's own pipeline) gets the facts its graph shows: the steps
   of its cardinality, and the address of any tf.data service it reads through, so that
   a run on it is watched all the same.
+
+The facts are values only. Where the next pass starts (a
+:class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`, live TensorFlow variables)
+is reached from the source: :attr:`Source.position`, ``Batches.position``, or
+:func:`position_of_source` for a dataset.
 
 Examples:
     >>> from tfr_hooks import tfrecord
@@ -57,13 +63,16 @@ __all__ = [
     "facts_of_dataset",
     "data_and_facts",
     "note_read",
+    "position_of_source",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: the facts of each dataset a reader returned, while it lives (a weak key: the dataset
-#: dropped, its entry goes; the facts never refer back to the dataset)
-_READS: weakref.WeakKeyDictionary[Any, ReadFacts] = weakref.WeakKeyDictionary()
+#: the facts and the position of each dataset a reader returned, while it lives (a weak
+#: key: the dataset dropped, its entry goes; neither refers back to the dataset)
+_READS: weakref.WeakKeyDictionary[Any, tuple[ReadFacts, ReadPosition | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,8 @@ class ReadFacts:
 
     The readers build it with :meth:`of_read` only; the rules the loops apply to it (the
     steps of an epoch on some workers, the examples of a served epoch, the damaged
-    records counted) are its methods, written here once.
+    records counted) are its methods, written here once. It holds values only: the
+    position a resumed run seeks is the source's (:attr:`Source.position`).
 
     Attributes:
         kind: The :class:`~tfr_hooks.tfrecord.PipelineKind` built, or ``None`` for a
@@ -96,14 +106,6 @@ class ReadFacts:
             (:class:`~tfr_hooks.tfrecord.CorruptRecord`), found when it was built with
             ``max_corrupt_records`` above 0; ``None`` when it did not look (0, the
             default: a damaged record raises).
-        position: Where the next pass starts (a
-            :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`), when the pipeline can
-            start a pass anywhere: a resumed run seeks there instead of replaying the
-            passes and batches before it (bucketed from pools, at the pool's start:
-            see its ``grain``). ``None`` when it cannot (``shuffle=N`` streamed or in memory,
-            the queue, the tf.data service, damaged files without ``shuffle="global"``,
-            bucketing in memory, ``num_epochs`` other than 1, a dataset the readers did
-            not build, or one behind a stage that may drop or add batches).
     """
 
     kind: PipelineKind | None = None
@@ -119,7 +121,6 @@ class ReadFacts:
     examples_per_record: int = 1
     service: str | None = None
     corrupt_records: tuple[CorruptRecord, ...] | None = None
-    position: ReadPosition | None = None
 
     @classmethod
     def of_read(
@@ -129,7 +130,6 @@ class ReadFacts:
         kind: PipelineKind,
         examples: int | None,
         steps: int | None,
-        position: ReadPosition | None = None,
     ) -> ReadFacts:
         """The facts of a read: what ``plan`` resolved, ``options`` asked and the build gave.
 
@@ -143,7 +143,6 @@ class ReadFacts:
             examples: The examples of one pass, when known.
             steps: The steps of one epoch (one iterator, one initialization), when
                 known before it runs; ``None`` also when read through a service.
-            position: The pipeline's position, when it can seek (not when served).
         """
         return cls(
             kind=kind,
@@ -158,7 +157,6 @@ class ReadFacts:
             examples_per_record=plan.per_record,
             service=options.service,
             corrupt_records=None if plan.damage is None else plan.damage.corrupt,
-            position=None if options.service is not None else position,
         )
 
     def steps_on(self, num_workers: int) -> int | None:
@@ -195,10 +193,18 @@ class Source:
     Attributes:
         dataset: The dataset of batches.
         facts: What the reader knows: a :class:`ReadFacts`.
+        position: Where the next pass starts (a
+            :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`), when the
+            pipeline can start a pass anywhere: a resumed run seeks there instead of
+            replaying the passes and batches before it (bucketed from pools, at the
+            pool's start). ``None`` when it cannot (``shuffle=N`` streamed or in
+            memory, the tf.data service, damaged files without ``shuffle="global"``,
+            bucketing in memory, ``num_epochs`` other than 1).
     """
 
     dataset: Any
     facts: ReadFacts
+    position: ReadPosition | None = None
 
     def map(self, fn: Callable[..., Any], **kwargs: Any) -> Source:
         """``dataset.map(fn, **kwargs)``, with the same facts (a map keeps every batch)."""
@@ -234,14 +240,31 @@ def epoch_steps(examples: int | None, options: ReadOptions) -> int | None:
     return total // batch_size if options.drop_remainder else -(-total // batch_size)
 
 
-def note_read(dataset: Any, facts: ReadFacts) -> None:
-    """Note ``facts`` as what the reader knows of the ``dataset`` it returns.
+def note_read(dataset: Any, facts: ReadFacts, position: ReadPosition | None = None) -> None:
+    """Note ``facts`` and ``position`` as what the reader knows of the ``dataset`` it returns.
 
-    Held while ``dataset`` lives (a weak reference), for :func:`facts_of_dataset` to
-    find behind the user's stages: the facts travel with the reader's own dataset
-    object, which each later stage holds as its input, never as an attribute of it.
+    Held while ``dataset`` lives (a weak reference), for :func:`facts_of_dataset` and
+    :func:`position_of_source` to find behind the user's stages: they travel with the
+    reader's own dataset object, which each later stage holds as its input, never as an
+    attribute of it.
     """
-    _READS[dataset] = facts
+    _READS[dataset] = (facts, position)
+
+
+def _noted_read(dataset: Any) -> tuple[tuple[ReadFacts, ReadPosition | None] | None, list[str]]:
+    """The read noted behind ``dataset``'s stages, if any, and the stages hiding it.
+
+    The stages are those met before the noted dataset that may drop or add batches
+    (outermost first).
+    """
+    hiding: list[str] = []
+    for stage, name, keeps in tf_private.dataset_stages(dataset):
+        read = _READS.get(stage)
+        if read is not None:
+            return read, hiding
+        if not keeps:
+            hiding.append(name)
+    return None, hiding
 
 
 def facts_of_dataset(dataset: Any, *, why: str = "") -> ReadFacts:
@@ -249,11 +272,11 @@ def facts_of_dataset(dataset: Any, *, why: str = "") -> ReadFacts:
 
     A dataset :func:`~tfr_hooks.tfrecord.dataset` returned (:func:`note_read`), alone or
     behind stages that keep every batch (``map``, ``prefetch``, ``with_options``), has
-    its reader's facts, position included. Behind a stage that may drop or add batches
-    (``filter``, ``take``...), and for any other dataset, the facts are those of its
-    graph: the steps of its cardinality when known (for one worker), and the address of
-    the first tf.data service it reads through
-    (:func:`tfr_hooks.tf_private.service_addresses`), whoever called ``distribute``.
+    its reader's facts. Behind a stage that may drop or add batches (``filter``,
+    ``take``...), and for any other dataset, the facts are those of its graph: the steps
+    of its cardinality when known (for one worker), and the address of the first tf.data
+    service it reads through (:func:`tfr_hooks.tf_private.service_addresses`), whoever
+    called ``distribute``.
 
     Args:
         dataset: The dataset.
@@ -261,23 +284,17 @@ def facts_of_dataset(dataset: Any, *, why: str = "") -> ReadFacts:
             a resumed run would seek): a reader's position hidden by a stage is logged
             at INFO level, naming the stage.
     """
-    hiding: list[str] = []  # the stages met that may drop or add batches
-    for stage, name, keeps in tf_private.dataset_stages(dataset):
-        facts = _READS.get(stage)
-        if facts is not None and not hiding:
-            return facts
-        if facts is not None:
-            if why and facts.position is not None:
-                logger.info(
-                    "The %s reads tfrecord.dataset(...) through stages that may drop or add "
-                    "batches (%s): a run resumed mid-epoch replays the epoch up to its step "
-                    "instead of seeking (only map, prefetch and with_options keep the seek)",
-                    why,
-                    ", ".join(reversed(hiding)),
-                )
-            break
-        if not keeps:
-            hiding.append(name)
+    read, hiding = _noted_read(dataset)
+    if read is not None and not hiding:
+        return read[0]
+    if read is not None and why and read[1] is not None:
+        logger.info(
+            "The %s reads tfrecord.dataset(...) through stages that may drop or add "
+            "batches (%s): a run resumed mid-epoch replays the epoch up to its step "
+            "instead of seeking (only map, prefetch and with_options keep the seek)",
+            why,
+            ", ".join(reversed(hiding)),
+        )
     value = dataset.cardinality()
     # graph mode: a tensor a session would compute, unknown here (UNKNOWN_CARDINALITY)
     cardinality = int(value) if hasattr(value, "numpy") else -2
@@ -287,6 +304,20 @@ def facts_of_dataset(dataset: Any, *, why: str = "") -> ReadFacts:
         steps=cardinality if cardinality >= 0 else None,
         service=addresses[0] if addresses else None,
     )
+
+
+def position_of_source(data: Any) -> ReadPosition | None:
+    """Where the next pass of ``data`` (a :class:`Source` or a dataset) starts, if it can.
+
+    A :class:`Source`'s :attr:`~Source.position`; for a dataset
+    :func:`~tfr_hooks.tfrecord.dataset` returned, alone or behind stages that keep every
+    batch, its reader's (:func:`note_read`). ``None`` for any other dataset, or one
+    behind a stage that may drop or add batches.
+    """
+    if isinstance(data, Source):
+        return data.position
+    read, hiding = _noted_read(data)
+    return read[1] if read is not None and not hiding else None
 
 
 def data_and_facts(data: Any, *, why: str = "") -> tuple[Any, ReadFacts]:

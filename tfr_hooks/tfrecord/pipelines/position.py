@@ -26,7 +26,7 @@ resumes on M exactly. The price: every worker reads (and parses) the whole seque
 Examples:
     >>> from tfr_hooks import tfrecord
     >>> train = tfrecord.source("data/train", 128, shuffle="global", seed=3)  # doctest: +SKIP
-    >>> train.facts.position.seek(epoch=4, records=128 * 900)  # doctest: +SKIP
+    >>> train.position.seek(epoch=4, records=128 * 900)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ __all__ = ["ReadPosition", "SessionPosition", "at_most"]
 class ReadPosition:
     """The pass a pipeline reads next and the records of its sequence to start it at.
 
-    Made by the readers for the pipelines that can enter their data at a position; a
-    :class:`~tfr_hooks.tfrecord.ReadFacts` carries it as ``position``. In graph mode its
-    variables live in the graph the reader was built in (initialized with the others).
+    Made by the readers for the pipelines that can enter their data at a position; the
+    source holds it as ``position`` (:class:`~tfr_hooks.tfrecord.Source`, ``Batches``),
+    not its facts, which are values. In graph mode its variables live in the graph the
+    reader was built in (initialized with the others).
 
     Args:
         batch_size: The examples of a global batch (the reader's batch size).

@@ -53,6 +53,7 @@ from tfr_hooks.tfrecord.pipelines.options import (
 from tfr_hooks.tfrecord.pipelines.orders.choice import order_for
 from tfr_hooks.tfrecord.pipelines.pipeline import build_pipeline, choose_kind, plan_of, serve
 from tfr_hooks.tfrecord.pipelines.plan import Plan
+from tfr_hooks.tfrecord.pipelines.position import ReadPosition
 
 __all__ = [
     "Batches",
@@ -169,29 +170,35 @@ def _source(reader: str, files: Files, batch_size: int, given: Mapping[str, Any]
         options = dataclasses.replace(options, seed=shared)
     kind = choose_kind(plan, options)
     data, examples, position = build_pipeline(plan, options, kind, seekable=True)
-    facts = ReadFacts.of_read(plan, options, kind, examples, None, position)
-    read = _read(data, plan, options, kind, facts)
-    note_read(read.dataset, read.facts)  # for the loops, behind the user's map
+    facts = ReadFacts.of_read(plan, options, kind, examples, None)
+    read = _read(data, plan, options, kind, facts, position)
+    note_read(read.dataset, read.facts, read.position)  # for the loops, behind the user's map
     return read
 
 
 def _read(
-    data: tf.data.Dataset, plan: Plan, options: ReadOptions, kind: PipelineKind, facts: ReadFacts
+    data: tf.data.Dataset,
+    plan: Plan,
+    options: ReadOptions,
+    kind: PipelineKind,
+    facts: ReadFacts,
+    position: ReadPosition | None,
 ) -> Source:
-    """The dataset a reader returns, served or sharded as asked, and its facts."""
+    """The dataset a reader returns, served or sharded as asked, its facts and position."""
     task = current_task()
-    if options.service is not None:
+    if options.service is not None:  # served: no position (the service's workers read)
         # a trainer of a shared job reads a part of the epoch, of unknown size
         examples = facts.examples if task.num_workers == 1 else None
         return Source(_served(data, plan, options, task), replace(facts, examples=examples))
     shard = options.config.shard
+    seeks = position is not None
     if kind.in_memory:
         # no files to split: every worker gathers the same batches and keeps its share
         data = sharding.shard_dataset(data, "data" if shard in ("auto", "file") else shard, 0, task)
-        return Source(data, replace(facts, steps=_steps_of(data, facts, options)))
+        return Source(data, replace(facts, steps=_steps_of(data, facts, options, seeks)), position)
     if not tf.executing_eagerly() and options.shuffle == "global":
         shard = "off"  # a graph-mode cluster: the global order reads this worker's share
-    elif options.shuffle == "global" or (facts.position is not None and task.num_workers > 1):
+    elif options.shuffle == "global" or (seeks and task.num_workers > 1):
         # one global sequence (the global order; an unshuffled stream that seeks): every
         # worker reads it and keeps its part of each global batch, on any worker count.
         # One worker: off, as TensorFlow's data sharding (AUTO too) on one worker undoes
@@ -207,7 +214,7 @@ def _read(
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
     )
-    return Source(data, _with_steps(facts, data, plan, task, options))
+    return Source(data, _with_steps(facts, data, plan, task, options, seeks), position)
 
 
 def _served(data: tf.data.Dataset, plan: Plan, options: ReadOptions, task: TaskInfo) -> Any:
@@ -235,13 +242,15 @@ def _job_name(plan: Plan, options: ReadOptions) -> str:
     return "tfr_hooks-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _steps_of(data: tf.data.Dataset, facts: ReadFacts, options: ReadOptions) -> int | None:
-    """The steps of a pass: the dataset's cardinality, or counted when it seeks.
+def _steps_of(
+    data: tf.data.Dataset, facts: ReadFacts, options: ReadOptions, seeks: bool
+) -> int | None:
+    """The steps of a pass: the dataset's cardinality, or counted when it ``seeks``.
 
     A pipeline with a position asserts no cardinality (a pass it enters mid-way is
     shorter); a whole pass makes the steps the examples give.
     """
-    if facts.position is not None:  # one step a global batch, on any worker count
+    if seeks:  # one step a global batch, on any worker count
         return epoch_steps(facts.examples, options)
     return _cardinality(data)
 
@@ -257,7 +266,12 @@ def _cardinality(data: tf.data.Dataset) -> int | None:
 
 
 def _with_steps(
-    facts: ReadFacts, data: tf.data.Dataset, plan: Plan, task: TaskInfo, options: ReadOptions
+    facts: ReadFacts,
+    data: tf.data.Dataset,
+    plan: Plan,
+    task: TaskInfo,
+    options: ReadOptions,
+    seeks: bool,
 ) -> ReadFacts:
     """``facts`` with the steps a pass of the streamed ``data`` makes, when known.
 
@@ -278,4 +292,4 @@ def _with_steps(
                 num_epochs=facts.num_epochs,
             )
         return replace(facts, steps=steps, steps_workers=workers)
-    return replace(facts, steps=_steps_of(data, facts, options))
+    return replace(facts, steps=_steps_of(data, facts, options, seeks))

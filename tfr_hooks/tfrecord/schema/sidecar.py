@@ -61,6 +61,9 @@ class Sidecar:
             see :mod:`tfr_hooks.tfrecord.formats.packed`).
         examples: For packed shards, the examples in each shard (empty when each
             record is one example).
+        record_format: How the shards frame records: ``"tfrecord"``, or
+            ``"array_record"`` (ArrayRecord files; stored as ``"record_format"``, which
+            a sidecar of TFRecord shards leaves out).
     """
 
     schema: Schema
@@ -69,6 +72,7 @@ class Sidecar:
     sizes: tuple[int, ...] = ()
     examples_per_record: int = 1
     examples: tuple[int, ...] = ()
+    record_format: str = "tfrecord"
 
     def size_of(self, name: str) -> int | None:
         """The size of shard ``name`` when written, if recorded."""
@@ -115,6 +119,8 @@ class Sidecar:
                 for (name, n), size in zip(self.shards, self._sizes_or_none(), strict=True)
             ],
         }
+        if self.record_format != "tfrecord":
+            data["record_format"] = self.record_format
         if self.examples_per_record != 1:  # packed shards (tfr_hooks.tfrecord.formats.packed)
             data["examples_per_record"] = self.examples_per_record
             data["num_examples"] = self.num_examples
@@ -144,7 +150,10 @@ class Sidecar:
                 raise ValueError(f"examples_per_record is {packing}")
             examples = tuple(int(s["num_examples"]) for s in items) if packing > 1 else ()
             compression = str(data.get("compression", ""))
-            return cls(schema, compression, shards, sizes, packing, examples)
+            record_format = str(data.get("record_format", "tfrecord"))
+            if record_format not in ("tfrecord", "array_record"):
+                raise ValueError(f"record_format is {record_format!r}")
+            return cls(schema, compression, shards, sizes, packing, examples, record_format)
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(
                 f"Expected {source} to be a schema written by tfr_hooks.tfrecord.write "

@@ -23,6 +23,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import EmptyFileError, SchemaMismatchError
+from tfr_hooks.tfrecord.formats.arrayrecord import is_array_record, iter_array_records
 from tfr_hooks.tfrecord.formats.framing import check_compression
 from tfr_hooks.tfrecord.formats.reading import format_of
 from tfr_hooks.tfrecord.schema.records import (
@@ -262,6 +263,7 @@ class FileInfo:
             name; empty for Example records.
         other_records: Scanned records that are neither an Example nor a SequenceExample
             (a warning names them; the first record may not be one).
+        record_format: ``"tfrecord"``, or ``"array_record"`` for an ArrayRecord file.
     """
 
     path: str
@@ -273,6 +275,7 @@ class FileInfo:
     stored: Sidecar | None = None
     feature_lists: dict[str, FeatureListInfo] = field(default_factory=dict)
     other_records: int = 0
+    record_format: str = "tfrecord"
 
     @property
     def record_kind(self) -> str:
@@ -307,6 +310,7 @@ class FileInfo:
             "record_kind": self.record_kind,
             "feature_lists": [info.to_dict() for info in self.feature_lists.values()],
             "other_records": self.other_records,
+            "record_format": self.record_format,
         }
 
 
@@ -320,9 +324,12 @@ def inspect_file(
 ) -> FileInfo:
     """What the records of one file hold: counts, and the features of the first records.
 
+    A TFRecord file's records are read in any compression, an ArrayRecord file's (told by
+    its name or its first bytes) with ``array-record``, in batches.
+
     Args:
         path: The file.
-        compression: Its compression, or ``None`` to detect it.
+        compression: Its compression, or ``None`` to detect it (none for ArrayRecord).
         max_records: Records whose features are examined (``None`` for all).
         stored: The ``schema.json`` written beside it, if any.
         count_all: Whether to count the records past ``max_records`` too.
@@ -330,11 +337,15 @@ def inspect_file(
     Returns:
         The file's :class:`FileInfo`.
     """
-    reading = format_of(path)
-    codec = reading.compression(path) if compression is None else compression
-    info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=stored)
+    if is_array_record(path):
+        codec, records, kind = "", iter_array_records(path), "array_record"
+    else:  # any other format, through the record seam
+        reading = format_of(path)
+        codec = reading.compression(path) if compression is None else compression
+        records, kind = reading.iter_records(path, codec), "tfrecord"
+    info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=stored, record_format=kind)
     first_other: tuple[int, str] | None = None
-    for index, record in enumerate(reading.iter_records(path, codec)):
+    for index, record in enumerate(records):
         info.num_records += 1
         if max_records is not None and index >= max_records:
             if not count_all:
@@ -359,8 +370,9 @@ def inspect_file(
                 info.feature_lists[name] = FeatureListInfo(name)
             info.feature_lists[name].add(feature_list)
     if info.num_records == 0:
+        format_name = "ArrayRecord" if kind == "array_record" else "TFRecord"
         raise EmptyFileError(
-            f"TFRecord file {path!r} holds no records; expected at least one.", file=path
+            f"{format_name} file {path!r} holds no records; expected at least one.", file=path
         )
     # keep a stable order: the order of first appearance is map order, so sort by name
     info.features = dict(sorted(info.features.items()))

@@ -1,36 +1,29 @@
 """TensorFlow Datasets (TFDS) prepared directories as a source, read as TFDS meant them.
 
 A directory that ``tfds`` prepared (``<data_dir>/<name>/<version>/``) holds the shards of
-each split, ``dataset_info.json`` (the splits, their shards' example counts, the file
-name template, the supervised keys) and ``features.json`` (each feature's kind, dtype,
-shape and encoding), plus a ``<feature>.labels.txt`` beside each named ``ClassLabel``.
+each split (TFRecord or, with ``file_format="array_record"``, ArrayRecord files),
+``dataset_info.json`` (the splits, their shards' example counts, the file name template,
+the supervised keys) and ``features.json`` (each feature's kind, dtype, shape and
+encoding), plus a ``<feature>.labels.txt`` beside each named ``ClassLabel``.
 :func:`open_tfds_dir` recognizes one (or a dataset directory holding one version);
-:class:`TfdsSource` is the source the dispatcher
-(:func:`~tfr_hooks.tfrecord.sources.base.open_source`) asks first: the split's shards,
-their exact example counts (so the dataset's cardinality is known before the first
-pass), and a :class:`TfdsSchema` whose ``parse_batch`` decodes the features. This is the
-only module that knows a TFDS file name; planning, listing, converting, measuring and
-inspecting files ask the source.
+:class:`TfdsSource` is the source the dispatcher asks first: the split's shards, their
+exact example counts, and a :class:`TfdsSchema` whose ``parse_batch`` decodes the
+features. This is the only module that knows a TFDS file name.
 
 TFDS writes ``tf.train.Example``s whose nested keys are flattened with ``/``; the readers
-return the same flat keys (``objects/bbox``, ``steps/observation/image``). Each feature
-is read as:
+return the same flat keys (``objects/bbox``, ``steps/observation/image``), each as:
 
 | TFDS feature | read as |
 |---|---|
 | ``Image`` | decoded (PNG, JPEG...) to its dtype and shape; of unknown size: bytes |
 | ``ClassLabel`` | int64; the names of its ``labels.txt`` in ``TfdsSchema.labels`` |
 | ``Tensor`` | its dtype and shape (also when stored as bytes or zlib) |
-| ``BBoxFeature`` | float32 ``[4]`` |
-| ``Text`` | string |
-| ``Sequence``, ``Dataset`` | ragged, the element's shape: ``[batch, (boxes), 4]`` |
+| ``BBoxFeature``, ``Text`` | float32 ``[4]``, string |
+| ``Sequence``, ``Dataset`` | a feature list, ragged: ``[batch, (boxes), 4]`` |
 | a sequence of sequences | ragged in two levels ``[batch, (sequences), (values)]`` |
-
-An image of unknown height, width or channels stays encoded bytes, with a warning.
 | anything else | a ``ValueError`` naming the feature and its kind |
 
-A ``Sequence`` is read as a feature list (``Feature(..., sequence=True)``): the package's
-ragged and in-memory support holds it as its frames and their offsets.
+An image of unknown height, width or channels stays encoded bytes, with a warning.
 """
 
 from __future__ import annotations
@@ -45,7 +38,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfr_hooks.tfrecord.errors import NoFilesError
+from tfr_hooks.tfrecord.errors import CorruptRecordError, NoFilesError
+from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles
 from tfr_hooks.tfrecord.formats.framing import check_framing, detect_compression, first_record
 from tfr_hooks.tfrecord.schema.decode import decode_images, inflate
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
@@ -102,10 +96,9 @@ def _version_dir(path: str) -> str | None:
 class _Part:
     """How one returned feature is built from the stored (parsed) ones.
 
-    ``how`` is ``"plain"`` (stored as read), ``"image"`` (encoded bytes decoded),
-    ``"tensor_bytes"`` (a tensor's raw bytes, ``zlib`` when compressed), ``"frames"`` (a
-    sequence: a concatenated list cut into elements of ``feature.shape``) or
-    ``"nested"`` (a sequence of sequences: flat values and row lengths).
+    ``how``: ``"plain"`` (as read), ``"image"`` (decoded), ``"tensor_bytes"`` (raw bytes,
+    ``zlib`` when compressed), ``"frames"`` (a sequence: a list cut into elements of
+    ``feature.shape``) or ``"nested"`` (a sequence of sequences: values, row lengths).
     """
 
     feature: Feature
@@ -407,7 +400,7 @@ class TfdsDir:
             features.append(item)
         return {
             "path": self.path,
-            "tfds": {"name": self.name, "version": self.version},
+            "tfds": {"name": self.name, "version": self.version, "file_format": self.file_format},
             "splits": {
                 s.name: {"examples": s.examples, "shards": len(s.files)}
                 for s in self.splits.values()
@@ -419,9 +412,10 @@ class TfdsDir:
     def describe(self) -> str:
         """What ``tfr-hooks inspect DIR`` prints: the splits, their counts, the features."""
         lines = [self.path, f"  TensorFlow Datasets: {self.name} {self.version}"]
+        kind = "ArrayRecord shard(s)" if self.file_format == "array_record" else "shard(s)"
         for split in self.splits.values():
             lines.append(
-                f"  split {split.name}: {split.examples} examples in {len(split.files)} shard(s)"
+                f"  split {split.name}: {split.examples} examples in {len(split.files)} {kind}"
             )
         if self.supervised_keys:
             lines.append(f"  supervised keys (as_tuple=True): {', '.join(self.supervised_keys)}")
@@ -453,7 +447,7 @@ class TfdsDir:
     def check_files(self, split: TfdsSplit) -> str:
         """Check the split's shards exist and start with a record; their compression."""
         codecs = set()
-        for path in split.files:
+        for path, listed in zip(split.files, split.counts, strict=True):
             if not tf.io.gfile.exists(path):
                 raise NoFilesError(
                     f"TFDS shard {path!r} of split {split.name!r} is missing: "
@@ -461,10 +455,22 @@ class TfdsDir:
                     f"{len(split.files)} shards for it.",
                     file=path,
                 )
-            codec = detect_compression(path)
-            codecs.add(codec)
-            check_framing(path, codec)
-            self.schema.check_example(first_record(path, codec), file=path, record=0, warn=False)
+            if self.file_format == "array_record":  # counted as listed, read by index
+                shard = ArrayRecordFiles([path])
+                if len(shard) != listed:
+                    raise CorruptRecordError(
+                        f"Expected TFDS shard {path!r} to hold the {listed} records its "
+                        f"{INFO_FILENAME} lists. Received: {len(shard)} records",
+                        file=path,
+                    )
+                first = shard.read([0])[0] if listed else None
+            else:
+                codec = detect_compression(path)
+                codecs.add(codec)
+                check_framing(path, codec)
+                first = first_record(path, codec)
+            if first is not None:
+                self.schema.check_example(first, file=path, record=0, warn=False)
         if len(codecs) > 1:
             raise ValueError(f"Expected one compression for the shards of split {split.name!r}.")
         return codecs.pop() if codecs else ""
@@ -482,8 +488,8 @@ def open_tfds_dir(path: Any) -> TfdsDir | None:
         other directories).
 
     Raises:
-        ValueError: If ``path`` holds several versions, its ``fileFormat`` is not
-            ``tfrecord``, or a feature's kind cannot be read.
+        ValueError: If ``path`` holds several versions, its ``fileFormat`` is neither
+            ``tfrecord`` nor ``array_record``, or a feature's kind cannot be read.
     """
     if not isinstance(path, (str, os.PathLike)):
         return None
@@ -496,11 +502,12 @@ def open_tfds_dir(path: Any) -> TfdsDir | None:
     info = _load_json(directory, INFO_FILENAME)
     features = _load_json(directory, FEATURES_FILENAME)
     file_format = str(info.get("fileFormat") or "tfrecord").lower()
-    if file_format != "tfrecord":
+    if file_format not in ("tfrecord", "array_record"):
         raise ValueError(
-            f"Expected TFDS directory {directory!r} to hold TFRecord shards; its "
-            f"dataset_info.json says fileFormat {file_format!r}, which the package cannot "
-            f"read. Prepare it with file_format='tfrecord'. Received: fileFormat={file_format!r}"
+            f"Expected TFDS directory {directory!r} to hold TFRecord or ArrayRecord shards; "
+            f"its dataset_info.json says fileFormat {file_format!r}, which the package "
+            f"cannot read. Prepare it with file_format='tfrecord' or 'array_record'. "
+            f"Received: fileFormat={file_format!r}"
         )
     mapper = _Mapper(directory)
     mapper.walk(features, "", 0)
@@ -586,6 +593,12 @@ class TfdsSource(RecordSource):
     version), alone or as a list of one; ``split`` names the split (``None``:
     ``"train"``). Its features are decoded as ``features.json`` declares: a reader's
     ``schema`` and ``decode`` are refused.
+
+    One prepared with ``file_format="array_record"`` is listed, counted and checked alike
+    (its records read by index with ``ArrayRecordFiles``); the ``tf.data`` readers refuse it.
+
+    Attributes:
+        record_format: ``"tfrecord"`` or ``"array_record"``: how the shards frame records.
     """
 
     takes_split = True
@@ -595,6 +608,7 @@ class TfdsSource(RecordSource):
         self.directory = found
         self.split = found.split(split)
         self.files = list(self.split.files)
+        self.record_format = found.file_format
 
     @classmethod
     def open(
@@ -656,8 +670,20 @@ class TfdsSource(RecordSource):
         return self.directory.schema
 
     def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
-        """The shards were checked with the compression; the counts, or the whole records."""
+        """The shards were checked with the compression; the counts, or the whole records.
+
+        Raises:
+            ValueError: For ArrayRecord shards, which the ``tf.data`` readers do not read
+                yet (``convert`` does, without this check).
+        """
         del compression, given
+        if self.record_format == "array_record":
+            raise ValueError(
+                f"Expected TFRecord shards to read TFDS directory {self.directory.path!r} "
+                "with tf.data: the readers do not read its ArrayRecord shards yet (convert "
+                "a split to TFRecord shards with `tfr-hooks convert DIR OUT --split SPLIT`, "
+                "or prepare it with file_format='tfrecord'). Received: fileFormat='array_record'"
+            )
         if self.damage is not None:
             return schema, [self.damage.of(path).records for path in self.files], 1
         return schema, self.counts(), 1

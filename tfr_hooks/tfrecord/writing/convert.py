@@ -20,6 +20,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_non_negative_int, check_positive_int, expected
+from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles, is_array_record, read_records
 from tfr_hooks.tfrecord.formats.damage import DamageMap, scan_damage
 from tfr_hooks.tfrecord.formats.framing import (
     Files,
@@ -36,7 +37,12 @@ from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import Sidecar, load_schema
 from tfr_hooks.tfrecord.sources.base import open_source
-from tfr_hooks.tfrecord.writing.write import WriteResult, clear_dataset, write_shards
+from tfr_hooks.tfrecord.writing.write import (
+    WriteResult,
+    check_format,
+    clear_dataset,
+    write_shards,
+)
 
 __all__ = ["convert"]
 
@@ -59,6 +65,7 @@ def convert(
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     max_corrupt_records: int = 0,
     split: str | None = None,
+    format: str = "tfrecord",
 ) -> WriteResult:
     """Rewrite TFRecord files of ``tf.train.Example`` records, from any producer, as shards.
 
@@ -110,6 +117,9 @@ def convert(
             ``"train"``); its features are stored decoded, as
             :func:`~tfr_hooks.tfrecord.dataset` reads them (images as pixels,
             sequences as feature lists). An error with other files.
+        format: Of the output: ``"tfrecord"`` (the default) or ``"array_record"``
+            (ArrayRecord files, which TFDS and Grain read; see
+            :func:`~tfr_hooks.tfrecord.write`).
 
     Returns:
         A :class:`~tfr_hooks.tfrecord.WriteResult` with the shard paths and the schema.
@@ -129,24 +139,12 @@ def convert(
         ...     decode={"image_raw": ("uint8", (28, 28, 1))}, shards=2)  # doctest: +SKIP
         >>> ds = tfrecord.dataset("data/mnist-converted", batch_size=32)  # doctest: +SKIP
     """
-    check_positive_int(shards, "shards")
-    check_positive_int(chunk_size, "chunk_size")
-    check_positive_int(examples_per_record, "examples_per_record")
-    check_non_negative_int(max_corrupt_records, "max_corrupt_records")
-    codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
-    if not isinstance(prefix, str) or not prefix or os.sep in prefix:
-        raise ValueError(expected("prefix", "a plain file name prefix", prefix))
-    if decode is not None and (
-        not isinstance(decode, Mapping) or not all(isinstance(k, str) for k in decode)
-    ):
-        raise TypeError(
-            expected(
-                "decode",
-                "None or a dict of feature name -> change, such as "
-                "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace)",
-                decode,
-            )
-        )
+    codec = _check_convert_args(
+        shards, chunk_size, examples_per_record, max_corrupt_records, compression, prefix, decode
+    )
+    check_format(format, codec, examples_per_record)
+    if map_fn is not None and not callable(map_fn):
+        raise TypeError(expected("map_fn", "callable or None", map_fn))
     origin = open_source(files, split)
     paths = list(origin.files)
     if origin.declares_schema:  # e.g. a TFDS split, read with the features it declares
@@ -154,11 +152,10 @@ def convert(
         schema, decode = origin.schema(schema, decode, stored_as), None
     out_dir = os.fspath(directory)
     _check_not_input(paths, out_dir)
-    if map_fn is not None and not callable(map_fn):
-        raise TypeError(expected("map_fn", "callable or None", map_fn))
     sources = [_InputFile(path, origin.sidecar(path)) for path in paths]
     inferred_from = paths
     if max_corrupt_records:  # the whole records only; inferred from undamaged files
+        _check_framed(sources, max_corrupt_records)
         damage = scan_damage(paths, [s.compression for s in sources], max_corrupt_records)
         for source in sources:
             source.damage = damage
@@ -191,23 +188,64 @@ def convert(
         chunk_size=chunk_size,
         examples_per_record=examples_per_record,
         progress=progress,
+        format=format,
     )
     logger.info("Converted %d file(s) to %s", len(paths), out_dir)
     return result
 
 
+def _check_convert_args(
+    shards: object,
+    chunk_size: object,
+    examples_per_record: object,
+    max_corrupt_records: object,
+    compression: str | None,
+    prefix: object,
+    decode: object,
+) -> str:
+    """Check :func:`convert`'s plain arguments on entry; return the output's compression.
+
+    Raises:
+        TypeError: If one has the wrong type.
+        ValueError: If one is out of range.
+    """
+    check_positive_int(shards, "shards")
+    check_positive_int(chunk_size, "chunk_size")
+    check_positive_int(examples_per_record, "examples_per_record")
+    check_non_negative_int(max_corrupt_records, "max_corrupt_records")
+    codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
+    if not isinstance(prefix, str) or not prefix or os.sep in prefix:
+        raise ValueError(expected("prefix", "a plain file name prefix", prefix))
+    if decode is not None and (
+        not isinstance(decode, Mapping) or not all(isinstance(k, str) for k in decode)
+    ):
+        raise TypeError(
+            expected(
+                "decode",
+                "None or a dict of feature name -> change, such as "
+                "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace)",
+                decode,
+            )
+        )
+    return codec
+
+
 class _InputFile:
-    """One input file: its compression, sidecar (if written by this package) and packing."""
+    """One input file: its compression, sidecar (if written by this package) and packing.
+
+    An ArrayRecord file (told by name or content) is read by index, in batches.
+    """
 
     def __init__(self, path: str, sidecar: Sidecar | None) -> None:
         self.path = path
         self.damage: DamageMap | None = None  # max_corrupt_records: what the scan found
         self.sidecar = sidecar
+        self.array = ArrayRecordFiles([path]) if is_array_record(path) else None
         if self.sidecar is not None:
             self.compression = self.sidecar.compression
             self.per_record = self.sidecar.examples_per_record
         else:
-            self.compression = detect_compression(path)
+            self.compression = "" if self.array else detect_compression(path)
             self.per_record = 1
 
     def check(self, schema: Schema) -> None:
@@ -216,6 +254,8 @@ class _InputFile:
             first = self.damage.of(self.path).first
             if first is None:  # no whole record
                 return
+        elif self.array is not None:
+            first = self.array.read([0])[0]
         else:
             if self.sidecar is None:  # TensorFlow would stop silently at a record cut short
                 check_framing(self.path, self.compression)
@@ -235,12 +275,28 @@ class _InputFile:
             known = self.sidecar.examples_of(os.path.basename(self.path))
             if known is not None:
                 return known
+        if self.array is not None:
+            return len(self.array)
         records = self.records()
         return int(records.reduce(np.int64(0), lambda n, _: n + 1))
 
     def records(self) -> tf.data.Dataset:
         """The file's records (the whole ones only, under ``max_corrupt_records``)."""
+        if self.array is not None:  # a batch of records read by index in one call
+            keys = tf.data.Dataset.range(len(self.array)).batch(1024)
+            return keys.map(lambda k, a=self.array: read_records(a, k)).unbatch()
         return RecordFiles((self.path,), self.compression, self.damage).records()
+
+
+def _check_framed(sources: Sequence[_InputFile], max_corrupt_records: int) -> None:
+    """Refuse ``max_corrupt_records`` for ArrayRecord input: it counts TFRecord damage."""
+    arrays = [source.path for source in sources if source.array is not None]
+    if arrays:
+        raise ValueError(
+            f"Expected max_corrupt_records=0 for ArrayRecord input ({arrays[0]!r}): "
+            "it skips damaged TFRecord records, and array_record checks its own chunks. "
+            f"Received: max_corrupt_records={max_corrupt_records}"
+        )
 
 
 def _check_not_input(paths: Sequence[str], out_dir: str) -> None:

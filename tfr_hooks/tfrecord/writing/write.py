@@ -20,12 +20,22 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from tfr_hooks.checks import check_positive_int, expected
+from tfr_hooks.tfrecord.formats.arrayrecord import write_array_record
 from tfr_hooks.tfrecord.formats.framing import check_compression
 from tfr_hooks.tfrecord.formats.packed import check_packable, serialize_blocks, to_bytes
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar, save_sidecar
 
-__all__ = ["ArrayData", "WriteResult", "clear_dataset", "write", "write_shards", "shard_name"]
+__all__ = [
+    "FORMATS",
+    "ArrayData",
+    "WriteResult",
+    "check_format",
+    "clear_dataset",
+    "shard_name",
+    "write",
+    "write_shards",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +43,9 @@ logger = logging.getLogger(__name__)
 ArrayData: TypeAlias = "np.ndarray | tuple[Any, Any] | Mapping[str, Any]"
 
 _SUFFIX = {"": "", "GZIP": ".gz", "ZLIB": ".zlib"}
+#: The record formats written: TFRecord files, or ArrayRecord files (``group_size:1``,
+#: as TensorFlow Datasets writes them, read by ``tfds.data_source`` and Grain).
+FORMATS = ("tfrecord", "array_record")
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,7 @@ class WriteResult:
         compression: ``""``, ``"GZIP"`` or ``"ZLIB"``.
         num_records: Records written in all shards.
         schema_path: The path of the ``schema.json`` sidecar.
+        format: ``"tfrecord"`` or ``"array_record"``.
     """
 
     directory: str
@@ -54,11 +68,41 @@ class WriteResult:
     compression: str
     num_records: int
     schema_path: str
+    format: str = "tfrecord"
 
 
-def shard_name(prefix: str, index: int, shards: int, compression: str = "") -> str:
-    """The file name of shard ``index`` of ``shards``, e.g. ``data-00000-of-00004.tfrecord``."""
+def shard_name(
+    prefix: str, index: int, shards: int, compression: str = "", format: str = "tfrecord"
+) -> str:
+    """The file name of shard ``index`` of ``shards``, e.g. ``data-00000-of-00004.tfrecord``.
+
+    ArrayRecord shards end in ``.array_record`` (``data-00000-of-00004.array_record``).
+    """
+    if format == "array_record":
+        return f"{prefix}-{index:05d}-of-{shards:05d}.array_record"
     return f"{prefix}-{index:05d}-of-{shards:05d}.tfrecord{_SUFFIX[compression]}"
+
+
+def check_format(format: object, compression: str, examples_per_record: int) -> str:
+    """``format`` checked: one of :data:`FORMATS`, ArrayRecord neither compressed nor packed.
+
+    Raises:
+        ValueError: Naming the argument, if not.
+    """
+    if format not in FORMATS:
+        raise ValueError(expected("format", "'tfrecord' or 'array_record'", format))
+    if format == "array_record" and compression:
+        raise ValueError(
+            "Expected no `compression` with format='array_record' (ArrayRecord files "
+            f"compress their own chunks). Received: compression={compression!r}"
+        )
+    if format == "array_record" and examples_per_record != 1:
+        raise ValueError(
+            "Expected examples_per_record=1 with format='array_record' (one example a "
+            "record, as TensorFlow Datasets and Grain read them). "
+            f"Received: examples_per_record={examples_per_record}"
+        )
+    return str(format)
 
 
 def _as_array(value: object) -> np.ndarray:
@@ -231,6 +275,7 @@ def write(
     chunk_size: int = 4096,
     progress: Callable[[int], object] | None = None,
     examples_per_record: int = 1,
+    format: str = "tfrecord",
 ) -> WriteResult:
     """Write arrays to TFRecord shards of ``tf.train.Example`` records, plus their schema.
 
@@ -260,6 +305,12 @@ def write(
             fewer), recorded in ``schema.json`` and unpacked by the readers (see
             :mod:`tfr_hooks.tfrecord.formats.packed`). Packing cuts the parse cost per example
             by about ``N``: use it for data larger than memory.
+        format: ``"tfrecord"`` (the default), or ``"array_record"``: ArrayRecord files
+            of the same records (``{prefix}-00000-of-0000N.array_record``, one record a
+            chunk, as TensorFlow Datasets writes them), which ``tfds.data_source`` and
+            Grain's ``ArrayRecordDataSource`` read by index; ``schema.json`` records
+            the format. It needs the ``arrayrecord`` extra, no ``compression`` and
+            ``examples_per_record=1``.
 
     Returns:
         A :class:`WriteResult` with the shard paths and the schema.
@@ -290,6 +341,7 @@ def write(
             f"shard is empty. Received: shards={shards}"
         )
     codec = check_compression("" if compression is None else compression, allow_auto=False) or ""
+    record_format = check_format(format, codec, examples_per_record)
     if not isinstance(prefix, str) or not prefix or os.sep in prefix:
         raise ValueError(expected("prefix", "a plain file name prefix", prefix))
     schema = Schema.from_arrays(arrays)
@@ -308,6 +360,7 @@ def write(
         chunk_size=chunk_size,
         examples_per_record=examples_per_record,
         progress=progress,
+        format=record_format,
     )
 
 
@@ -359,6 +412,7 @@ def write_shards(
     chunk_size: int,
     examples_per_record: int,
     progress: Callable[[int], object] | None,
+    format: str = "tfrecord",
 ) -> WriteResult:
     """Write the examples of ``chunks`` to shards and ``schema.json`` (checked arguments).
 
@@ -377,6 +431,7 @@ def write_shards(
         chunk_size: Examples serialized together.
         examples_per_record: Examples per record (see :func:`write`).
         progress: Called with the number of examples just written.
+        format: ``"tfrecord"`` or ``"array_record"`` (see :func:`write`).
 
     Returns:
         The :class:`WriteResult`.
@@ -399,30 +454,21 @@ def write_shards(
     sizes: list[int] = []
     examples: list[int] = []
     for index in range(shards):
-        name = shard_name(prefix, index, shards, compression)
+        name = shard_name(prefix, index, shards, compression, format)
         path = os.path.join(out_dir, name)
         start, stop = bounds[index], bounds[index + 1]
         target = None if start is None or stop is None else stop - start  # None: all left
-        written = 0
-        with tf.io.TFRecordWriter(path, options=options) as writer:
-            while target is None or written < target:
-                size = chunk_size if target is None else min(chunk_size, target - written)
-                piece = stream.take(size)
-                if piece is None:
-                    break
-                count = len(next(iter(piece.values())))
-                if examples_per_record > 1:
-                    chunk = serialize_blocks(schema, piece, 0, count, examples_per_record)
-                else:
-                    chunk = _serialize(schema, piece, 0, count)
-                for record in chunk:
+        written = [0]
+        records = _shard_records(schema, stream, target, chunk_size, examples_per_record)
+        if format == "array_record":
+            write_array_record(path, _counted(records, written, progress))
+        else:
+            with tf.io.TFRecordWriter(path, options=options) as writer:
+                for record in _counted(records, written, progress):
                     writer.write(record)
-                written += count
-                if progress is not None:
-                    progress(count)
         files.append(path)
-        counts.append((name, -(-written // examples_per_record)))
-        examples.append(written)
+        counts.append((name, -(-written[0] // examples_per_record)))
+        examples.append(written[0])
         sizes.append(tf.io.gfile.stat(path).length)
     total = sum(examples)
     if stream.take(1) is not None or (num_examples is not None and total != num_examples):
@@ -434,15 +480,55 @@ def write_shards(
         raise ValueError("Expected the input to hold at least one example. Received: none")
     schema_path = os.path.join(out_dir, SCHEMA_FILENAME)
     packing = (examples_per_record, tuple(examples) if examples_per_record > 1 else ())
-    save_sidecar(schema_path, Sidecar(schema, compression, tuple(counts), tuple(sizes), *packing))
+    sidecar = Sidecar(schema, compression, tuple(counts), tuple(sizes), *packing, format)
+    save_sidecar(schema_path, sidecar)
     logger.info("Wrote %d examples to %d shard(s) in %s", total, shards, out_dir)
-    return WriteResult(out_dir, files, schema, compression, total, schema_path)
+    return WriteResult(out_dir, files, schema, compression, total, schema_path, format)
+
+
+def _shard_records(
+    schema: Schema,
+    stream: _Examples,
+    target: int | None,
+    chunk_size: int,
+    examples_per_record: int,
+) -> Iterator[tuple[int, list[bytes]]]:
+    """The serialized records of one shard of ``target`` examples (``None``: all left).
+
+    Yields each chunk's example count and records.
+    """
+    written = 0
+    while target is None or written < target:
+        size = chunk_size if target is None else min(chunk_size, target - written)
+        piece = stream.take(size)
+        if piece is None:
+            return
+        count = len(next(iter(piece.values())))
+        if examples_per_record > 1:
+            yield count, serialize_blocks(schema, piece, 0, count, examples_per_record)
+        else:
+            yield count, _serialize(schema, piece, 0, count)
+        written += count
+
+
+def _counted(
+    chunks: Iterator[tuple[int, list[bytes]]],
+    written: list[int],
+    progress: Callable[[int], object] | None,
+) -> Iterator[bytes]:
+    """The records of ``chunks``, adding each chunk's examples to ``written[0]``."""
+    for count, records in chunks:
+        yield from records
+        written[0] += count
+        if progress is not None:
+            progress(count)
 
 
 def clear_dataset(directory: str, prefix: str, overwrite: bool) -> None:
     """Refuse, or with ``overwrite`` remove, an earlier dataset in ``directory``."""
     old = [os.path.join(directory, SCHEMA_FILENAME)]
     old += tf.io.gfile.glob(os.path.join(directory, f"{prefix}-*-of-*.tfrecord*"))
+    old += tf.io.gfile.glob(os.path.join(directory, f"{prefix}-*-of-*.array_record"))
     existing = [path for path in old if tf.io.gfile.exists(path)]
     if not existing:
         return
