@@ -111,7 +111,7 @@ def test_a_pass_entered_at_a_record_by_a_seek_gives_the_records_from_there(
 ) -> None:
     mine, _ = twins
     source = tfrecord.source(mine, 13, **options)
-    position = source.facts.position
+    position = source.position
     assert position is not None  # a seek, not a replay
 
     def ids_from(records: int) -> list[int]:
