@@ -39,6 +39,7 @@ class Plan:
     per_record: int = 1  # examples per record (packed shards)
     damage: DamageMap | None = None  # max_corrupt_records > 0: what the scan found
     source: RecordSource | None = None  # where the files come from
+    parts: dict[str, Plan] = field(default_factory=dict)  # a mixture's named sources
 
     @property
     def records(self) -> RecordFiles:

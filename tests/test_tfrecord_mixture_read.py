@@ -1,0 +1,195 @@
+"""Mixtures through the readers: ``files`` a mapping of named sources, ``weights=``.
+
+The readers (``dataset``, ``source``, graph-mode ``read_batches``) read several named
+sources at chosen weights through the mixture's order
+(:mod:`tfr_hooks.tfrecord.pipelines.orders.mixture`): the shares of the batches they
+yield, each source's records once per its own epoch, the same stream for the same seed,
+a ``map_fn`` a source, and the errors that name what is wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from _tfrecord_data import example, float_feature, int64_feature, write_records
+from tfr_hooks import tfrecord
+
+WEB, BOOKS, CODE = 0, 1, 2
+BATCH = 256
+
+
+def _write(directory, source: int, n: int, *, files: int = 2, extra: bool = False) -> str:
+    """``n`` records of ``source`` (ids 0..n-1) in ``files`` files under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        ids = range(f, n, files)
+        records = []
+        for i in ids:
+            features = {"id": int64_feature([i]), "src": int64_feature([source])}
+            if extra:
+                features["score"] = float_feature([0.5])
+            records.append(example(**features))
+        write_records(str(directory / f"part-{f}.tfrecord"), records)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixture")
+    return {
+        "web": _write(root / "web", WEB, 3000),
+        "books": _write(root / "books", BOOKS, 700),
+        "code": _write(root / "code", CODE, 50, files=1),
+    }
+
+
+WEIGHTS = {"web": 0.5, "books": 0.3, "code": 0.2}
+
+
+def _mixture(sources, **options):
+    given = {"shuffle": "global", "seed": 3, "num_epochs": None, "as_tuple": ("id", "src")}
+    given.update(options)
+    weights = given.pop("weights", WEIGHTS)
+    return tfrecord.dataset(sources, BATCH, weights=weights, **given)
+
+
+def _stream(data, batches: int) -> tuple[np.ndarray, np.ndarray]:
+    ids, srcs = [], []
+    for i, s in data.take(batches):
+        ids.append(i.numpy())
+        srcs.append(s.numpy())
+    return np.concatenate(ids), np.concatenate(srcs)
+
+
+def test_shares_of_every_batch_and_window(sources):
+    _, srcs = _stream(_mixture(sources), 80)
+    assert len(srcs) == 80 * BATCH
+    for b in range(80):
+        batch = srcs[b * BATCH : (b + 1) * BATCH]
+        for source, weight in zip((WEB, BOOKS, CODE), WEIGHTS.values(), strict=True):
+            assert abs(np.mean(batch == source) - weight) <= 0.05
+    window = 10_000
+    for source, weight in zip((WEB, BOOKS, CODE), WEIGHTS.values(), strict=True):
+        counts = np.concatenate(([0], np.cumsum(srcs == source)))
+        shares = (counts[window:] - counts[:-window]) / window
+        assert np.abs(shares - weight).max() <= 0.005
+
+
+def test_each_record_once_per_its_sources_epoch(sources):
+    ids, srcs = _stream(_mixture(sources), 40)  # 10,240 positions: code cycles ~40 times
+    code = ids[srcs == CODE]
+    epochs = [code[e * 50 : (e + 1) * 50] for e in range(len(code) // 50)]
+    assert len(epochs) >= 30
+    for epoch in epochs:
+        assert sorted(epoch) == list(range(50))  # each record once per its epoch
+    assert len({tuple(e) for e in epochs}) == len(epochs)  # a new order each epoch
+    web = ids[srcs == WEB]  # web in its second epoch while code is in its 40th
+    assert sorted(web[:3000]) == list(range(3000))
+    assert len(set(web[3000:])) == len(web) - 3000
+    books = ids[srcs == BOOKS]
+    for e in range(len(books) // 700):
+        assert sorted(books[e * 700 : (e + 1) * 700]) == list(range(700))
+
+
+def test_same_seed_same_stream_another_seed_another(sources):
+    first, _ = _stream(_mixture(sources, seed=3), 6)
+    again, _ = _stream(_mixture(sources, seed=3), 6)
+    other, _ = _stream(_mixture(sources, seed=4), 6)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_an_epoch_is_the_sum_of_the_sources_and_passes_go_on(sources):
+    data = _mixture(sources, num_epochs=1)
+    total = 3000 + 700 + 50
+    assert int(data.cardinality()) == -(-total // BATCH)
+    first, first_src = _stream(data, 100)
+    second, second_src = _stream(data, 100)  # the next pass: each source goes on
+    assert len(first) == len(second) == total
+    code = np.concatenate([first[first_src == CODE], second[second_src == CODE]])
+    for e in range(len(code) // 50):
+        assert sorted(code[e * 50 : (e + 1) * 50]) == list(range(50))
+
+
+def test_source_and_graph_mode_read_batches_take_the_same_arguments(sources):
+    read = tfrecord.source(
+        sources,
+        BATCH,
+        weights=WEIGHTS,
+        shuffle="global",
+        seed=3,
+        num_epochs=None,
+        as_tuple=("id", "src"),
+    )
+    np.testing.assert_array_equal(_stream(read.dataset, 3)[0], _stream(_mixture(sources), 3)[0])
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(
+            sources,
+            BATCH,
+            weights=WEIGHTS,
+            shuffle="global",
+            seed=3,
+            num_epochs=1,
+            as_tuple=("id", "src"),
+        )
+        with tf.compat.v1.Session() as session:
+            session.run(batches.initializers)
+            srcs = []
+            try:
+                while True:
+                    srcs.append(session.run(batches.tensors[1]))
+            except tf.errors.OutOfRangeError:
+                pass
+    srcs = np.concatenate(srcs)
+    assert len(srcs) == 3000 + 700 + 50
+    assert abs(np.mean(srcs == WEB) - 0.5) <= 0.005
+
+
+def test_a_map_fn_a_source_maps_other_features_to_one_structure(sources, tmp_path):
+    scored = _write(tmp_path / "scored", CODE, 40, files=1, extra=True)
+    mixed = {"web": sources["web"], "scored": scored}
+    with pytest.raises(ValueError, match=r"differ between them: \['score'\]"):
+        tfrecord.dataset(mixed, BATCH, weights={"web": 1, "scored": 1}, shuffle="global")
+    keep = lambda x: {"id": x["id"], "src": x["src"], "w": tf.constant(1.0)}  # noqa: E731
+    data = tfrecord.dataset(
+        mixed,
+        BATCH,
+        weights={"web": 0.75, "scored": 0.25},
+        shuffle="global",
+        seed=1,
+        num_epochs=None,
+        map_fn={"web": keep, "scored": lambda x: {"id": x["id"], "src": x["src"], "w": x["score"]}},
+    )
+    batch = next(iter(data))
+    weights, srcs = batch["w"].numpy(), batch["src"].numpy()
+    np.testing.assert_array_equal(weights == 0.5, srcs == CODE)
+    assert abs(np.mean(srcs == CODE) - 0.25) <= 0.05
+
+
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        ({"weights": {"web": 1, "books": 1}}, r"missing \['code'\].*Received: weights="),
+        ({"weights": {"web": 1, "books": 1, "code": 1, "x": 1}}, r"unknown \['x'\]"),
+        ({"weights": {"web": -1, "books": 1, "code": 1}}, r"Received: weights="),
+        ({"weights": {"web": 0, "books": 0, "code": 0}}, r"above 0.*Received: weights="),
+        ({"shuffle": 100}, r"'global' with weights=.*Received: shuffle=100"),
+        ({"shuffle": None}, r"Received: shuffle=None"),
+        ({"in_memory": True}, r"Received: in_memory=True"),
+    ],
+)
+def test_errors_name_the_argument(sources, given, match):
+    options = {"weights": WEIGHTS, "shuffle": "global", **given}
+    with pytest.raises(ValueError, match=match):
+        tfrecord.dataset(sources, BATCH, **options)
+
+
+def test_a_mapping_of_sources_needs_weights_and_weights_a_mapping(sources):
+    with pytest.raises(ValueError, match=r"Expected weights=.*Received: files="):
+        tfrecord.dataset(sources, BATCH, shuffle="global")
+    with pytest.raises(ValueError, match=r"Expected `files` to be a mapping.*Received: files="):
+        tfrecord.dataset(sources["web"], BATCH, weights={"web": 1}, shuffle="global")
+    with pytest.raises(TypeError, match=r"Received: weights=\[1, 2\]"):
+        tfrecord.dataset(sources, BATCH, weights=[1, 2], shuffle="global")
