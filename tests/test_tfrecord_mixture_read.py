@@ -193,3 +193,59 @@ def test_a_mapping_of_sources_needs_weights_and_weights_a_mapping(sources):
         tfrecord.dataset(sources["web"], BATCH, weights={"web": 1}, shuffle="global")
     with pytest.raises(TypeError, match=r"Received: weights=\[1, 2\]"):
         tfrecord.dataset(sources, BATCH, weights=[1, 2], shuffle="global")
+
+
+def test_a_preempted_mixture_resumes_by_a_seek_to_the_same_batches(tmp_path, caplog):
+    """FunctionLoop, PreemptionCheckpoint, a real SIGTERM mid-epoch: a seek, the same batches."""
+    import logging
+
+    from helpers import preemptible_run
+
+    root = tmp_path / "data"
+    mixed = {
+        "web": _write(root / "web", WEB, 300),
+        "books": _write(root / "books", BOOKS, 40, files=1),
+    }
+    batch, epochs = 13, 3
+    per_epoch = -(-340 // batch)
+
+    def run(directory, at):
+        source = tfrecord.source(
+            mixed, batch, weights={"web": 0.6, "books": 0.4}, shuffle="global", seed=3
+        )
+        assert source.position is not None
+        return preemptible_run(source, "id", directory, at, epochs)
+
+    reference, (_, total) = run(tmp_path / "ref", None)
+    assert total == epochs * per_epoch
+    before, (stop, _) = run(tmp_path / "p", (1, 11))
+    assert stop is not None and stop.epoch == 1 and 11 <= stop.step < per_epoch
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
+        after, (_, total) = run(tmp_path / "p", None)
+    assert total == epochs * per_epoch
+    assert f"Resumed the input at epoch 1, record {stop.step * batch}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text  # no replay
+    assert before[1][: stop.step] + after[1] == reference[1]
+    assert after[2] == reference[2]
+    assert reference[1] != reference[2]
+
+
+def test_graph_mode_epoch_checkpoint_resumes_a_mixture_by_a_seek(tmp_path, caplog):
+    """SessionLoop + EpochCheckpoint stopped mid-epoch on read_batches(weights=): exact."""
+    import logging
+
+    from _graph_resume_child import BATCH, StopAt, run, write_data
+
+    data = write_data(str(tmp_path / "data"))
+    reference = run(data, "mixture", None)
+    logdir = str(tmp_path / "ckpt")
+    first = run(data, "mixture", logdir, StopAt(epoch=1, step=3))
+    with caplog.at_level(logging.INFO, logger="tfr_hooks.resume"):
+        second = run(data, "mixture", logdir)
+    assert second["initial"] == (1, 3)
+    assert f"Resumed the input at epoch 1, record {3 * BATCH}" in caplog.text
+    assert "Skipped" not in caplog.text and "Started" not in caplog.text
+    assert first["steps"] + second["steps"] == reference["steps"]
+    for name, value in second["state"].items():
+        np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
