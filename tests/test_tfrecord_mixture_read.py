@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from _tfrecord_data import example, float_feature, int64_feature, write_records
+import tfr_hooks
 from tfr_hooks import tfrecord
 
 WEB, BOOKS, CODE = 0, 1, 2
@@ -249,3 +250,29 @@ def test_graph_mode_epoch_checkpoint_resumes_a_mixture_by_a_seek(tmp_path, caplo
     assert first["steps"] + second["steps"] == reference["steps"]
     for name, value in second["state"].items():
         np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
+
+
+def test_the_history_has_each_sources_examples_and_epochs(sources):
+    """FunctionLoop's history: input/examples/<name> counts what the steps trained on."""
+    seen: list[np.ndarray] = []
+
+    def note(src):
+        seen.append(src.numpy())
+        return np.int64(0)
+
+    def step(batch):
+        tf.py_function(note, [batch["src"]], tf.int64)
+        return {"n": tf.cast(tf.size(batch["src"]), tf.float32)}
+
+    data = tfrecord.source(sources, BATCH, weights=WEIGHTS, shuffle="global", seed=3)
+    history = tfr_hooks.FunctionLoop(data, step_fn=step).run(epochs=2)
+    per_epoch = -(-3750 // BATCH)
+    epochs = [np.concatenate(seen[:per_epoch]), np.concatenate(seen[per_epoch:])]
+    for name, source in (("web", WEB), ("books", BOOKS), ("code", CODE)):
+        assert history[f"input/examples/{name}"] == [int(np.sum(e == source)) for e in epochs]
+    total = {name: sum(history[f"input/examples/{name}"]) for name in WEIGHTS}
+    sizes = {"web": 3000, "books": 700, "code": 50}
+    assert history["input/epochs/code"] == [
+        sum(history["input/examples/code"][: e + 1]) // 50 for e in range(2)
+    ]
+    assert history["input/epochs/web"][-1] == total["web"] // sizes["web"]

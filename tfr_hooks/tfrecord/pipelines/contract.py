@@ -106,6 +106,10 @@ class ReadFacts:
             (:class:`~tfr_hooks.tfrecord.CorruptRecord`), found when it was built with
             ``max_corrupt_records`` above 0; ``None`` when it did not look (0, the
             default: a damaged record raises).
+        mixture: A mixture's order (``weights=``), as the bytes of its
+            :class:`~tfr_hooks.tfrecord.pipelines.mixture.MixtureState` (its sources,
+            their weights and sizes), from which each source's examples of an epoch
+            follow; ``None`` for one source.
     """
 
     kind: PipelineKind | None = None
@@ -121,6 +125,7 @@ class ReadFacts:
     examples_per_record: int = 1
     service: str | None = None
     corrupt_records: tuple[CorruptRecord, ...] | None = None
+    mixture: bytes | None = None
 
     @classmethod
     def of_read(
@@ -144,6 +149,9 @@ class ReadFacts:
             steps: The steps of one epoch (one iterator, one initialization), when
                 known before it runs; ``None`` also when read through a service.
         """
+        from tfr_hooks.tfrecord.pipelines.mixture_sources import initial_state
+
+        state = initial_state(plan, options)
         return cls(
             kind=kind,
             files=tuple(plan.files),
@@ -157,6 +165,7 @@ class ReadFacts:
             examples_per_record=plan.per_record,
             service=options.service,
             corrupt_records=None if plan.damage is None else plan.damage.corrupt,
+            mixture=None if state is None else state.to_bytes(),
         )
 
     def steps_on(self, num_workers: int) -> int | None:

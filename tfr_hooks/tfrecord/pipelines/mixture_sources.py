@@ -17,19 +17,32 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tfr_hooks.checks import expected
+from tfr_hooks.tfrecord.pipelines.mixture import MixtureState
 from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
 from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.options import ReadOptions
 
-__all__ = ["mixture_plan", "source_map_fns"]
+__all__ = ["initial_state", "mixture_plan", "source_map_fns"]
 
 
 def source_map_fns(options: ReadOptions) -> Mapping[str, Any] | None:
     """The ``map_fn`` of each source when ``map_fn`` is a mapping by name, else ``None``."""
     map_fn = options.map_fn
     return map_fn if isinstance(map_fn, Mapping) else None
+
+
+def initial_state(plan: Plan, options: ReadOptions) -> MixtureState | None:
+    """The state of a new mixture read by ``plan`` at ``options.weights`` (``None``: no mixture).
+
+    One stretch from position 0; each source's size is its records.
+    """
+    if not plan.parts or options.weights is None:
+        return None
+    sizes = {name: sum(c or 0 for c in part.counts) for name, part in plan.parts.items()}
+    weights = {name: float(options.weights[name]) for name in plan.parts}
+    return MixtureState.initial(weights, sizes)
 
 
 def _check_names(files: Any, options: ReadOptions) -> Mapping[str, Any]:

@@ -32,7 +32,7 @@ import tensorflow as tf
 from tfr_hooks.checks import expected
 from tfr_hooks.task import current_task
 from tfr_hooks.tfrecord.pipelines.mixture import MixtureOrder, MixtureState, source_seed
-from tfr_hooks.tfrecord.pipelines.mixture_sources import source_map_fns
+from tfr_hooks.tfrecord.pipelines.mixture_sources import initial_state, source_map_fns
 from tfr_hooks.tfrecord.pipelines.mixture_streams import mixed_from, source_windows
 from tfr_hooks.tfrecord.pipelines.orders.base import Order
 from tfr_hooks.tfrecord.pipelines.orders.global_order import DEFAULT_WINDOW, GlobalOrder
@@ -68,10 +68,9 @@ def mixture_order(
     if seed is None:
         seed = SHARED_SEED if current_task().num_workers > 1 else secrets.randbits(62)
         logger.info("A mixture with seed %d (pass `seed` to repeat this order).", seed)
+    state = initial_state(plan, options) if state is None else state
     if state is None:
-        sizes = {name: sum(c or 0 for c in part.counts) for name, part in plan.parts.items()}
-        weights = {name: float((options.weights or {})[name]) for name in plan.parts}
-        state = MixtureState.initial(weights, sizes)
+        raise ValueError(expected("weights", "a mapping over the plan's sources", options.weights))
     return MixtureOrder(state, seed=seed)
 
 
