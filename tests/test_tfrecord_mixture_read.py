@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from _tfrecord_data import example, float_feature, int64_feature, write_records
 import tfr_hooks
+from _tfrecord_data import example, float_feature, int64_feature, write_records
 from tfr_hooks import tfrecord
 
 WEB, BOOKS, CODE = 0, 1, 2
