@@ -276,3 +276,46 @@ def test_the_history_has_each_sources_examples_and_epochs(sources):
         sum(history["input/examples/code"][: e + 1]) // 50 for e in range(2)
     ]
     assert history["input/epochs/web"][-1] == total["web"] // sizes["web"]
+
+
+@pytest.mark.slow  # two clusters on 127.0.0.1 (2 workers, then 1): about 40 s of CPU
+def test_two_workers_take_disjoint_parts_and_resume_onto_one(tmp_path):
+    """MWMS on loopback: each global batch split over the workers; a resume on 1 worker."""
+    import json
+
+    from _cluster import run_cluster
+
+    batch, stop = 32, 7
+    for name, ids in (("train", range(400)), ("extra", range(1000, 1150))):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        write_records(
+            str(tmp_path / "data" / name / "part-0.tfrecord"),
+            [example(index=int64_feature([i])) for i in ids],
+        )
+    # the global stream one process reads: what the workers' parts must make up
+    reference = tfrecord.dataset(
+        {"train": str(tmp_path / "data" / "train"), "extra": str(tmp_path / "data" / "extra")},
+        batch,
+        weights={"train": 0.7, "extra": 0.3},
+        shuffle="global",
+        seed=5,
+    )
+    epoch0 = [int(i) for b in reference for i in b["index"]]
+    argv = ["tests/_multi_worker_child.py", "order", str(tmp_path / "data"), str(tmp_path / "run")]
+    env = {"GLOBAL_BATCH": str(batch), "ORDER_READ": "mixture", "ORDER_EPOCHS": "1"}
+    env["ORDER_LOG"] = "1"
+    term = {"TERM_AT_EPOCH": "0", "TERM_AT_BATCH": str(stop), "TERM_TASK": "0"}
+    first = run_cluster(argv, 2, timeout=300, env={**env, **term})
+    preempted = []
+    for worker in first:
+        assert worker.returncode == 42, worker.stderr[-3000:]
+        line = [x for x in worker.stdout.splitlines() if x.startswith("PREEMPTED ")][-1]
+        preempted.append(json.loads(line[len("PREEMPTED ") :]))
+    step = preempted[0]["step"]
+    for parts in zip(*(p["seen"]["0"][:step] for p in preempted), strict=True):
+        assert [len(part) for part in parts] == [16, 16]  # disjoint halves of each batch
+    (resumed,) = [w.result() for w in run_cluster(argv, 1, timeout=300, env=env)]
+    trained = [i for p in preempted for b in p["seen"]["0"][:step] for i in b]
+    assert sorted(trained) == sorted(epoch0[: step * batch])  # the parts cover the batches
+    later = [i for b in resumed["seen"]["0"] for i in b]
+    assert later == epoch0[step * batch :]  # resumed on 1 worker: the rest of the stream
