@@ -196,6 +196,7 @@ def test_a_mapping_of_sources_needs_weights_and_weights_a_mapping(sources):
         tfrecord.dataset(sources, BATCH, weights=[1, 2], shuffle="global")
 
 
+@pytest.mark.slow  # three FunctionLoop runs, one SIGTERMed: about 10 s of CPU
 def test_a_preempted_mixture_resumes_by_a_seek_to_the_same_batches(tmp_path, caplog):
     """FunctionLoop, PreemptionCheckpoint, a real SIGTERM mid-epoch: a seek, the same batches."""
     import logging
@@ -232,6 +233,7 @@ def test_a_preempted_mixture_resumes_by_a_seek_to_the_same_batches(tmp_path, cap
     assert reference[1] != reference[2]
 
 
+@pytest.mark.slow  # three graph-mode SessionLoop runs: about 12 s of CPU
 def test_graph_mode_epoch_checkpoint_resumes_a_mixture_by_a_seek(tmp_path, caplog):
     """SessionLoop + EpochCheckpoint stopped mid-epoch on read_batches(weights=): exact."""
     import logging
