@@ -183,7 +183,11 @@ class MixtureShuffleOrder(Order):
     def records(
         self, plan: Plan, *, reads: int, position: ReadPosition | None = None
     ) -> tf.data.Dataset:
-        """The mixed examples, one at a time."""
+        """The mixed examples, one at a time, parsed rather than serialized.
+
+        Each source is parsed by its own schema (and ``map_fn``) before the mix; the
+        pipeline reads :meth:`batches`.
+        """
         del reads
         return self.mixed(plan, self.options, position).unbatch()
 
