@@ -106,6 +106,10 @@ class ReadFacts:
             (:class:`~tfr_hooks.tfrecord.CorruptRecord`), found when it was built with
             ``max_corrupt_records`` above 0; ``None`` when it did not look (0, the
             default: a damaged record raises).
+        decoding: How the records become the features of ``schema``, when a source
+            declares it (a TFDS directory's
+            :class:`~tfr_hooks.tfrecord.sources.tfds.TfdsDecoding`, with the names of
+            its class labels); ``None`` when they are parsed as ``schema`` declares.
     """
 
     kind: PipelineKind | None = None
@@ -121,6 +125,7 @@ class ReadFacts:
     examples_per_record: int = 1
     service: str | None = None
     corrupt_records: tuple[CorruptRecord, ...] | None = None
+    decoding: Any = None
 
     @classmethod
     def of_read(
@@ -157,6 +162,7 @@ class ReadFacts:
             examples_per_record=plan.per_record,
             service=options.service,
             corrupt_records=None if plan.damage is None else plan.damage.corrupt,
+            decoding=plan.decoding,
         )
 
     def steps_on(self, num_workers: int) -> int | None:
