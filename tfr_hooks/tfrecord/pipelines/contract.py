@@ -52,6 +52,7 @@ import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.formats.damage import CorruptRecord
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
+from tfr_hooks.tfrecord.schema.decoding import Decoding
 
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.plan import Plan
@@ -125,7 +126,7 @@ class ReadFacts:
     examples_per_record: int = 1
     service: str | None = None
     corrupt_records: tuple[CorruptRecord, ...] | None = None
-    decoding: Any = None
+    decoding: Decoding | None = None
 
     @classmethod
     def of_read(

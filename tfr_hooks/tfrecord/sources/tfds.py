@@ -221,12 +221,11 @@ def _shape(info: Mapping[str, Any]) -> tuple[int | None, ...]:
 
 @dataclass(frozen=True)
 class TfdsDecoding:
-    """How the records of a TFDS directory become the features it declares.
+    """How the records of a TFDS directory become its features, as a declared value.
 
-    The directory's :class:`Schema` holds the features returned (images decoded,
-    sequences ragged); the records TFDS wrote hold them under other keys and lists. This
-    value says how each returned feature is built from them, for any selection of the
-    features (a :class:`~tfr_hooks.tfrecord.schema.decoding.Decoding`).
+    Its :attr:`schema` is what the readers return (images decoded, sequences ragged);
+    :meth:`stored` and :meth:`decode` read the records TFDS wrote, for any selection of
+    the features (a :class:`~tfr_hooks.tfrecord.schema.decoding.Decoding`).
 
     Attributes:
         parts: How each returned feature is stored and built, in the schema's order.
@@ -648,10 +647,7 @@ class TfdsSource(RecordSource):
     def schema(
         self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
     ) -> Schema:
-        """The features of ``features.json``; ``schema`` and ``decode`` refused.
-
-        How the records become them is the source's :meth:`decoding`.
-        """
+        """The features of ``features.json`` (see :meth:`decoding`); no ``schema``, ``decode``."""
         del compression
         if given is not None:
             raise ValueError(
