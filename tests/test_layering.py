@@ -536,3 +536,68 @@ def test_no_class_of_the_package_subclasses_the_schema() -> None:
         and any(ast.unparse(base).split(".")[-1] in ("Schema", "Feature") for base in node.bases)
     ]
     assert found == []
+
+
+def _exported_functions(path: Path) -> list[str]:
+    """The functions a module names in its ``__all__``."""
+    tree = parsed(path)
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            exported = [
+                e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)
+            ]
+    functions = {
+        n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    return [name for name in exported if name in functions]
+
+
+def _names_used(path: Path) -> set[str]:
+    """The names a file's code reads (``f``, ``module.f``), its definitions left out."""
+    names = set()
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+#: the functions a user's own code calls to extend the readers (a source or a record format
+#: from outside the package, docs/layout.md): their callers are outside the package
+EXTENSION_POINTS = {
+    "register_source",
+    "unregister_source",
+    "register_format",
+    "unregister_format",
+    "index_of_offsets",
+}
+
+
+def test_no_function_is_exported_without_a_caller_outside_the_tests() -> None:
+    """A function in a module's ``__all__`` has a caller in the package, bench or examples."""
+    root = PACKAGE.parent
+    others = [*MODULES.values(), *root.glob("bench/*.py"), *root.glob("examples/*.py")]
+    used = {path: _names_used(path) for path in others}
+    uncalled = [
+        f"{module}.{name}"
+        for module, path in MODULES.items()
+        for name in _exported_functions(path)
+        if name not in EXTENSION_POINTS
+        and not any(name in names for other, names in used.items() if other != path)
+        and not _called_in_its_module(path, name)
+    ]
+    assert uncalled == []
+
+
+def _called_in_its_module(path: Path, name: str) -> bool:
+    """Whether the module's own code reads ``name`` (a call, or the function passed on)."""
+    return any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+        for node in ast.walk(parsed(path))
+    )
