@@ -146,8 +146,6 @@ def mixture_plan(files: Any, options: ReadOptions) -> Plan:
         first.schema,
         first.names,
         [c for part in parts.values() for c in part.counts],
-        1,
-        None,
-        None,
-        parts,
+        decoding=first.decoding,
+        parts=parts,
     )

@@ -133,7 +133,7 @@ class MixtureShuffleOrder(Order):
 
         def stream(name: str, epoch: Any, at: Any) -> tf.data.Dataset:
             part = plan.parts[name]
-            windows = source_windows(orders[name], epoch, at).map(part.schema.parse_batch)
+            windows = source_windows(orders[name], epoch, at).map(part.parse_batch)
             if map_fns is None:
                 return windows
             mapped = windows.unbatch().map(as_dict(map_fns[name], part.names))
