@@ -321,3 +321,19 @@ def test_two_workers_take_disjoint_parts_and_resume_onto_one(tmp_path):
     assert sorted(trained) == sorted(epoch0[: step * batch])  # the parts cover the batches
     later = [i for b in resumed["seen"]["0"] for i in b]
     assert later == epoch0[step * batch :]  # resumed on 1 worker: the rest of the stream
+
+
+def test_tfds_directories_with_split_mix_with_their_decoding(tmp_path):
+    """Two TFDS directories (split=): ragged tokens decoded per source, then mixed."""
+    import _tfds_builders as builders
+
+    dirs = {name: builders.prepare("tokens", tmp_path / name) for name in ("a", "b")}
+    data = tfrecord.dataset(
+        dirs, 10, weights={"a": 0.5, "b": 0.5}, split="train", shuffle="global", seed=2
+    )
+    batch = next(iter(data))  # 10 positions: each source's 5 examples once
+    pairs = batch["pair"].numpy()
+    assert sorted(pairs[:, 0].tolist()) == sorted(list(range(5)) * 2)
+    assert isinstance(batch["tokens"], tf.RaggedTensor)
+    for row, (first, _) in zip(batch["tokens"].to_list(), pairs, strict=True):
+        assert row == list(range(first % 4 + 1))
