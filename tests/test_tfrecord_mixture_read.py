@@ -94,6 +94,7 @@ def test_each_record_once_per_its_sources_epoch(sources):
         assert sorted(books[e * 700 : (e + 1) * 700]) == list(range(700))
 
 
+@pytest.mark.slow  # four mixed reads of every source: about 12 s of CPU
 def test_same_seed_same_stream_another_seed_another(sources):
     first, _ = _stream(_mixture(sources, seed=3), 6)
     again, _ = _stream(_mixture(sources, seed=3), 6)
@@ -114,6 +115,7 @@ def test_an_epoch_is_the_sum_of_the_sources_and_passes_go_on(sources):
         assert sorted(code[e * 50 : (e + 1) * 50]) == list(range(50))
 
 
+@pytest.mark.slow  # a graph-mode read beside the eager one: about 10 s of CPU
 def test_source_and_graph_mode_read_batches_take_the_same_arguments(sources):
     read = tfrecord.source(
         sources,
@@ -148,6 +150,7 @@ def test_source_and_graph_mode_read_batches_take_the_same_arguments(sources):
     assert abs(np.mean(srcs == WEB) - 0.5) <= 0.005
 
 
+@pytest.mark.slow  # two sources parsed by their own plans: about 8 s of CPU
 def test_a_map_fn_a_source_maps_other_features_to_one_structure(sources, tmp_path):
     scored = _write(tmp_path / "scored", CODE, 40, files=1, extra=True)
     mixed = {"web": sources["web"], "scored": scored}
@@ -254,6 +257,7 @@ def test_graph_mode_epoch_checkpoint_resumes_a_mixture_by_a_seek(tmp_path, caplo
         np.testing.assert_array_equal(value, reference["state"][name], err_msg=name)
 
 
+@pytest.mark.slow  # a FunctionLoop run: about 5 s of CPU
 def test_the_history_has_each_sources_examples_and_epochs(sources):
     """FunctionLoop's history: input/examples/<name> counts what the steps trained on."""
     seen: list[np.ndarray] = []
@@ -323,6 +327,7 @@ def test_two_workers_take_disjoint_parts_and_resume_onto_one(tmp_path):
     assert later == epoch0[step * batch :]  # resumed on 1 worker: the rest of the stream
 
 
+@pytest.mark.slow  # two TFDS directories prepared: about 5 s of CPU
 def test_tfds_directories_with_split_mix_with_their_decoding(tmp_path):
     """Two TFDS directories (split=): ragged tokens decoded per source, then mixed."""
     import _tfds_builders as builders
