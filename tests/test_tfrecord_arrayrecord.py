@@ -265,7 +265,10 @@ def test_write_array_record_shards_that_grain_reads_back_as_written(tmp_path):
 
 
 def test_grain_reads_what_write_wrote(tmp_path):
-    grain = pytest.importorskip("grain.python")  # the bench extra, not the test one
+    if sys.version_info < (3, 11):
+        pytest.skip("Grain requires Python 3.11; the test extra installs it from there on")
+    import grain.python as grain
+
     result = tfrecord.write(_arrays(9), tmp_path / "out", shards=2, format="array_record")
     source = grain.ArrayRecordDataSource(result.files)
     assert len(source) == 9
