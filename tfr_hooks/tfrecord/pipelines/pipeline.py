@@ -98,6 +98,13 @@ def build_pipeline(
     """
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
+    reading = plan.records.format
+    if options.service is not None and not reading.servable:
+        raise ValueError(
+            f"Expected files a tf.data service worker can read: {reading.name} files are "
+            "read through tf.numpy_function, which the service cannot run (read them "
+            f"without service=). Received: service={options.service!r}, file={plan.files[0]!r}"
+        )
     if order is None:
         order = order_of(options)  # the one place the order is chosen
     position = position_of(plan, options, kind, order) if seekable else None
