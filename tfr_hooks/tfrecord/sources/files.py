@@ -17,7 +17,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks.tfrecord.errors import MissingFeatureError, NotTFRecordError
+from tfr_hooks.tfrecord.errors import MissingFeatureError
 from tfr_hooks.tfrecord.formats.framing import check_compression
 from tfr_hooks.tfrecord.formats.index import is_index_file
 from tfr_hooks.tfrecord.formats.packed import check_block
