@@ -31,7 +31,6 @@ from _tfrecord_data import (
 )
 from tfr_hooks import FunctionLoop, cli, tfrecord
 from tfr_hooks.tfrecord.formats.arrayrecord import (
-    READERS,
     ArrayRecordFiles,
     is_array_record,
     read_records,
@@ -352,6 +351,8 @@ class _Observed:
     """The record numbers the ArrayRecord format reads, per file (its batch read observed)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from tfr_hooks.tfrecord.formats.arrayrecord import READERS  # the format's reads
+
         self.read: dict[str, list[int]] = {}
         self._read = READERS.read
         monkeypatch.setattr(READERS, "read", self)
