@@ -526,3 +526,38 @@ def test_what_array_record_files_cannot_do_is_refused_naming_it(twins):
         tfrecord.dataset(mine, 8, max_corrupt_records=2)
     with pytest.raises(ValueError, match=r"ArrayRecord files are read through tf.numpy_function"):
         tfrecord.dataset(mine, 8, service="grpc://127.0.0.1:1")
+
+
+@pytest.mark.slow  # two workers on 127.0.0.1, four clusters; about a minute and a half of CPU
+def test_mwms_workers_read_their_shares_as_of_tfrecord_files_and_resume_by_a_seek(tmp_path):
+    """shuffle='global' under MultiWorkerMirroredStrategy: each worker its part of each
+    global batch, the very parts of the same records in TFRecord files; a worker
+    SIGTERMed mid-epoch, and the cluster resumed by a seek."""
+    from _cluster import run_cluster
+
+    n = 600  # 2 files of 300: each worker's share 300 records, 19 batches of 16
+    for fmt in ("array_record", "tfrecord"):
+        tfrecord.write({"index": np.arange(n)}, tmp_path / fmt / "train", shards=2, format=fmt)
+    env = {"GLOBAL_BATCH": "16", "ORDER_READ": "global"}
+
+    def cluster(fmt: str, out: str, extra: dict[str, str]) -> list:
+        args = ["tests/_multi_worker_child.py", "order", str(tmp_path / fmt), out]
+        return run_cluster(args, 2, timeout=300, env={**env, **extra})
+
+    reference = [w.result() for w in cluster("array_record", str(tmp_path / "ref"), {})]
+    twin = [w.result() for w in cluster("tfrecord", str(tmp_path / "twin"), {})]
+    assert [r["seen"] for r in reference] == [t["seen"] for t in twin]
+    term = {"TERM_AT_EPOCH": "1", "TERM_AT_BATCH": "5", "TERM_TASK": "1"}
+    workers = cluster("array_record", str(tmp_path / "run"), term)
+    before = []
+    for worker in workers:
+        assert worker.returncode == 42, worker.stderr[-3000:]
+        line = [x for x in worker.stdout.splitlines() if x.startswith("PREEMPTED ")][-1]
+        before.append(json.loads(line[len("PREEMPTED ") :]))
+    step = before[0]["step"]
+    after = [w.result() for w in cluster("array_record", str(tmp_path / "run"), {})]
+    for ref, old, new in zip(reference, before, after, strict=True):
+        assert old["seen"]["1"][:step] + new["seen"]["1"] == ref["seen"]["1"]
+        assert new["seen"]["2"] == ref["seen"]["2"]
+    shares = [i for r in reference for b in r["seen"]["1"] for i in b]
+    assert sorted(shares) == list(range(n))
