@@ -56,6 +56,7 @@ _NAME_MARKS = (".array_record", ".arrayrecord")
 WRITER_OPTIONS = "group_size:1"
 #: Records a read of a file from a record reads in one call, at most.
 READ_BATCH = 1024
+_NO_END = 1 << 62
 #: Random access reads only the chunks asked for (as ``ArrayRecordDataSource`` does).
 _READER_OPTIONS = "readahead_buffer_size:0"
 
@@ -269,8 +270,12 @@ class _Readers:
     def of(self, path: str | bytes) -> ArrayRecordFiles:
         """The open reader of ``path`` (opened again when the file changed)."""
         name = path.decode() if isinstance(path, bytes) else str(path)
-        stat = tf.io.gfile.stat(name)
-        key = (name, stat.mtime_nsec, stat.length)
+        if "://" in name:
+            stat = tf.io.gfile.stat(name)
+            key = (name, stat.mtime_nsec, stat.length)
+        else:  # a local file: the cheaper system call
+            local = os.stat(name)
+            key = (name, local.st_mtime_ns, local.st_size)
         files = self._files.get(key)
         if files is None:
             with self._lock:
@@ -363,8 +368,6 @@ class ArrayRecordFormat(RecordFormat):
         """
         batch = tf.clip_by_value(tf.cast(buffer_size, tf.int64), 1, READ_BATCH)
         start = tf.cast(offset, tf.int64)
-        count = tf.numpy_function(READERS.count, [path], tf.int64, stateful=False)
-        count.set_shape([])
 
         def read(at: Any) -> Any:
             records = tf.numpy_function(
@@ -373,8 +376,11 @@ class ArrayRecordFormat(RecordFormat):
             records.set_shape([None])
             return records
 
-        starts = tf.data.Dataset.range(start, count, batch)
-        return starts.map(read).unbatch()
+        # batches until one comes back empty (past the file's end): no count asked, so a
+        # block read (``take(n)`` of its first batch) is one call
+        starts = tf.data.Dataset.range(start, _NO_END, batch)
+        batches = starts.map(read).take_while(lambda records: tf.size(records) > 0)
+        return batches.unbatch()
 
     def scan(self, files: Sequence[str], compression: str, limit: int) -> Any:
         """Refused: ``array_record`` checks its own chunks, there is no damage to skip."""
