@@ -19,9 +19,11 @@ it, reading or writing such a file raises an :class:`ImportError` that names the
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
@@ -266,6 +268,8 @@ class _Readers:
     def __init__(self) -> None:
         self._files: dict[tuple[str, int, int], ArrayRecordFiles] = {}
         self._lock = threading.Lock()
+        self._reading = 0  # reads in flight
+        self._ending = False  # the interpreter ends: no new read starts
 
     def of(self, path: str | bytes) -> ArrayRecordFiles:
         """The open reader of ``path`` (opened again when the file changed)."""
@@ -289,8 +293,30 @@ class _Readers:
         return np.int64(len(self.of(path)))
 
     def read(self, path: str | bytes, start: np.int64, stop: np.int64) -> np.ndarray:
-        files = self.of(path)
-        return files.read(np.arange(int(start), min(int(stop), len(files)), dtype=np.int64))
+        with self._lock:
+            if self._ending:
+                return np.empty(0, dtype=object)
+            self._reading += 1
+        try:
+            files = self.of(path)
+            return files.read(np.arange(int(start), min(int(stop), len(files)), dtype=np.int64))
+        finally:
+            with self._lock:
+                self._reading -= 1
+
+    def end(self, timeout: float = 10.0) -> None:
+        """At the interpreter's end: wait for the reads in flight, then close the readers.
+
+        A ``tf.data`` thread still inside ``array_record`` when the interpreter finalizes
+        aborts the process when it takes the GIL back (``terminate called``), so reads in
+        flight finish first and no new one starts.
+        """
+        with self._lock:
+            self._ending = True
+        deadline = time.monotonic() + timeout
+        while self._reading and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.forget()
 
     def forget(self) -> None:
         """Close every reader (files rewritten in place are opened again)."""
@@ -302,6 +328,8 @@ class _Readers:
 
 #: The readers of this process's ``tf.data`` reads.
 READERS = _Readers()
+# closed before the interpreter ends: a reader left to the process's end aborts it
+atexit.register(READERS.end)
 
 
 class ArrayRecordFormat(RecordFormat):
