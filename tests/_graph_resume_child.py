@@ -141,6 +141,14 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
     elif pipeline == "dataset_filter":  # behind a filter: a replay
         train = tfrecord.dataset(data["plain"], BATCH, shuffle="global", seed=SEED)
         batches = tfrecord.batches_of(train.filter(lambda b: tf.size(b["id"]) > 0))
+    elif pipeline == "mixture":  # two named sources at weights: a seek too
+        batches = tfrecord.read_batches(
+            {"a": data["plain"], "b": data["plain"]},
+            BATCH,
+            weights={"a": 0.75, "b": 0.25},
+            shuffle="global",
+            seed=SEED,
+        )
     elif pipeline == "unshuffled":  # no shuffle: a resumed run seeks
         batches = tfrecord.read_batches(data["plain"], BATCH)
     elif pipeline == "packed_global":  # packed shards, shuffle="global": a seek too

@@ -212,7 +212,8 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
     ``ORDER_READ=global``: ``tfrecord.source(..., shuffle="global")``, one global
     sequence each worker takes its part of; with ``ORDER_BUCKET_POOL=N`` too, bucketed
     from pools of ``N`` batches; ``ORDER_READ=unshuffled``: ``tfrecord.source`` without
-    a shuffle), for ``ORDER_EPOCHS`` epochs (3; ``ORDER_LOG=1`` logs at INFO level), with
+    a shuffle; ``ORDER_READ=mixture``: the named sources ``train`` and ``extra`` at
+    weights 0.7 and 0.3), for ``ORDER_EPOCHS`` epochs (3; ``ORDER_LOG=1`` logs at INFO level), with
     ``PreemptionCheckpoint``; ``TERM_AT_EPOCH``/``TERM_AT_BATCH``/``TERM_TASK`` as in
     ``keras`` mode. The result (or the ``PREEMPTED`` line) holds ``seen``: epoch to the
     list of this worker's batches of example indexes.
@@ -240,6 +241,14 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
         )
         train = tfrecord.source(
             os.path.join(data, "train"), GLOBAL_BATCH, shuffle="global", seed=5, **bucketed
+        )
+    elif os.environ.get("ORDER_READ") == "mixture":  # train and extra at 0.7/0.3; seeks
+        train = tfrecord.source(
+            {"train": os.path.join(data, "train"), "extra": os.path.join(data, "extra")},
+            GLOBAL_BATCH,
+            weights={"train": 0.7, "extra": 0.3},
+            shuffle="global",
+            seed=5,
         )
     else:
         train = tfrecord.dataset(os.path.join(data, "train"), GLOBAL_BATCH, shuffle=64)
@@ -282,7 +291,7 @@ def order_mode(data: str, out: str) -> dict[str, Any]:
         sys.stdout.flush()
         raise
     result = {"seen": seen, "steps": int(counter.numpy())}
-    if os.environ.get("ORDER_READ") in ("global", "unshuffled"):
+    if os.environ.get("ORDER_READ") in ("global", "unshuffled", "mixture"):
         position = train.position
         result["position"] = None if position is None else position.state()
     return result

@@ -433,3 +433,171 @@ def test_the_folder_graph_of_tfrecord_has_no_cycle() -> None:
 
     for folder in sorted(graph):
         visit(folder, ())
+
+
+def _is_frozen_dataclass(node: ast.ClassDef) -> bool:
+    """Whether a class is decorated ``@dataclass(frozen=True)`` (or ``dataclasses.``)."""
+    for decorator in node.decorator_list:
+        if not isinstance(decorator, ast.Call):
+            continue
+        name = ast.unparse(decorator.func)
+        frozen = any(
+            k.arg == "frozen" and isinstance(k.value, ast.Constant) and k.value.value is True
+            for k in decorator.keywords
+        )
+        if name in ("dataclass", "dataclasses.dataclass") and frozen:
+            return True
+    return False
+
+
+def _own_fields(node: ast.ClassDef) -> set[str]:
+    """The fields a class declares in its own body (annotated names)."""
+    return {
+        item.target.id
+        for item in node.body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    }
+
+
+def _frozen_writes(tree: ast.Module) -> list[tuple[ast.Call, str | None]]:
+    """Each ``object.__setattr__`` call, and why it breaks the rule (``None``: it keeps it).
+
+    The rule: a frozen value is only written while it is built: in the ``__init__`` or
+    ``__post_init__`` of a ``@dataclass(frozen=True)`` class, on ``self``, and to a field
+    that class declares itself (not one a subclass adds to a library's frozen value).
+    """
+    found: list[tuple[ast.Call, str | None]] = []
+
+    def visit(node: ast.AST, cls: ast.ClassDef | None, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, child, None)
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, cls if function is None else None, child.name)
+                continue
+            if isinstance(child, ast.Call) and ast.unparse(child.func) == "object.__setattr__":
+                found.append((child, _broken(child, cls, function)))
+            visit(child, cls, function)
+
+    visit(tree, None, None)
+    return found
+
+
+def _broken(call: ast.Call, cls: ast.ClassDef | None, function: str | None) -> str | None:
+    if cls is None or function not in ("__init__", "__post_init__"):
+        return "outside the __init__ or __post_init__ of a class"
+    if not _is_frozen_dataclass(cls):
+        return f"in {cls.name}, which is no @dataclass(frozen=True)"
+    target, name = [*call.args, None, None][:2]
+    if not (isinstance(target, ast.Name) and target.id == "self"):
+        return "on another object than self"
+    if not (isinstance(name, ast.Constant) and name.value in _own_fields(cls)):
+        return f"to a field {cls.name} does not declare"
+    return None
+
+
+def test_a_frozen_value_is_written_only_while_its_own_class_builds_it() -> None:
+    """No ``object.__setattr__`` on a frozen value after it is built (issue 53, part 3).
+
+    What one part knows and another needs travels as a declared value (a TFDS directory's
+    decoding beside its plain schema), never as attributes set on a frozen object.
+    """
+    writes = [
+        (module, call.lineno, why)
+        for module, path in MODULES.items()
+        for call, why in _frozen_writes(parsed(path))
+    ]
+    assert [w for w in writes if w[2] is not None] == []
+    assert len(writes) >= 2  # the rule reads the calls: Schema and Feature build themselves
+
+
+def test_the_rule_on_frozen_writes_finds_a_subclass_writing_a_frozen_schema() -> None:
+    """The shape the TFDS schema had (a Schema subclass setting attributes) is caught."""
+    tree = ast.parse(
+        "class TfdsSchema(Schema):\n"
+        "    labels: dict\n"
+        "    def __init__(self, parts):\n"
+        "        super().__init__(parts)\n"
+        "        object.__setattr__(self, 'labels', {})\n"
+    )
+    assert [why for _, why in _frozen_writes(tree)] == [
+        "in TfdsSchema, which is no @dataclass(frozen=True)"
+    ]
+
+
+def test_no_class_of_the_package_subclasses_the_schema() -> None:
+    """A source's features are a plain Schema; what else it knows is a value beside it."""
+    found = [
+        f"{module}: {node.name}"
+        for module, path in MODULES.items()
+        for node in ast.walk(parsed(path))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(base).split(".")[-1] in ("Schema", "Feature") for base in node.bases)
+    ]
+    assert found == []
+
+
+def _exported_functions(path: Path) -> list[str]:
+    """The functions a module names in its ``__all__``."""
+    tree = parsed(path)
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            exported = [
+                e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)
+            ]
+    functions = {
+        n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    return [name for name in exported if name in functions]
+
+
+def _names_used(path: Path) -> set[str]:
+    """The names a file's code reads (``f``, ``module.f``), its definitions left out."""
+    names = set()
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+#: the functions a user's own code calls to extend the readers (a source or a record format
+#: from outside the package, docs/layout.md): their callers are outside the package
+EXTENSION_POINTS = {
+    "register_source",
+    "unregister_source",
+    "register_format",
+    "unregister_format",
+    "index_of_offsets",
+}
+
+
+def test_no_function_is_exported_without_a_caller_outside_the_tests() -> None:
+    """A function in a module's ``__all__`` has a caller in the package, bench or examples."""
+    root = PACKAGE.parent
+    others = [*MODULES.values(), *root.glob("bench/*.py"), *root.glob("examples/*.py")]
+    used = {path: _names_used(path) for path in others}
+    uncalled = [
+        f"{module}.{name}"
+        for module, path in MODULES.items()
+        for name in _exported_functions(path)
+        if name not in EXTENSION_POINTS
+        and not any(name in names for other, names in used.items() if other != path)
+        and not _called_in_its_module(path, name)
+    ]
+    assert uncalled == []
+
+
+def _called_in_its_module(path: Path, name: str) -> bool:
+    """Whether the module's own code reads ``name`` (a call, or the function passed on)."""
+    return any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+        for node in ast.walk(parsed(path))
+    )

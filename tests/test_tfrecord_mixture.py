@@ -25,7 +25,6 @@ from tfr_hooks.tfrecord.pipelines.mixture import (
     MixtureState,
     integer_weights,
     source_seed,
-    worker_span,
 )
 from tfr_hooks.tfrecord.pipelines.mixture_streams import global_streams, interleave, mixed_batches
 from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalOrder
@@ -273,40 +272,6 @@ def test_the_state_is_under_a_kilobyte_and_round_trips() -> None:
     data = state.to_bytes()
     assert len(data) < 1024
     assert MixtureState.from_bytes(data) == state
-
-
-@pytest.mark.parametrize("workers", [2, 3])
-@pytest.mark.parametrize("batch_size", [256, 10])
-def test_workers_take_disjoint_parts_that_cover_each_global_batch(
-    workers: int, batch_size: int
-) -> None:
-    order = order_of(WEIGHTS, SIZES)
-    batches = 5
-    whole = stream(order, 0, batch_size * batches)
-    parts = []
-    for worker in range(workers):
-        # a worker's read: the global batches of positions, its part of each
-        begin, end = worker_span(0, batch_size, worker, workers)
-        assert worker_span(3, batch_size, worker, workers) == (
-            3 * batch_size + begin,
-            3 * batch_size + end,
-        )
-        mine = order.positions(0, batch_size * batches, batch_size=batch_size).map(
-            lambda *t, b=begin, e=end: tuple(x[b:e] for x in t)
-        )
-        rows = []
-        for source, epoch, at, record in mine.as_numpy_iterator():
-            rows.append(
-                list(
-                    zip(source.tolist(), epoch.tolist(), at.tolist(), record.tolist(), strict=True)
-                )
-            )
-        parts.append(rows)
-    for batch in range(batches):
-        joined = [row for part in parts for row in part[batch]]
-        assert joined == whole[batch * batch_size : (batch + 1) * batch_size]
-    with pytest.raises(ValueError, match="Received: worker=3, workers=3"):
-        worker_span(0, batch_size, 3, 3)
 
 
 def write_sources(directory: Path, sizes: dict[str, int]) -> dict[str, list[str]]:

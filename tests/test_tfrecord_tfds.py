@@ -28,6 +28,7 @@ import tfr_hooks
 from _tfrecord_data import new_session, run_graph_batches, write_records
 from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles
+from tfr_hooks.tfrecord.schema.decoding import parse_batch, stored_schema
 from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
 from tfr_hooks.tfrecord.sources.tfds import TfdsSource
 
@@ -193,11 +194,33 @@ def test_an_image_of_unknown_size_stays_encoded_and_byte_tensors_decode(tfds_dir
     assert batch["heatmap"].dtype == tf.float32
 
 
-def test_class_label_names_are_kept_on_the_schema(tfds_dirs):
-    schema = tfrecord.source(tfds_dirs["digits_png"], BATCH).facts.schema
-    assert schema.labels == {"label": ("zero", "one", "two")}
-    detection = tfrecord.source(tfds_dirs["detection"], BATCH).facts.schema
-    assert detection.labels == {"objects/label": ("cat", "dog")}
+def test_class_label_names_are_kept_on_the_declared_decoding(tfds_dirs):
+    facts = tfrecord.source(tfds_dirs["digits_png"], BATCH).facts
+    assert facts.decoding.labels == {"label": ("zero", "one", "two")}
+    detection = tfrecord.source(tfds_dirs["detection"], BATCH).facts
+    assert detection.decoding.labels == {"objects/label": ("cat", "dog")}
+
+
+def test_the_schema_stays_a_plain_value_and_the_decoding_travels_beside_it(tfds_dirs):
+    """The features returned are a plain Schema; how TFDS stored them is a separate value."""
+    facts = tfrecord.source(tfds_dirs["digits_png"], BATCH, as_tuple=("label", "image")).facts
+    assert type(facts.schema) is tfrecord.Schema
+    assert facts.schema.names == ["label", "image"]
+    assert facts.schema["image"].dtype == "uint8" and facts.schema["image"].shape == (6, 5, 1)
+    stored = stored_schema(facts.schema, facts.decoding)  # what the records hold
+    assert stored["image"].dtype == "bytes" and stored["image"].shape == ()
+    records = [r.numpy() for r in tf.data.TFRecordDataset(list(facts.files))]
+    parsed = parse_batch(facts.schema, tf.constant(records), facts.decoding)
+    assert list(parsed) == ["label", "image"]
+    assert parsed["image"].shape == (5, 6, 5, 1) and parsed["image"].dtype == tf.uint8
+
+
+def test_a_data_error_hook_checks_the_tfds_records_as_stored(tfds_dirs):
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(tfds_dirs["episodes"], BATCH)
+    hook = tfr_hooks.DataErrorHook.for_batches(batches)
+    assert hook.schema == stored_schema(batches.facts.schema, batches.facts.decoding)
+    assert hook.translate_error(None) is None  # the shards are whole and match
 
 
 # --- splits, counts, supervised keys --------------------------------------------------------
@@ -345,16 +368,18 @@ def test_array_record_records_decode_to_what_tfds_data_source_gives(
     directory = tfds_array_dirs[name]
     source = open_source(directory, "train")
     assert source.directory.schema == open_source(tfds_dirs[name], "train").directory.schema
+    assert source.decoding() == open_source(tfds_dirs[name], "train").decoding()
     reference = tfds.data_source(name, data_dir=Path(directory).parents[1], split="train")
     records = ArrayRecordFiles(source.files).read(range(len(reference)))
-    batch = source.directory.schema.parse_batch(tf.constant(list(records)))
+    schema = source.schema(None, None, "")
+    batch = parse_batch(schema, tf.constant(list(records)), source.decoding())
     read = _examples([batch])
     assert read == [_flat_source(reference[i]) for i in range(len(reference))]
 
 
 def test_the_tfds_labels_and_describe_of_an_array_record_directory(tfds_array_dirs):
     source = open_source(tfds_array_dirs["digits_png"], "train")
-    assert source.directory.schema.labels == {"label": ("zero", "one", "two")}
+    assert source.decoding().labels == {"label": ("zero", "one", "two")}
     assert "5 examples in 1 ArrayRecord shard(s)" in source.describe()
     assert source.to_dict()["tfds"]["file_format"] == "array_record"
     infos = tfrecord.inspect(tfds_array_dirs["digits_png"])  # each shard, by index reads

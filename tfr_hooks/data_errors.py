@@ -13,6 +13,7 @@ from typing import Any
 from tfr_hooks.hooks import Hook
 from tfr_hooks.tfrecord.formats.framing import Files
 from tfr_hooks.tfrecord.inspection.diagnose import explain_error
+from tfr_hooks.tfrecord.schema.decoding import stored_schema
 from tfr_hooks.tfrecord.schema.schema import Schema
 
 __all__ = ["DataErrorHook"]
@@ -26,7 +27,8 @@ class DataErrorHook(Hook):
 
     Args:
         files: The pipeline's files.
-        schema: The schema it parses with.
+        schema: The schema the records hold (for a TFDS directory, as stored: see
+            :func:`~tfr_hooks.tfrecord.schema.decoding.stored_schema`).
         compression: ``None`` to detect, or ``""``, ``"gzip"``, ``"zlib"``.
 
     Examples:
@@ -45,7 +47,10 @@ class DataErrorHook(Hook):
     def for_batches(cls, batches: Any) -> DataErrorHook:
         """The hook for the files of a :class:`~tfr_hooks.tfrecord.Batches`."""
         facts = batches.facts
-        return cls(list(facts.files), facts.schema, facts.compression)
+        schema = facts.schema
+        if schema is not None:  # the records are checked as stored (TFDS: encoded)
+            schema = stored_schema(schema, facts.decoding)
+        return cls(list(facts.files), schema, facts.compression)
 
     def translate_error(self, error: BaseException) -> BaseException | None:
         """Return a clear :class:`~tfr_hooks.tfrecord.TFRecordError` for a data error."""

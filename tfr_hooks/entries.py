@@ -15,10 +15,14 @@ from typing import TYPE_CHECKING, Any
 from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import CORRUPT_RECORDS
 
+#: The history keys of a mixture's sources: ``input/examples/<name>``, ``input/epochs/<name>``.
+MIXTURE_EXAMPLES = "input/examples/"
+MIXTURE_EPOCHS = "input/epochs/"
+
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.contract import ReadFacts
 
-__all__ = ["HistoryEntry", "input_entries"]
+__all__ = ["HistoryEntry", "MixtureEntries", "input_entries"]
 
 
 class HistoryEntry(Hook):
@@ -43,12 +47,56 @@ class HistoryEntry(Hook):
         return f"HistoryEntry({self.key!r}, {self.value!r})"
 
 
+class MixtureEntries(Hook):
+    """Adds each source's examples and epochs of a mixture to the history of every epoch.
+
+    ``input/examples/<name>``: the examples of source ``name`` among the epoch's
+    (``weights=``); ``input/epochs/<name>``: the source's own epochs completed by the
+    epoch's end. Both follow from the mixture's order by arithmetic: epoch ``e`` of the
+    loop reads global positions ``[e * E, e * E + steps * batch_size)`` (``E``: the
+    mixture's epoch, one pass an epoch).
+
+    Args:
+        state: The mixture's state (``MixtureState.to_bytes``).
+        batch_size: The global batch size.
+    """
+
+    needs_every_step = False
+
+    def __init__(self, state: bytes, batch_size: int) -> None:
+        from tfr_hooks.tfrecord.pipelines.mixture import MixtureState
+
+        self.state = MixtureState.from_bytes(state)
+        self.batch_size = batch_size
+        last = self.state.stretches[-1]
+        self.epoch_size = sum(last.sizes)
+        self.sizes = dict(zip(last.names, last.sizes, strict=True))
+
+    def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """Add the epoch's examples and completed epochs of each source."""
+        start = epoch * self.epoch_size
+        read = min(self.loop.epoch_steps * self.batch_size, self.epoch_size)
+        before = self.state.draws_before(start)
+        after = self.state.draws_before(start + read)
+        for name, size in self.sizes.items():
+            self.loop.history_entries[f"{MIXTURE_EXAMPLES}{name}"] = after[name] - before[name]
+            self.loop.history_entries[f"{MIXTURE_EPOCHS}{name}"] = after[name] // size
+
+    def __repr__(self) -> str:
+        return f"MixtureEntries({self.state!r}, batch_size={self.batch_size})"
+
+
 def input_entries(facts: ReadFacts) -> list[Hook]:
     """The hooks of the history entries a read's ``facts`` add to a run, for both loops.
 
     :data:`~tfr_hooks.input_report.CORRUPT_RECORDS` (the damaged records the reader
     skips, :attr:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts.corrupt_count`) when the reader
     looked for them (``max_corrupt_records`` above 0); none otherwise.
+    A mixture read one pass an epoch (``weights=``, ``num_epochs=1``) adds
+    :class:`MixtureEntries`.
     """
     count = facts.corrupt_count
-    return [] if count is None else [HistoryEntry(CORRUPT_RECORDS, count)]
+    entries: list[Hook] = [] if count is None else [HistoryEntry(CORRUPT_RECORDS, count)]
+    if facts.mixture is not None and facts.num_epochs == 1 and facts.batch_size:
+        entries.append(MixtureEntries(facts.mixture, facts.batch_size))
+    return entries

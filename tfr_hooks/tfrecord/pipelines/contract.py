@@ -52,6 +52,7 @@ import tfr_hooks.tf_private as tf_private
 from tfr_hooks.tfrecord.formats.damage import CorruptRecord
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition
+from tfr_hooks.tfrecord.schema.decoding import Decoding
 
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.plan import Plan
@@ -106,6 +107,14 @@ class ReadFacts:
             (:class:`~tfr_hooks.tfrecord.CorruptRecord`), found when it was built with
             ``max_corrupt_records`` above 0; ``None`` when it did not look (0, the
             default: a damaged record raises).
+        decoding: How the records become the features of ``schema``, when a source
+            declares it (a TFDS directory's
+            :class:`~tfr_hooks.tfrecord.sources.tfds.TfdsDecoding`, with the names of
+            its class labels); ``None`` when they are parsed as ``schema`` declares.
+        mixture: A mixture's order (``weights=``), as the bytes of its
+            :class:`~tfr_hooks.tfrecord.pipelines.mixture.MixtureState` (its sources,
+            their weights and sizes), from which each source's examples of an epoch
+            follow; ``None`` for one source.
     """
 
     kind: PipelineKind | None = None
@@ -121,6 +130,8 @@ class ReadFacts:
     examples_per_record: int = 1
     service: str | None = None
     corrupt_records: tuple[CorruptRecord, ...] | None = None
+    decoding: Decoding | None = None
+    mixture: bytes | None = None
 
     @classmethod
     def of_read(
@@ -144,6 +155,9 @@ class ReadFacts:
             steps: The steps of one epoch (one iterator, one initialization), when
                 known before it runs; ``None`` also when read through a service.
         """
+        from tfr_hooks.tfrecord.pipelines.mixture_sources import initial_state
+
+        state = initial_state(plan, options)
         return cls(
             kind=kind,
             files=tuple(plan.files),
@@ -157,6 +171,8 @@ class ReadFacts:
             examples_per_record=plan.per_record,
             service=options.service,
             corrupt_records=None if plan.damage is None else plan.damage.corrupt,
+            decoding=plan.decoding,
+            mixture=None if state is None else state.to_bytes(),
         )
 
     def steps_on(self, num_workers: int) -> int | None:

@@ -39,10 +39,11 @@ is. It is pure integer arithmetic on ``k``, with no random draw and no buffer:
    Earlier positions stay reproducible: the state keeps every stretch's weights. The
    state is a few integers a source (:meth:`MixtureState.to_bytes`: about 100 bytes for
    3 sources), never a buffer.
-5. **Any number of workers.** The sequence does not depend on the worker count. Worker
-   ``j`` of ``J`` takes positions ``[b*B + floor(j*B/J), b*B + floor((j+1)*B/J))`` of
-   global batch ``b`` (:func:`worker_span`): the parts are disjoint and cover the
-   batch, so a run saved with ``J`` workers resumes with any other count.
+5. **Any number of workers.** The sequence does not depend on the worker count. Under
+   ``MultiWorkerMirroredStrategy`` every worker reads it and keeps its part of each
+   global batch (tf.data's data sharding, as the other seeking reads): the parts are
+   disjoint and cover the batch, so a run saved with ``J`` workers resumes with any
+   other count.
 
 **The epoch of a mixture** is a fixed number ``E`` of global positions:
 ``steps_per_epoch`` global batches when given, else the sum of the sizes of the sources
@@ -75,7 +76,6 @@ __all__ = [
     "Stretch",
     "integer_weights",
     "source_seed",
-    "worker_span",
 ]
 
 #: The sum of the integer weights before reduction: shares are exact to ``1 / RESOLUTION``.
@@ -368,20 +368,6 @@ class MixtureState:
 
     def __repr__(self) -> str:
         return f"MixtureState({self.stretches!r})"
-
-
-def worker_span(batch: int, batch_size: int, worker: int, workers: int) -> tuple[int, int]:
-    """The positions ``[begin, end)`` worker ``worker`` of ``workers`` takes of a batch.
-
-    Global batch ``batch`` (of ``batch_size`` positions) is cut into disjoint parts that
-    cover it, whatever the worker count.
-    """
-    if not 0 <= worker < workers:
-        raise ValueError(
-            f"Expected 0 <= worker < workers. Received: worker={worker}, workers={workers}"
-        )
-    begin = batch * batch_size
-    return begin + worker * batch_size // workers, begin + (worker + 1) * batch_size // workers
 
 
 class MixtureOrder:

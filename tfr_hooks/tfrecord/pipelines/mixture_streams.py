@@ -15,7 +15,8 @@ mixed by the closed-form source of each position:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -29,7 +30,10 @@ __all__ = [
     "choices",
     "global_streams",
     "interleave",
+    "last_counts",
+    "last_draws",
     "mixed_batches",
+    "mixed_from",
     "source_stream",
     "source_windows",
 ]
@@ -177,3 +181,94 @@ def global_streams(
             )
         streams.append((source_windows if vectors else source_stream)(order, epoch, at))
     return streams
+
+
+def last_draws(order: MixtureOrder, start: Any) -> tf.Tensor:
+    """Draws of each source of the last stretch before ``start`` (in it), in ops.
+
+    ``start`` may be an ``int64`` scalar tensor (read when a pass starts): constant time
+    wherever it is.
+    """
+    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    local = tf.cast(start, tf.int64) - last.start
+    q, r = local // inter.period, local % inter.period
+    prefix = tf.constant(inter.prefix, tf.int64)
+    weights = tf.constant(inter.weights, tf.int64)
+    return tf.constant(last.draws, tf.int64) + q * weights + tf.gather(prefix, r, axis=1)
+
+
+def last_counts(order: MixtureOrder, start: Any, size: int) -> tf.Tensor:
+    """:meth:`MixtureOrder.batch_counts` of the last stretch's sources, in ops.
+
+    ``(cycle, sources of the last stretch)``: the draws of each in each chunk of ``size``
+    positions from ``start`` (a tensor or an integer in the last stretch).
+    """
+    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    cycle = inter.period // math.gcd(inter.period, size)
+    local = tf.cast(start, tf.int64) - last.start + tf.range(cycle + 1, dtype=tf.int64) * size
+    q, r = local // inter.period, local % inter.period
+    prefix = tf.constant(inter.prefix, tf.int64)
+    before = q[:, None] * tf.constant(inter.weights, tf.int64)[None, :] + tf.transpose(
+        tf.gather(prefix, r, axis=1)
+    )
+    return before[1:] - before[:-1]
+
+
+def mixed_from(
+    order: MixtureOrder,
+    streams: Callable[[str, Any, Any], tf.data.Dataset],
+    start: Any,
+    stop: Any,
+    batch_size: int,
+    *,
+    drop_remainder: bool = False,
+    chunk: int = CHUNK,
+) -> tf.data.Dataset:
+    """The mixed stream of positions ``[start, stop)`` in batches, from a tensor start.
+
+    :func:`mixed_batches` for a ``start`` (and ``stop``) that may be ``int64`` scalar
+    tensors, read when a pass starts (a resumed run's position, the pass of an
+    iterator), in the last stretch. Each source's stream is ``streams(name, epoch, at)``:
+    vectors of the source's draws from position ``at`` of its ``epoch`` on (serialized
+    records, or any structure of tensors with a batch dimension: a source's parsed and
+    mapped examples), mixed by one gather a chunk of about ``chunk`` positions.
+
+    Args:
+        order: The mixture's order.
+        streams: A source's stream of vectors from ``(epoch, at)``.
+        start: The first global position (in the last stretch).
+        stop: The position to stop at (``None``: never).
+        batch_size: Positions a batch.
+        drop_remainder: Whether to drop a last batch shorter than ``batch_size``.
+        chunk: Positions assembled at once (rounded down to whole batches).
+    """
+    size = batch_size * max(1, chunk // batch_size)
+    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    # in the order of the sources' ids (:attr:`MixtureOrder.names`), as the gather's offsets
+    drawn = sorted(
+        (j for j, weight in enumerate(inter.weights) if weight > 0),
+        key=lambda j: order.names.index(last.names[j]),
+    )
+    draws, counts = last_draws(order, start), last_counts(order, start, size)
+    sizes = tf.constant(last.sizes, tf.int64)
+    cut = tuple(
+        streams(last.names[j], draws[j] // sizes[j], draws[j] % sizes[j])
+        .rebatch(counts[:, j])
+        .prefetch(2)
+        for j in drawn
+    )
+    end = (1 << 62) if stop is None else stop
+    firsts = tf.data.Dataset.range(start, end, size)
+    n_sources = len(order.names)
+
+    def assemble(first: tf.Tensor, *parts: Any) -> Any:
+        source, n = order.draw_numbers(first + tf.range(size, dtype=tf.int64))
+        base = tf.math.unsorted_segment_min(n, source, n_sources)
+        counted = tf.math.bincount(source, minlength=n_sources, dtype=tf.int64)
+        offsets = tf.cumsum(counted, exclusive=True)
+        index = tf.gather(offsets, source) + n - tf.gather(base, source)
+        keep = tf.minimum(tf.cast(end, tf.int64) - first, size)
+        return tf.nest.map_structure(lambda *xs: tf.gather(tf.concat(xs, 0), index[:keep]), *parts)
+
+    chunks = tf.data.Dataset.zip((firsts, *cut)).map(assemble)
+    return chunks.rebatch(batch_size, drop_remainder=drop_remainder)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -249,6 +250,15 @@ class ReadArgs(TypedDict, total=False):
         seed: Seed for the shuffles: the sequence of the passes' orders (default
             ``None``).
         num_epochs: Passes over the data (default 1); ``None`` repeats forever.
+        weights: With ``files`` a mapping of named sources (``{"web": "data/web",
+            "books": "data/books"}``), each source's share of the mixed stream, a mapping
+            over the same names (``{"web": 0.7, "books": 0.3}``; numbers >= 0, one above
+            0, scaled to sum to 1); ``None`` (the default) reads one source. A mixture
+            reads with ``shuffle="global"``: which source each position of the stream
+            comes from is a closed-form interleave of the weights, and each source has
+            its own epochs, each in its own global order. An epoch of a mixture is the
+            sum of its sources' records in positions (see ``docs/tfrecord.md``,
+            "Mixtures", and :mod:`tfr_hooks.tfrecord.pipelines.orders.mixture`).
 
     **Batch shape**
 
@@ -344,13 +354,14 @@ class ReadArgs(TypedDict, total=False):
     shuffle_buffer: int
     seed: int | None
     num_epochs: int | None
+    weights: Mapping[str, float] | None
     # batch shape
     drop_remainder: bool
     pad_to: PadTo
     bucket_boundaries: Sequence[int] | None
     bucket_by: str | None
     # transforms
-    map_fn: Callable[[dict[str, Any]], Any] | None
+    map_fn: Callable[[dict[str, Any]], Any] | Mapping[str, Callable[..., Any]] | None
     batch_map_fn: Callable[[Any], Any] | None
     as_tuple: Sequence[str] | bool | None
     # placement and speed
@@ -378,8 +389,10 @@ class ReadOptions:
     shuffle: int | str | None = None
     seed: int | None = None
     num_epochs: int | None = 1
+    weights: Mapping[str, float] | None = None
     drop_remainder: bool = False
     shaping: Shaping = field(default_factory=Shaping)
+    # with weights=, a mapping of source names to map_fns (applied by the mixture's order)
     map_fn: Callable[[dict[str, Any]], Any] | None = None
     batch_map_fn: Callable[[Any], Any] | None = None
     as_tuple: Sequence[str] | bool | None = None
@@ -452,9 +465,12 @@ def read_options(reader: str, batch_size: int, options: Mapping[str, Any]) -> Re
         check_positive_int(built.num_epochs, "num_epochs")
     if not isinstance(built.drop_remainder, bool):
         raise TypeError(expected("drop_remainder", "True or False", built.drop_remainder))
+    _check_weights(built)
     for name in ("map_fn", "batch_map_fn"):
-        if getattr(built, name) is not None and not callable(getattr(built, name)):
-            raise TypeError(expected(name, "callable or None", getattr(built, name)))
+        value = getattr(built, name)
+        per_source = name == "map_fn" and built.weights is not None and isinstance(value, Mapping)
+        if value is not None and not callable(value) and not per_source:
+            raise TypeError(expected(name, "callable or None", value))
     in_memory = built.in_memory
     if not (in_memory is True or in_memory is False or in_memory == "auto"):
         raise ValueError(expected("in_memory", "False, True or 'auto'", in_memory))
@@ -530,6 +546,29 @@ def _check_shuffle(options: ReadOptions) -> None:
                 shuffle,
             )
         )
+
+
+def _check_weights(options: ReadOptions) -> None:
+    """Refuse ``weights`` other than ``None`` or a mapping of names to numbers >= 0, one > 0.
+
+    That its names are the sources' is checked where ``files`` enters
+    (:func:`~tfr_hooks.tfrecord.pipelines.mixture_sources.mixture_plan`).
+    """
+    weights = options.weights
+    if weights is None:
+        return
+    if not isinstance(weights, Mapping) or not weights:
+        raise TypeError(
+            expected("weights", "None or a mapping of source names to weights", weights)
+        )
+    for name, weight in weights.items():
+        number = isinstance(weight, numbers.Real) and not isinstance(weight, bool)
+        if not isinstance(name, str) or not number or not weight >= 0 or weight == float("inf"):
+            raise ValueError(
+                expected("weights", "finite numbers >= 0 by source name", dict(weights))
+            )
+    if not any(weights.values()):
+        raise ValueError(expected("weights", "a weight above 0", dict(weights)))
 
 
 def _check_keywords(reader: str, options: Mapping[str, Any]) -> None:

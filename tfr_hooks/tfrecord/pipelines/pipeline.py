@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -24,6 +25,7 @@ from tfr_hooks.tfrecord.formats.framing import Files
 from tfr_hooks.tfrecord.pipelines.contract import epoch_steps
 from tfr_hooks.tfrecord.pipelines.memory.build import memory_kind, memory_pipeline
 from tfr_hooks.tfrecord.pipelines.memory.serve import PARALLEL_CALLS
+from tfr_hooks.tfrecord.pipelines.mixture_sources import mixture_plan
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.pipelines.orders.base import Order, position_of
 from tfr_hooks.tfrecord.pipelines.orders.choice import order_of
@@ -41,8 +43,11 @@ logger = logging.getLogger(__name__)
 def plan_of(files: Files, options: ReadOptions) -> Plan:
     """What a reader reads for ``options``: the files, their compression and the schema.
 
-    See :func:`~tfr_hooks.tfrecord.pipelines.plan.make_plan`.
+    See :func:`~tfr_hooks.tfrecord.pipelines.plan.make_plan`; a mapping of named sources
+    (a mixture, ``weights=``): :func:`~tfr_hooks.tfrecord.pipelines.mixture_sources.mixture_plan`.
     """
+    if isinstance(files, Mapping) or options.weights is not None:
+        return mixture_plan(files, options)
     config = options.config
     return make_plan(
         files,
@@ -150,7 +155,7 @@ def _build_dataset(
     )
     of_order = order.packed if plan.per_record > 1 else order.batches
     parsed = of_order(plan, read, reads=reads, calls=calls, position=position)
-    if options.map_fn is not None:
+    if callable(options.map_fn):  # a mapping by source name: mapped by the order
         examples = parsed.unbatch().map(
             as_dict(options.map_fn, plan.names),
             num_parallel_calls=calls,

@@ -19,6 +19,7 @@ from typing import Any
 from tfr_hooks.tfrecord.formats.damage import DamageMap
 from tfr_hooks.tfrecord.formats.framing import Files
 from tfr_hooks.tfrecord.formats.reading import RecordFiles
+from tfr_hooks.tfrecord.schema.decoding import Decoding, parse_batch
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import RecordSource, SchemaLike, open_source
 
@@ -29,7 +30,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Plan:
-    """The files a reader reads, their compression, and the schema they are parsed with."""
+    """The files a reader reads, their compression, and the schema they are parsed with.
+
+    A source whose records hold the features in another form (TFDS) gives its
+    :class:`~tfr_hooks.tfrecord.schema.decoding.Decoding` too: every pipeline parses
+    through :meth:`parse_batch`, which applies it.
+    """
 
     files: list[str]
     compression: str
@@ -39,6 +45,12 @@ class Plan:
     per_record: int = 1  # examples per record (packed shards)
     damage: DamageMap | None = None  # max_corrupt_records > 0: what the scan found
     source: RecordSource | None = None  # where the files come from
+    decoding: Decoding | None = None  # how the records become the features (TFDS)
+    parts: dict[str, Plan] = field(default_factory=dict)  # a mixture's named sources
+
+    def parse_batch(self, serialized: Any) -> dict[str, Any]:
+        """A batch of serialized records as the features read: the one parse of a reader."""
+        return parse_batch(self.schema, serialized, self.decoding)
 
     @property
     def records(self) -> RecordFiles:
@@ -102,7 +114,10 @@ def make_plan(
     given = schema is not None or bool(decode)
     chosen, counts, per_record = source.check(chosen, codec, given=given)
     damage = source.damage
-    return Plan(list(source.files), codec, chosen, names, counts, per_record, damage, source)
+    decoding = source.decoding()
+    return Plan(
+        list(source.files), codec, chosen, names, counts, per_record, damage, source, decoding
+    )
 
 
 def _selected(schema: Schema, names: tuple[str, ...] | None) -> Schema:

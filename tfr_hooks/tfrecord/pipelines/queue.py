@@ -120,7 +120,7 @@ def _queue_pipeline(plan: Plan, options: ReadOptions, capacity: int) -> dict[str
             allow_smaller_final_batch=not options.drop_remainder,
         )
     serialized_batch = batch[0] if isinstance(batch, (list, tuple)) else batch
-    return plan.schema.parse_batch(serialized_batch)
+    return plan.parse_batch(serialized_batch)
 
 
 def _whole_records(plan: Plan, options: ReadOptions) -> Any:

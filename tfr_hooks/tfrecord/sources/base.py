@@ -11,8 +11,9 @@ diagnosis, the command line and the directory listing of :func:`resolve_files` a
 never the file names.
 
 A source gives the files (the shards of the chosen split, for TFDS), their example
-counts when known up front, their compression, the schema (with its decoders: a TFDS
-schema decodes images and sequences in ``parse_batch``), and checks each file's first
+counts when known up front, their compression, the schema and how the records become
+its features (a :meth:`RecordSource.decoding`: a TFDS directory's decodes images and
+sequences), and checks each file's first
 record before any pipeline is built. A new kind of source is one module: a subclass of
 :class:`RecordSource`, and one line in :data:`SOURCE_MODULES`. A source that lives
 outside the package (a layout of one's own, a test's) is added with
@@ -37,6 +38,7 @@ from tfr_hooks.tfrecord.formats.damage import DamageMap
 from tfr_hooks.tfrecord.formats.framing import Files, check_readable
 from tfr_hooks.tfrecord.formats.index import is_index_file
 from tfr_hooks.tfrecord.formats.reading import files_format
+from tfr_hooks.tfrecord.schema.decoding import Decoding
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.schema.sidecar import SCHEMA_FILENAME, Sidecar
 
@@ -86,8 +88,8 @@ class RecordSource(abc.ABC):
         damage: What :meth:`scan` found (``max_corrupt_records`` above 0), else ``None``:
             the schema, the checks and the counts then read the whole records only.
         takes_split: Whether ``split`` means something to the source (TFDS only).
-        declares_schema: Whether the source brings its own schema and decoders, so a
-            reader's ``schema`` and ``decode`` are refused.
+        declares_schema: Whether the source brings its own schema (and
+            :meth:`decoding`), so a reader's ``schema`` and ``decode`` are refused.
     """
 
     files: list[str]
@@ -163,6 +165,16 @@ class RecordSource(abc.ABC):
         self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
     ) -> Schema:
         """The schema to parse the records with (before ``as_tuple`` selects from it)."""
+
+    def decoding(self) -> Decoding | None:
+        """How the records become the features of :meth:`schema`; ``None``: as declared.
+
+        A source whose records hold its features in another form (TFDS: encoded images,
+        flattened sequences) returns a :class:`~tfr_hooks.tfrecord.schema.decoding.Decoding`;
+        the readers carry it beside the schema and parse with both
+        (:func:`~tfr_hooks.tfrecord.schema.decoding.parse_batch`).
+        """
+        return None
 
     @abc.abstractmethod
     def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:

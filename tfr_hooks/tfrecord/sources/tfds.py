@@ -7,8 +7,9 @@ the supervised keys) and ``features.json`` (each feature's kind, dtype, shape an
 encoding), plus a ``<feature>.labels.txt`` beside each named ``ClassLabel``.
 :func:`open_tfds_dir` recognizes one (or a dataset directory holding one version);
 :class:`TfdsSource` is the source the dispatcher asks first: the split's shards, their
-exact example counts, and a :class:`TfdsSchema` whose ``parse_batch`` decodes the
-features. This is the only module that knows a TFDS file name.
+exact example counts, its plain :class:`Schema` of the features returned, and a
+:class:`TfdsDecoding` (a value the readers carry beside the schema) that decodes them.
+This is the only module that knows a TFDS file name.
 
 TFDS writes ``tf.train.Example``s whose nested keys are flattened with ``/``; the readers
 return the same flat keys (``objects/bbox``, ``steps/observation/image``), each as:
@@ -16,7 +17,7 @@ return the same flat keys (``objects/bbox``, ``steps/observation/image``), each 
 | TFDS feature | read as |
 |---|---|
 | ``Image`` | decoded (PNG, JPEG...) to its dtype and shape; of unknown size: bytes |
-| ``ClassLabel`` | int64; the names of its ``labels.txt`` in ``TfdsSchema.labels`` |
+| ``ClassLabel`` | int64; the names of its ``labels.txt`` in ``TfdsDecoding.labels`` |
 | ``Tensor`` | its dtype and shape (also when stored as bytes or zlib) |
 | ``BBoxFeature``, ``Text`` | float32 ``[4]``, string |
 | ``Sequence``, ``Dataset`` | a feature list, ragged: ``[batch, (boxes), 4]`` |
@@ -47,7 +48,7 @@ from tfr_hooks.tfrecord.sources.base import Checked, RecordSource, SchemaLike
 
 __all__ = [
     "TfdsDir",
-    "TfdsSchema",
+    "TfdsDecoding",
     "TfdsSource",
     "TfdsSplit",
     "is_tfds_dir",
@@ -218,56 +219,38 @@ def _shape(info: Mapping[str, Any]) -> tuple[int | None, ...]:
     return tuple(None if int(d) < 0 else int(d) for d in info.get("dimensions", []))
 
 
-class TfdsSchema(Schema):
-    """The schema of a TFDS directory: the features returned, and how they are stored.
+@dataclass(frozen=True)
+class TfdsDecoding:
+    """How the records of a TFDS directory become its features, as a declared value.
 
-    Its features are what the readers return (images decoded, sequences ragged); it
-    parses the records TFDS wrote, whose keys and lists differ (:meth:`parse_batch`).
+    Its :attr:`schema` is what the readers return (images decoded, sequences ragged);
+    :meth:`stored` and :meth:`decode` read the records TFDS wrote, for any selection of
+    the features (a :class:`~tfr_hooks.tfrecord.schema.decoding.Decoding`).
 
     Attributes:
+        parts: How each returned feature is stored and built, in the schema's order.
         labels: The names of each ``ClassLabel`` that has a ``labels.txt``.
-        stored: The :class:`Schema` of the features in the records, as TFDS wrote them.
     """
 
-    labels: dict[str, tuple[str, ...]]
-    stored: Schema
     parts: tuple[_Part, ...]
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
 
-    def __init__(self, parts: Sequence[_Part], labels: Mapping[str, tuple[str, ...]]) -> None:
-        super().__init__(part.feature for part in parts)
-        object.__setattr__(self, "parts", tuple(parts))
-        object.__setattr__(self, "labels", {k: v for k, v in labels.items() if k in self})
-        object.__setattr__(self, "stored", Schema(_stored_of(parts)))
+    @property
+    def schema(self) -> Schema:
+        """The features returned, all of them, as a plain :class:`Schema`."""
+        return Schema(part.feature for part in self.parts)
 
-    def select(self, names: Any) -> TfdsSchema:
-        """The schema restricted to ``names``, in that order."""
+    def _parts_of(self, schema: Schema) -> list[_Part]:
         by_name = {part.feature.name: part for part in self.parts}
-        return TfdsSchema([by_name[self[name].name] for name in names], self.labels)
+        return [by_name[name] for name in schema.names]
 
-    def replace(self, **changes: Any) -> Schema:
-        """Refused: a TFDS directory's features are declared by its ``features.json``."""
-        raise ValueError(
-            "Expected no `decode` for a TFDS directory: its features.json declares how "
-            "each feature is decoded; decode further in map_fn. "
-            f"Received: decode={changes!r}"
-        )
+    def stored(self, schema: Schema) -> Schema:
+        """The features TFDS stored for ``schema``'s features, under their flat keys."""
+        return Schema(_stored_of(self._parts_of(schema)))
 
-    def parse_batch(self, serialized: Any) -> dict[str, Any]:
-        """Parse a batch of the records TFDS wrote, and build the features returned."""
-        parsed = self.stored.parse_batch(serialized)
-        return {part.feature.name: _build(part, parsed) for part in self.parts}
-
-    def parse_spec(self) -> dict[str, Any]:
-        """The ``tf.io.parse_example`` spec of the stored features."""
-        return self.stored.parse_spec()
-
-    def check_example(self, example: Any, **kwargs: Any) -> None:
-        """Check one record against the stored features (see :meth:`Schema.check_example`)."""
-        self.stored.check_example(example, **kwargs)
-
-    def unread(self, example: Any, *, absent: bool = True) -> list[str]:
-        """What a record holds that is not read (see :meth:`Schema.unread`)."""
-        return self.stored.unread(example, absent=absent)
+    def decode(self, schema: Schema, parsed: Mapping[str, Any]) -> dict[str, Any]:
+        """``schema``'s features built from the batch parsed with :meth:`stored`."""
+        return {part.feature.name: _build(part, parsed) for part in self._parts_of(schema)}
 
 
 def _stored_of(parts: Sequence[_Part]) -> list[Feature]:
@@ -354,7 +337,8 @@ class TfdsDir:
         name: The data set's name.
         version: Its version.
         splits: The splits, in ``dataset_info.json``'s order.
-        schema: The :class:`TfdsSchema` of all the features.
+        decoding: How its records become its features (:class:`TfdsDecoding`), with
+            the names of its class labels.
         supervised_keys: The (input, target) feature names of ``supervisedKeys``, if any.
     """
 
@@ -362,9 +346,14 @@ class TfdsDir:
     name: str
     version: str
     splits: dict[str, TfdsSplit]
-    schema: TfdsSchema
+    decoding: TfdsDecoding
     supervised_keys: tuple[str, ...] | None = None
     file_format: str = field(default="tfrecord")
+
+    @property
+    def schema(self) -> Schema:
+        """The features returned, all of them (images decoded, sequences ragged)."""
+        return self.decoding.schema
 
     def split(self, split: str | None) -> TfdsSplit:
         """The split named ``split``; ``None`` for ``"train"`` when there is one."""
@@ -395,8 +384,8 @@ class TfdsDir:
         features = []
         for feature in self.schema:
             item = feature.to_dict()
-            if feature.name in self.schema.labels:
-                item["labels"] = list(self.schema.labels[feature.name])
+            if feature.name in self.decoding.labels:
+                item["labels"] = list(self.decoding.labels[feature.name])
             features.append(item)
         return {
             "path": self.path,
@@ -424,7 +413,7 @@ class TfdsDir:
         for feature in self.schema:
             dims = ["batch", *(["None"] if feature.sequence else []), *map(str, feature.shape)]
             text = f"{feature.dtype} [{', '.join(dims)}]"
-            labels = self.schema.labels.get(feature.name)
+            labels = self.decoding.labels.get(feature.name)
             if labels:
                 shown = ", ".join(labels[:10]) + (", ..." if len(labels) > 10 else "")
                 text += f"  labels ({len(labels)}): {shown}"
@@ -447,6 +436,7 @@ class TfdsDir:
     def check_files(self, split: TfdsSplit) -> str:
         """Check the split's shards exist and start with a record; their compression."""
         codecs = set()
+        stored = self.decoding.stored(self.schema)
         for path, listed in zip(split.files, split.counts, strict=True):
             if not tf.io.gfile.exists(path):
                 raise NoFilesError(
@@ -470,7 +460,7 @@ class TfdsDir:
                 check_framing(path, codec)
                 first = first_record(path, codec)
             if first is not None:
-                self.schema.check_example(first, file=path, record=0, warn=False)
+                stored.check_example(first, file=path, record=0, warn=False)
         if len(codecs) > 1:
             raise ValueError(f"Expected one compression for the shards of split {split.name!r}.")
         return codecs.pop() if codecs else ""
@@ -520,7 +510,7 @@ def open_tfds_dir(path: Any) -> TfdsDir | None:
         name=name,
         version=str(info.get("version", os.path.basename(directory))),
         splits=splits,
-        schema=TfdsSchema(mapper.parts, mapper.labels),
+        decoding=TfdsDecoding(tuple(mapper.parts), mapper.labels),
         supervised_keys=_supervised_keys(info.get("supervisedKeys")),
         file_format=file_format,
     )
@@ -658,7 +648,7 @@ class TfdsSource(RecordSource):
     def schema(
         self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str
     ) -> Schema:
-        """The :class:`TfdsSchema` of ``features.json``; ``schema`` and ``decode`` refused."""
+        """The features of ``features.json`` (see :meth:`decoding`); no ``schema``, ``decode``."""
         del compression
         if given is not None:
             raise ValueError(
@@ -667,8 +657,16 @@ class TfdsSource(RecordSource):
                 f"with a schema of your own). Received: schema={given!r}"
             )
         if decode:
-            self.directory.schema.replace(**dict(decode))
+            raise ValueError(
+                "Expected no `decode` for a TFDS directory: its features.json declares how "
+                "each feature is decoded; decode further in map_fn. "
+                f"Received: decode={dict(decode)!r}"
+            )
         return self.directory.schema
+
+    def decoding(self) -> TfdsDecoding:
+        """How the split's records become the features of :meth:`schema`."""
+        return self.directory.decoding
 
     def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
         """The shards were checked with the compression; the counts, or the whole records."""

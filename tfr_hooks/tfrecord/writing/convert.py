@@ -34,6 +34,7 @@ from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.inspection.describe import infer_schema
 from tfr_hooks.tfrecord.inspection.diagnose import explain_error
 from tfr_hooks.tfrecord.pipelines.ragged import batch_examples, is_list
+from tfr_hooks.tfrecord.schema.decoding import Decoding, parse_batch, stored_schema
 from tfr_hooks.tfrecord.schema.schema import Feature, Schema
 from tfr_hooks.tfrecord.schema.sidecar import Sidecar, load_schema
 from tfr_hooks.tfrecord.sources.base import open_source
@@ -147,6 +148,7 @@ def convert(
         raise TypeError(expected("map_fn", "callable or None", map_fn))
     origin = open_source(files, split)
     paths = list(origin.files)
+    decoding = origin.decoding()  # how the records become the features (TFDS), or None
     if origin.declares_schema:  # e.g. a TFDS split, read with the features it declares
         stored_as = origin.compression(None, tolerant=False)
         schema, decode = origin.schema(schema, decode, stored_as), None
@@ -162,11 +164,11 @@ def convert(
         inferred_from = damage.clean(paths) or paths
     read_schema = _read_schema(inferred_from, schema, decode, sources)
     for source in sources:
-        source.check(read_schema)
+        source.check(stored_schema(read_schema, decoding))
     if map_fn is None:
         stored = Schema(Feature(f.name, f.dtype, f.shape, sequence=f.sequence) for f in read_schema)
     else:
-        stored = _mapped_schema(sources[0], read_schema, map_fn)
+        stored = _mapped_schema(sources[0], read_schema, map_fn, decoding)
     _check_layout(stored, stored if map_fn is not None else read_schema, examples_per_record)
     num_examples = None if shards == 1 else sum(s.count() for s in sources)
     if num_examples is not None and shards > num_examples:
@@ -176,7 +178,7 @@ def convert(
         )
     tf.io.gfile.makedirs(out_dir)
     clear_dataset(out_dir, prefix, overwrite)
-    chunks = _chunks(sources, read_schema, chunk_size, map_fn, stored)
+    chunks = _chunks(sources, read_schema, chunk_size, map_fn, stored, decoding)
     result = write_shards(
         stored,
         chunks,
@@ -374,7 +376,9 @@ def _to_numpy(feature: Feature, value: Any) -> np.ndarray:
     return array
 
 
-def _parsed(source: _InputFile, schema: Schema, chunk_size: int) -> tf.data.Dataset:
+def _parsed(
+    source: _InputFile, schema: Schema, chunk_size: int, decoding: Decoding | None = None
+) -> tf.data.Dataset:
     """The batches of ``source``'s examples, ``chunk_size`` records at a time."""
     records = source.records()
     if source.per_record > 1:
@@ -382,7 +386,9 @@ def _parsed(source: _InputFile, schema: Schema, chunk_size: int) -> tf.data.Data
         return records.batch(max(1, chunk_size // per_record)).map(
             lambda serialized, n=per_record: unpack(schema, serialized, n)
         )
-    return records.batch(chunk_size).map(schema.parse_batch)
+    return records.batch(chunk_size).map(
+        lambda serialized: parse_batch(schema, serialized, decoding)
+    )
 
 
 def _mapped(
@@ -395,10 +401,13 @@ def _mapped(
 
 
 def _mapped_schema(
-    source: _InputFile, schema: Schema, map_fn: Callable[[dict[str, Any]], Any]
+    source: _InputFile,
+    schema: Schema,
+    map_fn: Callable[[dict[str, Any]], Any],
+    decoding: Decoding | None = None,
 ) -> Schema:
     """The schema of ``map_fn``'s outputs: what ``convert`` stores."""
-    spec = _parsed(source, schema, 1).unbatch().map(map_fn).element_spec
+    spec = _parsed(source, schema, 1, decoding).unbatch().map(map_fn).element_spec
     if not isinstance(spec, dict) or not all(isinstance(k, str) for k in spec):
         raise TypeError(expected("map_fn", "a function returning a dict of name -> tensor", spec))
     features = []
@@ -423,11 +432,12 @@ def _chunks(
     chunk_size: int,
     map_fn: Callable[[dict[str, Any]], Any] | None = None,
     stored: Schema | None = None,
+    decoding: Decoding | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The examples of ``sources``, in order, parsed ``chunk_size`` records at a time."""
     out = stored if stored is not None else schema
     for source in sources:
-        batches = _parsed(source, schema, chunk_size)
+        batches = _parsed(source, schema, chunk_size, decoding)
         if map_fn is not None:
             batches = _mapped(batches, map_fn, chunk_size)
         iterator = iter(batches)
@@ -437,6 +447,7 @@ def _chunks(
             except StopIteration:
                 break
             except tf.errors.OpError as error:
-                clear = explain_error(error, [source.path], schema, source.compression)
+                records = stored_schema(schema, decoding)  # checked as stored
+                clear = explain_error(error, [source.path], records, source.compression)
                 raise (clear or error) from error
             yield {f.name: _to_numpy(f, batch[f.name]) for f in out}

@@ -118,10 +118,21 @@ def _held(
             count = count_examples(plan.files, plan.compression, plan.per_record)
         narrowed, widen = narrowing(as_dict(map_fn, plan.names))
         arrays = load_mapped(
-            plan.records, plan.schema, narrowed, per_record=plan.per_record, count=count
+            plan.records,
+            plan.schema,
+            narrowed,
+            per_record=plan.per_record,
+            count=count,
+            decoding=plan.decoding,
         )
         return arrays, None, widen
-    arrays = load(plan.records, plan.schema, per_record=plan.per_record, counts=plan.counts)
+    arrays = load(
+        plan.records,
+        plan.schema,
+        per_record=plan.per_record,
+        counts=plan.counts,
+        decoding=plan.decoding,
+    )
     return arrays, None if map_fn is None else as_dict(map_fn, plan.names), None
 
 
@@ -180,7 +191,9 @@ def _mapped_kind(
     plan: Plan, map_fn: Callable[..., Any], examples: int, file_bytes: int, budget: int
 ) -> PipelineKind | None:
     """``_memory_kind`` with a ``map_fn``: its output's size, then the records' if needed."""
-    sample = mapped_sample_nbytes(plan.records, plan.schema, map_fn, per_record=plan.per_record)
+    sample = mapped_sample_nbytes(
+        plan.records, plan.schema, map_fn, per_record=plan.per_record, decoding=plan.decoding
+    )
     decoded = None if sample is None else sample[0] * examples // max(1, sample[1])
     why = (
         "map_fn's output is not of one fixed shape"
@@ -222,7 +235,9 @@ def _mapped_kind(
 
 def _records_nbytes(plan: Plan, examples: int, file_bytes: int) -> int:
     """Bytes the parsed records take in memory; sampled when a feature varies in length."""
-    return records_nbytes(plan.records, plan.schema, examples, file_bytes, plan.per_record)
+    return records_nbytes(
+        plan.records, plan.schema, examples, file_bytes, plan.per_record, plan.decoding
+    )
 
 
 def _spec_of(held: Any) -> Any:

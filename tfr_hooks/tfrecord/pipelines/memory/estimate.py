@@ -20,6 +20,7 @@ import numpy as np
 
 from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.memory.loading import collect_held, mapped_examples, nbytes_of
+from tfr_hooks.tfrecord.schema.decoding import Decoding
 from tfr_hooks.tfrecord.schema.schema import Schema
 
 __all__ = [
@@ -154,6 +155,7 @@ def records_nbytes(
     examples: int,
     file_bytes: int = 0,
     per_record: int = 1,
+    decoding: Decoding | None = None,
 ) -> int:
     """Bytes the parsed (decoded by the schema) examples take in memory.
 
@@ -164,7 +166,12 @@ def records_nbytes(
     if not any(f.varying or f.sequence for f in schema):  # frames: sampled too
         return decoded_nbytes(schema, examples, file_bytes)
     sample = mapped_sample_nbytes(
-        records, schema, lambda example: example, per_record=per_record, sample=LENGTH_SAMPLE
+        records,
+        schema,
+        lambda example: example,
+        per_record=per_record,
+        sample=LENGTH_SAMPLE,
+        decoding=decoding,
     )
     if sample is None:
         return decoded_nbytes(schema, examples, file_bytes)
@@ -188,6 +195,7 @@ def mapped_sample_nbytes(
     *,
     per_record: int = 1,
     sample: int = 16,
+    decoding: Decoding | None = None,
 ) -> tuple[int, int] | None:
     """Bytes of ``map_fn``'s output for the first ``sample`` examples, and their number.
 
@@ -195,7 +203,9 @@ def mapped_sample_nbytes(
     """
     try:
         arrays = collect_held(
-            lambda: mapped_examples(records, schema, map_fn, per_record, take=sample),
+            lambda: mapped_examples(
+                records, schema, map_fn, per_record, take=sample, decoding=decoding
+            ),
             None,
             batch=sample,
         )

@@ -25,6 +25,7 @@ from tfr_hooks.tfrecord.errors import CorruptRecordError, TFRecordError
 from tfr_hooks.tfrecord.formats.packed import unpack
 from tfr_hooks.tfrecord.formats.reading import RecordFiles
 from tfr_hooks.tfrecord.pipelines.ragged import RaggedArray, batch_examples, is_list
+from tfr_hooks.tfrecord.schema.decoding import Decoding, parse_batch, stored_schema
 from tfr_hooks.tfrecord.schema.schema import Schema
 
 __all__ = [
@@ -172,8 +173,16 @@ class _Join:
 class _FileReaders:
     """One graph and session reading (and decoding) whole files, one iterator per worker."""
 
-    def __init__(self, records: RecordFiles, schema: Schema, per_record: int, workers: int) -> None:
+    def __init__(
+        self,
+        records: RecordFiles,
+        schema: Schema,
+        per_record: int,
+        workers: int,
+        decoding: Decoding | None = None,
+    ) -> None:
         self.schema, self.records = schema, records
+        self.stored = stored_schema(schema, decoding)  # what a record is checked against
         graph = tf.Graph()
         with graph.as_default():
             self.path = tf.compat.v1.placeholder(tf.string, [], name="path")
@@ -181,7 +190,7 @@ class _FileReaders:
             whole = records.file_records(self.path, self.position)  # max_corrupt_records
             chunks = whole.batch(max(1, LOAD_CHUNK // per_record))
             if per_record == 1:
-                parsed = chunks.map(schema.parse_batch)
+                parsed = chunks.map(lambda serialized: parse_batch(schema, serialized, decoding))
             else:
                 parsed = chunks.map(lambda serialized: unpack(schema, serialized, per_record))
             self.iterators = [
@@ -201,7 +210,7 @@ class _FileReaders:
             except tf.errors.OutOfRangeError:
                 return
             except tf.errors.OpError as error:
-                raise _explain(error, name, self.schema, self.records.compression) from error
+                raise _explain(error, name, self.stored, self.records.compression) from error
             for feature in self.schema:
                 if feature.varying or feature.sequence:
                     value = values[feature.name]
@@ -219,6 +228,7 @@ def load(
     per_record: int = 1,
     counts: Sequence[int | None] | None = None,
     progress: bool = True,
+    decoding: Decoding | None = None,
 ) -> dict[str, Held]:
     """Read and decode every example of ``files`` into one numpy array per feature.
 
@@ -237,6 +247,8 @@ def load(
         per_record: Examples per record (packed shards).
         counts: Each file's examples, where known.
         progress: Show a progress bar on stderr when loading takes more than 2 s.
+        decoding: How the records become the features, when they hold them in another
+            form (:meth:`~tfr_hooks.tfrecord.sources.base.RecordSource.decoding`).
 
     Returns:
         Feature name to array of shape ``[examples, *feature.shape]`` (a
@@ -257,7 +269,7 @@ def load(
     offsets = list(itertools.accumulate(sizes, initial=0))
     if known:
         join.allocate(offsets[-1], dense)
-    readers = _FileReaders(records, schema, per_record, workers)
+    readers = _FileReaders(records, schema, per_record, workers, decoding)
     bar = _Progress(offsets[-1] if known else None, progress)
 
     def read(worker: int, index: int) -> None:
@@ -344,6 +356,7 @@ def mapped_examples(
     map_fn: Callable[[dict[str, Any]], Any],
     per_record: int,
     take: int | None = None,
+    decoding: Decoding | None = None,
 ) -> tf.data.Dataset:
     """The examples of the files, in order, each through ``map_fn`` (in parallel)."""
     serialized = records.records()  # of a damaged file, only the whole records
@@ -351,7 +364,10 @@ def mapped_examples(
         serialized = serialized.take(max(1, -(-take // per_record)))
     chunks = serialized.batch(max(1, LOAD_CHUNK // per_record))
     if per_record == 1:
-        parsed = chunks.map(schema.parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        parsed = chunks.map(
+            lambda serialized: parse_batch(schema, serialized, decoding),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
     else:
         parsed = chunks.map(lambda serialized: unpack(schema, serialized, per_record))
     examples = parsed.unbatch()
@@ -485,6 +501,7 @@ def load_mapped(
     *,
     per_record: int = 1,
     count: int | None = None,
+    decoding: Decoding | None = None,
 ) -> dict[str, Held]:
     """Read every example of ``records``' files once, through ``map_fn``, into numpy arrays.
 
@@ -497,6 +514,6 @@ def load_mapped(
         ValueError: If an output is not a dense tensor of one shape for all examples.
     """
     return collect_held(
-        lambda: mapped_examples(records, schema, map_fn, per_record),
+        lambda: mapped_examples(records, schema, map_fn, per_record, decoding=decoding),
         count,
     )

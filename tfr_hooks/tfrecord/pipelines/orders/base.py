@@ -135,7 +135,7 @@ class Order(abc.ABC):
         records = self.records(plan, reads=reads, position=position)
         batches = records.batch(options.batch_size, drop_remainder=options.drop_remainder)
         return batches.map(
-            plan.schema.parse_batch,
+            plan.parse_batch,
             num_parallel_calls=calls,
             deterministic=options.config.deterministic,
         )

@@ -8,6 +8,7 @@ from tfr_hooks.tfrecord.pipelines.orders.base import Order
 from tfr_hooks.tfrecord.pipelines.orders.buffer import BufferOrder
 from tfr_hooks.tfrecord.pipelines.orders.file import FileOrder
 from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalShuffleOrder
+from tfr_hooks.tfrecord.pipelines.orders.mixture import MixtureShuffleOrder
 
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.options import ReadOptions
@@ -18,9 +19,11 @@ __all__ = ["order_class", "order_for", "order_of"]
 def order_class(options: ReadOptions) -> type[Order]:
     """The :class:`~.base.Order` the options choose.
 
-    ``shuffle="global"``: the global order; ``shuffle=N``: a buffer; ``None``: the file
-    order.
+    ``weights=``: a mixture of named sources; ``shuffle="global"``: the global order;
+    ``shuffle=N``: a buffer; ``None``: the file order.
     """
+    if options.weights is not None:
+        return MixtureShuffleOrder
     if options.shuffle == "global":
         return GlobalShuffleOrder
     return FileOrder if options.shuffle is None else BufferOrder

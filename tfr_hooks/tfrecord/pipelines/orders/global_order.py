@@ -611,7 +611,7 @@ class GlobalShuffleOrder(Order):
         """Each window parsed at once, then cut into batches."""
         del reads
         windows = global_windows(plan, options, position=position).map(
-            plan.schema.parse_batch,
+            plan.parse_batch,
             num_parallel_calls=calls,
             deterministic=options.config.deterministic,
         )
