@@ -561,3 +561,13 @@ def test_mwms_workers_read_their_shares_as_of_tfrecord_files_and_resume_by_a_see
         assert new["seen"]["2"] == ref["seen"]["2"]
     shares = [i for r in reference for b in r["seen"]["1"] for i in b]
     assert sorted(shares) == list(range(n))
+
+
+def test_a_mixture_mixes_array_record_and_tfrecord_sources(tmp_path):
+    tfrecord.write({"id": np.arange(100)}, tmp_path / "a", shards=2, format="array_record")
+    tfrecord.write({"id": np.arange(1000, 1100)}, tmp_path / "b", shards=2)
+    sources = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
+    data = tfrecord.dataset(sources, 10, weights={"a": 1, "b": 1}, shuffle="global", seed=1)
+    ids = _read_ids(data)
+    assert sorted(i for i in ids if i < 1000) == list(range(100))  # each once
+    assert sorted(i for i in ids if i >= 1000) == list(range(1000, 1100))
