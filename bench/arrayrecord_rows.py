@@ -4,11 +4,11 @@ Measured in the positions suite's process (bench/positions.py), on the same reco
 converts to ArrayRecord for Grain (``group_size:1``), batch 256, seed 3, examples/s over
 the first ``examples`` of the epoch, in paired rounds (every other round in reverse):
 
-- **ours, ArrayRecord**: the stand-in for the pipeline until the record seam wires
-  ArrayRecord in: ``Dataset.range(batches)`` -> the batch's globally shuffled indices
-  (``tf.random.experimental.index_shuffle``) -> one ``read_records`` call a batch
-  (``tfr_hooks.tfrecord.formats.arrayrecord``: ``ArrayRecordFiles.read`` in a
-  ``tf.numpy_function``) -> ``tf.io.parse_example``, parallel calls, prefetch;
+- **ours, ArrayRecord**: the pipeline, ``tfrecord.dataset(ar_files, 256,
+  shuffle="global", seed=3)``: the global order over ArrayRecord files through the
+  record seam (``tfr_hooks.tfrecord.formats.arrayrecord.ArrayRecordFormat``: each block
+  of 128 records read by index in one ``tf.numpy_function`` call, no index built),
+  parsed a batch at a time;
 - **the ceiling**: ``ArrayRecordDataSource.__getitems__`` of the same shuffled indices in
   the same batches, one call after the other, raw records (array_record's own random
   reads, what no reader built on it can beat in one thread);
@@ -57,29 +57,17 @@ def _readers(ar_files: list[str], tf_files: list[str]) -> dict[str, Callable[[],
     from array_record.python.array_record_data_source import ArrayRecordDataSource
 
     from tfr_hooks import tfrecord
-    from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles, read_records
+    from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles
 
-    features = {
-        "label": tf.io.FixedLenFeature([], tf.int64),
-        "id": tf.io.FixedLenFeature([], tf.int64),
-        "x": tf.io.FixedLenFeature([], tf.string),
-    }
     total = len(ArrayRecordFiles(ar_files))
     seed = tf.constant([SEED, 0], tf.int64)
     order = tf.random.experimental.index_shuffle(
         tf.range(total, dtype=tf.int64), seed, total - 1
     ).numpy()
 
-    def indices(batch: Any) -> Any:
-        positions = tf.range(batch * BATCH, (batch + 1) * BATCH, dtype=tf.int64)
-        return tf.random.experimental.index_shuffle(positions, seed, total - 1)
-
     def ours_array_record() -> Iterable[Any]:
-        files = ArrayRecordFiles(ar_files)
-        data = tf.data.Dataset.range(total // BATCH).map(indices)
-        data = data.map(lambda keys: read_records(files, keys), tf.data.AUTOTUNE)
-        parsed = data.map(lambda r: tf.io.parse_example(r, features), tf.data.AUTOTUNE)
-        return (b["id"] for b in parsed.prefetch(4))
+        data = tfrecord.dataset(ar_files, BATCH, shuffle="global", seed=SEED)
+        return (b["id"] for b in data)
 
     def ceiling() -> Iterable[Any]:
         source = ArrayRecordDataSource(ar_files)

@@ -20,14 +20,23 @@ import tensorflow as tf
 from array_record.python import array_record_data_source as data_source
 from array_record.python import array_record_module
 
-from _tfrecord_data import example, float_feature, int64_feature, write_records
-from tfr_hooks import cli, tfrecord
+import tfr_hooks
+from _tfrecord_data import (
+    example,
+    float_feature,
+    int64_feature,
+    new_session,
+    run_graph_batches,
+    write_records,
+)
+from tfr_hooks import FunctionLoop, cli, tfrecord
 from tfr_hooks.tfrecord.formats.arrayrecord import (
     ArrayRecordFiles,
     is_array_record,
     read_records,
     write_array_record,
 )
+from tfr_hooks.tfrecord.formats.reading import format_of
 
 SIZES = (70, 1, 129)  # a file of one record among them
 
@@ -256,8 +265,9 @@ def test_write_array_record_shards_that_grain_reads_back_as_written(tmp_path):
         np.testing.assert_array_equal(back[name], array)
     assert [len(data_source.ArrayRecordDataSource([f])) for f in result.files] == [8, 7, 8]
     assert sum(info.num_records for info in tfrecord.inspect(tmp_path / "out")) == 23
-    with pytest.raises(ValueError, match="do not read ArrayRecord shards yet"):
-        tfrecord.dataset(tmp_path / "out", 4)
+    read = list(tfrecord.dataset(tmp_path / "out", 4, shuffle="global", seed=1))  # its schema.json
+    names_read = np.concatenate([b["name"].numpy() for b in read])
+    assert sorted(names_read.tolist()) == sorted(arrays["name"].tolist())
     again = tfrecord.write(arrays, tmp_path / "out", format="array_record", overwrite=True)
     names = sorted(os.listdir(tmp_path / "out"))
     assert names == ["data-00000-of-00001.array_record", "schema.json"]
@@ -311,9 +321,256 @@ def test_convert_tfrecord_files_to_array_record(tmp_path, capsys):
         tfrecord.convert(out, tmp_path / "damaged", max_corrupt_records=2)
 
 
-def test_the_tf_data_readers_refuse_array_record_files_naming_their_format(files, tmp_path):
-    renamed = tmp_path / "ids-plain"  # told by content too
-    shutil.copy(files[0], renamed)
-    for given in (files, str(renamed)):
-        with pytest.raises(tfrecord.NotTFRecordError, match="is an ArrayRecord file, which"):
-            tfrecord.dataset(given, 4)
+# --- the readers: ArrayRecord through the record seam, in every order ---------------------
+
+TWIN_SIZES = (300, 1, 429)  # blocks of 128 and tails, and a file of one record
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory) -> tuple[list[str], list[str]]:
+    """The same Examples as ArrayRecord files (``group_size:1``) and as TFRecord files."""
+    directory = tmp_path_factory.mktemp("twins")
+    mine, theirs, start = [], [], 0
+    for n, size in enumerate(TWIN_SIZES):
+        ids = range(start, start + size)
+        records = [example(id=int64_feature([i]), x=float_feature([i / 2])) for i in ids]
+        writer = array_record_module.ArrayRecordWriter(
+            str(directory / f"part-{n}.array_record"), "group_size:1"
+        )
+        for record in records:
+            writer.write(record)
+        writer.close()
+        mine.append(str(directory / f"part-{n}.array_record"))
+        theirs.append(write_records(directory / f"part-{n}.tfrecord", records))
+        start += size
+    return mine, theirs
+
+
+def _read_ids(data) -> list[int]:
+    return [int(i) for batch in data for i in np.asarray(batch["id"]).reshape(-1)]
+
+
+class _Observed:
+    """The record numbers the ArrayRecord format reads, per file (its batch read observed)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from tfr_hooks.tfrecord.formats.arrayrecord import READERS  # the format's reads
+
+        self.read: dict[str, list[int]] = {}
+        self._read = READERS.read
+        monkeypatch.setattr(READERS, "read", self)
+
+    def __call__(self, path, start, stop) -> np.ndarray:
+        records = self._read(path, start, stop)
+        name = os.path.basename(path.decode() if isinstance(path, bytes) else path)
+        self.read.setdefault(name, []).extend(range(int(start), int(start) + len(records)))
+        return records
+
+    def clear(self) -> None:
+        self.read.clear()
+
+
+def test_the_seam_recognizes_counts_and_indexes_array_record_files(twins, tmp_path):
+    mine, theirs = twins
+    renamed = tmp_path / "plain-name"  # told by content too
+    shutil.copy(mine[0], renamed)
+    for path in (mine[0], str(renamed)):
+        reading = format_of(path)
+        assert reading.name == "ArrayRecord" and reading.seekable("")
+        assert reading.count(path, "") == TWIN_SIZES[0]
+        assert reading.index(path, "").count == TWIN_SIZES[0]  # nothing built beside it
+    assert format_of(theirs[0]).name == "TFRecord"
+    assert not any(p.name.endswith(".tfrindex") for p in Path(mine[0]).parent.iterdir())
+
+
+ORDERS = [
+    pytest.param({}, id="files"),
+    pytest.param({"shuffle": "global", "seed": 3}, id="global"),
+    pytest.param({"shuffle": 16, "seed": 2}, id="buffer", marks=pytest.mark.slow),
+    pytest.param({"in_memory": True}, id="memory", marks=pytest.mark.slow),
+    pytest.param(
+        {"in_memory": True, "shuffle": "global", "seed": 3},
+        id="memory-global",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        {"shuffle": "global", "seed": 3, "bucket_by": "id", "bucket_boundaries": [400]},
+        id="global-bucketed",
+        marks=pytest.mark.slow,
+    ),
+]
+
+
+@pytest.mark.parametrize("options", ORDERS)
+def test_every_order_reads_each_id_once_an_epoch_as_its_tfrecord_twin(twins, options):
+    mine, theirs = twins
+    total = sum(TWIN_SIZES)
+    got = _read_ids(tfrecord.dataset(mine, 16, num_epochs=2, **options))
+    if "bucket_by" in options:  # pools fill across the epochs' end
+        assert sorted(got) == sorted([*range(total), *range(total)])
+    else:
+        assert sorted(got[:total]) == sorted(got[total:]) == list(range(total))
+    assert got == _read_ids(tfrecord.dataset(theirs, 16, num_epochs=2, **options))
+
+
+def test_the_values_are_parsed_a_batch_at_a_time_as_written(twins):
+    mine, _ = twins
+    batches = list(
+        tfrecord.source(mine, 32, shuffle="global", seed=1, as_tuple=("id", "x")).dataset
+    )
+    ids = np.concatenate([i.numpy() for i, _ in batches])
+    xs = np.concatenate([x.numpy() for _, x in batches])
+    assert np.array_equal(xs.reshape(-1), ids.reshape(-1) / 2)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [pytest.param({}, id="files"), pytest.param({"shuffle": "global", "seed": 3}, id="global")],
+)
+def test_a_resume_by_seek_reads_no_block_before_its_position(twins, monkeypatch, options):
+    """What a resumed pass reads of each file: from its position's block on, never before.
+
+    Unshuffled, a seek enters each file at the block of 128 records holding the file's
+    position, by record number (no index is built); the global order reads the blocks of
+    the windows from its position's (here one window: every block of the epoch).
+    """
+    mine, _ = twins
+    observed = _Observed(monkeypatch)
+    source = tfrecord.source(mine, 10, **options)
+    position = source.position
+    assert position is not None  # a seek, not a replay
+    position.seek(0, 0)
+    whole = _read_ids(source.dataset)
+    starts = np.cumsum((0, *TWIN_SIZES))
+    for at in (130, 500, 700):
+        position.seek(0, at)
+        observed.clear()
+        first = next(iter(source.dataset))
+        assert _read_ids([first]) == whole[at : at + 10], at
+        if "shuffle" in options:
+            continue  # one window: all of it is read again, by blocks
+        for n, name in enumerate(os.path.basename(p) for p in mine):
+            entered = sum(1 for i in whole[:at] if starts[n] <= i < starts[n + 1])
+            read = observed.read.get(name, [])
+            assert not read or min(read) >= entered - entered % 128, (at, name, min(read))
+
+
+@pytest.mark.slow  # a pass of 100,000 records
+def test_a_global_order_resumed_in_a_late_window_reads_none_of_the_windows_before(
+    tmp_path, monkeypatch
+):
+    from tfr_hooks.tfrecord.pipelines.orders.global_order import DEFAULT_WINDOW
+
+    n, batch = 3 * DEFAULT_WINDOW + 500, 500
+    files = [_write(tmp_path / f"big-{f}.array_record", range(f, n, 2)) for f in (0, 1)]
+    observed = _Observed(monkeypatch)
+    source = tfrecord.source(files, batch, shuffle="global", seed=7)
+    position = source.position
+    assert position is not None
+    position.seek(0, 0)
+    whole = _read_ids(source.dataset)
+    assert sorted(whole) == list(range(n))
+    at = 3 * DEFAULT_WINDOW  # the last window
+    position.seek(0, at)
+    observed.clear()
+    assert _read_ids([next(iter(source.dataset))]) == whole[at : at + batch]
+    read = sum(len(v) for v in observed.read.values())
+    assert read <= 2 * DEFAULT_WINDOW < at, read  # its window and the one read ahead
+
+
+class _Epochs(tfr_hooks.Hook):
+    def __init__(self) -> None:
+        self.examples: list[int] = []
+
+    def epoch_end(self, epoch, logs) -> None:
+        self.examples.append(self.loop.epoch_examples)
+
+
+def test_read_batches_in_graph_mode_reads_each_id_once(twins):
+    mine, _ = twins
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(mine, 16, shuffle="global", seed=3)
+        with new_session() as session:
+            got = _read_ids(run_graph_batches(session, batches.tensors, batches.initializers))
+    assert sorted(got) == list(range(sum(TWIN_SIZES)))
+
+
+def test_session_loop_runs_array_record_files_with_exact_epochs(twins):
+    mine, _ = twins
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(mine, 16, shuffle="global", seed=3)
+        total = tf.compat.v1.get_variable("total", [], tf.int64, tf.zeros_initializer())
+        train = total.assign_add(tf.reduce_sum(batches.tensors["id"]))
+        counter = _Epochs()
+        loop = tfr_hooks.SessionLoop(
+            train, hooks=[counter], data=batches, run_timeout_secs=60, handle_signals=False
+        )
+        loop.run(epochs=2)
+    assert counter.examples == [sum(TWIN_SIZES)] * 2
+
+
+def test_function_loop_runs_array_record_files_with_exact_epochs(twins):
+    mine, _ = twins
+
+    def step(batch) -> dict:
+        return {"n": tf.size(batch["id"])}
+
+    counter = _Epochs()
+    source = tfrecord.source(mine, 16, shuffle="global", seed=3)
+    FunctionLoop(source, step_fn=step, hooks=[counter], handle_signals=False).run(epochs=2)
+    assert counter.examples == [sum(TWIN_SIZES)] * 2
+
+
+def test_what_array_record_files_cannot_do_is_refused_naming_it(twins):
+    mine, _ = twins
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="ArrayRecord files"):
+        tfrecord.read_batches(mine, 8, pipeline="queue")
+    with pytest.raises(ValueError, match=r"array_record checks its own chunks.*max_corrupt"):
+        tfrecord.dataset(mine, 8, max_corrupt_records=2)
+    with pytest.raises(ValueError, match=r"ArrayRecord files are read through tf.numpy_function"):
+        tfrecord.dataset(mine, 8, service="grpc://127.0.0.1:1")
+
+
+@pytest.mark.slow  # two workers on 127.0.0.1, four clusters; about a minute and a half of CPU
+def test_mwms_workers_read_their_shares_as_of_tfrecord_files_and_resume_by_a_seek(tmp_path):
+    """shuffle='global' under MultiWorkerMirroredStrategy: each worker its part of each
+    global batch, the very parts of the same records in TFRecord files; a worker
+    SIGTERMed mid-epoch, and the cluster resumed by a seek."""
+    from _cluster import run_cluster
+
+    n = 600  # 2 files of 300: each worker's share 300 records, 19 batches of 16
+    for fmt in ("array_record", "tfrecord"):
+        tfrecord.write({"index": np.arange(n)}, tmp_path / fmt / "train", shards=2, format=fmt)
+    env = {"GLOBAL_BATCH": "16", "ORDER_READ": "global"}
+
+    def cluster(fmt: str, out: str, extra: dict[str, str]) -> list:
+        args = ["tests/_multi_worker_child.py", "order", str(tmp_path / fmt), out]
+        return run_cluster(args, 2, timeout=300, env={**env, **extra})
+
+    reference = [w.result() for w in cluster("array_record", str(tmp_path / "ref"), {})]
+    twin = [w.result() for w in cluster("tfrecord", str(tmp_path / "twin"), {})]
+    assert [r["seen"] for r in reference] == [t["seen"] for t in twin]
+    term = {"TERM_AT_EPOCH": "1", "TERM_AT_BATCH": "5", "TERM_TASK": "1"}
+    workers = cluster("array_record", str(tmp_path / "run"), term)
+    before = []
+    for worker in workers:
+        assert worker.returncode == 42, worker.stderr[-3000:]
+        line = [x for x in worker.stdout.splitlines() if x.startswith("PREEMPTED ")][-1]
+        before.append(json.loads(line[len("PREEMPTED ") :]))
+    step = before[0]["step"]
+    after = [w.result() for w in cluster("array_record", str(tmp_path / "run"), {})]
+    for ref, old, new in zip(reference, before, after, strict=True):
+        assert old["seen"]["1"][:step] + new["seen"]["1"] == ref["seen"]["1"]
+        assert new["seen"]["2"] == ref["seen"]["2"]
+    shares = [i for r in reference for b in r["seen"]["1"] for i in b]
+    assert sorted(shares) == list(range(n))
+
+
+def test_a_mixture_mixes_array_record_and_tfrecord_sources(tmp_path):
+    tfrecord.write({"id": np.arange(100)}, tmp_path / "a", shards=2, format="array_record")
+    tfrecord.write({"id": np.arange(1000, 1100)}, tmp_path / "b", shards=2)
+    sources = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
+    data = tfrecord.dataset(sources, 10, weights={"a": 1, "b": 1}, shuffle="global", seed=1)
+    ids = _read_ids(data)
+    assert sorted(i for i in ids if i < 1000) == list(range(100))  # each once
+    assert sorted(i for i in ids if i >= 1000) == list(range(1000, 1100))

@@ -33,6 +33,7 @@ from tfr_hooks.tfrecord.sources.base import open_source, resolve_files
 from tfr_hooks.tfrecord.sources.tfds import TfdsSource
 
 BATCH = 2
+SLOW = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
@@ -399,9 +400,79 @@ def test_convert_makes_an_array_record_split_tfrecord_shards_the_readers_read(
     assert read == [_flat_source(reference[i]) for i in range(len(reference))]
 
 
-def test_the_tf_data_readers_refuse_an_array_record_directory_clearly(tfds_array_dirs):
-    with pytest.raises(ValueError, match=r"do not read its ArrayRecord shards yet"):
-        tfrecord.dataset(tfds_array_dirs["tokens"], BATCH)
+def _data_source(directory: str, name: str, split: str = "train") -> list[dict[str, Any]]:
+    reference = tfds.data_source(name, data_dir=Path(directory).parents[1], split=split)
+    return [_flat_source(reference[i]) for i in range(len(reference))]
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [  # every layout streamed; the orders on two layouts (the other cells in CI)
+        *[pytest.param(n, {}, id=f"{n}-streamed") for n in ARRAY_LAYOUTS],
+        pytest.param("digits_png", {"shuffle": "global", "seed": 3}, id="digits-global"),
+        pytest.param("detection", {"shuffle": 4, "seed": 1}, id="detection-buffer", marks=SLOW),
+        pytest.param("detection", {"in_memory": True}, id="detection-memory", marks=SLOW),
+        pytest.param("nested", {"shuffle": "global", "seed": 2}, id="nested-global", marks=SLOW),
+        pytest.param("episodes", {"in_memory": True}, id="episodes-memory", marks=SLOW),
+    ],
+)
+def test_an_array_record_split_reads_what_tfds_data_source_gives(tfds_array_dirs, name, options):
+    directory = tfds_array_dirs[name]
+    read = _examples(tfrecord.dataset(directory, BATCH, split="train", **options))
+    assert _canonical(read) == _canonical(_data_source(directory, name))  # each once
+    if not options:  # one shard, unshuffled: the shard's order
+        assert read == _data_source(directory, name)
+
+
+def test_an_array_record_split_reads_each_example_once_an_epoch_in_the_global_order(
+    tfds_array_dirs,
+):
+    directory = tfds_array_dirs["tokens"]
+    expected = _canonical(_data_source(directory, "tokens", "test"))
+    data = tfrecord.dataset(directory, 1, split="test", shuffle="global", seed=5, num_epochs=2)
+    read = _examples(data)
+    half = len(read) // 2
+    assert _canonical(read[:half]) == _canonical(read[half:]) == expected
+
+
+@pytest.mark.parametrize("options", [{"shuffle": "global", "seed": 1}, {"in_memory": True}])
+def test_function_loop_runs_an_array_record_split_with_exact_epochs(tfds_array_dirs, options):
+    source = tfrecord.source(tfds_array_dirs["detection"], 2, **options)
+    counter = _EpochExamples()
+
+    def step(batch: Any) -> dict[str, Any]:
+        return {"total": _touch(batch)}
+
+    FunctionLoop(source, step_fn=step, hooks=[counter], handle_signals=False).run(epochs=2)
+    n = builders.BUILDERS["detection"].splits["train"]
+    assert counter.examples == [n, n]
+
+
+@pytest.mark.parametrize("options", [{"shuffle": "global", "seed": 1}, {"shuffle": 4}])
+def test_session_loop_runs_an_array_record_split_with_exact_epochs(tfds_array_dirs, options):
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():
+        batches = tfrecord.read_batches(tfds_array_dirs["episodes"], 2, **options)
+        total = v1.get_variable("total", [], initializer=v1.zeros_initializer())
+        train = total.assign_add(_touch(batches.tensors))
+        counter = _EpochExamples()
+        loop = tfr_hooks.SessionLoop(
+            train, hooks=[counter], data=batches, run_timeout_secs=60, handle_signals=False
+        )
+        loop.run(epochs=2)
+    n = builders.BUILDERS["episodes"].splits["train"]
+    assert counter.examples == [n, n]
+
+
+def test_read_batches_reads_an_array_record_split_in_graph_mode(tfds_array_dirs):
+    directory = tfds_array_dirs["nested"]
+    read = _graph_read(directory, shuffle="global", seed=4)
+    assert _canonical(read) == _canonical(_data_source(directory, "nested"))
+
+
+def test_the_tf_data_service_refuses_an_array_record_split_clearly(tfds_array_dirs):
+    with pytest.raises(ValueError, match=r"ArrayRecord files are read through tf.numpy_function"):
+        tfrecord.dataset(tfds_array_dirs["tokens"], BATCH, service="grpc://127.0.0.1:1")
 
 
 # --- both loops ----------------------------------------------------------------------------

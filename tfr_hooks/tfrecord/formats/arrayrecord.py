@@ -19,9 +19,11 @@ it, reading or writing such a file raises an :class:`ImportError` that names the
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
@@ -30,11 +32,15 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import NoFilesError, UnreadableFileError
+from tfr_hooks.tfrecord.formats.index import RecordIndex
+from tfr_hooks.tfrecord.formats.records import READ_BUFFER, RecordFormat, index_of_offsets
 
 __all__ = [
     "EXTRA",
+    "READ_BATCH",
     "SIGNATURE",
     "ArrayRecordFiles",
+    "ArrayRecordFormat",
     "is_array_record",
     "iter_array_records",
     "read_records",
@@ -50,6 +56,9 @@ SIGNATURE = b"\x83\xafp\xd1\r\x88J?"
 _NAME_MARKS = (".array_record", ".arrayrecord")
 #: What ``tfds`` and Grain write: one record a chunk, so a record is read alone.
 WRITER_OPTIONS = "group_size:1"
+#: Records a read of a file from a record reads in one call, at most.
+READ_BATCH = 1024
+_NO_END = 1 << 62
 #: Random access reads only the chunks asked for (as ``ArrayRecordDataSource`` does).
 _READER_OPTIONS = "readahead_buffer_size:0"
 
@@ -251,3 +260,162 @@ def iter_array_records(path: str | os.PathLike[str], *, batch_size: int = 1024) 
             yield from files.read(np.arange(start, min(start + batch_size, len(files))))
     finally:
         files.close()
+
+
+class _Readers:
+    """One open reader a file in this process, shared by the ``tf.data`` reads (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[str, int, int], ArrayRecordFiles] = {}
+        self._lock = threading.Lock()
+        self._reading = 0  # reads in flight
+        self._ending = False  # the interpreter ends: no new read starts
+
+    def of(self, path: str | bytes) -> ArrayRecordFiles:
+        """The open reader of ``path`` (opened again when the file changed)."""
+        name = path.decode() if isinstance(path, bytes) else str(path)
+        if "://" in name:
+            stat = tf.io.gfile.stat(name)
+            key = (name, stat.mtime_nsec, stat.length)
+        else:  # a local file: the cheaper system call
+            local = os.stat(name)
+            key = (name, local.st_mtime_ns, local.st_size)
+        files = self._files.get(key)
+        if files is None:
+            with self._lock:
+                files = self._files.get(key)
+                if files is None:
+                    files = ArrayRecordFiles([name])
+                    self._files[key] = files
+        return files
+
+    def count(self, path: str | bytes) -> np.int64:
+        return np.int64(len(self.of(path)))
+
+    def read(self, path: str | bytes, start: np.int64, stop: np.int64) -> np.ndarray:
+        with self._lock:
+            if self._ending:
+                return np.empty(0, dtype=object)
+            self._reading += 1
+        try:
+            files = self.of(path)
+            return files.read(np.arange(int(start), min(int(stop), len(files)), dtype=np.int64))
+        finally:
+            with self._lock:
+                self._reading -= 1
+
+    def end(self, timeout: float = 10.0) -> None:
+        """At the interpreter's end: wait for the reads in flight, then close the readers.
+
+        A ``tf.data`` thread still inside ``array_record`` when the interpreter finalizes
+        aborts the process when it takes the GIL back (``terminate called``), so reads in
+        flight finish first and no new one starts.
+        """
+        with self._lock:
+            self._ending = True
+        deadline = time.monotonic() + timeout
+        while self._reading and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.forget()
+
+    def forget(self) -> None:
+        """Close every reader (files rewritten in place are opened again)."""
+        with self._lock:
+            for files in self._files.values():
+                files.close()
+            self._files.clear()
+
+
+#: The readers of this process's ``tf.data`` reads.
+READERS = _Readers()
+# closed before the interpreter ends: a reader left to the process's end aborts it
+atexit.register(READERS.end)
+
+
+class ArrayRecordFormat(RecordFormat):
+    """ArrayRecord files, through the record seam: read by index, a batch a call.
+
+    A file's records are numbered, so its "offsets" are record numbers: its index
+    (:meth:`index`) is built from its record count alone, with nothing read or kept,
+    and :meth:`records_from` starts at any record. The orders then read it as they read
+    an uncompressed TFRecord file: the global order a block of
+    :data:`~tfr_hooks.tfrecord.formats.index.INDEX_BLOCK` records with one call, a
+    resumed pass from its record. Each call reads a batch of records by index through
+    one :func:`tf.numpy_function` (the batch, not the record, is the unit of work).
+
+    No ``tf.compat.v1`` queue reads it, and no tf.data service worker can run the
+    Python read; its chunks are checked by ``array_record`` itself, so there is no
+    damage scan (``max_corrupt_records`` is refused).
+    """
+
+    name = "ArrayRecord"
+    key = "array_record"
+    servable = False
+
+    @classmethod
+    def recognizes(cls, path: str) -> bool:
+        """By its name (``.array_record`` in it) or its first bytes (the signature)."""
+        return bool(path) and is_array_record(path)
+
+    def check(self, path: str, compression: str) -> None:
+        """The file opens as an ArrayRecord file (else :class:`UnreadableFileError`)."""
+        del compression
+        ArrayRecordFiles([path]).close()
+
+    def iter_records(self, path: str, compression: str) -> Iterator[bytes]:
+        """The records in file order, read :data:`READ_BATCH` at a time."""
+        del compression
+        return iter_array_records(path, batch_size=READ_BATCH)
+
+    def count(self, path: str, compression: str) -> int:
+        """The file's record count (written in its footer: nothing is read)."""
+        del compression
+        return int(READERS.count(path))
+
+    def records(self, path: Any, compression: str) -> tf.data.Dataset:
+        """The file's records, from the first, :data:`READ_BATCH` a call."""
+        del compression
+        return self.records_from(path, 0, READ_BATCH)
+
+    def seekable(self, compression: str) -> bool:
+        """Always: any record is read by its number."""
+        del compression
+        return True
+
+    def index(self, path: str, compression: str) -> RecordIndex:
+        """The index of the record numbers ``0 .. n`` (nothing built, nothing kept)."""
+        del compression
+        count = int(READERS.count(path))
+        return index_of_offsets(path, np.arange(count, dtype=np.int64), count)
+
+    def records_from(self, path: Any, offset: Any, buffer_size: Any = READ_BUFFER) -> Any:
+        """The records from record number ``offset`` on, in batches read by index.
+
+        ``buffer_size`` (for this format, records) sets the batch a call reads, at most
+        :data:`READ_BATCH`: a global order's block of 128 records is one call.
+        """
+        batch = tf.clip_by_value(tf.cast(buffer_size, tf.int64), 1, READ_BATCH)
+        start = tf.cast(offset, tf.int64)
+
+        def read(at: Any) -> Any:
+            records = tf.numpy_function(
+                READERS.read, [path, at, at + batch], tf.string, stateful=False
+            )
+            records.set_shape([None])
+            return records
+
+        # batches until one comes back empty (past the file's end): no count asked, so a
+        # block read (``take(n)`` of its first batch) is one call
+        starts = tf.data.Dataset.range(start, _NO_END, batch)
+        batches = starts.map(read).take_while(lambda records: tf.size(records) > 0)
+        return batches.unbatch()
+
+    def scan(self, files: Sequence[str], compression: str, limit: int) -> Any:
+        """Refused: ``array_record`` checks its own chunks, there is no damage to skip."""
+        del compression
+        raise ValueError(
+            "Expected max_corrupt_records=0 with ArrayRecord files: array_record checks "
+            "its own chunks, and a damaged one fails the read, so no record is skipped "
+            f"(first file: {files[0] if files else None!r}). Received: "
+            f"max_corrupt_records={limit}"
+        )

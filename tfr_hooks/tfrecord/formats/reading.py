@@ -1,7 +1,8 @@
 """The reading of records: the formats registered, and the one value the pipelines read.
 
 :func:`format_of` tells a file's :class:`~tfr_hooks.tfrecord.formats.records.RecordFormat`
-(the last registered format that recognizes it, else TFRecord); :func:`register_format`
+(the last registered format that recognizes it, else TFRecord; ArrayRecord,
+:mod:`~tfr_hooks.tfrecord.formats.arrayrecord`, is built in); :func:`register_format`
 adds a format from outside the package. :class:`RecordFiles` is what the pipelines read
 records through: the files, their compression and format, and the damage to skip.
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFormat
 from tfr_hooks.tfrecord.formats.damage import DamagedReads, DamageMap
 from tfr_hooks.tfrecord.formats.records import RecordFormat
 from tfr_hooks.tfrecord.formats.tfrecord import TFRecordFormat
@@ -27,7 +29,8 @@ __all__ = [
 ]
 
 
-_FORMATS: list[type[RecordFormat]] = []
+#: The formats asked, last registered first; TFRecord is every other file's.
+_FORMATS: list[type[RecordFormat]] = [ArrayRecordFormat]
 
 
 def register_format(kind: type[RecordFormat]) -> type[RecordFormat]:

@@ -48,8 +48,12 @@ class RecordFormat(abc.ABC):
 
     #: The format's name, in messages.
     name: ClassVar[str] = ""
+    #: The format's key in files and options (``schema.json``, ``inspect``'s reports).
+    key: ClassVar[str] = ""
     #: Whether ``tf.compat.v1.TFRecordReader`` reads it (``pipeline="queue"``).
     queue_readable: ClassVar[bool] = False
+    #: Whether a tf.data service worker can run its reads (no Python function in them).
+    servable: ClassVar[bool] = True
 
     @classmethod
     @abc.abstractmethod

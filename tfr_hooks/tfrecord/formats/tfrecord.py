@@ -34,6 +34,7 @@ class TFRecordFormat(RecordFormat):
     """TFRecord files (any name), uncompressed, GZIP or ZLIB."""
 
     name = "TFRecord"
+    key = "tfrecord"
     queue_readable = True
 
     @classmethod

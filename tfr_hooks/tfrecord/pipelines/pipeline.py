@@ -22,6 +22,7 @@ from tfr_hooks.checks import expected
 from tfr_hooks.service.address import check_dispatcher
 from tfr_hooks.task import current_task
 from tfr_hooks.tfrecord.formats.framing import Files
+from tfr_hooks.tfrecord.formats.reading import format_of
 from tfr_hooks.tfrecord.pipelines.contract import epoch_steps
 from tfr_hooks.tfrecord.pipelines.memory.build import memory_kind, memory_pipeline
 from tfr_hooks.tfrecord.pipelines.memory.serve import PARALLEL_CALLS
@@ -103,6 +104,16 @@ def build_pipeline(
     """
     if kind is PipelineKind.QUEUE:
         raise ValueError("Expected a tf.data kind of pipeline; a queue is built by queue.py")
+    if options.service is not None:  # each file's format (a mixture's may differ)
+        for path in plan.files:
+            reading = format_of(path)
+            if not reading.servable:
+                raise ValueError(
+                    f"Expected files a tf.data service worker can read: {reading.name} files "
+                    "are read through tf.numpy_function, which the service cannot run (read "
+                    f"them without service=). Received: service={options.service!r}, "
+                    f"file={path!r}"
+                )
     if order is None:
         order = order_of(options)  # the one place the order is chosen
     position = position_of(plan, options, kind, order) if seekable else None

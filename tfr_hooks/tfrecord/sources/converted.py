@@ -58,25 +58,6 @@ class ConvertedSource(FileSource):
         """The ``schema.json`` beside ``path``, or ``None`` (a plain file in the list)."""
         return find_sidecar(path, self.sidecars)
 
-    def compression(self, given: str | None, *, tolerant: bool) -> str:
-        """The files' one compression (see :class:`FileSource`).
-
-        Raises:
-            ValueError: For shards written with ``format="array_record"``, which the
-                ``tf.data`` readers do not read yet (the message says what reads them).
-        """
-        for path in self.files:
-            sidecar = self.sidecar(path)
-            if sidecar is not None and sidecar.record_format == "array_record":
-                raise ValueError(
-                    f"Expected TFRecord shards to read {path!r} with tf.data: the readers "
-                    "do not read ArrayRecord shards yet (inspect them with `tfr-hooks "
-                    "inspect`; Grain's ArrayRecordDataSource reads "
-                    "them by index). Received: record_format='array_record' in its "
-                    "schema.json"
-                )
-        return super().compression(given, tolerant=tolerant)
-
     def counts(self) -> list[int | None]:
         """The examples of each file the sidecars give (``None`` for the others)."""
         found = [self.sidecar(path) for path in self.files]

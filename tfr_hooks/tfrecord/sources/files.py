@@ -17,8 +17,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from tfr_hooks.tfrecord.errors import MissingFeatureError, NotTFRecordError
-from tfr_hooks.tfrecord.formats.arrayrecord import is_array_record
+from tfr_hooks.tfrecord.errors import MissingFeatureError
 from tfr_hooks.tfrecord.formats.framing import check_compression
 from tfr_hooks.tfrecord.formats.index import is_index_file
 from tfr_hooks.tfrecord.formats.packed import check_block
@@ -72,22 +71,11 @@ class FileSource(RecordSource):
 
     def compression(self, given: str | None, *, tolerant: bool) -> str:
         """The files' one compression; a damaged first record is guessed past if ``tolerant``."""
-        try:
-            return one_compression(
-                self.files,
-                given,
-                lambda path: format_of(path).compression(path, tolerant=tolerant),
-            )
-        except NotTFRecordError as error:
-            if error.file is None or not is_array_record(error.file):
-                raise
-            raise NotTFRecordError(  # the readers take ArrayRecord files at the record seam
-                f"File {error.file!r} is an ArrayRecord file, which tfrecord.dataset, "
-                "source and read_batches do not read yet: inspect it with tfrecord.inspect "
-                "or `tfr-hooks inspect`, read it by index with Grain's "
-                "ArrayRecordDataSource, or write TFRecord files (format='tfrecord').",
-                file=error.file,
-            ) from error
+        return one_compression(
+            self.files,
+            given,
+            lambda path: format_of(path).compression(path, tolerant=tolerant),
+        )
 
     def schema(
         self, given: SchemaLike, decode: Mapping[str, Any] | None, compression: str

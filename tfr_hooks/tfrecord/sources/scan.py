@@ -23,7 +23,6 @@ from typing import Any
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.errors import EmptyFileError, SchemaMismatchError
-from tfr_hooks.tfrecord.formats.arrayrecord import is_array_record, iter_array_records
 from tfr_hooks.tfrecord.formats.framing import check_compression
 from tfr_hooks.tfrecord.formats.reading import format_of
 from tfr_hooks.tfrecord.schema.records import (
@@ -337,12 +336,9 @@ def inspect_file(
     Returns:
         The file's :class:`FileInfo`.
     """
-    if is_array_record(path):
-        codec, records, kind = "", iter_array_records(path), "array_record"
-    else:  # any other format, through the record seam
-        reading = format_of(path)
-        codec = reading.compression(path) if compression is None else compression
-        records, kind = reading.iter_records(path, codec), "tfrecord"
+    reading = format_of(path)  # through the record seam
+    codec = reading.compression(path) if compression is None else compression
+    records, kind = reading.iter_records(path, codec), reading.key or reading.name
     info = FileInfo(path, codec, tf.io.gfile.stat(path).length, stored=stored, record_format=kind)
     first_other: tuple[int, str] | None = None
     for index, record in enumerate(records):
@@ -370,9 +366,8 @@ def inspect_file(
                 info.feature_lists[name] = FeatureListInfo(name)
             info.feature_lists[name].add(feature_list)
     if info.num_records == 0:
-        format_name = "ArrayRecord" if kind == "array_record" else "TFRecord"
         raise EmptyFileError(
-            f"{format_name} file {path!r} holds no records; expected at least one.", file=path
+            f"{reading.name} file {path!r} holds no records; expected at least one.", file=path
         )
     # keep a stable order: the order of first appearance is map order, so sort by name
     info.features = dict(sorted(info.features.items()))

@@ -585,7 +585,8 @@ class TfdsSource(RecordSource):
     ``schema`` and ``decode`` are refused.
 
     One prepared with ``file_format="array_record"`` is listed, counted and checked alike
-    (its records read by index with ``ArrayRecordFiles``); the ``tf.data`` readers refuse it.
+    (its records read by index with ``ArrayRecordFiles``); the ``tf.data`` readers read its
+    shards through their record format (:mod:`~tfr_hooks.tfrecord.formats.arrayrecord`).
 
     Attributes:
         record_format: ``"tfrecord"`` or ``"array_record"``: how the shards frame records.
@@ -668,20 +669,8 @@ class TfdsSource(RecordSource):
         return self.directory.decoding
 
     def check(self, schema: Schema, compression: str, *, given: bool) -> Checked:
-        """The shards were checked with the compression; the counts, or the whole records.
-
-        Raises:
-            ValueError: For ArrayRecord shards, which the ``tf.data`` readers do not read
-                yet (``convert`` does, without this check).
-        """
+        """The shards were checked with the compression; the counts, or the whole records."""
         del compression, given
-        if self.record_format == "array_record":
-            raise ValueError(
-                f"Expected TFRecord shards to read TFDS directory {self.directory.path!r} "
-                "with tf.data: the readers do not read its ArrayRecord shards yet (convert "
-                "a split to TFRecord shards with `tfr-hooks convert DIR OUT --split SPLIT`, "
-                "or prepare it with file_format='tfrecord'). Received: fileFormat='array_record'"
-            )
         if self.damage is not None:
             return schema, [self.damage.of(path).records for path in self.files], 1
         return schema, self.counts(), 1
