@@ -208,7 +208,7 @@ else:
         "inspect",
         pytest.param("write", marks=pytest.mark.slow),
         pytest.param("cli-inspect", marks=pytest.mark.slow),
-        "cli-convert",
+        pytest.param("cli-convert", marks=pytest.mark.slow),
     ],
 )
 def test_without_array_record_installed_an_error_names_the_extra(files, tmp_path, how):
