@@ -205,7 +205,7 @@ else:
 @pytest.mark.parametrize(
     "how",
     [
-        "inspect",
+        pytest.param("inspect", marks=pytest.mark.slow),
         pytest.param("write", marks=pytest.mark.slow),
         pytest.param("cli-inspect", marks=pytest.mark.slow),
         pytest.param("cli-convert", marks=pytest.mark.slow),
@@ -250,6 +250,7 @@ def _read_back(paths: list[str], schema: tfrecord.Schema) -> dict[str, np.ndarra
     return {name: value.numpy() for name, value in parsed.items()}
 
 
+@pytest.mark.slow  # array_record's reader beside ours: the Grain test covers it fast
 def test_write_array_record_shards_that_grain_reads_back_as_written(tmp_path):
     arrays = _arrays(23)
     result = tfrecord.write(arrays, tmp_path / "out", shards=3, format="array_record")
@@ -566,6 +567,7 @@ def test_mwms_workers_read_their_shares_as_of_tfrecord_files_and_resume_by_a_see
     assert sorted(shares) == list(range(n))
 
 
+@pytest.mark.slow  # two formats planned and mixed: about 3 s of CPU
 def test_a_mixture_mixes_array_record_and_tfrecord_sources(tmp_path):
     tfrecord.write({"id": np.arange(100)}, tmp_path / "a", shards=2, format="array_record")
     tfrecord.write({"id": np.arange(1000, 1100)}, tmp_path / "b", shards=2)

@@ -103,6 +103,7 @@ def test_same_seed_same_stream_another_seed_another(sources):
     assert not np.array_equal(first, other)
 
 
+@pytest.mark.slow  # two passes of a mixture: about 3 s of CPU
 def test_an_epoch_is_the_sum_of_the_sources_and_passes_go_on(sources):
     data = _mixture(sources, num_epochs=1)
     total = 3000 + 700 + 50

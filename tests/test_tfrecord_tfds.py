@@ -435,7 +435,10 @@ def test_an_array_record_split_reads_each_example_once_an_epoch_in_the_global_or
     assert _canonical(read[:half]) == _canonical(read[half:]) == expected
 
 
-@pytest.mark.parametrize("options", [{"shuffle": "global", "seed": 1}, {"in_memory": True}])
+@pytest.mark.parametrize(
+    "options",
+    [{"shuffle": "global", "seed": 1}, pytest.param({"in_memory": True}, marks=pytest.mark.slow)],
+)
 def test_function_loop_runs_an_array_record_split_with_exact_epochs(tfds_array_dirs, options):
     source = tfrecord.source(tfds_array_dirs["detection"], 2, **options)
     counter = _EpochExamples()
@@ -448,6 +451,7 @@ def test_function_loop_runs_an_array_record_split_with_exact_epochs(tfds_array_d
     assert counter.examples == [n, n]
 
 
+@pytest.mark.slow  # a graph-mode SessionLoop a case (the FunctionLoop case stays fast)
 @pytest.mark.parametrize("options", [{"shuffle": "global", "seed": 1}, {"shuffle": 4}])
 def test_session_loop_runs_an_array_record_split_with_exact_epochs(tfds_array_dirs, options):
     v1 = tf.compat.v1
