@@ -406,6 +406,7 @@ def test_convert_tfrecord_files_of_another_tool_end_to_end(tmp_path, capsys):
     np.testing.assert_array_equal(batches[0]["label"].numpy(), np.arange(30) % 10)
 
 
+@pytest.mark.slow  # a packed conversion from the command: about 1.2 s of CPU
 def test_convert_packs_a_varying_feature_from_the_command_line(tmp_path, capsys):
     records = [example(tokens=int64_feature(range(i % 3))) for i in range(9)]
     path = write_records(tmp_path / "text.tfrecord", records)

@@ -126,6 +126,7 @@ def check_lost_worker_run(
     assert [n for i, n in enumerate(examples) if i != stalled] == [size] * (LOST_EPOCHS - 1)
 
 
+@pytest.mark.slow  # a served read: about 1.5 s of CPU
 def test_no_attribute_is_set_on_a_tf_data_object(tmp_path: Any) -> None:
     tfrecord.write({"x": np.arange(10, dtype=np.int64)}, tmp_path)
     for data in (

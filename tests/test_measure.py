@@ -48,6 +48,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.slow  # both pipelines timed: about 1.3 s of CPU
 def test_measure_json_times_both_pipelines_and_holds_fitting_data_in_memory(
     written: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -643,6 +643,7 @@ def test_convert_detects_the_compression_of_a_gzip_file_of_float_lists(tmp_path)
     np.testing.assert_array_equal(read_all(tmp_path / "out")["xy"], xy)
 
 
+@pytest.mark.slow  # a conversion and a read back: about 1.7 s of CPU
 def test_convert_keeps_jpeg_bytes_as_bytes(tmp_path):
     rng = np.random.default_rng(2)
     images = rng.integers(0, 256, size=(12, 8, 8, 3), dtype=np.uint8)

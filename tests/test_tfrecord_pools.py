@@ -139,6 +139,7 @@ def test_a_dense_feature_stays_dense(texts, drop):
     assert isinstance(spec["tokens"], tf.RaggedTensorSpec)
 
 
+@pytest.mark.slow  # a record index built for the global order: about 2 s of CPU
 def test_the_global_order_shuffles_each_pools_batches_too(texts):
     data = read(texts[300], shuffle="global")
     epochs = [batches_of(data) for _ in range(2)]

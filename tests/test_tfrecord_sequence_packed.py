@@ -212,6 +212,7 @@ def test_packed_shards_convert_again(packed_dir, written, tmp_path):
     _assert_as_written(_one_pass(batches), written[1])
 
 
+@pytest.mark.slow  # a packed block rewritten and checked: about 1.5 s of CPU
 def test_check_block_names_frames_that_do_not_add_up(packed_dir):
     schema = load_sidecar(packed_dir / "schema.json").schema
     first = next(iter(tf.data.TFRecordDataset(_packed_files(packed_dir)[0]))).numpy()
