@@ -163,6 +163,7 @@ def test_each_kind_of_damage_is_found_and_its_record_skipped(
     assert f"record {record.index} " in skipped[0].getMessage()
 
 
+@pytest.mark.slow  # every way of asking: about 1 s of CPU
 def test_one_record_files_value_reads_the_whole_records_however_it_is_asked(
     clean: list[Path],
 ) -> None:

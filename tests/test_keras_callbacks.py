@@ -199,6 +199,7 @@ def test_model_checkpoint_every_n_batches_full_model(graph: tf.Graph, tmp_path: 
     assert [w.shape for w in restored.get_weights()] == [w.shape for w in ours.weights()]
 
 
+@pytest.mark.slow  # a run to its patience: about 2 s of CPU
 def test_early_stopping_patience_min_delta_restore_best(graph: tf.Graph) -> None:
     ours = TensorFed()
     stop = cb.EarlyStopping(

@@ -278,6 +278,7 @@ def test_queue_runner_hook_owns_the_cancel_that_unblocks_a_blocked_step() -> Non
     assert WATCHER in hook.names
 
 
+@pytest.mark.slow  # a queue-fed run: about 1 s of CPU
 def test_a_run_has_one_coordinator_which_the_queue_runners_use() -> None:
     with tf.Graph().as_default():
         train_op, prefill = _queue_graph()

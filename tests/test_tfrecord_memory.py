@@ -98,6 +98,7 @@ def test_batch_sizes_and_drop_remainder(shards):
     assert [int(b["x"].shape[0]) for b in two] == ([128] * 7 + [104]) * 2  # per epoch
 
 
+@pytest.mark.slow  # three seeded readers: about 1 s of CPU
 def test_every_epoch_is_a_new_permutation_reproducible_from_the_seed(shards):
     orders = _epoch_orders(
         tfrecord.dataset(shards, 128, shuffle="global", seed=5, in_memory=True), 3

@@ -80,6 +80,7 @@ def test_plain_files_are_a_file_source_of_unknown_counts(tmp_path):
     assert source.describe() is None and source.to_dict() is None
 
 
+@pytest.mark.slow  # an index built beside the files: about 1 s of CPU
 def test_a_directory_of_plain_files_lists_no_record_index_kept_beside_them(tmp_path):
     """shuffle='global' keeps FILE.tfrindex (and its .lock) beside each file: not data."""
     path = _plain(tmp_path)
