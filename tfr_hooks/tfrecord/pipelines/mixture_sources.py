@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfr_hooks.checks import expected
 from tfr_hooks.tfrecord.pipelines.mixture import MixtureState
-from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
+from tfr_hooks.tfrecord.pipelines.plan import Plan, plan_with
 from tfr_hooks.tfrecord.pipelines.splits import file_indexes
 
 if TYPE_CHECKING:
@@ -109,19 +109,9 @@ def mixture_plan(files: Any, options: ReadOptions) -> Plan:
     """
     sources = _check_names(files, options)
     map_fns = source_map_fns(options)
-    config = options.config
     parts: dict[str, Plan] = {}
     for name, given in sources.items():
-        part = make_plan(
-            given,
-            options.schema,
-            config.compression,
-            options.as_tuple,
-            select=not options.renamed,
-            decode=config.decode,
-            max_corrupt_records=options.max_corrupt_records,
-            split=options.split,
-        )
+        part = plan_with(given, options)
         if part.compression or part.per_record > 1:
             raise ValueError(
                 f"Expected uncompressed files of one example a record in a mixture (each "

@@ -30,7 +30,7 @@ from tfr_hooks.tfrecord.pipelines.mixture_sources import mixture_plan
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.pipelines.orders.base import Order, position_of
 from tfr_hooks.tfrecord.pipelines.orders.choice import order_of
-from tfr_hooks.tfrecord.pipelines.plan import Plan, make_plan
+from tfr_hooks.tfrecord.pipelines.plan import Plan, plan_with
 from tfr_hooks.tfrecord.pipelines.pools import batch_pools
 from tfr_hooks.tfrecord.pipelines.position import ReadPosition, at_most
 from tfr_hooks.tfrecord.pipelines.ragged import Shaping, batch_examples, bucket_key, pad_batch
@@ -49,17 +49,7 @@ def plan_of(files: Files, options: ReadOptions) -> Plan:
     """
     if isinstance(files, Mapping) or options.weights is not None:
         return mixture_plan(files, options)
-    config = options.config
-    return make_plan(
-        files,
-        options.schema,
-        config.compression,
-        options.as_tuple,
-        select=not options.renamed,
-        decode=config.decode,
-        max_corrupt_records=options.max_corrupt_records,
-        split=options.split,
-    )
+    return plan_with(files, options)
 
 
 def choose_kind(plan: Plan, options: ReadOptions, *, queue: bool = False) -> PipelineKind:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfr_hooks.tfrecord.formats.damage import DamageMap
 from tfr_hooks.tfrecord.formats.framing import Files
@@ -23,7 +23,10 @@ from tfr_hooks.tfrecord.schema.decoding import Decoding, parse_batch
 from tfr_hooks.tfrecord.schema.schema import Schema
 from tfr_hooks.tfrecord.sources.base import RecordSource, SchemaLike, open_source
 
-__all__ = ["Plan", "make_plan"]
+if TYPE_CHECKING:
+    from tfr_hooks.tfrecord.pipelines.options import ReadOptions
+
+__all__ = ["Plan", "make_plan", "plan_with"]
 
 logger = logging.getLogger(__name__)
 
@@ -142,3 +145,18 @@ def _check_decode(decode: object) -> None:
             "{'image_raw': ('uint8', (28, 28, 1))} (see Schema.replace). "
             f"Received: decode={decode!r}"
         )
+
+
+def plan_with(files: Any, options: ReadOptions) -> Plan:
+    """:func:`make_plan` for ``files`` with the reader's checked ``options``."""
+    config = options.config
+    return make_plan(
+        files,
+        options.schema,
+        config.compression,
+        options.as_tuple,
+        select=not options.renamed,
+        decode=config.decode,
+        max_corrupt_records=options.max_corrupt_records,
+        split=options.split,
+    )
