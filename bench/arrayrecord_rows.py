@@ -1,23 +1,26 @@
 """Issue 55's rows: a global-shuffled read of ArrayRecord files, against Grain and the ceiling.
 
 Measured in the positions suite's process (bench/positions.py), on the same records it
-converts to ArrayRecord for Grain (``group_size:1``), batch 256, seed 3, examples/s over
-the first ``examples`` of the epoch, in paired rounds (every other round in reverse):
+converts to ArrayRecord for Grain (``group_size:1``), batch 256, seed 3: examples/s over
+the same first ``examples`` of the epoch for every row (each reader new: files opened,
+pipeline built, its start counted), in paired rounds (every other round in reverse):
 
 - **ours, ArrayRecord**: the pipeline, ``tfrecord.dataset(ar_files, 256,
   shuffle="global", seed=3)``: the global order over ArrayRecord files through the
-  record seam (``tfr_hooks.tfrecord.formats.arrayrecord.ArrayRecordFormat``: each block
-  of 128 records read by index in one ``tf.numpy_function`` call, no index built),
-  parsed a batch at a time;
+  record seam, each window's records read in the window's order by record number, 256 a
+  call in one ``tf.numpy_function`` with calls in flight
+  (``tfr_hooks/tfrecord/pipelines/orders/index_reads.py``), parsed a batch at a time;
+- **Grain's best**: the variant of Grain's read that was fastest in the positions
+  suite's Grain rows (``grain_rows``), read again here, paired with ours, over the same
+  examples (raw records, no parse);
 - **the ceiling**: ``ArrayRecordDataSource.__getitems__`` of the same shuffled indices in
   the same batches, one call after the other, raw records (array_record's own random
   reads, what no reader built on it can beat in one thread);
 - **ours, TFRecord**: ``tfrecord.dataset(files, 256, shuffle="global", seed=3)`` on the
   TFRecord files of the same records, parsed.
 
-Grain's best read of the same files is the positions suite's (``grain_rows``). The
-targets (bench/arrayrecord_report.py): ours on ArrayRecord at least 2x Grain's best and
-at least 0.8x the ceiling.
+The targets (bench/arrayrecord_report.py): ours on ArrayRecord at least 2x Grain's best
+and at least 0.8x the ceiling.
 
 Standalone, on small data: ``python bench/arrayrecord_rows.py --records 50000``.
 """
@@ -37,8 +40,8 @@ __all__ = ["ROWS", "arrayrecord_rows"]
 
 BATCH = 256
 SEED = 3
-#: the rows, in the order they are reported
-ROWS = ("ours_array_record", "ceiling", "ours_tfrecord")
+#: the rows, in the order they are reported (``grain_best`` when Grain is installed)
+ROWS = ("ours_array_record", "grain_best", "ceiling", "ours_tfrecord")
 
 
 def _rate(batches: Iterable[Any], limit: int) -> tuple[float, int]:
@@ -51,7 +54,19 @@ def _rate(batches: Iterable[Any], limit: int) -> tuple[float, int]:
     return count / (time.perf_counter() - start), count
 
 
-def _readers(ar_files: list[str], tf_files: list[str]) -> dict[str, Callable[[], Iterable[Any]]]:
+def _grain_reader(ar_files: list[str], variant: str) -> Callable[[], Iterable[Any]]:
+    """Grain's read ``variant`` (a name of the positions suite's Grain variants)."""
+    import grain
+    from positions import _grain_variants
+
+    pipeline, threads = _grain_variants(grain, ar_files)[variant]
+    options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=500)
+    return lambda: iter(pipeline().to_iter_dataset(options))
+
+
+def _readers(
+    ar_files: list[str], tf_files: list[str], grain_variant: str | None
+) -> dict[str, Callable[[], Iterable[Any]]]:
     """Each row's reader: a new one a call (files opened, pipeline built)."""
     import tensorflow as tf
     from array_record.python.array_record_data_source import ArrayRecordDataSource
@@ -65,7 +80,7 @@ def _readers(ar_files: list[str], tf_files: list[str]) -> dict[str, Callable[[],
         tf.range(total, dtype=tf.int64), seed, total - 1
     ).numpy()
 
-    def ours_array_record() -> Iterable[Any]:
+    def ours_array_record() -> Iterable[Any]:  # a new reader: its first window included
         data = tfrecord.dataset(ar_files, BATCH, shuffle="global", seed=SEED)
         return (b["id"] for b in data)
 
@@ -78,29 +93,47 @@ def _readers(ar_files: list[str], tf_files: list[str]) -> dict[str, Callable[[],
         data = tfrecord.dataset(tf_files, BATCH, shuffle="global", seed=SEED)
         return (b["id"] for b in data)
 
-    return {
+    readers = {
         "ours_array_record": ours_array_record,
         "ceiling": ceiling,
         "ours_tfrecord": ours_tfrecord,
     }
+    if grain_variant is not None:
+        readers["grain_best"] = _grain_reader(ar_files, grain_variant)
+    return readers
 
 
 def arrayrecord_rows(
-    ar_files: list[str], tf_files: list[str], examples: int, rounds: int
+    ar_files: list[str],
+    tf_files: list[str],
+    examples: int,
+    rounds: int,
+    grain_variant: str | None = None,
 ) -> dict[str, Any]:
-    """Examples/s of each row over the first ``examples``, medians of ``rounds`` rounds."""
-    readers = _readers(ar_files, tf_files)
-    runs: dict[str, list[float]] = {name: [] for name in ROWS}
+    """Examples/s of each row over the first ``examples``, medians of ``rounds`` rounds.
+
+    ``grain_variant``: the name of Grain's best read in the positions suite's Grain rows,
+    read again here (``None``: Grain not installed, the row left out).
+    """
+    readers = _readers(ar_files, tf_files, grain_variant)
+    names = [name for name in ROWS if name in readers]
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    counts: dict[str, list[int]] = {name: [] for name in names}
     for round_ in range(rounds):
-        for name in ROWS if round_ % 2 == 0 else tuple(reversed(ROWS)):
-            rate, _ = _rate(readers[name](), examples)
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            rate, count = _rate(readers[name](), examples)
             runs[name].append(rate)
-    return {
+            counts[name].append(count)
+    result = {
         "batch_size": BATCH,
         "examples": examples,
+        "examples_read": {name: min(v) for name, v in counts.items()},
         "examples_per_sec": {name: statistics.median(v) for name, v in runs.items()},
         "runs": runs,
     }
+    if grain_variant is not None:
+        result["grain_variant"] = grain_variant
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -128,8 +161,10 @@ def main(argv: list[str] | None = None) -> None:
         files, root / f"records-{args.records}-array_record", args.examples
     )
     ar_files = json.loads((root / f"records-{args.records}-array_record" / "info.json").read_text())
-    result["arrayrecord"] = arrayrecord_rows(ar_files["files"], files, args.examples, args.rounds)
     grain = result["grain"]
+    result["arrayrecord"] = arrayrecord_rows(
+        ar_files["files"], files, args.examples, args.rounds, grain["best"]
+    )
     print(json.dumps({"rows": result["arrayrecord"], "grain_best": grain["best"]}, indent=1))
     for name, v in grain["variants"].items():
         print(f"grain {name}: {v['examples_per_sec']:,.0f} examples/s")

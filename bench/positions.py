@@ -395,7 +395,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         from arrayrecord_rows import arrayrecord_rows
 
         converted = to_array_record(files, array_dir)["files"]  # Grain's, when it ran
-        rows = arrayrecord_rows(converted, files, spec["grain_examples"], spec["rounds"])
+        best = result["grain"].get("best")  # read again, paired with ours
+        rows = arrayrecord_rows(converted, files, spec["grain_examples"], spec["rounds"], best)
         result["arrayrecord"] = rows
     except ImportError as exc:  # the arrayrecord extra not installed
         result["arrayrecord"] = {"error": f"{type(exc).__name__}: {exc}"}

@@ -222,3 +222,23 @@ def test_arrayrecord_targets_read_grains_best_and_the_ceiling_of_the_same_run() 
     assert "| ArrayRecord, global shuffle: ours / Grain's best (examples/s) | 2.25x" in lines
     not_run = arrayrecord_report.arrayrecord_lines({"arrayrecord": {"error": "ImportError: x"}})
     assert not_run[-1] == "Not measured (ImportError: x)."
+
+
+@pytest.mark.usefixtures("bench")
+def test_arrayrecord_targets_take_grain_read_paired_with_ours_over_the_same_examples() -> None:
+    # issue 55: Grain's best read again beside ours (same examples, same rounds) is the
+    # figure the target divides by, not the Grain rows' own (other examples, other time)
+    sys.modules.pop("arrayrecord_report", None)
+    import arrayrecord_report
+
+    result = _arrayrecord_result(90_000, 100_000, 30_000)
+    block = result["arrayrecord"]
+    assert isinstance(block, dict)
+    block["examples_per_sec"]["grain_best"] = 50_000.0
+    block["runs"]["grain_best"] = [50_000.0, 50_000.0]
+    block["grain_variant"] = "batched"
+    vs_grain, _ = arrayrecord_report.arrayrecord_targets(result)
+    assert vs_grain.value.startswith("1.80x") and vs_grain.met is False
+    lines = "\n".join(arrayrecord_report.arrayrecord_lines(result))
+    assert "| Grain's best read of the same files, raw: batched | 50,000 |" in lines
+    assert "30,000" not in lines  # the Grain rows' figure is not repeated here

@@ -20,6 +20,7 @@ it, reading or writing such a file raises an :class:`ImportError` that names the
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -61,6 +62,12 @@ READ_BATCH = 1024
 _NO_END = 1 << 62
 #: Random access reads only the chunks asked for (as ``ArrayRecordDataSource`` does).
 _READER_OPTIONS = "readahead_buffer_size:0"
+#: Bytes the file reader buffers (``ArrayRecordDataSource``'s; the reader's default,
+#: 1 MiB, makes every random read of a small record read a MiB).
+_FILE_BUFFER = 32 << 10
+_BUFFER = {"file_reader_buffer_size": _FILE_BUFFER}
+#: Files of one batch read at once, in threads (the reads release the GIL).
+_FILE_THREADS = 8
 
 
 def _module() -> Any:
@@ -113,7 +120,7 @@ class ArrayRecordFiles:
         counts = []
         for path in self.paths:
             try:
-                reader = module.ArrayRecordReader(path, _READER_OPTIONS)
+                reader = module.ArrayRecordReader(path, _READER_OPTIONS, **_BUFFER)
             except Exception as error:  # the module raises plain RuntimeErrors/ValueErrors
                 raise UnreadableFileError(
                     f"Cannot open {path!r} as an ArrayRecord file: {error}", file=path
@@ -146,7 +153,9 @@ class ArrayRecordFiles:
             with self._lock:
                 reader = self._readers[file]
                 if reader is None:
-                    reader = _module().ArrayRecordReader(self.paths[file], _READER_OPTIONS)
+                    reader = _module().ArrayRecordReader(
+                        self.paths[file], _READER_OPTIONS, **_BUFFER
+                    )
                     self._readers[file] = reader
         return reader
 
@@ -174,18 +183,53 @@ class ArrayRecordFiles:
                 f"{self.paths}. Received: index={bad}"
             )
         files = np.searchsorted(self.starts, keys, side="right") - 1
+        return self._read_grouped(files, keys - self.starts[files], out)
+
+    def read_at(self, files: np.ndarray, records: np.ndarray) -> np.ndarray:
+        """The serialized records ``records[k]`` of file ``files[k]``, in that order.
+
+        Args:
+            files: Places in :attr:`paths` (an integer vector).
+            records: Record numbers in those files (an integer vector of the same length).
+
+        Returns:
+            A 1-D object array of ``bytes``.
+
+        Raises:
+            IndexError: If a file or a record number is out of range (naming it).
+        """
+        which = np.asarray(files, dtype=np.int64).reshape(-1)
+        local = np.asarray(records, dtype=np.int64).reshape(-1)
+        out = np.empty(which.shape[0], dtype=object)
+        if which.size == 0:
+            return out
+        counts = np.diff(self.starts)
+        bad = (which < 0) | (which >= len(self.paths))
+        if not bad.any():
+            bad = (local < 0) | (local >= counts[which])
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise IndexError(
+                f"Expected record numbers within the ArrayRecord files {self.paths} "
+                f"(records {self.counts}). Received: file={int(which[k])}, "
+                f"record={int(local[k])}"
+            )
+        return self._read_grouped(which, local, out)
+
+    def _read_grouped(self, files: np.ndarray, local: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Fill ``out`` with record ``local[k]`` of file ``files[k]``: one read a file."""
         groups = [int(f) for f in np.unique(files)]
 
         def one(file: int) -> None:
             where = np.nonzero(files == file)[0]
-            local = (keys[where] - self.starts[file]).tolist()
-            out[where] = self._reader(file).read(local)
+            out[where] = self._reader(file).read(local[where].tolist())
 
-        if len(groups) == 1:
-            one(groups[0])
+        if len(groups) == 1 or _FILE_THREADS < 2:
+            for group in groups:
+                one(group)
         else:
             if self._pool is None:
-                self._pool = futures.ThreadPoolExecutor(min(8, len(self.paths)))
+                self._pool = futures.ThreadPoolExecutor(min(_FILE_THREADS, len(self.paths)))
             list(self._pool.map(one, groups))
         return out
 
@@ -262,30 +306,34 @@ def iter_array_records(path: str | os.PathLike[str], *, batch_size: int = 1024) 
         files.close()
 
 
+def _stamp(name: str) -> tuple[str, int, int]:
+    """``name`` with its modification time and size: a file rewritten in place is new."""
+    if "://" in name:
+        stat = tf.io.gfile.stat(name)
+        return name, stat.mtime_nsec, stat.length
+    local = os.stat(name)  # a local file: the cheaper system call
+    return name, local.st_mtime_ns, local.st_size
+
+
 class _Readers:
     """One open reader a file in this process, shared by the ``tf.data`` reads (thread-safe)."""
 
     def __init__(self) -> None:
-        self._files: dict[tuple[str, int, int], ArrayRecordFiles] = {}
+        self._files: dict[tuple[tuple[str, int, int], ...], ArrayRecordFiles] = {}
         self._lock = threading.Lock()
         self._reading = 0  # reads in flight
         self._ending = False  # the interpreter ends: no new read starts
 
-    def of(self, path: str | bytes) -> ArrayRecordFiles:
-        """The open reader of ``path`` (opened again when the file changed)."""
-        name = path.decode() if isinstance(path, bytes) else str(path)
-        if "://" in name:
-            stat = tf.io.gfile.stat(name)
-            key = (name, stat.mtime_nsec, stat.length)
-        else:  # a local file: the cheaper system call
-            local = os.stat(name)
-            key = (name, local.st_mtime_ns, local.st_size)
+    def of(self, *paths: str | bytes) -> ArrayRecordFiles:
+        """The open reader of ``paths``, in order (opened again when a file changed)."""
+        names = [p.decode() if isinstance(p, bytes) else str(p) for p in paths]
+        key = tuple(_stamp(name) for name in names)
         files = self._files.get(key)
         if files is None:
             with self._lock:
                 files = self._files.get(key)
                 if files is None:
-                    files = ArrayRecordFiles([name])
+                    files = ArrayRecordFiles(names)
                     self._files[key] = files
         return files
 
@@ -293,13 +341,31 @@ class _Readers:
         return np.int64(len(self.of(path)))
 
     def read(self, path: str | bytes, start: np.int64, stop: np.int64) -> np.ndarray:
-        with self._lock:
-            if self._ending:
+        """Records ``start`` to ``stop`` of ``path`` (fewer at its end: none past it)."""
+        with self._reads() as going:
+            if not going:
                 return np.empty(0, dtype=object)
-            self._reading += 1
-        try:
             files = self.of(path)
             return files.read(np.arange(int(start), min(int(stop), len(files)), dtype=np.int64))
+
+    def read_at(self, paths: Sequence[str], files: np.ndarray, records: np.ndarray) -> np.ndarray:
+        """Record ``records[k]`` of ``paths[files[k]]``, for each ``k``: one batch read."""
+        with self._reads() as going:
+            if not going:
+                return np.empty(0, dtype=object)
+            return self.of(*paths).read_at(files, records)
+
+    @contextlib.contextmanager
+    def _reads(self) -> Iterator[bool]:
+        """A read in flight (``False``: the interpreter ends, read nothing)."""
+        with self._lock:
+            going = not self._ending
+            self._reading += going
+        if not going:
+            yield False
+            return
+        try:
+            yield True
         finally:
             with self._lock:
                 self._reading -= 1
@@ -337,11 +403,13 @@ class ArrayRecordFormat(RecordFormat):
 
     A file's records are numbered, so its "offsets" are record numbers: its index
     (:meth:`index`) is built from its record count alone, with nothing read or kept,
-    and :meth:`records_from` starts at any record. The orders then read it as they read
-    an uncompressed TFRecord file: the global order a block of
-    :data:`~tfr_hooks.tfrecord.formats.index.INDEX_BLOCK` records with one call, a
-    resumed pass from its record. Each call reads a batch of records by index through
-    one :func:`tf.numpy_function` (the batch, not the record, is the unit of work).
+    :meth:`records_from` starts at any record, and :meth:`records_at` reads any records
+    of several files in one call (:attr:`by_index`). So a resumed unshuffled pass
+    enters each file at its record itself, and the global order reads a window's records
+    in its order, a piece of them a call by number
+    (:mod:`~tfr_hooks.tfrecord.pipelines.orders.index_reads`): neither reads a record
+    before its position. Each call reads a batch of records by index through one
+    :func:`tf.numpy_function` (the batch, not the record, is the unit of work).
 
     No ``tf.compat.v1`` queue reads it, and no tf.data service worker can run the
     Python read; its chunks are checked by ``array_record`` itself, so there is no
@@ -351,6 +419,7 @@ class ArrayRecordFormat(RecordFormat):
     name = "ArrayRecord"
     key = "array_record"
     servable = False
+    by_index = True
 
     @classmethod
     def recognizes(cls, path: str) -> bool:
@@ -409,6 +478,21 @@ class ArrayRecordFormat(RecordFormat):
         starts = tf.data.Dataset.range(start, _NO_END, batch)
         batches = starts.map(read).take_while(lambda records: tf.size(records) > 0)
         return batches.unbatch()
+
+    def records_at(self, paths: Sequence[str], files: Any, offsets: Any) -> tf.Tensor:
+        """The records at record numbers ``offsets`` of files ``files``: one call.
+
+        One :func:`tf.numpy_function` reads the batch (each file's part in one
+        ``ArrayRecordReader.read``, the files in parallel threads, the GIL released).
+        """
+        names = tuple(paths)
+
+        def read(which: np.ndarray, records: np.ndarray) -> np.ndarray:
+            return READERS.read_at(names, which, records)
+
+        records = tf.numpy_function(read, [files, offsets], tf.string, stateful=False)
+        records.set_shape([None])
+        return records
 
     def scan(self, files: Sequence[str], compression: str, limit: int) -> Any:
         """Refused: ``array_record`` checks its own chunks, there is no damage to skip."""

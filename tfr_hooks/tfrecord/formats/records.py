@@ -54,6 +54,9 @@ class RecordFormat(abc.ABC):
     queue_readable: ClassVar[bool] = False
     #: Whether a tf.data service worker can run its reads (no Python function in them).
     servable: ClassVar[bool] = True
+    #: Whether any records are read by their number in one call (:meth:`records_at`):
+    #: a random-access format, whose index's offsets are record numbers.
+    by_index: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod
@@ -123,6 +126,36 @@ class RecordFormat(abc.ABC):
         raise ValueError(
             f"Expected a format a read can enter at a record ({self.name} files can only "
             f"be read from their start). Received: file={path!r}"
+        )
+
+    def entry(self, index: RecordIndex, record: int) -> tuple[int, int]:
+        """Where a read of ``index``'s file enters to give its record ``record`` first.
+
+        Returns:
+            ``(offset, skip)``: the offset :meth:`records_from` starts at, and the
+            records it reads there before ``record`` (to drop). By default the start of
+            the record's block, the block's records before it skipped; a format that
+            starts at any record (:attr:`by_index`) reads nothing before it.
+        """
+        if self.by_index:
+            return int(record), 0
+        return int(index.bounds[record // index.block]), record % index.block
+
+    def records_at(self, paths: Sequence[str], files: Any, offsets: Any) -> tf.Tensor:
+        """The records at ``offsets`` of files ``files`` (places in ``paths``), one read.
+
+        For a format read by index (:attr:`by_index`): its offsets are record numbers,
+        so any records, in any order, are read with one call (the batch, not the record,
+        is the unit of work). ``files`` and ``offsets`` are ``int64`` vector tensors of
+        one length.
+
+        Returns:
+            A ``tf.string`` vector of the serialized records, in the order asked.
+        """
+        del files, offsets
+        raise ValueError(
+            f"Expected a format whose records are read by their number ({self.name} "
+            f"files are read as a stream). Received: files={list(paths)[:3]!r}"
         )
 
     def scan(self, files: Sequence[str], compression: str, limit: int) -> Any:

@@ -8,8 +8,10 @@ record counts, so the state it reaches after ``records`` records is arithmetic:
 every slot holds a file) and returns, for each slot in the order the interleave visits
 them next, the file it holds and the records of that file already read, then the
 files not yet opened. A fresh interleave of those files, each entered at that record
-(a seek to its block through the record index, then fewer than 128 records skipped),
-gives the rest of the stream, record for record.
+(a seek to its block through the record index, then fewer than 128 records skipped;
+a format read by index starts at the record itself, reading nothing before it: see
+:meth:`~tfr_hooks.tfrecord.formats.records.RecordFormat.entry`), gives the rest of the
+stream, record for record.
 
 tf.data's interleave (sequential or parallel and deterministic, checked on TF 2.21 by
 the tests) visits the slots in turn; a slot whose file ends finds it out at a visit
@@ -104,10 +106,9 @@ def stream_from_position(
         indexes = [reading.index(name, compression) for name in names]
         at = interleave_state([index.count for index in indexes], reads, records)
         found = np.array([f for f, _ in at], np.int64)
-        offsets = np.array(
-            [indexes[f].bounds[start // indexes[f].block] for f, start in at], np.int64
-        )
-        skips = np.array([start % indexes[f].block for f, start in at], np.int64)
+        entered = [reading.entry(indexes[f], start) for f, start in at]
+        offsets = np.array([offset for offset, _ in entered], np.int64).reshape(-1)
+        skips = np.array([skip for _, skip in entered], np.int64).reshape(-1)
         return found, offsets, skips
 
     paths = tf.constant(names or [""], tf.string)

@@ -21,6 +21,10 @@ from ``(seed, epoch)``. It needs no buffer of the size of the data: a record ind
    epoch, so a position in the epoch maps to ``(window, offset)`` by arithmetic
    (:meth:`GlobalOrder.locate`). A read that starts at a position reads its window
    again and nothing before it.
+   A format read by index (ArrayRecord) reads a window's records in its order, a
+   piece at a time, by record number instead
+   (:mod:`~tfr_hooks.tfrecord.pipelines.orders.index_reads`): nothing before the
+   position, and the first batch after one read.
 4. **Workers.** With ``shard=(i, n)`` worker ``i`` takes the positions ``i, i+n, ...`` of
    the epoch's block order and the short blocks ``i, i+n, ...``: the shares are disjoint
    and together cover the data. Shares differ by at most one block and one short block
@@ -51,7 +55,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,11 +78,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_WINDOW", "GlobalOrder", "GlobalShuffleOrder", "global_windows", "worker_index"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "READ_PIECE",
+    "GlobalOrder",
+    "GlobalShuffleOrder",
+    "global_windows",
+    "worker_index",
+]
 
 #: Records a window holds by default (256 blocks of 128).
 DEFAULT_WINDOW = 32_768
 _UNIT_READS = 8  # blocks of a window read at once
+#: Records a call reads, of a format read by index (:meth:`GlobalOrder.pieces_of`).
+READ_PIECE = 256
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -322,15 +335,51 @@ class GlobalOrder:
             (tf.gather(names, files), offsets, counts, nbytes)
         )
 
-    def _mix(self, window: Any, epoch: Any, records: tf.Tensor, begin: Any) -> tf.Tensor:
-        """The records of a window, in the window's order for ``epoch``, from ``begin``."""
+    def window_order(self, window: Any, epoch: Any, size: Any, begin: Any = 0) -> tf.Tensor:
+        """Window ``window``'s order for ``epoch``: places in its ``size`` records, from ``begin``.
+
+        (An ``int64`` vector.)
+        """
         worker, count = self.shard
-        size = tf.shape(records, out_type=tf.int64)[0]
         key = self._key(epoch, 1 + tf.cast(window, tf.int64) * count + worker)
         order = tf.random.experimental.index_shuffle(
             tf.range(size, dtype=tf.int64), key, tf.maximum(size - 1, 0)
         )
-        return tf.gather(records, order[begin:])
+        return order[begin:]
+
+    def _mix(self, window: Any, epoch: Any, records: tf.Tensor, begin: Any) -> tf.Tensor:
+        """The records of a window, in the window's order for ``epoch``, from ``begin``."""
+        size = tf.shape(records, out_type=tf.int64)[0]
+        return tf.gather(records, self.window_order(window, epoch, size, begin))
+
+    def entry(self, start: Any) -> tuple[tf.Tensor, tf.Tensor] | None:
+        """``(window, offset in it)`` of ``start`` as tensors; ``None`` past the epoch."""
+        if not isinstance(start, (int, np.integer)):
+            return self.locate_tensor(start)
+        window, begin = self.locate(int(start))
+        if window >= self.windows:
+            return None
+        return tf.constant(window, tf.int64), tf.constant(begin, tf.int64)
+
+    def pieces_of(
+        self, epoch: Any = 0, *, start: Any = 0, piece: int = READ_PIECE
+    ) -> tf.data.Dataset:
+        """This worker's records of ``epoch`` from position ``start``, as vectors.
+
+        The records and order of :meth:`windows_of`. For a format read by index
+        (:attr:`~tfr_hooks.tfrecord.formats.records.RecordFormat.by_index`), each vector
+        is ``piece`` records of a window's order read by their numbers in one call
+        (:meth:`~tfr_hooks.tfrecord.formats.records.RecordFormat.records_at`), several
+        calls ahead: the first batch is served after one read instead of a window's,
+        and a pass entered at a position reads nothing before it. Other formats give
+        whole windows (:meth:`windows_of`).
+        """
+        piece = _check_int("piece", piece, 1)
+        if not self.reading.by_index:
+            return self.windows_of(epoch, start=start)
+        from tfr_hooks.tfrecord.pipelines.orders.index_reads import index_pieces
+
+        return index_pieces(self, epoch, start=start, piece=piece)
 
     def windows_of(self, epoch: Any = 0, *, start: Any = 0) -> tf.data.Dataset:
         """This worker's windows of ``epoch`` from position ``start``: one vector each.
@@ -340,13 +389,10 @@ class GlobalOrder:
         with one seek, and cut into windows by their known sizes. ``start`` may be an
         ``int64`` scalar tensor (read when the pass starts: a resumed pass's position).
         """
-        if isinstance(start, (int, np.integer)):
-            window_int, begin_int = self.locate(int(start))
-            if window_int >= self.windows:
-                return tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
-            window, begin = tf.constant(window_int, tf.int64), tf.constant(begin_int, tf.int64)
-        else:
-            window, begin = self.locate_tensor(start)
+        entry = self.entry(start)
+        if entry is None:
+            return tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
+        window, begin = entry
         windows = tf.data.Dataset.range(window, self.windows)
         units = windows.flat_map(lambda w: self._units(w, epoch))
         # a block is one element: its records batched inside its own reader, so the
@@ -379,9 +425,10 @@ class GlobalOrder:
             epoch: The epoch (an integer, or an ``int64`` scalar tensor).
             start: The position in the epoch to start at (records this worker already
                 read this epoch; an integer or an ``int64`` scalar tensor): its window
-                is read again, nothing before it.
+                is read again, nothing before it (for a format read by index, the
+                window's records from ``start`` on only).
         """
-        return self.windows_of(epoch, start=start).unbatch()
+        return self.pieces_of(epoch, start=start).unbatch()
 
     def batches(
         self, batch_size: int, epoch: Any = 0, *, start: int = 0, drop_remainder: bool = False
@@ -392,9 +439,7 @@ class GlobalOrder:
         faster than ``records(...).batch(batch_size)``; the same batches.
         """
         batch_size = _check_int("batch_size", batch_size, 1)
-        return self.windows_of(epoch, start=start).rebatch(
-            batch_size, drop_remainder=drop_remainder
-        )
+        return self.pieces_of(epoch, start=start).rebatch(batch_size, drop_remainder=drop_remainder)
 
 
 def global_windows(
@@ -404,7 +449,11 @@ def global_windows(
     window: int = DEFAULT_WINDOW,
     position: ReadPosition | None = None,
 ) -> tf.data.Dataset:
-    """Windows of serialized records in the global order (``shuffle="global"``): vectors.
+    """Serialized records in the global order (``shuffle="global"``): vectors.
+
+    Whole windows, or for a format read by index (ArrayRecord) pieces of a window's
+    order read by record number, at least :data:`READ_PIECE` records and a batch each
+    (:meth:`GlobalOrder.pieces_of`).
 
     Every new iterator (in graph mode, every initialization of one) reads the next
     ``num_epochs`` epochs of :class:`GlobalOrder`: eagerly, a
@@ -434,9 +483,10 @@ def global_windows(
         ValueError: The files are compressed (naming ``shuffle``).
     """
     order = _global_order(plan, options, window)
+    piece = max(READ_PIECE, options.batch_size)
     if position is not None:
-        return position.start().flat_map(lambda e, r: order.windows_of(e, start=r))
-    return _epoch_windows(order, options)
+        return position.start().flat_map(lambda e, r: order.pieces_of(e, start=r, piece=piece))
+    return _epoch_windows(order, options, lambda e: order.pieces_of(e, piece=piece))
 
 
 def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
@@ -464,8 +514,15 @@ def _global_order(plan: Plan, options: ReadOptions, window: int) -> GlobalOrder:
     )
 
 
-def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
-    """The windows of ``num_epochs`` epochs of ``order`` each new iterator reads."""
+def _epoch_windows(
+    order: GlobalOrder,
+    options: ReadOptions,
+    read: Callable[[Any], tf.data.Dataset] | None = None,
+) -> tf.data.Dataset:
+    """The windows of ``num_epochs`` epochs of ``order`` each new iterator reads.
+
+    ``read``: an epoch's vectors (default: its windows, :meth:`GlobalOrder.windows_of`).
+    """
     seed = order.seed
     num_epochs = options.num_epochs
     span = num_epochs if num_epochs is not None else 1 << 40
@@ -479,7 +536,7 @@ def _epoch_windows(order: GlobalOrder, options: ReadOptions) -> tf.data.Dataset:
         drawn = tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=seed)
         passes = tf.data.Dataset.from_tensors(drawn)
     epochs = passes.flat_map(lambda p: tf.data.Dataset.range(span).map(lambda k: p * span + k))
-    return epochs.flat_map(order.windows_of)
+    return epochs.flat_map(order.windows_of if read is None else read)
 
 
 def _global_packed(
