@@ -19,11 +19,12 @@ __all__ = ["arrayrecord_lines", "arrayrecord_targets"]
 #: (row, what it reads) in the report's order
 ROW_NAMES = {
     "ours_array_record": 'tfr_hooks, ArrayRecord, `shuffle="global"`: each window\'s '
-    "records read in its order by record number, 256 a call, calls in flight "
+    "records read in its order by record number, 2,048 a call, calls in flight "
     "(orders/index_reads.py), parsed",
     "grain_best": "Grain's best read of the same files, raw: {variant}",
     "ceiling": "`ArrayRecordDataSource.__getitems__` of the same shuffled indices, batch "
     "256, one call after the other, raw (the ceiling)",
+    "ceiling_piece": "the same, 2,048 indices a call, our read's size (not a target)",
     "ours_tfrecord": 'tfr_hooks, TFRecord, `shuffle="global"`, parsed',
 }
 
@@ -81,7 +82,7 @@ def arrayrecord_lines(result: Mapping[str, Any]) -> list[str]:
         "## ArrayRecord (issue 55): a global-shuffled read of the same records",
         "",
         f"Examples/s over the same first {block['examples']:,} examples of the epoch for "
-        f"every row, from a new reader (files opened, its start counted), batch "
+        f"every row, from a new reader's first batch (built before the clock), batch "
         f"{block['batch_size']}, seed 3, median of paired rounds in one process "
         "(bench/arrayrecord_rows.py).",
         "",

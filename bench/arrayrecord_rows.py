@@ -2,13 +2,14 @@
 
 Measured in the positions suite's process (bench/positions.py), on the same records it
 converts to ArrayRecord for Grain (``group_size:1``), batch 256, seed 3: examples/s over
-the same first ``examples`` of the epoch for every row (each reader new: files opened,
-pipeline built, its start counted), in paired rounds (every other round in reverse):
+the same first ``examples`` of the epoch for every row, each a new reader (files opened
+and pipeline built before the clock starts; its first batch's reads, the global order's
+first window included, timed), in paired rounds (every other round in reverse):
 
 - **ours, ArrayRecord**: the pipeline, ``tfrecord.dataset(ar_files, 256,
   shuffle="global", seed=3)``: the global order over ArrayRecord files through the
-  record seam, each window's records read in the window's order by record number, 256 a
-  call in one ``tf.numpy_function`` with calls in flight
+  record seam, each window's records read in the window's order by record number, 2,048
+  a call in one ``tf.numpy_function`` with calls in flight
   (``tfr_hooks/tfrecord/pipelines/orders/index_reads.py``), parsed a batch at a time;
 - **Grain's best**: the variant of Grain's read that was fastest in the positions
   suite's Grain rows (``grain_rows``), read again here, paired with ours, over the same
@@ -16,6 +17,8 @@ pipeline built, its start counted), in paired rounds (every other round in rever
 - **the ceiling**: ``ArrayRecordDataSource.__getitems__`` of the same shuffled indices in
   the same batches, one call after the other, raw records (array_record's own random
   reads, what no reader built on it can beat in one thread);
+- **the ceiling at our read size** (not a target): the same, ``READ_PIECE`` (2,048)
+  indices a call, the size of our reads;
 - **ours, TFRecord**: ``tfrecord.dataset(files, 256, shuffle="global", seed=3)`` on the
   TFRecord files of the same records, parsed.
 
@@ -41,7 +44,7 @@ __all__ = ["ROWS", "arrayrecord_rows"]
 BATCH = 256
 SEED = 3
 #: the rows, in the order they are reported (``grain_best`` when Grain is installed)
-ROWS = ("ours_array_record", "grain_best", "ceiling", "ours_tfrecord")
+ROWS = ("ours_array_record", "grain_best", "ceiling", "ceiling_piece", "ours_tfrecord")
 
 
 def _rate(batches: Iterable[Any], limit: int) -> tuple[float, int]:
@@ -73,6 +76,7 @@ def _readers(
 
     from tfr_hooks import tfrecord
     from tfr_hooks.tfrecord.formats.arrayrecord import ArrayRecordFiles
+    from tfr_hooks.tfrecord.pipelines.orders.global_order import READ_PIECE
 
     total = len(ArrayRecordFiles(ar_files))
     seed = tf.constant([SEED, 0], tf.int64)
@@ -80,14 +84,16 @@ def _readers(
         tf.range(total, dtype=tf.int64), seed, total - 1
     ).numpy()
 
-    def ours_array_record() -> Iterable[Any]:  # a new reader: its first window included
+    def ours_array_record() -> Iterable[Any]:  # a new reader: its start included
         data = tfrecord.dataset(ar_files, BATCH, shuffle="global", seed=SEED)
         return (b["id"] for b in data)
 
-    def ceiling() -> Iterable[Any]:
-        source = ArrayRecordDataSource(ar_files)
-        for start in range(0, total - BATCH + 1, BATCH):
-            yield source.__getitems__(order[start : start + BATCH].tolist())
+    def ceiling(size: int = BATCH) -> Iterable[Any]:
+        source = ArrayRecordDataSource(ar_files)  # opened before the clock, as the others
+        return (
+            source.__getitems__(order[start : start + size].tolist())
+            for start in range(0, total - size + 1, size)
+        )
 
     def ours_tfrecord() -> Iterable[Any]:
         data = tfrecord.dataset(tf_files, BATCH, shuffle="global", seed=SEED)
@@ -96,6 +102,7 @@ def _readers(
     readers = {
         "ours_array_record": ours_array_record,
         "ceiling": ceiling,
+        "ceiling_piece": lambda: ceiling(READ_PIECE),
         "ours_tfrecord": ours_tfrecord,
     }
     if grain_variant is not None:

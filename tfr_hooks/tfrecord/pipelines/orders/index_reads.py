@@ -26,7 +26,7 @@ import tensorflow as tf
 if TYPE_CHECKING:
     from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalOrder
 
-__all__ = ["PIECE_READS", "index_pieces", "window_keys"]
+__all__ = ["PIECE_READS", "read_pieces", "window_entries", "window_keys"]
 
 #: Calls of a piece each in flight (their reads release the GIL).
 PIECE_READS = 4
@@ -49,31 +49,46 @@ def window_keys(
     return tf.gather(files, rows), tf.gather(offsets, rows) + within
 
 
-def index_pieces(
-    order: GlobalOrder, epoch: Any = 0, *, start: Any = 0, piece: int
-) -> tf.data.Dataset:
-    """``order``'s records of ``epoch`` from position ``start``: vectors of ``piece``.
+def window_entries(order: GlobalOrder, epoch: Any = 0, start: Any = 0) -> tf.data.Dataset:
+    """The windows ``order`` reads of ``epoch`` from position ``start``.
+
+    Returns:
+        ``(epoch, window, begin)`` triples (``int64`` scalars): each window from the one
+        holding ``start``, the first from ``start``'s place in it, the others whole;
+        none past the epoch's end.
+    """
+    entry = order.entry(start)
+    if entry is None:  # past the epoch's end: no window
+        entry = tf.constant(order.windows, tf.int64), tf.constant(0, tf.int64)
+    window, begin = entry
+    epoch = tf.cast(epoch, tf.int64)
+    return tf.data.Dataset.range(window, order.windows).map(
+        tf.autograph.experimental.do_not_convert(
+            lambda w: (epoch, w, tf.where(tf.equal(w, window), begin, 0))
+        )
+    )
+
+
+def read_pieces(order: GlobalOrder, entries: tf.data.Dataset, *, piece: int) -> tf.data.Dataset:
+    """The records of the windows ``entries`` names, in their order: vectors of ``piece``.
+
+    One function a stage, instantiated once (not a dataset a window): each window's
+    keys (:func:`window_keys`), cut into pieces of ``piece`` records across the windows
+    (and epochs), each piece read with one call, :data:`PIECE_READS` calls in flight.
 
     Args:
         order: A global order over files of a format read by index.
-        epoch: The epoch (an integer or an ``int64`` scalar tensor).
-        start: The position in the epoch (an integer or an ``int64`` scalar tensor).
-        piece: Records a call reads (the last of a window reads what is left).
+        entries: ``(epoch, window, begin)`` triples (:func:`window_entries`).
+        piece: Records a call reads (the last one reads what is left).
     """
-    entry = order.entry(start)
-    if entry is None:
-        return tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
-    window, begin = entry
-
-    def keys_of(w: Any) -> tf.data.Dataset:
-        files, records = window_keys(order, w, epoch, tf.where(tf.equal(w, window), begin, 0))
-        at = tf.data.Dataset.range(0, tf.size(files, out_type=tf.int64), piece)
-        return at.map(lambda i: (files[i : i + piece], records[i : i + piece]))
-
-    keys = tf.data.Dataset.range(window, order.windows).flat_map(keys_of)
+    keys = entries.map(
+        tf.autograph.experimental.do_not_convert(lambda e, w, b: window_keys(order, w, e, b))
+    ).rebatch(piece)
     names, reading = [index.file for index in order.indexes], order.reading
     return keys.map(
-        lambda files, records: reading.records_at(names, files, records),
+        tf.autograph.experimental.do_not_convert(
+            lambda files, records: reading.records_at(names, files, records)
+        ),
         num_parallel_calls=PIECE_READS,
         deterministic=True,
     ).prefetch(PIECE_READS)
