@@ -19,12 +19,13 @@ The records, and their order, are those of ``GlobalOrder.windows_of``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tensorflow as tf
 
-if TYPE_CHECKING:
-    from tfr_hooks.tfrecord.pipelines.orders.global_order import GlobalOrder
+#: A :class:`~tfr_hooks.tfrecord.pipelines.orders.global_order.GlobalOrder` (which
+#: imports this module: not imported here, even for typing, to keep the modules acyclic).
+GlobalOrder = Any
 
 __all__ = ["PIECE_READS", "read_pieces", "window_entries", "window_keys"]
 
