@@ -81,23 +81,26 @@ def arrayrecord_lines(result: Mapping[str, Any]) -> list[str]:
         "",
         "## ArrayRecord (issue 55): a global-shuffled read of the same records",
         "",
-        f"Examples/s over the same first {block['examples']:,} examples of the epoch for "
+        f"Examples/s over the same first {block['examples']:,} examples of the epoch (or "
+        "the whole epoch, when shorter: the last column) for "
         f"every row, from a new reader's first batch (built before the clock), batch "
         f"{block['batch_size']}, seed 3, median of paired rounds in one process "
         "(bench/arrayrecord_rows.py).",
         "",
-        "| read | examples/s (median) | runs |",
-        "|---|---:|---|",
+        "| read | examples/s (median) | runs | examples read |",
+        "|---|---:|---|---:|",
     ]
+    read = block.get("examples_read", {})
     for name, text in ROW_NAMES.items():
         if name not in block["examples_per_sec"]:
             continue
         text = text.format(variant=block.get("grain_variant", "?"))
         runs = ", ".join(f"{r:,.0f}" for r in block["runs"][name])
-        lines.append(f"| {text} | {block['examples_per_sec'][name]:,.0f} | {runs} |")
+        count = f"{read[name]:,}" if name in read else "-"
+        lines.append(f"| {text} | {block['examples_per_sec'][name]:,.0f} | {runs} | {count} |")
     grain = _grain_best(result)
     if grain is not None and "grain_best" not in block["examples_per_sec"]:
-        lines.append(f"| Grain's best: {grain[0]}, raw | {grain[1]:,.0f} | (above) |")
+        lines.append(f"| Grain's best: {grain[0]}, raw | {grain[1]:,.0f} | (above) | - |")
     lines += ["", "| target | value | needed | met |", "|---|---|---|---|"]
     met = {True: "met", False: "**missed**", None: "not measured"}
     lines += [
