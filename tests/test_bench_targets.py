@@ -222,3 +222,67 @@ def test_arrayrecord_targets_read_grains_best_and_the_ceiling_of_the_same_run() 
     assert "| ArrayRecord, global shuffle: ours / Grain's best (examples/s) | 2.25x" in lines
     not_run = arrayrecord_report.arrayrecord_lines({"arrayrecord": {"error": "ImportError: x"}})
     assert not_run[-1] == "Not measured (ImportError: x)."
+
+
+def _mixture_result(
+    ours: float, single: float, error: float = 0.001, resume_90: float = 0.5
+) -> dict[str, object]:
+    runs = {
+        "mixture": [ours],
+        "single_global": [single],
+        "sample_from_datasets": [30_000.0],
+        "grain_mix: per record": [1_000.0],
+        "grain_mix: batched": [20_000.0],
+    }
+    rates = {name: values[0] for name, values in runs.items()}
+    rates["grain_mix"] = 20_000.0
+    checkpoint = {"bytes": 300, "restore_seconds": 0.4}
+    return {
+        "mixture": {
+            "data": {"records": 420, "sizes": {"web": 300, "books": 100, "code": 20}, "bytes": 1e6},
+            "weights": {"web": 0.5, "books": 0.3, "code": 0.2},
+            "batch_size": 256,
+            "examples": 420,
+            "peer_examples": 420,
+            "rounds": 1,
+            "grain_error": None,
+            "runs": runs,
+            "examples_read": {name: 420 for name in runs},
+            "ratios": [ours / single],
+            "ratio_single_global": ours / single,
+            "grain_best": "grain_mix: batched",
+            "examples_per_sec": rates,
+            "checkpoint": {
+                "examples": 256,
+                "sample_from_datasets": {"bytes": 2_700_000, "restore_seconds": 0.3},
+                "mixture": checkpoint,
+                "grain_mix": {"bytes": 40, "restore_seconds": 0.2},
+            },
+            "resume_seconds": {"0.1": 0.4, "0.9": resume_90},
+            "share_error": {"mixture": error, "sample_from_datasets": 0.011, "grain_mix": 0.0001},
+        }
+    }
+
+
+@pytest.mark.usefixtures("bench")
+def test_mixture_targets_read_the_paired_ratio_the_peers_shares_and_the_resume() -> None:
+    # issue 54: >= 0.9x the single-source global read, 5x sample_from_datasets, 10x
+    # Grain's mix, share error <= 0.005 a 10k window, resume at 90% <= 10% + 1 s, <= 1 KB
+    sys.modules.pop("mixture_report", None)
+    import mixture_report
+
+    met = mixture_report.mixture_targets(_mixture_result(300_000, 320_000))
+    assert [t.met for t in met] == [True] * 6
+    assert met[0].value.startswith("0.94x") and met[1].value == "10.0x"
+    assert met[2].value == "15.0x"
+    missed = mixture_report.mixture_targets(
+        _mixture_result(150_000, 300_000, error=0.011, resume_90=2.0)
+    )
+    assert [t.met for t in missed] == [False, True, False, False, False, True]
+    lines = "\n".join(mixture_report.mixture_lines(_mixture_result(300_000, 320_000)))
+    assert "## Mixtures (issue 54)" in lines
+    assert "| batched (best) | 420 | 20,000 |" in lines
+    assert '| mixture / single-source `shuffle="global"` read' in lines
+    assert lines.count("| met |") == 6
+    not_run = mixture_report.mixture_lines({"mixture": {"error": "ImportError: x"}})
+    assert not_run[-1] == "Not measured (ImportError: x)."
