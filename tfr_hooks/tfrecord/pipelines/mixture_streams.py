@@ -10,7 +10,8 @@ mixed by the closed-form source of each position:
 - :func:`interleave`: a record at a time (``choose_from_datasets``), from any position;
 - :func:`mixed_batches`: a batch at a time, each source's vectors cut into the batches'
   counts (``rebatch``, the counts repeating every few batches) and put in order by one
-  gather, with no per-record step; from a position in the last stretch.
+  ``tf.dynamic_stitch`` a feature, with no per-record step; from a position in the last
+  stretch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.formats.index import RecordIndex
@@ -83,7 +85,7 @@ def mixed_batches(
     The positions are taken in chunks of about ``chunk`` (whole batches): each source's
     stream of record vectors is cut into the chunks' counts (``Dataset.rebatch`` with
     the cycle of :meth:`MixtureOrder.batch_counts`), each chunk put in its positions'
-    order by one gather, and the chunks cut into batches: no per-record step, and the
+    order by one stitch, and the chunks cut into batches: no per-record step, and the
     per-chunk work shared by its batches. The same elements as
     ``interleave(...).batch(batch_size)``, much faster.
 
@@ -103,18 +105,41 @@ def mixed_batches(
     # each source cut and read ahead on its own, so the sources are read in parallel
     cut = tuple(vectors[i].rebatch(tf.constant(counts[:, i], tf.int64)).prefetch(2) for i in drawn)
     firsts = tf.data.Dataset.range(start, 1 << 62, size)
-    n_sources = len(order.names)
-
-    def assemble(first: tf.Tensor, *parts: tf.Tensor) -> tf.Tensor:
-        source, n = order.draw_numbers(first + tf.range(size, dtype=tf.int64))
-        base = tf.math.unsorted_segment_min(n, source, n_sources)
-        sizes = tf.math.bincount(source, minlength=n_sources, dtype=tf.int64)
-        offsets = tf.cumsum(sizes, exclusive=True)
-        index = tf.gather(offsets, source) + n - tf.gather(base, source)
-        return tf.gather(tf.concat(parts, 0), index)
-
+    assemble = _stitcher(order, size, 1 << 62, drawn)
     chunks = tf.data.Dataset.zip((firsts, *cut)).map(assemble)
     return chunks if size == batch_size else chunks.rebatch(batch_size)
+
+
+def _stitcher(order: MixtureOrder, size: int, end: Any, drawn: Sequence[int]) -> Callable[..., Any]:
+    """The map putting a chunk's parts (one a source of ``drawn``) in its positions' order.
+
+    A chunk of ``size`` positions from ``first`` (in the last stretch) takes its draws
+    of source ``drawn[j]`` from part ``j``, in order. Which source each position holds
+    repeats every period of the last stretch's interleave: one gather from its table,
+    then each source's positions (``tf.where``) and one ``tf.dynamic_stitch`` a
+    feature, a single copy (a ragged or sparse feature: one gather from the parts put
+    end to end). The chunk is cut at ``end``.
+    """
+    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    ids = np.array([order.names.index(name) for name in last.names], np.int64)
+    table = ids[inter.table]  # the source (an index of ``order.names``) of a period's positions
+
+    def assemble(first: tf.Tensor, *parts: Any) -> Any:
+        local = (first - last.start + tf.range(size, dtype=tf.int64)) % inter.period
+        source = tf.gather(tf.constant(table, tf.int64), local)
+        where = [tf.cast(tf.where(tf.equal(source, i))[:, 0], tf.int32) for i in drawn]
+        keep = tf.minimum(tf.cast(end, tf.int64) - first, size)
+
+        def stitch(*xs: Any) -> Any:
+            if all(isinstance(x, tf.Tensor) for x in xs):
+                return tf.dynamic_stitch(where, list(xs))[:keep]
+            # the position of each part's elements once the parts are put end to end
+            index = tf.dynamic_stitch(where, tf.split(tf.range(size), [tf.size(w) for w in where]))
+            return tf.gather(tf.concat(xs, 0), index[:keep])
+
+        return tf.nest.map_structure(stitch, *parts)
+
+    return assemble
 
 
 def source_windows(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
@@ -122,11 +147,13 @@ def source_windows(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
 
     As vectors: its windows, the first from ``at``.
 
-    Its epochs follow one another, each in its own order; the stream never ends.
+    Its epochs follow one another, each in its own order; the stream never ends. A
+    window is read ahead across an epoch's end too (a small source ends its epochs
+    often, and the mix would wait for the next one's first window).
     """
     first = order.windows_of(epoch, start=at)
     later = tf.data.Dataset.range(epoch + 1, 1 << 62)
-    return first.concatenate(later.flat_map(lambda e: order.windows_of(e)))
+    return first.concatenate(later.flat_map(lambda e: order.windows_of(e))).prefetch(1)
 
 
 def source_stream(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
@@ -223,6 +250,7 @@ def mixed_from(
     *,
     drop_remainder: bool = False,
     chunk: int = CHUNK,
+    calls: int = 1,
 ) -> tf.data.Dataset:
     """The mixed stream of positions ``[start, stop)`` in batches, from a tensor start.
 
@@ -231,7 +259,8 @@ def mixed_from(
     iterator), in the last stretch. Each source's stream is ``streams(name, epoch, at)``:
     vectors of the source's draws from position ``at`` of its ``epoch`` on (serialized
     records, or any structure of tensors with a batch dimension: a source's parsed and
-    mapped examples), mixed by one gather a chunk of about ``chunk`` positions.
+    mapped examples), mixed by one stitch a chunk of about ``chunk`` positions (``calls``
+    chunks at once, in order).
 
     Args:
         order: The mixture's order.
@@ -241,6 +270,7 @@ def mixed_from(
         batch_size: Positions a batch.
         drop_remainder: Whether to drop a last batch shorter than ``batch_size``.
         chunk: Positions assembled at once (rounded down to whole batches).
+        calls: Chunks assembled in parallel (in order).
     """
     size = batch_size * max(1, chunk // batch_size)
     last, inter = order.state.stretches[-1], order.state._interleaves[-1]
@@ -259,16 +289,8 @@ def mixed_from(
     )
     end = (1 << 62) if stop is None else stop
     firsts = tf.data.Dataset.range(start, end, size)
-    n_sources = len(order.names)
-
-    def assemble(first: tf.Tensor, *parts: Any) -> Any:
-        source, n = order.draw_numbers(first + tf.range(size, dtype=tf.int64))
-        base = tf.math.unsorted_segment_min(n, source, n_sources)
-        counted = tf.math.bincount(source, minlength=n_sources, dtype=tf.int64)
-        offsets = tf.cumsum(counted, exclusive=True)
-        index = tf.gather(offsets, source) + n - tf.gather(base, source)
-        keep = tf.minimum(tf.cast(end, tf.int64) - first, size)
-        return tf.nest.map_structure(lambda *xs: tf.gather(tf.concat(xs, 0), index[:keep]), *parts)
-
-    chunks = tf.data.Dataset.zip((firsts, *cut)).map(assemble)
+    ids = [order.names.index(last.names[j]) for j in drawn]
+    chunks = tf.data.Dataset.zip((firsts, *cut)).map(
+        _stitcher(order, size, end, ids), num_parallel_calls=calls, deterministic=True
+    )
     return chunks.rebatch(batch_size, drop_remainder=drop_remainder)

@@ -6,7 +6,7 @@ global position comes from, and which draw of it, is the closed-form interleave 
 :mod:`~tfr_hooks.tfrecord.pipelines.mixture`; each source is read in its own global order
 (seeded with its name), its epochs one after another
 (:func:`~tfr_hooks.tfrecord.pipelines.mixture_streams.source_windows`), and the streams are
-mixed a chunk of positions at a time by one gather
+mixed a chunk of positions at a time by one stitch
 (:func:`~tfr_hooks.tfrecord.pipelines.mixture_streams.mixed_from`).
 
 **An epoch of a mixture** is ``E`` global positions, the sum of its sources' records
@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.task import current_task
+from tfr_hooks.tfrecord.pipelines.memory.serve import PARALLEL_CALLS
 from tfr_hooks.tfrecord.pipelines.mixture import MixtureOrder, MixtureState, source_seed
 from tfr_hooks.tfrecord.pipelines.mixture_sources import initial_state, source_map_fns
 from tfr_hooks.tfrecord.pipelines.mixture_streams import mixed_from, source_windows
@@ -118,8 +119,14 @@ class MixtureShuffleOrder(Order):
 
         return kind is PipelineKind.STREAMED
 
-    def _streams(self, plan: Plan, order: MixtureOrder, options: ReadOptions) -> Any:
-        """``streams(name, epoch, at)`` for :func:`mixed_from`: parsed, mapped when asked."""
+    def _streams(self, plan: Plan, order: MixtureOrder, options: ReadOptions, calls: int) -> Any:
+        """``streams(name, epoch, at)`` for :func:`mixed_from`: parsed, mapped when asked.
+
+        Each source's windows are parsed (and mapped) by a map of ``calls`` parallel
+        calls, in order: the next windows are parsed while the mix reads the last one,
+        as the single-source global read parses its windows, instead of the mix waiting
+        for a window's parse each time a source's window ends.
+        """
         orders = {
             name: GlobalOrder(
                 file_indexes(part.records),
@@ -133,10 +140,14 @@ class MixtureShuffleOrder(Order):
 
         def stream(name: str, epoch: Any, at: Any) -> tf.data.Dataset:
             part = plan.parts[name]
-            windows = source_windows(orders[name], epoch, at).map(part.parse_batch)
+            windows = source_windows(orders[name], epoch, at).map(
+                part.parse_batch, num_parallel_calls=calls, deterministic=True
+            )
             if map_fns is None:
                 return windows
-            mapped = windows.unbatch().map(as_dict(map_fns[name], part.names))
+            mapped = windows.unbatch().map(
+                as_dict(map_fns[name], part.names), num_parallel_calls=calls, deterministic=True
+            )
             return mapped.batch(DEFAULT_WINDOW)
 
         return stream
@@ -161,11 +172,19 @@ class MixtureShuffleOrder(Order):
         return passes.map(lambda p: (p * span, (p + 1) * span))
 
     def mixed(
-        self, plan: Plan, options: ReadOptions, position: ReadPosition | None = None
+        self,
+        plan: Plan,
+        options: ReadOptions,
+        position: ReadPosition | None = None,
+        *,
+        calls: int = PARALLEL_CALLS,
     ) -> tf.data.Dataset:
-        """The mixed batches of ``options.batch_size`` (parsed, mapped per source when asked)."""
+        """The mixed batches of ``options.batch_size`` (parsed, mapped per source when asked).
+
+        ``calls``: the parallel calls of each source's parse (and ``map_fn``).
+        """
         order = mixture_order(plan, options)
-        streams = self._streams(plan, order, options)
+        streams = self._streams(plan, order, options, calls)
         endless = options.num_epochs is None and position is None
 
         def one_pass(start: tf.Tensor, stop: tf.Tensor) -> tf.data.Dataset:
@@ -176,6 +195,7 @@ class MixtureShuffleOrder(Order):
                 None if endless else stop,
                 options.batch_size,
                 drop_remainder=options.drop_remainder,
+                calls=calls,
             )
 
         return self._passes(order, position).flat_map(one_pass)
@@ -201,5 +221,5 @@ class MixtureShuffleOrder(Order):
         position: ReadPosition | None = None,
     ) -> tf.data.Dataset:
         """The mixed batches, each source parsed (and mapped) before the mix."""
-        del reads, calls
-        return self.mixed(plan, options, position)
+        del reads
+        return self.mixed(plan, options, position, calls=calls)
