@@ -118,42 +118,56 @@ def _stitcher(order: MixtureOrder, size: int, end: Any, drawn: Sequence[int]) ->
     repeats every period of the last stretch's interleave: one gather from its table,
     then each source's positions (``tf.where``) and one ``tf.dynamic_stitch`` a
     feature, a single copy (a ragged or sparse feature: one gather from the parts put
-    end to end). The chunk is cut at ``end``.
+    end to end). The chunk is cut at ``end``, and each part at the draws it gives
+    before it.
     """
     last, inter = order.state.stretches[-1], order.state._interleaves[-1]
     ids = np.array([order.names.index(name) for name in last.names], np.int64)
     table = ids[inter.table]  # the source (an index of ``order.names``) of a period's positions
 
     def assemble(first: tf.Tensor, *parts: Any) -> Any:
-        local = (first - last.start + tf.range(size, dtype=tf.int64)) % inter.period
+        keep = tf.minimum(tf.cast(end, tf.int64) - first, size)
+        local = (first - last.start + tf.range(keep, dtype=tf.int64)) % inter.period
         source = tf.gather(tf.constant(table, tf.int64), local)
         where = [tf.cast(tf.where(tf.equal(source, i))[:, 0], tf.int32) for i in drawn]
-        keep = tf.minimum(tf.cast(end, tf.int64) - first, size)
+        drawn_here = [tf.size(w) for w in where]  # a part may hold more (a chunk cut at `end`)
 
         def stitch(*xs: Any) -> Any:
+            xs = tuple(x[:n] for x, n in zip(xs, drawn_here, strict=True))
             if all(isinstance(x, tf.Tensor) for x in xs):
-                return tf.dynamic_stitch(where, list(xs))[:keep]
+                return tf.dynamic_stitch(where, list(xs))
             # the position of each part's elements once the parts are put end to end
-            index = tf.dynamic_stitch(where, tf.split(tf.range(size), [tf.size(w) for w in where]))
-            return tf.gather(tf.concat(xs, 0), index[:keep])
+            ends = tf.split(tf.range(tf.cast(keep, tf.int32)), drawn_here)
+            index = tf.dynamic_stitch(where, ends)
+            return tf.gather(tf.concat(xs, 0), index)
 
         return tf.nest.map_structure(stitch, *parts)
 
     return assemble
 
 
-def source_windows(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
+def source_windows(order: GlobalOrder, epoch: Any, at: Any, count: Any = None) -> tf.data.Dataset:
     """A source's records in its global order from position ``at`` of ``epoch`` on.
 
-    As vectors: its windows, the first from ``at``.
-
-    Its epochs follow one another, each in its own order; the stream never ends. A
-    window is read ahead across an epoch's end too (a small source ends its epochs
-    often, and the mix would wait for the next one's first window).
+    As vectors: its windows, the first from ``at``. Its epochs follow one another, each
+    in its own order. With ``count`` (draws, an ``int64`` tensor or an integer) the
+    stream ends one window after the window holding the ``count``-th draw, so that a
+    bounded read (a pass that stops) reads and parses no window far past its end; else
+    it never ends. ``epoch``, ``at`` and ``count`` may be tensors.
     """
     first = order.windows_of(epoch, start=at)
     later = tf.data.Dataset.range(epoch + 1, 1 << 62)
-    return first.concatenate(later.flat_map(lambda e: order.windows_of(e))).prefetch(1)
+    windows = first.concatenate(later.flat_map(lambda e: order.windows_of(e)))
+    if count is None:
+        return windows
+    begin = tf.cast(epoch, tf.int64) * order.total + tf.cast(at, tf.int64)
+    end = begin + tf.maximum(tf.cast(count, tf.int64), 1) - 1  # the last draw needed
+
+    def window(draw: tf.Tensor) -> tf.Tensor:  # the window's number in the whole stream
+        return (draw // order.total) * order.windows + order.locate_tensor(draw % order.total)[0]
+
+    # one window more: a stream never ends inside the chunk holding its last draw
+    return windows.take(window(end) - window(begin) + 2)
 
 
 def source_stream(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
@@ -243,7 +257,7 @@ def last_counts(order: MixtureOrder, start: Any, size: int) -> tf.Tensor:
 
 def mixed_from(
     order: MixtureOrder,
-    streams: Callable[[str, Any, Any], tf.data.Dataset],
+    streams: Callable[[str, Any, Any, Any], tf.data.Dataset],
     start: Any,
     stop: Any,
     batch_size: int,
@@ -256,15 +270,18 @@ def mixed_from(
 
     :func:`mixed_batches` for a ``start`` (and ``stop``) that may be ``int64`` scalar
     tensors, read when a pass starts (a resumed run's position, the pass of an
-    iterator), in the last stretch. Each source's stream is ``streams(name, epoch, at)``:
-    vectors of the source's draws from position ``at`` of its ``epoch`` on (serialized
-    records, or any structure of tensors with a batch dimension: a source's parsed and
-    mapped examples), mixed by one stitch a chunk of about ``chunk`` positions (``calls``
-    chunks at once, in order).
+    iterator), in the last stretch. Each source's stream is ``streams(name, epoch, at,
+    count)``: vectors of the source's draws from position ``at`` of its ``epoch`` on
+    (serialized records, or any structure of tensors with a batch dimension: a source's
+    parsed and mapped examples), holding at least the ``count`` draws the pass makes of
+    it and ending soon after (:func:`source_windows`; ``None``: never ending), mixed by
+    one stitch a chunk of about ``chunk`` positions (``calls`` chunks at once, in
+    order).
 
     Args:
         order: The mixture's order.
-        streams: A source's stream of vectors from ``(epoch, at)``.
+        streams: A source's stream of vectors from ``(epoch, at)``, of at least ``count``
+            draws.
         start: The first global position (in the last stretch).
         stop: The position to stop at (``None``: never).
         batch_size: Positions a batch.
@@ -281,8 +298,15 @@ def mixed_from(
     )
     draws, counts = last_draws(order, start), last_counts(order, start, size)
     sizes = tf.constant(last.sizes, tf.int64)
+    # a pass that stops reads each source up to the draws it makes before the stop
+    needed = None if stop is None else last_draws(order, stop) - draws
     cut = tuple(
-        streams(last.names[j], draws[j] // sizes[j], draws[j] % sizes[j])
+        streams(
+            last.names[j],
+            draws[j] // sizes[j],
+            draws[j] % sizes[j],
+            None if needed is None else needed[j],
+        )
         .rebatch(counts[:, j])
         .prefetch(2)
         for j in drawn

@@ -120,7 +120,7 @@ class MixtureShuffleOrder(Order):
         return kind is PipelineKind.STREAMED
 
     def _streams(self, plan: Plan, order: MixtureOrder, options: ReadOptions, calls: int) -> Any:
-        """``streams(name, epoch, at)`` for :func:`mixed_from`: parsed, mapped when asked.
+        """``streams(name, epoch, at, count)`` for :func:`mixed_from`: parsed, mapped when asked.
 
         Each source's windows are parsed (and mapped) by a map of ``calls`` parallel
         calls, in order: the next windows are parsed while the mix reads the last one,
@@ -138,9 +138,9 @@ class MixtureShuffleOrder(Order):
         }
         map_fns = source_map_fns(options)
 
-        def stream(name: str, epoch: Any, at: Any) -> tf.data.Dataset:
+        def stream(name: str, epoch: Any, at: Any, count: Any) -> tf.data.Dataset:
             part = plan.parts[name]
-            windows = source_windows(orders[name], epoch, at).map(
+            windows = source_windows(orders[name], epoch, at, count).map(
                 part.parse_batch, num_parallel_calls=calls, deterministic=True
             )
             if map_fns is None:
