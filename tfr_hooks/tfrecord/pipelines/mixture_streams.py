@@ -30,11 +30,9 @@ from tfr_hooks.tfrecord.pipelines.orders.global_order import DEFAULT_WINDOW, Glo
 __all__ = [
     "CHUNK",
     "choices",
-    "global_streams",
     "interleave",
     "last_counts",
     "last_draws",
-    "mixed_batches",
     "mixed_from",
     "source_stream",
     "source_windows",
