@@ -25,14 +25,42 @@ N, BATCH, EPOCHS, SAVE_FREQ = 200, 16, 3, 4
 STEPS = -(-N // BATCH)  # 13 a pass
 
 
-def _write(root: Path) -> Path:
+def _write(root: Path, pipeline: str = "stream") -> Path:
     from tfr_hooks import tfrecord
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(N, 4)).astype(np.float32)
     y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64)
-    tfrecord.write({"id": np.arange(N), "x": x, "y": y}, root, shards=2)
+    if pipeline != "mixture":
+        tfrecord.write({"id": np.arange(N), "x": x, "y": y}, root, shards=2)
+        return root
+    # two sources at weights 0.7 and 0.3 of their sizes: each mixture epoch reads each once
+    for name, part in (("a", slice(0, 140)), ("b", slice(140, N))):
+        arrays = {"id": np.arange(N)[part], "x": x[part], "y": y[part]}
+        tfrecord.write(arrays, root / name, shards=2, compression="")
     return root
+
+
+def _train_data(data: Path, pipeline: str) -> Any:
+    from tfr_hooks import tfrecord
+
+    if pipeline == "mixture":
+        return tfrecord.dataset(
+            {"a": data / "a", "b": data / "b"},
+            BATCH,
+            weights={"a": 0.7, "b": 0.3},
+            shuffle="global",
+            seed=3,
+            as_tuple=("x", "y", "id"),
+        )
+    return tfrecord.dataset(
+        data,
+        BATCH,
+        shuffle="global" if pipeline == "memory" else 64,
+        seed=3,
+        as_tuple=("x", "y", "id"),
+        in_memory=pipeline.startswith("memory"),
+    )
 
 
 class _Crash(RuntimeError):
@@ -43,18 +71,11 @@ def _run(data: Path, backup: Path, pipeline: str, crash_at: tuple[int, int] | No
     import keras
     import tensorflow as tf
 
-    from tfr_hooks import FunctionLoop, Hook, KerasCallbacks, tfrecord
+    from tfr_hooks import FunctionLoop, Hook, KerasCallbacks
 
     # first: it sets the global seed, which the dataset's seeded shuffle also uses
     model = keras_classifier(lr=0.1, momentum=0.9)
-    train = tfrecord.dataset(
-        data,
-        BATCH,
-        shuffle="global" if pipeline == "memory" else 64,
-        seed=3,
-        as_tuple=("x", "y", "id"),
-        in_memory=pipeline.startswith("memory"),
-    )
+    train = _train_data(data, pipeline)
     model.jit_compile = False  # the step notes its ids through a py_function
     seen: list[tuple[int, int, list[int]]] = []  # (epoch, step index, ids) of trained batches
     state: list[Any] = []
@@ -87,10 +108,11 @@ def _run(data: Path, backup: Path, pipeline: str, crash_at: tuple[int, int] | No
     return seen, model, loop
 
 
-# memory-buffer: shuffle=N in memory is a buffer, which resumes as streamed (a replay)
-@pytest.mark.parametrize("pipeline", ["stream", "memory", "memory-buffer"])
+# memory-buffer: shuffle=N in memory is a buffer, which resumes as streamed (a replay);
+# mixture: two named sources at weights= (a seek of the mixture's position)
+@pytest.mark.parametrize("pipeline", ["stream", "memory", "memory-buffer", "mixture"])
 def test_batch_level_backup_resumes_at_the_next_batch(tmp_path: Path, pipeline: str) -> None:
-    data = _write(tmp_path / "data")
+    data = _write(tmp_path / "data", pipeline)
     ref_seen, ref_model, _ = _run(data, tmp_path / "ref", pipeline, None)
     assert len(ref_seen) == EPOCHS * STEPS
 

@@ -46,7 +46,7 @@ from tfr_hooks.keras_private import (
     tf_keras_restored_epoch,
 )
 from tfr_hooks.task import TaskInfo, current_task
-from tfr_hooks.tensorboard import INPUT_RUN, InputScalarWriter
+from tfr_hooks.tensorboard import INPUT_RUN, InputScalarWriter, mixture_scalars
 
 __all__ = ["KerasCallbacks"]
 
@@ -385,7 +385,8 @@ class KerasCallbacks(Hook):
         for callback in self._active:  # on a non-chief, log_dir is its temporary place
             if isinstance(callback, self._keras.callbacks.TensorBoard):
                 log_dir = os.fspath(callback.log_dir)
-                self._input_scalars.write(os.path.join(log_dir, INPUT_RUN), stats)
+                sources = mixture_scalars(self.loop.history_entries)  # a mixture's
+                self._input_scalars.write(os.path.join(log_dir, INPUT_RUN), stats, sources)
 
     def _call(self, method: str, *args: Any) -> None:
         for callback in self._active:  # the callbacks this worker runs

@@ -223,6 +223,7 @@ def mixed_from(
     *,
     drop_remainder: bool = False,
     chunk: int = CHUNK,
+    base: Any = None,
 ) -> tf.data.Dataset:
     """The mixed stream of positions ``[start, stop)`` in batches, from a tensor start.
 
@@ -241,6 +242,11 @@ def mixed_from(
         batch_size: Positions a batch.
         drop_remainder: Whether to drop a last batch shorter than ``batch_size``.
         chunk: Positions assembled at once (rounded down to whole batches).
+        base: Draws each source of the last stretch made before it, added to its own
+            (an ``int64`` vector, or ``None``: those of the state): a stretch whose
+            start and draws are read when the pass starts (a mixture reweighted at a
+            checkpoint, :class:`~tfr_hooks.tfrecord.pipelines.mixture_position.MixturePosition`),
+            given with ``start`` and ``stop`` relative to it.
     """
     size = batch_size * max(1, chunk // batch_size)
     last, inter = order.state.stretches[-1], order.state._interleaves[-1]
@@ -250,6 +256,8 @@ def mixed_from(
         key=lambda j: order.names.index(last.names[j]),
     )
     draws, counts = last_draws(order, start), last_counts(order, start, size)
+    if base is not None:  # a draw's number within a chunk is relative: only the streams move
+        draws = draws + tf.cast(base, tf.int64)
     sizes = tf.constant(last.sizes, tf.int64)
     cut = tuple(
         streams(last.names[j], draws[j] // sizes[j], draws[j] % sizes[j])
