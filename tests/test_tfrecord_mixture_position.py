@@ -80,6 +80,7 @@ def small(tmp_path_factory):
     }
 
 
+@pytest.mark.slow  # three mixed reads and two sources read alone: about 7 s of CPU
 def test_a_seek_with_a_state_of_other_weights_goes_on_where_each_source_stopped(small, caplog):
     """The position alone: a read of other weights seeks with the state saved by the first."""
     batch, stop = 40, 4  # the first read stops after 4 batches

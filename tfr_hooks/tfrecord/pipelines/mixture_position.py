@@ -188,9 +188,9 @@ class MixturePosition(ReadPosition):
                 dict(zip(now.names, self.mixture.stretches[-1].draws, strict=True)),
             )
         self.offset = at - (epoch * self.span + records)
-        self._assign(session)
+        self._put_stretch(session)
 
-    def _assign(self, session: Any) -> None:
+    def _put_stretch(self, session: Any) -> None:
         """Put the last stretch (from :attr:`mixture` and :attr:`offset`) in the variable."""
         last = self.mixture.stretches[-1]
         value = np.array([self.offset, last.start, *last.draws], np.int64)
