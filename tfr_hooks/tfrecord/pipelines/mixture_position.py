@@ -132,7 +132,7 @@ class MixturePosition(ReadPosition):
             self._stretch_in = tf.compat.v1.placeholder(tf.int64, [width], name="stretch_in")
             self._assign_stretch = self.stretch.assign(self._stretch_in)
 
-    def _take(self) -> tuple[tf.Tensor, ...]:  # type: ignore[override]
+    def _take(self) -> tuple[tf.Tensor, ...]:
         """The epoch, records and stretch now (the pass counted, the records put to 0)."""
         epoch, records = super()._take()
         with tf.control_dependencies([epoch, records]):
