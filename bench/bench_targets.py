@@ -58,6 +58,8 @@ class Target:
     threshold: float
     met: bool | None
     spread: tuple[float, float] | None = None
+    #: A paired reading's rounds, in the reading's terms (the ratio's median is theirs).
+    rounds: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.target not in LABELS:
@@ -166,7 +168,9 @@ def check_targets(tables: Sequence[Any]) -> list[Target]:
         else:
             ratio, comparison, spread = _ratio(table, a, b), f"{a} / {b}", _spread(table, a, b)
         met = None if ratio is None else ratio >= threshold
-        targets.append(Target(table.model, target, comparison, ratio, threshold, met, spread))
+        targets.append(
+            Target(table.model, target, comparison, ratio, threshold, met, spread, tuple(rounds))
+        )
 
     for t in tables:
         _auto_targets(t, targets)
@@ -199,12 +203,12 @@ def _share_targets(t: Any, targets: list[Target]) -> None:
         )
     ours, fit = t.get("function_loop_1_cb"), t.get("keras3_fit_cb")
     comparison = "function_loop_1_cb: 1 - (share in callbacks - keras3_fit_cb's)"
-    differences = paired_share_differences(ours, fit)
+    rounds = tuple(1.0 - d for d in paired_share_differences(ours, fit))
     spread = None
-    if differences:  # one process, epochs in turn
-        value = 1.0 - statistics.median(differences)
+    if rounds:  # one process, epochs in turn
+        value = statistics.median(rounds)
         comparison = f"{comparison}, median over rounds (paired)"
-        spread = median_interval([1.0 - d for d in differences])
+        spread = median_interval(rounds)
     else:
         mine = None if ours is None else ours.in_callbacks
         theirs = None if fit is None else fit.in_callbacks
@@ -218,6 +222,7 @@ def _share_targets(t: Any, targets: list[Target]) -> None:
             0.99,
             None if value is None else value >= 0.99,
             spread,
+            rounds,
         )
     )
 
@@ -310,6 +315,7 @@ def _digits_targets(t: Any, add: Any, targets: list[Target]) -> None:
                 0.99,
                 None if ratio is None else ratio >= 0.99,
                 None if row is None else median_interval(row.twin_rounds),
+                () if row is None else tuple(row.twin_rounds),
             )
         )
 

@@ -18,7 +18,14 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(BENCH))
-    for name in ("bench_configs", "bench_anchors", "bench_targets", "bench_report", "bench_turns"):
+    for name in (
+        "bench_configs",
+        "bench_anchors",
+        "bench_targets",
+        "bench_report",
+        "bench_turns",
+        "pooled_rounds",
+    ):
         sys.modules.pop(name, None)
 
 
@@ -263,3 +270,41 @@ def test_arrayrecord_targets_read_grains_best_and_the_ceiling_of_the_same_run() 
     assert "| ArrayRecord, global shuffle: ours / Grain's best (examples/s) | 2.25x" in lines
     not_run = arrayrecord_report.arrayrecord_lines({"arrayrecord": {"error": "ImportError: x"}})
     assert not_run[-1] == "Not measured (ImportError: x)."
+
+
+@pytest.mark.usefixtures("bench")
+def test_pooled_rounds_of_two_runs_decide_what_each_run_alone_leaves_to_noise(
+    tmp_path: Path,
+) -> None:
+    import pooled_rounds
+
+    # each run's 6 rounds straddle 0.97 (0.80-1.01 and 0.90-0.975), so each is left to
+    # noise; their 12 rounds' 90% interval (3rd and 10th: 0.90-0.96) lies below it
+    group = {"group": "group_graph_stream"}
+
+    def write(name: str, ratios: list[float]) -> str:
+        def runs(rates: list[float]) -> list[dict[str, object]]:
+            return [
+                _run(1.0, repeat=r, epoch_rates=rates[2 * r : 2 * r + 2], **group) for r in range(3)
+            ]
+
+        data = {
+            "meta": {"configs": ["session_loop_dataset", "bare_dataset"]},
+            "runs": {
+                "session_loop_dataset|cnn": runs([100.0 * x for x in ratios]),
+                "bare_dataset|cnn": runs([100.0] * 6),
+            },
+        }
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return str(path)
+
+    first = write("a.json", [0.80, 0.90, 0.95, 0.96, 0.96, 1.01])
+    second = write("b.json", [0.90, 0.92, 0.94, 0.95, 0.96, 0.975])
+    for alone in (first, second):
+        [reading] = pooled_rounds.pool([alone])
+        assert reading.verdict == "crosses"
+    [pooled] = pooled_rounds.pool([first, second])
+    assert pooled.comparison == "session_loop_dataset / bare_dataset (paired)"
+    assert (pooled.runs, len(pooled.rounds)) == (2, 12)
+    assert pooled.median == pytest.approx(0.95) and pooled.verdict == "missed"
