@@ -263,6 +263,7 @@ def mixed_from(
     drop_remainder: bool = False,
     chunk: int = CHUNK,
     calls: int = 1,
+    base: Any = None,
 ) -> tf.data.Dataset:
     """The mixed stream of positions ``[start, stop)`` in batches, from a tensor start.
 
@@ -286,6 +287,11 @@ def mixed_from(
         drop_remainder: Whether to drop a last batch shorter than ``batch_size``.
         chunk: Positions assembled at once (rounded down to whole batches).
         calls: Chunks assembled in parallel (in order).
+        base: Draws each source of the last stretch made before it, added to its own
+            (an ``int64`` vector, or ``None``: those of the state): a stretch whose
+            start and draws are read when the pass starts (a mixture reweighted at a
+            checkpoint, :class:`~tfr_hooks.tfrecord.pipelines.mixture_position.MixturePosition`),
+            given with ``start`` and ``stop`` relative to it.
     """
     size = batch_size * max(1, chunk // batch_size)
     last, inter = order.state.stretches[-1], order.state._interleaves[-1]
@@ -295,9 +301,11 @@ def mixed_from(
         key=lambda j: order.names.index(last.names[j]),
     )
     draws, counts = last_draws(order, start), last_counts(order, start, size)
-    sizes = tf.constant(last.sizes, tf.int64)
     # a pass that stops reads each source up to the draws it makes before the stop
     needed = None if stop is None else last_draws(order, stop) - draws
+    if base is not None:  # a draw's number within a chunk is relative: only the streams move
+        draws = draws + tf.cast(base, tf.int64)
+    sizes = tf.constant(last.sizes, tf.int64)
     cut = tuple(
         streams(
             last.names[j],

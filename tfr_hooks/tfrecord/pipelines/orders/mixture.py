@@ -18,7 +18,10 @@ pass to pass: a small source cycles and reshuffles while a large one is in its f
 epoch. ``num_epochs=None`` never ends.
 
 A pass is entered at a position by arithmetic: a resumed run seeks there (its sources'
-streams each re-read at most their window).
+streams each re-read at most their window). Its position
+(:class:`~tfr_hooks.tfrecord.pipelines.mixture_position.MixturePosition`) also holds the
+stretch the passes read: a run restarted from a checkpoint with other ``weights=`` goes
+on where each source stopped, at the new weights.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tfr_hooks.checks import expected
 from tfr_hooks.task import current_task
 from tfr_hooks.tfrecord.pipelines.memory.serve import PARALLEL_CALLS
 from tfr_hooks.tfrecord.pipelines.mixture import MixtureOrder, MixtureState, source_seed
+from tfr_hooks.tfrecord.pipelines.mixture_position import MixturePosition
 from tfr_hooks.tfrecord.pipelines.mixture_sources import initial_state, source_map_fns
 from tfr_hooks.tfrecord.pipelines.mixture_streams import mixed_from, source_windows
 from tfr_hooks.tfrecord.pipelines.orders.base import Order
@@ -81,6 +85,7 @@ class MixtureShuffleOrder(Order):
     name = "mixture"
     held = False
     shuffles = True
+    enters_any_num_epochs = True
 
     @classmethod
     def refuse(cls, options: ReadOptions) -> None:
@@ -119,6 +124,25 @@ class MixtureShuffleOrder(Order):
 
         return kind is PipelineKind.STREAMED
 
+    def new_position(
+        self, plan: Plan, *, batch_size: int, workers: int, grain: int
+    ) -> MixturePosition:
+        """A :class:`MixturePosition`: the pass's epoch and records, and its stretch."""
+        del grain  # a mixture is not bucketed
+        weights = self.options.weights
+        if weights is None:
+            raise ValueError(expected("weights", "a mapping over the plan's sources", weights))
+        sizes = {name: sum(c or 0 for c in part.counts) for name, part in plan.parts.items()}
+        epochs = self.options.num_epochs
+        return MixturePosition(
+            batch_size,
+            weights={name: float(weights[name]) for name in plan.parts},
+            sizes=sizes,
+            span=_ENDLESS if epochs is None else epochs * sum(sizes.values()),
+            workers=workers,
+            seed=self.seed,
+        )
+
     def _streams(self, plan: Plan, order: MixtureOrder, options: ReadOptions, calls: int) -> Any:
         """``streams(name, epoch, at, count)`` for :func:`mixed_from`: parsed, mapped when asked.
 
@@ -156,8 +180,12 @@ class MixtureShuffleOrder(Order):
         """``(start, stop)`` of each new iterator's pass."""
         epochs = self.options.num_epochs
         span = _ENDLESS if epochs is None else epochs * order.epoch_size
-        if position is not None:  # one epoch a pass, from the records done in it
-            return position.start().map(lambda e, r: (e * span + r, (e + 1) * span))
+        if isinstance(position, MixturePosition):  # one loop epoch a pass, in its stretch
+            # global positions: the loop's (epoch, records) and the stretch's offset
+            span = position.span
+            return position.start().map(
+                lambda e, r, s: (e * span + r + s[0], (e + 1) * span + s[0], s[1], s[2:])
+            )
         if tf.executing_eagerly():
             with tf.init_scope():
                 counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="mixture_passes")
@@ -169,7 +197,8 @@ class MixtureShuffleOrder(Order):
                 tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=order.seed)
             )
         # the stop of an endless pass is never read (mixed_from is given None)
-        return passes.map(lambda p: (p * span, (p + 1) * span))
+        draws = tf.zeros([len(order.names)], tf.int64)
+        return passes.map(lambda p: (p * span, (p + 1) * span, tf.constant(0, tf.int64), draws))
 
     def mixed(
         self,
@@ -187,15 +216,20 @@ class MixtureShuffleOrder(Order):
         streams = self._streams(plan, order, options, calls)
         endless = options.num_epochs is None and position is None
 
-        def one_pass(start: tf.Tensor, stop: tf.Tensor) -> tf.data.Dataset:
+        def one_pass(
+            start: tf.Tensor, stop: tf.Tensor, first: tf.Tensor, draws: tf.Tensor
+        ) -> tf.data.Dataset:
+            # positions in the stretch that starts at global position ``first``, where
+            # its sources had made ``draws`` (0 and none for a read that starts afresh)
             return mixed_from(
                 order,
                 streams,
-                start,
-                None if endless else stop,
+                start - first,
+                None if endless else stop - first,
                 options.batch_size,
                 drop_remainder=options.drop_remainder,
                 calls=calls,
+                base=draws,
             )
 
         return self._passes(order, position).flat_map(one_pass)
