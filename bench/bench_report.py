@@ -264,6 +264,17 @@ def _shares(row: Row) -> str:
     return f"{_pct(row.in_callbacks)} ({_pct(row.in_batch_callbacks)} in batch calls)"
 
 
+def _crossing_count(targets: Sequence[Any]) -> str:
+    """How many targets are at "no", and how many of those and of the met cross."""
+    missed = [t for t in targets if t.met is False]
+    met = [t for t in targets if t.met]
+    return (
+        f"{len(missed)} targets at no, {sum(t.crossed for t in missed)} of them with a"
+        f" spread that crosses the threshold; {len(met)} met,"
+        f" {sum(t.crossed for t in met)} of them crossing."
+    )
+
+
 def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> str:
     """The report: environment, one table per model, the targets, missing rows."""
     lines = [
@@ -347,9 +358,13 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             "Each target's anchor and the reason for its threshold: docs/benchmarks.md"
             " (Targets and their anchors). Spread: the least and the largest ratio the"
             " repeats allow (min / max, max / min), for a ratio of two rows run in"
-            " processes of their own; 'crosses' when it lies on both sides of the"
-            " threshold, where the verdict is noise's. Paired and same-run readings have"
-            " none.",
+            " processes of their own; for a paired reading (a median over rounds), an"
+            " interval that holds the median the rounds came from with a probability of"
+            " at least 90% (order statistics, any distribution: with 6 rounds the least"
+            " and the largest round); 'crosses' when it lies on both sides of the"
+            " threshold, where the verdict is noise's. Same-run shares have none.",
+            "",
+            _crossing_count(targets),
             "",
             "| model | target | ratio | value | spread | needed | met |",
             "|---|---|---|---:|---:|---:|---|",

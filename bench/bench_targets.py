@@ -6,6 +6,7 @@ threshold are listed in bench_anchors.py; :class:`Target` refuses a label not th
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,9 +18,13 @@ from bench_configs import REAL_KINDS, UNMEASURED
 __all__ = [
     "Target",
     "MEMORY_TWINS",
+    "INTERVAL_CONFIDENCE",
     "check_targets",
+    "median_interval",
     "paired_ratio",
+    "paired_rounds",
     "paired_share_difference",
+    "paired_share_differences",
     "twin_ratio",
 ]
 
@@ -40,8 +45,10 @@ class Target:
     """One target, checked on one model's medians (or on one process's paired rounds).
 
     ``spread``: for a ratio of two rows' medians, the least and the largest ratio their
-    runs allow (``min(a) / max(b)``, ``max(a) / min(b)``); ``None`` for a paired or
-    in-run reading. A spread on both sides of the threshold leaves the verdict to noise.
+    runs allow (``min(a) / max(b)``, ``max(a) / min(b)``); for a paired reading (the
+    median of rounds), the :func:`median_interval` of its rounds; ``None`` for a
+    reading of whole runs. A spread on both sides of the threshold leaves the verdict
+    to noise.
     """
 
     model: str
@@ -51,6 +58,8 @@ class Target:
     threshold: float
     met: bool | None
     spread: tuple[float, float] | None = None
+    #: A paired reading's rounds, in the reading's terms (the ratio's median is theirs).
+    rounds: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.target not in LABELS:
@@ -82,21 +91,55 @@ def _spread(table: Any, a: str, b: str) -> tuple[float, float] | None:
     return min(x.runs) / max(y.runs), max(x.runs) / min(y.runs)
 
 
-def paired_ratio(table: Any, a: str, b: str) -> float | None:
-    """The median of the rounds' ratios of ``a`` and ``b``, if they ran as one group.
+#: The confidence of a paired reading's interval (:func:`median_interval`).
+INTERVAL_CONFIDENCE = 0.9
+
+
+def median_interval(
+    values: Sequence[float], confidence: float = INTERVAL_CONFIDENCE
+) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of the rounds ``values`` came from.
+
+    The order statistics ``x_(k)`` and ``x_(n+1-k)`` of ``n`` rounds hold the true median
+    with probability ``1 - 2 P(B <= k - 1)``, ``B`` binomial(n, 1/2), whatever the
+    rounds' distribution; ``k`` is the largest whose probability is at least
+    ``confidence`` (at least 1: the least and the largest round, which hold it with
+    ``1 - 2^(1-n)``; 0.97 for 6 rounds). ``None`` for fewer than 2 rounds.
+    """
+    xs = sorted(values)
+    n = len(xs)
+    if n < 2:
+        return None
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= n - k and coverage(k + 1) >= confidence:
+        k += 1
+    return xs[k - 1], xs[n - k]
+
+
+def paired_rounds(table: Any, a: str, b: str) -> list[float]:
+    """The rounds' ratios of ``a`` and ``b``, if they ran as one group (else empty).
 
     Round ``i`` of a repeat is the two rows' ``i``-th timed epochs, which ran in one
     process within seconds of each other (bench_turns); pooled over the repeats.
     """
     x, y = table.get(a), table.get(b)
     if x is None or y is None:
-        return None
-    ratios = [
+        return []
+    return [
         p / q
         for key in x.epoch_rates.keys() & y.epoch_rates.keys()
         for p, q in zip(x.epoch_rates[key], y.epoch_rates[key], strict=False)
         if q > 0
     ]
+
+
+def paired_ratio(table: Any, a: str, b: str) -> float | None:
+    """The median of :func:`paired_rounds`, if ``a`` and ``b`` ran as one group."""
+    ratios = paired_rounds(table, a, b)
     return statistics.median(ratios) if ratios else None
 
 
@@ -118,13 +161,16 @@ def check_targets(tables: Sequence[Any]) -> list[Target]:
     targets: list[Target] = []
 
     def add(table: Any, target: str, a: str, b: str, threshold: float) -> None:
-        paired = paired_ratio(table, a, b)
-        if paired is not None:  # one process, epochs in turn: no spread to cross
-            ratio, comparison, spread = paired, f"{a} / {b} (paired)", None
+        rounds = paired_rounds(table, a, b)
+        if rounds:  # one process, epochs in turn: the interval of the rounds' median
+            ratio, comparison = statistics.median(rounds), f"{a} / {b} (paired)"
+            spread = median_interval(rounds)
         else:
             ratio, comparison, spread = _ratio(table, a, b), f"{a} / {b}", _spread(table, a, b)
         met = None if ratio is None else ratio >= threshold
-        targets.append(Target(table.model, target, comparison, ratio, threshold, met, spread))
+        targets.append(
+            Target(table.model, target, comparison, ratio, threshold, met, spread, tuple(rounds))
+        )
 
     for t in tables:
         _auto_targets(t, targets)
@@ -157,9 +203,12 @@ def _share_targets(t: Any, targets: list[Target]) -> None:
         )
     ours, fit = t.get("function_loop_1_cb"), t.get("keras3_fit_cb")
     comparison = "function_loop_1_cb: 1 - (share in callbacks - keras3_fit_cb's)"
-    value = paired_share_difference(ours, fit)
-    if value is not None:  # one process, epochs in turn
-        value, comparison = 1.0 - value, f"{comparison}, median over rounds (paired)"
+    rounds = tuple(1.0 - d for d in paired_share_differences(ours, fit))
+    spread = None
+    if rounds:  # one process, epochs in turn
+        value = statistics.median(rounds)
+        comparison = f"{comparison}, median over rounds (paired)"
+        spread = median_interval(rounds)
     else:
         mine = None if ours is None else ours.in_callbacks
         theirs = None if fit is None else fit.in_callbacks
@@ -172,12 +221,14 @@ def _share_targets(t: Any, targets: list[Target]) -> None:
             value,
             0.99,
             None if value is None else value >= 0.99,
+            spread,
+            rounds,
         )
     )
 
 
-def paired_share_difference(ours: Any, fit: Any) -> float | None:
-    """The median over rounds of ``ours``' time in the callbacks less ``fit``'s, per epoch.
+def paired_share_differences(ours: Any, fit: Any) -> list[float]:
+    """Each round's time in the callbacks of ``ours`` less ``fit``'s, a share of ``fit``'s epoch.
 
     Round ``i`` is each row's ``i``-th timed epoch of a repeat, run in one process within
     seconds of each other (bench_turns); pooled over the repeats. Both epochs have the
@@ -188,8 +239,8 @@ def paired_share_difference(ours: Any, fit: Any) -> float | None:
     save the disk made slow, on either side) decide the target.
     """
     if ours is None or fit is None:
-        return None
-    differences = [
+        return []
+    return [
         share * their_rate / rate - their_share
         for key in ours.epoch_hook_shares.keys() & fit.epoch_hook_shares.keys()
         if key in ours.epoch_rates and key in fit.epoch_rates
@@ -202,6 +253,11 @@ def paired_share_difference(ours: Any, fit: Any) -> float | None:
         )
         if rate > 0
     ]
+
+
+def paired_share_difference(ours: Any, fit: Any) -> float | None:
+    """The median of :func:`paired_share_differences` (``None`` without rounds)."""
+    differences = paired_share_differences(ours, fit)
     return statistics.median(differences) if differences else None
 
 
@@ -248,7 +304,8 @@ def _digits_targets(t: Any, add: Any, targets: list[Target]) -> None:
     _input_targets(t, add, targets)
     _memory_targets(t, targets)
     for unmeasured, measured in UNMEASURED.items():
-        ratio = twin_ratio(t.get(unmeasured))
+        row = t.get(unmeasured)
+        ratio = twin_ratio(row)
         targets.append(
             Target(
                 t.model,
@@ -257,6 +314,8 @@ def _digits_targets(t: Any, add: Any, targets: list[Target]) -> None:
                 ratio,
                 0.99,
                 None if ratio is None else ratio >= 0.99,
+                None if row is None else median_interval(row.twin_rounds),
+                () if row is None else tuple(row.twin_rounds),
             )
         )
 

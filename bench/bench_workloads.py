@@ -608,7 +608,8 @@ def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
         batches = read_batches(spec, pipeline)
         x, y = batches.tensors
         _, training, feeds = graph_training(spec.model, x, y)
-        fetch = [training.train_op, training.fetches["loss"], training.batch_size]
+        # the metrics SessionLoop reports (loss, accuracy), as a loop that reports them
+        fetch = [training.train_op, training.batch_size, *training.fetches.values()]
         with v1.Session() as session:
             _session_init(session)
             session.run(batches.initializers)
@@ -618,7 +619,7 @@ def bare_loop(spec: Spec, pipeline: str) -> dict[str, Any]:
                 for _ in range(spec.epochs + 1):
                     seen = 0
                     for _ in range(steps):
-                        seen += session.run(fetch, feeds)[2]
+                        seen += session.run(fetch, feeds)[1]
                     clock.mark(seen)
             finally:
                 coord.request_stop()

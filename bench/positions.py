@@ -35,6 +35,12 @@ written by a plain ``tf.io.TFRecordWriter``), batch 256, seed 3:
   raw records (no parse); its iterator
   state (``get_state()`` as JSON) and the seconds from a new reader (the files opened,
   the pipeline built) through ``set_state`` to its first batch.
+- **Mixtures** (issue 54, bench/mixture_rows.py): the same count of records written
+  again as 3 named sources (300 : 100 : 20), read mixed at weights 0.5, 0.3, 0.2 by
+  ``tfrecord.source({...}, 256, weights=..., shuffle="global")`` against the
+  single-source global read of those records, tf.data's ``sample_from_datasets`` and
+  Grain's ``mix``; the three mixes' checkpoints, our resume at 10% and 90%, and each
+  mix's share error per window of 10,000.
 
 Run through ``python bench/run.py --suite positions``; the report and targets are
 :mod:`positions_report`'s.
@@ -53,7 +59,7 @@ from typing import Any
 import numpy as np
 from positions_data import CLASSES, to_array_record, write_records
 
-__all__ = ["DEFAULTS", "QUICK", "measure"]
+__all__ = ["DEFAULTS", "QUICK", "measure", "mixture_result"]
 
 DEFAULTS = {"records": 2_000_000, "repeats": 3, "rounds": 2, "grain_examples": 100_000}
 QUICK = {"records": 20_000, "repeats": 1, "rounds": 1, "grain_examples": 5_000}
@@ -400,4 +406,22 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         result["arrayrecord"] = rows
     except ImportError as exc:  # the arrayrecord extra not installed
         result["arrayrecord"] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:  # issue 54: a mixture of 3 sources against tf.data's and Grain's mixes
+        result["mixture"] = mixture_result(spec)
+    except Exception as exc:  # the other rows are kept; the report names the error
+        result["mixture"] = {"error": f"{type(exc).__name__}: {exc}"}
     return result
+
+
+def mixture_result(spec: dict[str, Any]) -> dict[str, Any]:
+    """Issue 54's rows (bench/mixture_rows.py): ``records`` in 3 sources of their own."""
+    from mixture_rows import mixture_rows
+
+    return mixture_rows(
+        Path(spec["data_dir"]),
+        spec["records"],
+        peer_examples=spec["grain_examples"],
+        rounds=spec["repeats"],
+        repeats=spec["repeats"],
+        workdir=Path(spec["workdir"]),
+    )

@@ -161,6 +161,9 @@ def render_positions(result: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     from arrayrecord_report import arrayrecord_lines  # it imports PositionTarget from here
 
     lines += arrayrecord_lines(result)
+    from mixture_report import mixture_lines  # it imports PositionTarget from here
+
+    lines += mixture_lines(result)
     lines += [
         "",
         "## Targets (issue 45)",

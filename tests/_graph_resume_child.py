@@ -48,7 +48,10 @@ def write_data(directory: str) -> dict[str, str]:
     plain, packed = os.path.join(directory, "plain"), os.path.join(directory, "packed")
     tfrecord.write(arrays, plain, shards=2)
     tfrecord.write(arrays, packed, shards=2, examples_per_record=4)
-    return {"plain": plain, "packed": packed}
+    # a second source for mixtures: 20 examples of ids 1000..1019
+    other = os.path.join(directory, "other")
+    tfrecord.write({k: v[:20] for k, v in arrays.items()} | {"id": np.arange(1000, 1020)}, other)
+    return {"plain": plain, "packed": packed, "other": other}
 
 
 class Record(tfr_hooks.Hook):
@@ -146,6 +149,15 @@ def build(data: dict[str, str], pipeline: str) -> tuple[Any, LinearModel, Any]:
             {"a": data["plain"], "b": data["plain"]},
             BATCH,
             weights={"a": 0.75, "b": 0.25},
+            shuffle="global",
+            seed=SEED,
+        )
+    elif pipeline.startswith("mixture_ac_"):  # plain and other, "a" at this percent
+        share = int(pipeline.rsplit("_", 1)[1]) / 100
+        batches = tfrecord.read_batches(
+            {"a": data["plain"], "c": data["other"]},
+            BATCH,
+            weights={"a": share, "c": 1 - share},
             shuffle="global",
             seed=SEED,
         )

@@ -25,29 +25,35 @@ N, BATCH, EPOCHS, SAVE_FREQ = 200, 16, 3, 4
 STEPS = -(-N // BATCH)  # 13 a pass
 
 
-def _write(root: Path) -> Path:
+def _write(root: Path, pipeline: str = "stream") -> Path:
     from tfr_hooks import tfrecord
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(N, 4)).astype(np.float32)
     y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64)
-    tfrecord.write({"id": np.arange(N), "x": x, "y": y}, root, shards=2)
+    if pipeline != "mixture":
+        tfrecord.write({"id": np.arange(N), "x": x, "y": y}, root, shards=2)
+        return root
+    # two sources at weights 0.7 and 0.3 of their sizes: each mixture epoch reads each once
+    for name, part in (("a", slice(0, 140)), ("b", slice(140, N))):
+        arrays = {"id": np.arange(N)[part], "x": x[part], "y": y[part]}
+        tfrecord.write(arrays, root / name, shards=2, compression="")
     return root
 
 
-class _Crash(RuntimeError):
-    pass
+def _train_data(data: Path, pipeline: str, weights: dict[str, float] | None = None) -> Any:
+    from tfr_hooks import tfrecord
 
-
-def _run(data: Path, backup: Path, pipeline: str, crash_at: tuple[int, int] | None) -> Any:
-    import keras
-    import tensorflow as tf
-
-    from tfr_hooks import FunctionLoop, Hook, KerasCallbacks, tfrecord
-
-    # first: it sets the global seed, which the dataset's seeded shuffle also uses
-    model = keras_classifier(lr=0.1, momentum=0.9)
-    train = tfrecord.dataset(
+    if pipeline == "mixture":
+        return tfrecord.dataset(
+            {"a": data / "a", "b": data / "b"},
+            BATCH,
+            weights=weights or {"a": 0.7, "b": 0.3},
+            shuffle="global",
+            seed=3,
+            as_tuple=("x", "y", "id"),
+        )
+    return tfrecord.dataset(
         data,
         BATCH,
         shuffle="global" if pipeline == "memory" else 64,
@@ -55,6 +61,27 @@ def _run(data: Path, backup: Path, pipeline: str, crash_at: tuple[int, int] | No
         as_tuple=("x", "y", "id"),
         in_memory=pipeline.startswith("memory"),
     )
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def _run(
+    data: Path,
+    backup: Path,
+    pipeline: str,
+    crash_at: tuple[int, int] | None,
+    weights: dict[str, float] | None = None,
+) -> Any:
+    import keras
+    import tensorflow as tf
+
+    from tfr_hooks import FunctionLoop, Hook, KerasCallbacks
+
+    # first: it sets the global seed, which the dataset's seeded shuffle also uses
+    model = keras_classifier(lr=0.1, momentum=0.9)
+    train = _train_data(data, pipeline, weights)
     model.jit_compile = False  # the step notes its ids through a py_function
     seen: list[tuple[int, int, list[int]]] = []  # (epoch, step index, ids) of trained batches
     state: list[Any] = []
@@ -87,10 +114,11 @@ def _run(data: Path, backup: Path, pipeline: str, crash_at: tuple[int, int] | No
     return seen, model, loop
 
 
-# memory-buffer: shuffle=N in memory is a buffer, which resumes as streamed (a replay)
-@pytest.mark.parametrize("pipeline", ["stream", "memory", "memory-buffer"])
+# memory-buffer: shuffle=N in memory is a buffer, which resumes as streamed (a replay);
+# mixture: two named sources at weights= (a seek of the mixture's position)
+@pytest.mark.parametrize("pipeline", ["stream", "memory", "memory-buffer", "mixture"])
 def test_batch_level_backup_resumes_at_the_next_batch(tmp_path: Path, pipeline: str) -> None:
-    data = _write(tmp_path / "data")
+    data = _write(tmp_path / "data", pipeline)
     ref_seen, ref_model, _ = _run(data, tmp_path / "ref", pipeline, None)
     assert len(ref_seen) == EPOCHS * STEPS
 
@@ -113,3 +141,34 @@ def test_batch_level_backup_resumes_at_the_next_batch(tmp_path: Path, pipeline: 
     for ours, theirs in zip(model.get_weights(), ref_model.get_weights(), strict=True):
         np.testing.assert_array_equal(ours, theirs)  # bitwise
     assert not (tmp_path / "run").exists()  # the run completed: Keras removed its backup
+
+
+def test_a_mixture_restarted_from_a_backup_with_other_weights_goes_on(tmp_path: Path) -> None:
+    """The mixture's state is kept beside the Keras backup: other weights go on from it."""
+    from tfr_hooks import tfrecord
+
+    data = _write(tmp_path / "data", "mixture")
+    first, _, _ = _run(data, tmp_path / "run", "mixture", (1, 9))
+    assert (tmp_path / "run" / "tfr_hooks_input").exists()
+    backed_up = 7  # as in the test above: epoch 1's seventh batch was the last backed up
+    second, _, _ = _run(data, tmp_path / "run", "mixture", None, {"a": 0.3, "b": 0.7})
+    assert (second[0][0], second[0][1]) == (1, backed_up)
+    kept = [s for s in first if (s[0], s[1]) < (1, backed_up)]
+    for name, pick, size in (("a", lambda i: i < 140, 140), ("b", lambda i: i >= 140, 60)):
+        ids = [i for _, _, batch in kept + second for i in batch if pick(i)]
+        alone = tfrecord.dataset(
+            {name: data / name},
+            BATCH,
+            weights={name: 1},
+            shuffle="global",
+            seed=3,
+            num_epochs=None,
+        )
+        stream = [int(i) for b in alone.take(-(-len(ids) // BATCH)) for i in b["id"]]
+        assert ids == stream[: len(ids)], name  # each source goes on where it stopped
+        for start in range(0, len(ids), size):  # each record once per its source's epoch
+            assert len(set(ids[start : start + size])) == len(ids[start : start + size])
+    for _, _, batch in second:  # at the new weights: b 0.7, within 0.05 a whole batch
+        if len(batch) == BATCH:
+            assert abs(np.mean(np.array(batch) >= 140) - 0.7) <= 1 / BATCH + 1e-9
+    assert not (tmp_path / "run").exists()  # the run completed: the backup is removed

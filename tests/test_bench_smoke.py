@@ -430,8 +430,18 @@ def test_positions_suite_reports_resume_checkpoints_and_grain_with_targets(
     assert ckpt["shuffle"]["bytes"] > 2 * ckpt["no_shuffle"]["bytes"] > 0
     assert ckpt["shuffle"]["restore_seconds"] > 0
 
+    # issue 54: the mixture of 3 sources of the same count of records, and its peers
+    mixture = run["mixture"]
+    assert "error" not in mixture, mixture
+    assert mixture["data"]["records"] == 2560 and len(mixture["data"]["sizes"]) == 3
+    assert mixture["examples_per_sec"]["mixture"] > 0
+    assert mixture["examples_per_sec"]["single_global"] > 0
+    assert 0 < mixture["checkpoint"]["mixture"]["bytes"] < 1024
+
     markdown = (out / "latest.md").read_text()
     assert "# tfr_hooks benchmark: positions" in markdown
+    assert "## Mixtures (issue 54)" in markdown
+    assert '| mixture / single-source `shuffle="global"` read' in markdown
     assert "## Resume: seconds to the first batch" in markdown
     assert "## Resume through the loop: seconds from `FunctionLoop.run`" in markdown
     assert "| shuffle=10_000 | replay (dataset.skip on batches) |" in markdown

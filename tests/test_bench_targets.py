@@ -18,7 +18,14 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(BENCH))
-    for name in ("bench_configs", "bench_anchors", "bench_targets", "bench_report", "bench_turns"):
+    for name in (
+        "bench_configs",
+        "bench_anchors",
+        "bench_targets",
+        "bench_report",
+        "bench_turns",
+        "pooled_rounds",
+    ):
         sys.modules.pop(name, None)
 
 
@@ -79,13 +86,54 @@ def test_target_between_rows_of_a_group_reads_the_rounds_ratios() -> None:
     targets = {t.comparison: t for t in bench_report.check_targets(tables)}
     paired = targets["session_loop_memory / model_only (paired)"]
     assert paired.ratio == pytest.approx(0.8) and paired.met is False
-    assert paired.spread is None and not paired.crossed
+    assert paired.spread == pytest.approx((0.8, 0.8)) and not paired.crossed
     apart = targets["session_loop_dataset / feed_dict_parse"]
     assert apart.ratio == pytest.approx(110.0 / 90.0)
     assert apart.spread == pytest.approx((1.0, 1.5))
     assert apart.crossed  # 1.0 < 1.1 <= 1.5: the verdict is noise's
     markdown = bench_report.render_markdown(tables, {"date": "today", "configs": []})
     assert "| 1.00-1.50 crosses | >= 1.10 |" in markdown
+
+
+@pytest.mark.usefixtures("bench")
+def test_median_interval_is_the_order_statistics_that_hold_the_median_at_90_percent() -> None:
+    import bench_targets
+
+    # 6 rounds: the next pair in holds the median with 1 - 2 * 7/64 = 0.78 < 0.9, so
+    # the least and the largest (0.97); 18 rounds: the 6th and 13th (0.90)
+    assert bench_targets.median_interval([3.0, 1.0, 6.0, 2.0, 5.0, 4.0]) == (1.0, 6.0)
+    assert bench_targets.median_interval([float(i) for i in range(18, 0, -1)]) == (6.0, 13.0)
+    assert bench_targets.median_interval([1.0]) is None
+
+
+@pytest.mark.usefixtures("bench")
+def test_paired_reading_whose_rounds_straddle_the_threshold_is_marked_as_crossing() -> None:
+    import bench_report
+
+    # the median of the rounds' ratios says 0.96 (a "no" at 0.97), but the rounds run
+    # from 0.80 to 1.01: the 6 rounds cannot tell the loop from one that costs nothing
+    group = {"group": "group_graph_stream"}
+    ratios = [0.80, 0.90, 0.95, 0.97, 1.00, 1.01]
+    results = {
+        ("session_loop_dataset", "cnn"): [
+            _run(1.0, repeat=r, epoch_rates=[100.0 * x for x in ratios[2 * r : 2 * r + 2]], **group)
+            for r in range(3)
+        ],
+        ("bare_dataset", "cnn"): [
+            _run(1.0, repeat=r, epoch_rates=[100.0, 100.0], **group) for r in range(3)
+        ],
+    }
+    tables = bench_report.summarize(results, ["cnn"], [c for c, _ in results])
+    [target] = [
+        t
+        for t in bench_report.check_targets(tables)
+        if t.comparison == "session_loop_dataset / bare_dataset (paired)"
+    ]
+    assert target.ratio == pytest.approx(0.96) and target.met is False
+    assert target.spread == pytest.approx((0.80, 1.01)) and target.crossed
+    markdown = bench_report.render_markdown(tables, {"date": "today", "configs": []})
+    assert "| 0.80-1.01 crosses | >= 0.97 | **no** |" in markdown
+    assert "1 targets at no, 1 of them with a spread that crosses the threshold" in markdown
 
 
 @pytest.mark.usefixtures("bench")
@@ -242,3 +290,105 @@ def test_arrayrecord_targets_take_grain_read_paired_with_ours_over_the_same_exam
     lines = "\n".join(arrayrecord_report.arrayrecord_lines(result))
     assert "| Grain's best read of the same files, raw: batched | 50,000 |" in lines
     assert "30,000" not in lines  # the Grain rows' figure is not repeated here
+
+
+def _mixture_result(
+    ours: float, single: float, error: float = 0.001, resume_90: float = 0.5
+) -> dict[str, object]:
+    runs = {
+        "mixture": [ours],
+        "single_global": [single],
+        "sample_from_datasets": [30_000.0],
+        "grain_mix: per record": [1_000.0],
+        "grain_mix: batched": [20_000.0],
+    }
+    rates = {name: values[0] for name, values in runs.items()}
+    rates["grain_mix"] = 20_000.0
+    checkpoint = {"bytes": 300, "restore_seconds": 0.4}
+    return {
+        "mixture": {
+            "data": {"records": 420, "sizes": {"web": 300, "books": 100, "code": 20}, "bytes": 1e6},
+            "weights": {"web": 0.5, "books": 0.3, "code": 0.2},
+            "batch_size": 256,
+            "examples": 420,
+            "peer_examples": 420,
+            "rounds": 1,
+            "grain_error": None,
+            "runs": runs,
+            "examples_read": {name: 420 for name in runs},
+            "ratios": [ours / single],
+            "ratio_single_global": ours / single,
+            "grain_best": "grain_mix: batched",
+            "examples_per_sec": rates,
+            "checkpoint": {
+                "examples": 256,
+                "sample_from_datasets": {"bytes": 2_700_000, "restore_seconds": 0.3},
+                "mixture": checkpoint,
+                "grain_mix": {"bytes": 40, "restore_seconds": 0.2},
+            },
+            "resume_seconds": {"0.1": 0.4, "0.9": resume_90},
+            "share_error": {"mixture": error, "sample_from_datasets": 0.011, "grain_mix": 0.0001},
+        }
+    }
+
+
+@pytest.mark.usefixtures("bench")
+def test_mixture_targets_read_the_paired_ratio_the_peers_shares_and_the_resume() -> None:
+    # issue 54: >= 0.9x the single-source global read, 5x sample_from_datasets, 10x
+    # Grain's mix, share error <= 0.005 a 10k window, resume at 90% <= 10% + 1 s, <= 1 KB
+    sys.modules.pop("mixture_report", None)
+    import mixture_report
+
+    met = mixture_report.mixture_targets(_mixture_result(300_000, 320_000))
+    assert [t.met for t in met] == [True] * 6
+    assert met[0].value.startswith("0.94x") and met[1].value == "10.0x"
+    assert met[2].value == "15.0x"
+    missed = mixture_report.mixture_targets(
+        _mixture_result(150_000, 300_000, error=0.011, resume_90=2.0)
+    )
+    assert [t.met for t in missed] == [False, True, False, False, False, True]
+    lines = "\n".join(mixture_report.mixture_lines(_mixture_result(300_000, 320_000)))
+    assert "## Mixtures (issue 54)" in lines
+    assert "| batched (best) | 420 | 20,000 |" in lines
+    assert '| mixture / single-source `shuffle="global"` read' in lines
+    assert lines.count("| met |") == 7  # the table's header and its 6 targets
+    not_run = mixture_report.mixture_lines({"mixture": {"error": "ImportError: x"}})
+    assert not_run[-1] == "Not measured (ImportError: x)."
+
+
+@pytest.mark.usefixtures("bench")
+def test_pooled_rounds_of_two_runs_decide_what_each_run_alone_leaves_to_noise(
+    tmp_path: Path,
+) -> None:
+    import pooled_rounds
+
+    # each run's 6 rounds straddle 0.97 (0.80-1.01 and 0.90-0.975), so each is left to
+    # noise; their 12 rounds' 90% interval (3rd and 10th: 0.90-0.96) lies below it
+    group = {"group": "group_graph_stream"}
+
+    def write(name: str, ratios: list[float]) -> str:
+        def runs(rates: list[float]) -> list[dict[str, object]]:
+            return [
+                _run(1.0, repeat=r, epoch_rates=rates[2 * r : 2 * r + 2], **group) for r in range(3)
+            ]
+
+        data = {
+            "meta": {"configs": ["session_loop_dataset", "bare_dataset"]},
+            "runs": {
+                "session_loop_dataset|cnn": runs([100.0 * x for x in ratios]),
+                "bare_dataset|cnn": runs([100.0] * 6),
+            },
+        }
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return str(path)
+
+    first = write("a.json", [0.80, 0.90, 0.95, 0.96, 0.96, 1.01])
+    second = write("b.json", [0.90, 0.92, 0.94, 0.95, 0.96, 0.975])
+    for alone in (first, second):
+        [reading] = pooled_rounds.pool([alone])
+        assert reading.verdict == "crosses"
+    [pooled] = pooled_rounds.pool([first, second])
+    assert pooled.comparison == "session_loop_dataset / bare_dataset (paired)"
+    assert (pooled.runs, len(pooled.rounds)) == (2, 12)
+    assert pooled.median == pytest.approx(0.95) and pooled.verdict == "missed"

@@ -51,8 +51,11 @@ class Position:
     grain: int = 1
     seeks: list[tuple[int, int]] = field(default_factory=list)
 
-    def seek(self, epoch: int, records: int) -> None:
+    def seek(self, epoch: int, records: int, *, state: bytes | None = None) -> None:
         self.seeks.append((epoch, records))
+
+    def input_state(self) -> bytes | None:
+        return None
 
 
 @dataclass(frozen=True)

@@ -52,51 +52,95 @@ class MixtureEntries(Hook):
 
     ``input/examples/<name>``: the examples of source ``name`` among the epoch's
     (``weights=``); ``input/epochs/<name>``: the source's own epochs completed by the
-    epoch's end. Both follow from the mixture's order by arithmetic: epoch ``e`` of the
-    loop reads global positions ``[e * E, e * E + steps * batch_size)`` (``E``: the
-    mixture's epoch, one pass an epoch).
+    epoch's end. Both follow from the mixture's order by arithmetic. With the read's
+    position (:class:`~tfr_hooks.tfrecord.pipelines.mixture_position.MixturePosition`,
+    any ``num_epochs``), an epoch of the loop that starts a pass ``p`` starts at global
+    position ``p * span + offset`` (``span``: the positions of a pass), one that goes on
+    in the pass (``steps_per_epoch``) where the last epoch ended, and it reads
+    ``steps * batch_size`` positions, in the stretches of weights the position reads
+    (a run whose weights changed at a checkpoint counts each source in both). Without a
+    position (``num_epochs=1`` only), epoch ``e`` starts at ``e * E`` (``E``: the
+    mixture's epoch).
 
     Args:
-        state: The mixture's state (``MixtureState.to_bytes``).
+        state: The mixture's state (``MixtureState.to_bytes``), when the read has no
+            position.
         batch_size: The global batch size.
+        position: The read's position, when it has one (its state wins over ``state``).
     """
 
     needs_every_step = False
 
-    def __init__(self, state: bytes, batch_size: int) -> None:
+    def __init__(self, state: bytes | None, batch_size: int, position: Any = None) -> None:
         from tfr_hooks.tfrecord.pipelines.mixture import MixtureState
 
-        self.state = MixtureState.from_bytes(state)
+        self.position = position
+        if position is not None:
+            self.state = position.mixture
+        elif state is not None:
+            self.state = MixtureState.from_bytes(state)
+        else:
+            raise ValueError("Expected a mixture's state or position. Received: state=None")
         self.batch_size = batch_size
-        last = self.state.stretches[-1]
-        self.epoch_size = sum(last.sizes)
-        self.sizes = dict(zip(last.names, last.sizes, strict=True))
+        self._pass: int | None = None
+        self._start = 0
+
+    def begin(self) -> None:
+        """Forget the pass of an earlier run."""
+        self._pass, self._start = None, 0
+
+    def epoch_begin(self, epoch: int) -> None:
+        """Note where the epoch starts: its pass's start, or where the last epoch ended."""
+        position = self.position
+        if position is None:
+            span = sum(self.state.stretches[-1].sizes)
+            self._pass, self._start = epoch, epoch * span
+            return
+        passes = position.state(self.loop.session)["epoch"]  # the next pass's number
+        if passes - 1 != self._pass:  # the data started a pass
+            self._pass = passes - 1
+            self._start = self._pass * position.span + position.offset
 
     def epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
         """Add the epoch's examples and completed epochs of each source."""
-        start = epoch * self.epoch_size
-        read = min(self.loop.epoch_steps * self.batch_size, self.epoch_size)
-        before = self.state.draws_before(start)
-        after = self.state.draws_before(start + read)
-        for name, size in self.sizes.items():
-            self.loop.history_entries[f"{MIXTURE_EXAMPLES}{name}"] = after[name] - before[name]
-            self.loop.history_entries[f"{MIXTURE_EPOCHS}{name}"] = after[name] // size
+        state = self.state if self.position is None else self.position.mixture
+        if self.position is None:
+            span, offset = sum(state.stretches[-1].sizes), 0
+        else:
+            span, offset = self.position.span, self.position.offset
+        pass_end = (self._pass or 0) * span + offset + span
+        end = min(self._start + self.loop.epoch_steps * self.batch_size, pass_end)
+        before = state.draws_before(max(self._start, 0))
+        after = state.draws_before(max(end, 0))
+        sizes = {n: z for s in state.stretches for n, z in zip(s.names, s.sizes, strict=True)}
+        for name, draws in after.items():
+            examples = draws - before.get(name, 0)
+            self.loop.history_entries[f"{MIXTURE_EXAMPLES}{name}"] = examples
+            self.loop.history_entries[f"{MIXTURE_EPOCHS}{name}"] = draws // sizes[name]
+        self._start = end
 
     def __repr__(self) -> str:
         return f"MixtureEntries({self.state!r}, batch_size={self.batch_size})"
 
 
-def input_entries(facts: ReadFacts) -> list[Hook]:
+def input_entries(facts: ReadFacts, position: Any = None) -> list[Hook]:
     """The hooks of the history entries a read's ``facts`` add to a run, for both loops.
 
     :data:`~tfr_hooks.input_report.CORRUPT_RECORDS` (the damaged records the reader
     skips, :attr:`~tfr_hooks.tfrecord.pipelines.contract.ReadFacts.corrupt_count`) when the reader
     looked for them (``max_corrupt_records`` above 0); none otherwise.
-    A mixture read one pass an epoch (``weights=``, ``num_epochs=1``) adds
-    :class:`MixtureEntries`.
+    A mixture read (``weights=``) adds :class:`MixtureEntries`: with its ``position``
+    (any ``num_epochs``), or without one when it reads one pass an epoch
+    (``num_epochs=1``).
     """
     count = facts.corrupt_count
     entries: list[Hook] = [] if count is None else [HistoryEntry(CORRUPT_RECORDS, count)]
-    if facts.mixture is not None and facts.num_epochs == 1 and facts.batch_size:
+    if facts.mixture is None or not facts.batch_size:
+        return entries
+    from tfr_hooks.tfrecord.pipelines.mixture_position import MixturePosition
+
+    if isinstance(position, MixturePosition):
+        entries.append(MixtureEntries(None, facts.batch_size, position))
+    elif facts.num_epochs == 1:
         entries.append(MixtureEntries(facts.mixture, facts.batch_size))
     return entries

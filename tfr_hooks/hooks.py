@@ -87,6 +87,15 @@ class LoopState:
             (:class:`~tfr_hooks.PreemptionCheckpoint` records it); ``None`` otherwise.
             A data position of one global sequence resumes on any worker count; other
             data replays, and the loop logs that a count that changed moves examples.
+        initial_input: The input state saved with the position this run resumes at
+            (a mixture's stretches of weights, as bytes), when the checkpoint holds one
+            (:class:`~tfr_hooks.PreemptionCheckpoint` and
+            :class:`~tfr_hooks.EpochCheckpoint` save it); ``None`` otherwise. A hook
+            sets it where it sets ``initial_step``; the loop hands it to the input's
+            seek, which goes on from it (at the reader's weights, when they changed).
+        input_state: The state of the training input to save beside a position (see
+            ``initial_input``), set by the loop when the run's first epoch starts
+            (``None``: the input needs nothing but the position).
         epoch: The current epoch, counted from 0.
         global_step: Steps run since ``run`` started (this run only).
         epoch_steps: Steps run so far in the current epoch.
@@ -155,6 +164,8 @@ class LoopState:
         self.initial_epoch = initial_epoch
         self.initial_step = 0
         self.initial_workers: int | None = None
+        self.initial_input: bytes | None = None
+        self.input_state: bytes | None = None
         self.epoch = initial_epoch
         self.global_step = 0
         self.epoch_steps = 0

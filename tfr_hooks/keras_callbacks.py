@@ -46,7 +46,7 @@ from tfr_hooks.keras_private import (
     tf_keras_restored_epoch,
 )
 from tfr_hooks.task import TaskInfo, current_task
-from tfr_hooks.tensorboard import INPUT_RUN, InputScalarWriter
+from tfr_hooks.tensorboard import INPUT_RUN, InputScalarWriter, mixture_scalars
 
 __all__ = ["KerasCallbacks"]
 
@@ -274,9 +274,13 @@ class KerasCallbacks(Hook):
         self._call("on_train_begin", {})
         # what the backups restored say, read before the other workers' paths move
         positions = self._backup_positions()
+        inputs = [_read_input(callback) for callback, _, _ in positions]
         self._writing.after_train_begin(self._active, self._keras)
         self._pick_up_initial_epoch()
         self._pick_up_initial_step(positions)
+        saved = [state for state in inputs if state]
+        if saved and positions:  # a mixture's weights, saved beside the Keras backup
+            loop.initial_input = saved[0]
 
     def epoch_begin(self, epoch: int) -> None:
         """``on_epoch_begin(epoch, {})``.
@@ -288,9 +292,12 @@ class KerasCallbacks(Hook):
         It is told the epoch here.
         """
         if self.flavor == "keras" and not self.graph_mode:
+            state = self.loop.input_state if epoch == self.loop.initial_epoch else None
             for callback in self._active:
                 if isinstance(callback, self._keras.callbacks.BackupAndRestore):
                     set_backup_epoch(callback, epoch)
+                    if state is not None:  # the run's input state: the same all along
+                        _write_input(callback, state)
         self._call("on_epoch_begin", epoch, {})
 
     def before_run(self, run_context: Any) -> None:
@@ -385,7 +392,8 @@ class KerasCallbacks(Hook):
         for callback in self._active:  # on a non-chief, log_dir is its temporary place
             if isinstance(callback, self._keras.callbacks.TensorBoard):
                 log_dir = os.fspath(callback.log_dir)
-                self._input_scalars.write(os.path.join(log_dir, INPUT_RUN), stats)
+                sources = mixture_scalars(self.loop.history_entries)  # a mixture's
+                self._input_scalars.write(os.path.join(log_dir, INPUT_RUN), stats, sources)
 
     def _call(self, method: str, *args: Any) -> None:
         for callback in self._active:  # the callbacks this worker runs
@@ -473,6 +481,37 @@ class KerasCallbacks(Hook):
                 )
                 loop.initial_step = done
             set_backup_last_batch(callback, max(done - 1, 0))
+
+
+#: Beside a Keras 3 ``BackupAndRestore``'s metadata: the input's state (a mixture's
+#: weights, ``loop.input_state``), removed with the backup's directory at the run's end.
+_INPUT_FILE = "tfr_hooks_input"
+
+
+def _input_path(callback: Any) -> str | None:
+    """Where the input state of a Keras 3 ``BackupAndRestore``'s backup is kept."""
+    metadata = backup_metadata_path(callback)
+    return None if metadata is None else os.path.join(os.path.dirname(metadata), _INPUT_FILE)
+
+
+def _read_input(callback: Any) -> bytes | None:
+    """The input state saved beside a backup, if any."""
+    path = _input_path(callback)
+    if path is None or not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read() or None
+
+
+def _write_input(callback: Any, state: bytes) -> None:
+    """Save the run's input state beside the backup (a temporary file, renamed)."""
+    path = _input_path(callback)
+    if path is None:
+        return
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path + ".tempstate", "wb") as f:
+        f.write(state)
+    tf.io.gfile.rename(path + ".tempstate", path, overwrite=True)
 
 
 #: The batch-level methods of a Keras callback.

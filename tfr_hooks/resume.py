@@ -105,7 +105,9 @@ class Resume:
             note_worker_count(
                 loop.initial_workers, self._workers(), self._position(), epoch, self._sought
             )
-        self._put(passes, epoch, self._sought)
+        self._put(passes, epoch, self._sought, loop.initial_input)
+        position = self._position()
+        loop.input_state = None if position is None else position.input_state()
 
     def entered(self, loop: LoopState, passes: Passes) -> int | None:
         """After ``epoch_begin``: put the epoch at its step; return the step it ends at.
@@ -126,8 +128,18 @@ class Resume:
         """The position the run seeks, if any."""
         return None
 
-    def _put(self, passes: Passes, epoch: int, done: int) -> None:
-        """Start the first epoch's data where the run resumes: replay the earlier passes."""
+    def _put(self, passes: Passes, epoch: int, done: int, state: bytes | None) -> None:
+        """Start the first epoch's data where the run resumes: replay the earlier passes.
+
+        ``state``: the input state saved with the position (``loop.initial_input``),
+        which only a seek reads.
+        """
+        if state is not None:
+            logger.warning(
+                "The checkpoint holds an input state (a mixture's weights) that a run "
+                "which does not seek cannot read (steps_per_epoch, or a read without a "
+                "position): the input starts afresh at the reader's weights."
+            )
         if self.steps_per_epoch is None:
             _replay_passes(self.runner, passes, epoch)
 
@@ -197,12 +209,12 @@ class Seek(Resume):
     def _position(self) -> Seekable | None:
         return self.position
 
-    def _put(self, passes: Passes, epoch: int, done: int) -> None:
+    def _put(self, passes: Passes, epoch: int, done: int, state: bytes | None) -> None:
         # numbered as a replay would number it (the passes this loop already started
         # count: a second run of one loop goes on with new passes)
         number = max(epoch, passes.started)
         records, _ = entry(self.position, done)
-        self.position.seek(number, records)
+        self.position.seek(number, records, state=state)
         passes.started = number
         if number or records:
             logger.info(
@@ -215,7 +227,8 @@ class Seek(Resume):
         position = self.position
         records, skip = entry(position, done)
         if done != self._sought:  # a hook moved the start in epoch_begin: seek there instead
-            position.seek(passes.started - 1, records)
+            position.seek(passes.started - 1, records, state=loop.initial_input)
+            loop.input_state = position.input_state()
             self.runner.start_epoch(restart_data=True)
         if skip and self.runner.skips_batches:  # inside a split batch, or a bucketed pool
             self.runner.skip_batches(skip)

@@ -41,8 +41,15 @@ class Seekable(Protocol):
     #: batches are cut from the whole pool); the steps past it are skipped.
     grain: int
 
-    def seek(self, epoch: int, records: int) -> None:
-        """Start the next pass as epoch ``epoch``, at record ``records`` of its sequence."""
+    def seek(self, epoch: int, records: int, *, state: bytes | None = None) -> None:
+        """Start the next pass as epoch ``epoch``, at record ``records`` of its sequence.
+
+        ``state``: the :meth:`input_state` a checkpoint saved with that position (a
+        mixture's stretches of weights), or ``None``.
+        """
+
+    def input_state(self) -> bytes | None:
+        """What a checkpoint saves beside the loop's position (``None``: nothing)."""
 
 
 def entry(position: Seekable, done: int) -> tuple[int, int]:

@@ -11,8 +11,10 @@ TensorBoard's own writer, so it needs no session and no eager context):
 * ``LOG_DIR/validation``: ``epoch_<name>`` for each ``val_<name>`` epoch log.
 * ``LOG_DIR/train`` too: the loop's input measurement of each epoch
   (``loop.input_stats``, see :mod:`tfr_hooks.input_report`) as ``input/wait_share``
-  and ``input/examples_per_sec``, the keys of the run's history, which TensorBoard
-  shows as a group of their own (``input``).
+  and ``input/examples_per_sec``, and a mixture's sources (``weights=``) as
+  ``input/examples/<name>`` and ``input/epochs/<name>`` (:func:`mixture_scalars`), the
+  keys of the run's history, which TensorBoard shows as a group of their own
+  (``input``).
 * In graph mode, the session's graph, once per run, in ``LOG_DIR/train`` (TensorBoard's
   Graphs tab), as ``FileWriter(logdir, graph)`` and ``tf_keras``'
   ``TensorBoard(write_graph=True)`` write it.
@@ -38,11 +40,12 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from tfr_hooks.entries import MIXTURE_EPOCHS, MIXTURE_EXAMPLES
 from tfr_hooks.hooks import Hook
 from tfr_hooks.input_report import InputStats
 from tfr_hooks.task import current_task
 
-__all__ = ["INPUT_RUN", "InputScalarWriter", "TensorBoardLogger"]
+__all__ = ["INPUT_RUN", "InputScalarWriter", "TensorBoardLogger", "mixture_scalars"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +54,15 @@ _LR_KEYS = ("learning_rate", "lr")
 #: The run, beside a Keras ``TensorBoard`` callback's ``train`` and ``validation`` runs,
 #: that holds the loop's input scalars (``input/wait_share``, ``input/examples_per_sec``).
 INPUT_RUN = "input"
+
+
+def mixture_scalars(entries: dict[str, Any]) -> dict[str, Any]:
+    """A mixture's sources' history entries: ``input/examples/<name>``, ``input/epochs/<name>``.
+
+    What :class:`~tfr_hooks.entries.MixtureEntries` added to ``loop.history_entries``.
+    """
+    keys = (MIXTURE_EXAMPLES, MIXTURE_EPOCHS)
+    return {key: value for key, value in entries.items() if key.startswith(keys)}
 
 
 def _scalar_event(step: int, values: dict[str, Any]) -> Event | None:
@@ -78,13 +90,18 @@ class InputScalarWriter:
     def __init__(self) -> None:
         self._writers: dict[str, EventFileWriter] = {}
 
-    def write(self, run_dir: str | os.PathLike[str], stats: InputStats) -> None:
-        """Write ``stats`` as the scalars of its epoch in ``run_dir``, and flush them."""
+    def write(
+        self,
+        run_dir: str | os.PathLike[str],
+        stats: InputStats,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Write ``stats`` (and ``extra`` scalars) at its epoch in ``run_dir``, and flush them."""
         path = os.fspath(run_dir)
         writer = self._writers.get(path)
         if writer is None:  # the writer makes the directory
             writer = self._writers[path] = EventFileWriter(path)
-        event = _scalar_event(stats.epoch, stats.history())
+        event = _scalar_event(stats.epoch, {**stats.history(), **(extra or {})})
         if event is not None:
             writer.add_event(event)
         writer.flush()
@@ -209,9 +226,12 @@ class TensorBoardLogger(Hook):
             lr = self._optimizer_learning_rate()
             if lr is not None:
                 train["epoch_learning_rate"] = lr
-        stats = None if self.attached_loop is None else self.attached_loop.input_stats
+        loop = self.attached_loop
+        stats = None if loop is None else loop.input_stats
         if isinstance(stats, InputStats) and stats.epoch == epoch:
             train.update(stats.history())  # input/wait_share, input/examples_per_sec
+        if loop is not None:  # a mixture's sources: input/examples/<name>, input/epochs/<name>
+            train.update(mixture_scalars(loop.history_entries))
         self._write("train", epoch, train)
         if validation:
             self._write("validation", epoch, validation)

@@ -30,6 +30,12 @@ that number is not known yet, when no stop was requested before this hook's
 ``epoch_end``: put the hook before hooks that stop training from their own ``epoch_end``,
 such as ``KerasCallbacks`` with ``EarlyStopping``.)
 
+A read whose passes depend on more than the position (a mixture's stretches of weights,
+``loop.input_state``) has its state saved beside each checkpoint, in
+``<checkpoint>.input`` (written before the checkpoint, so a checkpoint never lacks it);
+a resumed run hands it to the read's seek (``loop.initial_input``), which goes on from
+it at the reader's weights, changed or not.
+
 Crash safety relies on TensorFlow's own atomic writes, which ``tests/test_signals.py``
 checks by SIGKILLing a process in the middle of a save: the data and index files are
 written under ``.tempstate<random>`` names and renamed when complete, and the
@@ -63,6 +69,8 @@ logger = logging.getLogger(__name__)
 
 #: The file name prefix of the checkpoints :class:`EpochCheckpoint` writes.
 CHECKPOINT_PREFIX = "ckpt-epoch"
+# beside a checkpoint: the input's state (``loop.input_state``: a mixture's weights)
+_INPUT_SUFFIX = ".input"
 _NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)(?:-step(\d+))?(?:-workers(\d+))?-(\d+)$")
 
 
@@ -246,6 +254,10 @@ class EpochCheckpoint(Hook):
         )
         self.restored_from = path
         loop = self.loop
+        input_path = path + _INPUT_SUFFIX
+        if tf.io.gfile.exists(input_path):  # a mixture's weights, saved beside it
+            with tf.io.gfile.GFile(input_path, "rb") as f:
+                loop.initial_input = f.read() or None
         if epoch > loop.initial_epoch or (epoch == loop.initial_epoch and step):
             loop.initial_epoch = epoch
             if step and loop.resumes_mid_epoch:
@@ -314,15 +326,26 @@ class EpochCheckpoint(Hook):
             return  # the chief saves, once
         os.makedirs(self.log_dir, exist_ok=True)
         prefix = os.path.join(self.log_dir, name)
+        state = self.loop.input_state
+        if state is not None:  # before the checkpoint: a checkpoint never lacks it
+            _write_atomically(f"{prefix}-{self._counter}{_INPUT_SUFFIX}", state)
         self.last_saved = self._saver.save(
             self._session, prefix, global_step=self._counter, write_meta_graph=False
         )
         self._counter += 1
+        if state is not None:
+            self._remove_stale_inputs()
         logger.debug("Saved %s", self.last_saved)
 
     def end(self, session: Any) -> None:
         """Forget the session."""
         self._session = None
+
+    def _remove_stale_inputs(self) -> None:
+        """Remove the input states of checkpoints the saver no longer keeps."""
+        for path in tf.io.gfile.glob(os.path.join(self.log_dir, f"*{_INPUT_SUFFIX}")):
+            if not _exists(path[: -len(_INPUT_SUFFIX)]):
+                tf.io.gfile.remove(path)
 
     def _located(self, path: str) -> str:
         """A checkpoint path from the state file, found in ``log_dir`` if moved there.
@@ -356,6 +379,14 @@ class EpochCheckpoint(Hook):
 def _mid_epoch(epoch: int, steps: int) -> str:
     """The name of a save at step ``steps`` of ``epoch``, with this cluster's worker count."""
     return f"{CHECKPOINT_PREFIX}{epoch}-step{steps}-workers{current_task().num_workers}"
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it."""
+    temporary = f"{path}.tempstate"
+    with tf.io.gfile.GFile(temporary, "wb") as f:
+        f.write(data)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def _exists(path: str) -> bool:

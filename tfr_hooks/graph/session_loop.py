@@ -225,9 +225,10 @@ class SessionLoop:
         self._val_means: dict[int, tuple[Validation, RunningMeans]] = {}
         auto = input_hooks(self.graph, user_hooks, data, training)
         self._cluster = self._cluster_session(user_hooks) if master else None
-        # the read's history entries (input/corrupt_records) come from hooks of its own
-        features = [] if data is None else input_entries(data.facts)
-        self.hooks = HookList(auto + with_signal_hook(user_hooks, handle_signals) + features)
+        # the read's history entries (input/corrupt_records, a mixture's sources) come
+        # from hooks of its own, before the user's (a TensorBoard hook writes them)
+        features = [] if data is None else input_entries(data.facts, data.position)
+        self.hooks = HookList(auto + features + with_signal_hook(user_hooks, handle_signals))
         #: what a skipped batch is pulled through: a tensor of the data's own batches
         self._skip_tensor = data.batch_size if data is not None and not _is_queue(data) else None
         #: the passes over the data started in the session a run used last

@@ -188,9 +188,11 @@ class FunctionLoop:
                 held = "a multi-worker strategy (every worker must run the same calls)"
             self.tuning = AutoSteps([*user_hooks, *extra], held=held)
         # the features' hooks: the tuner first (it sets each call's value before the
-        # hooks see it), the read's history entries last
+        # hooks see it), the read's history entries before the user's (a TensorBoard
+        # hook writes those of a mixture's sources at the epoch's end)
         tuner = [] if self.tuning is None else [self.tuning]
-        self.hooks = HookList([*tuner, *user_hooks, *extra, *input_entries(facts)])
+        entries = input_entries(facts, self._position)
+        self.hooks = HookList([*tuner, *entries, *user_hooks, *extra])
         self.loop = LoopState()
         self.loop.strategy = self.strategy
         # the compiled functions, built once per loop and kept across runs

@@ -11,7 +11,8 @@ which all of them save. So:
 1. ``SIGTERM`` reaches one worker (any of them). Training goes on for a call or two while
    the workers agree on when to save.
 2. At the start of the agreed call, every worker saves the model, the optimizer and the
-   position in the run (epoch and step within it, and the cluster's worker count): the
+   position in the run (epoch and step within it, the cluster's worker count, and the
+   input's state when it keeps one: a mixture's stretches of weights): the
    chief to ``log_dir``, the others to a temporary place that is removed at once
    (saving may read synchronized variables, which needs every worker).
 3. Every worker stops there: the epoch is left open (no ``epoch_end``, no
@@ -161,6 +162,7 @@ class PreemptionCheckpoint(Hook):
         self._checkpoint: Any = None
         self._position: Any = None
         self._workers: Any = None
+        self._input: Any = None
         self._task = distribute.TaskInfo()
         self._saved_path: str | None = None
         self._saved = False
@@ -198,13 +200,18 @@ class PreemptionCheckpoint(Hook):
         self._task = distribute.current_task(strategy)
         self._position = tf.Variable([0, 0], dtype=tf.int64, trainable=False)
         self._workers = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # the input's state (a mixture's weights, ``loop.input_state``): b"" for none
+        self._input = tf.Variable(b"", dtype=tf.string, trainable=False)
         objects = dict(self.objects)
         if self.model is not None:
             objects.setdefault("model", self.model)
             if getattr(self.model, "optimizer", None) is not None:
                 objects.setdefault("optimizer", self.model.optimizer)
         self._checkpoint = tf.train.Checkpoint(
-            **objects, tfr_hooks_position=self._position, tfr_hooks_workers=self._workers
+            **objects,
+            tfr_hooks_position=self._position,
+            tfr_hooks_workers=self._workers,
+            tfr_hooks_input=self._input,
         )
         # one manager on the chief's directory: every worker restores the chief's state
         self._manager = tf.train.CheckpointManager(self._checkpoint, self.log_dir, max_to_keep=1)
@@ -353,6 +360,7 @@ class PreemptionCheckpoint(Hook):
         # where the run is, only when saving: nothing added to the calls of other steps
         self._position.assign([self.loop.epoch, self.loop.epoch_steps])
         self._workers.assign(max(1, self._task.num_workers))
+        self._input.assign(self.loop.input_state or b"")
         if self._task.is_chief:
             self._saved_path = self._manager.save(*args, **kwargs)
             return
@@ -381,6 +389,7 @@ class PreemptionCheckpoint(Hook):
         loop.initial_epoch = epoch
         loop.initial_step = step
         loop.initial_workers = int(self._workers.numpy()) or None  # 0: saved before counts
+        loop.initial_input = bytes(self._input.numpy()) or None  # a mixture's weights
         self.restored = (epoch, step)
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None:  # to tell, at the epoch's start, that nobody restored after

@@ -215,7 +215,7 @@ class Source:
             replaying the passes and batches before it (bucketed from pools, at the
             pool's start). ``None`` when it cannot (``shuffle=N`` streamed or in
             memory, the tf.data service, damaged files without ``shuffle="global"``,
-            bucketing in memory, ``num_epochs`` other than 1).
+            bucketing in memory, ``num_epochs`` other than 1 but in a mixture).
     """
 
     dataset: Any

@@ -10,7 +10,8 @@ mixed by the closed-form source of each position:
 - :func:`interleave`: a record at a time (``choose_from_datasets``), from any position;
 - :func:`mixed_batches`: a batch at a time, each source's vectors cut into the batches'
   counts (``rebatch``, the counts repeating every few batches) and put in order by one
-  gather, with no per-record step; from a position in the last stretch.
+  ``tf.dynamic_stitch`` a feature, with no per-record step; from a position in the last
+  stretch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.formats.index import RecordIndex
@@ -28,11 +30,9 @@ from tfr_hooks.tfrecord.pipelines.orders.global_order import DEFAULT_WINDOW, Glo
 __all__ = [
     "CHUNK",
     "choices",
-    "global_streams",
     "interleave",
     "last_counts",
     "last_draws",
-    "mixed_batches",
     "mixed_from",
     "source_stream",
     "source_windows",
@@ -83,7 +83,7 @@ def mixed_batches(
     The positions are taken in chunks of about ``chunk`` (whole batches): each source's
     stream of record vectors is cut into the chunks' counts (``Dataset.rebatch`` with
     the cycle of :meth:`MixtureOrder.batch_counts`), each chunk put in its positions'
-    order by one gather, and the chunks cut into batches: no per-record step, and the
+    order by one stitch, and the chunks cut into batches: no per-record step, and the
     per-chunk work shared by its batches. The same elements as
     ``interleave(...).batch(batch_size)``, much faster.
 
@@ -103,30 +103,69 @@ def mixed_batches(
     # each source cut and read ahead on its own, so the sources are read in parallel
     cut = tuple(vectors[i].rebatch(tf.constant(counts[:, i], tf.int64)).prefetch(2) for i in drawn)
     firsts = tf.data.Dataset.range(start, 1 << 62, size)
-    n_sources = len(order.names)
-
-    def assemble(first: tf.Tensor, *parts: tf.Tensor) -> tf.Tensor:
-        source, n = order.draw_numbers(first + tf.range(size, dtype=tf.int64))
-        base = tf.math.unsorted_segment_min(n, source, n_sources)
-        sizes = tf.math.bincount(source, minlength=n_sources, dtype=tf.int64)
-        offsets = tf.cumsum(sizes, exclusive=True)
-        index = tf.gather(offsets, source) + n - tf.gather(base, source)
-        return tf.gather(tf.concat(parts, 0), index)
-
+    assemble = _stitcher(order, size, 1 << 62, drawn)
     chunks = tf.data.Dataset.zip((firsts, *cut)).map(assemble)
     return chunks if size == batch_size else chunks.rebatch(batch_size)
 
 
-def source_windows(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
+def _stitcher(order: MixtureOrder, size: int, end: Any, drawn: Sequence[int]) -> Callable[..., Any]:
+    """The map putting a chunk's parts (one a source of ``drawn``) in its positions' order.
+
+    A chunk of ``size`` positions from ``first`` (in the last stretch) takes its draws
+    of source ``drawn[j]`` from part ``j``, in order. Which source each position holds
+    repeats every period of the last stretch's interleave: one gather from its table,
+    then each source's positions (``tf.where``) and one ``tf.dynamic_stitch`` a
+    feature, a single copy (a ragged or sparse feature: one gather from the parts put
+    end to end). The chunk is cut at ``end``, and each part at the draws it gives
+    before it.
+    """
+    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    ids = np.array([order.names.index(name) for name in last.names], np.int64)
+    table = ids[inter.table]  # the source (an index of ``order.names``) of a period's positions
+
+    def assemble(first: tf.Tensor, *parts: Any) -> Any:
+        keep = tf.minimum(tf.cast(end, tf.int64) - first, size)
+        local = (first - last.start + tf.range(keep, dtype=tf.int64)) % inter.period
+        source = tf.gather(tf.constant(table, tf.int64), local)
+        where = [tf.cast(tf.where(tf.equal(source, i))[:, 0], tf.int32) for i in drawn]
+        drawn_here = [tf.size(w) for w in where]  # a part may hold more (a chunk cut at `end`)
+
+        def stitch(*xs: Any) -> Any:
+            xs = tuple(x[:n] for x, n in zip(xs, drawn_here, strict=True))
+            if all(isinstance(x, tf.Tensor) for x in xs):
+                return tf.dynamic_stitch(where, list(xs))
+            # the position of each part's elements once the parts are put end to end
+            ends = tf.split(tf.range(tf.cast(keep, tf.int32)), drawn_here)
+            index = tf.dynamic_stitch(where, ends)
+            return tf.gather(tf.concat(xs, 0), index)
+
+        return tf.nest.map_structure(stitch, *parts)
+
+    return assemble
+
+
+def source_windows(order: GlobalOrder, epoch: Any, at: Any, count: Any = None) -> tf.data.Dataset:
     """A source's records in its global order from position ``at`` of ``epoch`` on.
 
-    As vectors: its windows, the first from ``at``.
-
-    Its epochs follow one another, each in its own order; the stream never ends.
+    As vectors: its windows, the first from ``at``. Its epochs follow one another, each
+    in its own order. With ``count`` (draws, an ``int64`` tensor or an integer) the
+    stream ends one window after the window holding the ``count``-th draw, so that a
+    bounded read (a pass that stops) reads and parses no window far past its end; else
+    it never ends. ``epoch``, ``at`` and ``count`` may be tensors.
     """
     first = order.windows_of(epoch, start=at)
     later = tf.data.Dataset.range(epoch + 1, 1 << 62)
-    return first.concatenate(later.flat_map(lambda e: order.windows_of(e)))
+    windows = first.concatenate(later.flat_map(lambda e: order.windows_of(e)))
+    if count is None:
+        return windows
+    begin = tf.cast(epoch, tf.int64) * order.total + tf.cast(at, tf.int64)
+    end = begin + tf.maximum(tf.cast(count, tf.int64), 1) - 1  # the last draw needed
+
+    def window(draw: tf.Tensor) -> tf.Tensor:  # the window's number in the whole stream
+        return (draw // order.total) * order.windows + order.locate_tensor(draw % order.total)[0]
+
+    # one window more: a stream never ends inside the chunk holding its last draw
+    return windows.take(window(end) - window(begin) + 2)
 
 
 def source_stream(order: GlobalOrder, epoch: int, at: int) -> tf.data.Dataset:
@@ -216,31 +255,43 @@ def last_counts(order: MixtureOrder, start: Any, size: int) -> tf.Tensor:
 
 def mixed_from(
     order: MixtureOrder,
-    streams: Callable[[str, Any, Any], tf.data.Dataset],
+    streams: Callable[[str, Any, Any, Any], tf.data.Dataset],
     start: Any,
     stop: Any,
     batch_size: int,
     *,
     drop_remainder: bool = False,
     chunk: int = CHUNK,
+    calls: int = 1,
+    base: Any = None,
 ) -> tf.data.Dataset:
     """The mixed stream of positions ``[start, stop)`` in batches, from a tensor start.
 
     :func:`mixed_batches` for a ``start`` (and ``stop``) that may be ``int64`` scalar
     tensors, read when a pass starts (a resumed run's position, the pass of an
-    iterator), in the last stretch. Each source's stream is ``streams(name, epoch, at)``:
-    vectors of the source's draws from position ``at`` of its ``epoch`` on (serialized
-    records, or any structure of tensors with a batch dimension: a source's parsed and
-    mapped examples), mixed by one gather a chunk of about ``chunk`` positions.
+    iterator), in the last stretch. Each source's stream is ``streams(name, epoch, at,
+    count)``: vectors of the source's draws from position ``at`` of its ``epoch`` on
+    (serialized records, or any structure of tensors with a batch dimension: a source's
+    parsed and mapped examples), holding at least the ``count`` draws the pass makes of
+    it and ending soon after (:func:`source_windows`; ``None``: never ending), mixed by
+    one stitch a chunk of about ``chunk`` positions (``calls`` chunks at once, in
+    order).
 
     Args:
         order: The mixture's order.
-        streams: A source's stream of vectors from ``(epoch, at)``.
+        streams: A source's stream of vectors from ``(epoch, at)``, of at least ``count``
+            draws.
         start: The first global position (in the last stretch).
         stop: The position to stop at (``None``: never).
         batch_size: Positions a batch.
         drop_remainder: Whether to drop a last batch shorter than ``batch_size``.
         chunk: Positions assembled at once (rounded down to whole batches).
+        calls: Chunks assembled in parallel (in order).
+        base: Draws each source of the last stretch made before it, added to its own
+            (an ``int64`` vector, or ``None``: those of the state): a stretch whose
+            start and draws are read when the pass starts (a mixture reweighted at a
+            checkpoint, :class:`~tfr_hooks.tfrecord.pipelines.mixture_position.MixturePosition`),
+            given with ``start`` and ``stop`` relative to it.
     """
     size = batch_size * max(1, chunk // batch_size)
     last, inter = order.state.stretches[-1], order.state._interleaves[-1]
@@ -250,25 +301,26 @@ def mixed_from(
         key=lambda j: order.names.index(last.names[j]),
     )
     draws, counts = last_draws(order, start), last_counts(order, start, size)
+    # a pass that stops reads each source up to the draws it makes before the stop
+    needed = None if stop is None else last_draws(order, stop) - draws
+    if base is not None:  # a draw's number within a chunk is relative: only the streams move
+        draws = draws + tf.cast(base, tf.int64)
     sizes = tf.constant(last.sizes, tf.int64)
     cut = tuple(
-        streams(last.names[j], draws[j] // sizes[j], draws[j] % sizes[j])
+        streams(
+            last.names[j],
+            draws[j] // sizes[j],
+            draws[j] % sizes[j],
+            None if needed is None else needed[j],
+        )
         .rebatch(counts[:, j])
         .prefetch(2)
         for j in drawn
     )
     end = (1 << 62) if stop is None else stop
     firsts = tf.data.Dataset.range(start, end, size)
-    n_sources = len(order.names)
-
-    def assemble(first: tf.Tensor, *parts: Any) -> Any:
-        source, n = order.draw_numbers(first + tf.range(size, dtype=tf.int64))
-        base = tf.math.unsorted_segment_min(n, source, n_sources)
-        counted = tf.math.bincount(source, minlength=n_sources, dtype=tf.int64)
-        offsets = tf.cumsum(counted, exclusive=True)
-        index = tf.gather(offsets, source) + n - tf.gather(base, source)
-        keep = tf.minimum(tf.cast(end, tf.int64) - first, size)
-        return tf.nest.map_structure(lambda *xs: tf.gather(tf.concat(xs, 0), index[:keep]), *parts)
-
-    chunks = tf.data.Dataset.zip((firsts, *cut)).map(assemble)
+    ids = [order.names.index(last.names[j]) for j in drawn]
+    chunks = tf.data.Dataset.zip((firsts, *cut)).map(
+        _stitcher(order, size, end, ids), num_parallel_calls=calls, deterministic=True
+    )
     return chunks.rebatch(batch_size, drop_remainder=drop_remainder)

@@ -122,7 +122,9 @@ class ReadPosition:
 
         return tf.group(once(self.epoch), once(self.records))
 
-    def seek(self, epoch: int, records: int, session: Any = None) -> None:
+    def seek(
+        self, epoch: int, records: int, session: Any = None, *, state: bytes | None = None
+    ) -> None:
         """Start the next pass as epoch ``epoch``, at this worker's record ``records``.
 
         Args:
@@ -130,6 +132,10 @@ class ReadPosition:
             records: The records of that epoch's sequence already read (global: those
                 of all workers).
             session: In graph mode, the session the variables live in.
+            state: The :meth:`input_state` a checkpoint saved with that position. A
+                position whose read keeps no state of its own (all but a mixture's,
+                :class:`~tfr_hooks.tfrecord.pipelines.mixture_position.MixturePosition`)
+                ignores it.
 
         Raises:
             ValueError: ``epoch`` or ``records`` is negative, ``records`` is not at a
@@ -159,6 +165,14 @@ class ReadPosition:
                 "Received: session=None"
             )
         session.run(self._assign, {self._epoch_in: epoch, self._records_in: records})
+
+    def input_state(self) -> bytes | None:
+        """What a checkpoint saves beside the loop's position, or ``None``: nothing.
+
+        A read whose passes depend on more than ``(epoch, records)`` (a mixture's
+        stretches of weights) returns its state as bytes.
+        """
+        return None
 
     def state(self, session: Any = None) -> dict[str, int]:
         """The whole input state: the seed, the workers, the next pass's epoch and its records.
@@ -202,10 +216,14 @@ class SessionPosition:
         self.split, self.grain = position.split, position.grain
         self._session = session
 
-    def seek(self, epoch: int, records: int) -> None:
+    def seek(self, epoch: int, records: int, *, state: bytes | None = None) -> None:
         """:meth:`ReadPosition.seek` in the session."""
         session = self._session() if callable(self._session) else self._session
-        self.position.seek(epoch, records, session=session)
+        self.position.seek(epoch, records, session=session, state=state)
+
+    def input_state(self) -> bytes | None:
+        """:meth:`ReadPosition.input_state`."""
+        return self.position.input_state()
 
 
 def at_most(data: tf.data.Dataset, batches: int) -> tf.data.Dataset:

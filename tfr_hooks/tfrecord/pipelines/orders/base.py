@@ -58,6 +58,9 @@ class Order(abc.ABC):
     #: Whether the batches of a pass come in a drawn order (a bucketed read then shuffles
     #: the batches it cuts from each pool).
     shuffles: ClassVar[bool] = False
+    #: Whether a pass of any ``num_epochs`` (not only 1) is entered at a position: its
+    #: records are numbered through the pass's epochs by arithmetic (a mixture's).
+    enters_any_num_epochs: ClassVar[bool] = False
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -109,6 +112,18 @@ class Order(abc.ABC):
         """
         del plan, kind
         return False
+
+    def new_position(
+        self, plan: Plan, *, batch_size: int, workers: int, grain: int
+    ) -> ReadPosition:
+        """The position of a read that :meth:`enters` its passes (streamed or packed).
+
+        A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition`; an order whose
+        passes depend on more than the epoch and records (a mixture's stretches of
+        weights) returns its own.
+        """
+        del plan
+        return ReadPosition(batch_size, workers=workers, seed=self.seed, grain=grain)
 
     @abc.abstractmethod
     def records(
@@ -171,7 +186,8 @@ def position_of(
 ) -> ReadPosition | None:
     """A :class:`~tfr_hooks.tfrecord.pipelines.position.ReadPosition` when the pipeline can seek.
 
-    One pass an iterator (``num_epochs=1``; in graph mode, an initialization), read in
+    One pass an iterator (``num_epochs=1``, or any for an order that
+    :attr:`~Order.enters_any_num_epochs`; in graph mode, an initialization), read in
     this process (no service). Streamed or on packed shards, where ``order`` says a pass
     can be entered (:meth:`~tfr_hooks.tfrecord.pipelines.orders.base.Order.enters`: the
     global order, an unshuffled stream read in a fixed order); on one undamaged worker
@@ -182,7 +198,9 @@ def position_of(
     count. A graph-mode cluster (asynchronous workers, no global batch) has none. Else
     ``None``: a resumed run replays.
     """
-    if options.num_epochs != 1 or options.service is not None:
+    if options.service is not None:
+        return None
+    if options.num_epochs != 1 and not order.enters_any_num_epochs:
         return None
     bucketed = options.shaping.bucket_boundaries is not None
     if bucketed and kind.in_memory:
@@ -198,4 +216,4 @@ def position_of(
         return ReadPosition(options.batch_size, seed=options.seed)
     if not order.enters(plan, kind):
         return None
-    return ReadPosition(options.batch_size, workers=workers, seed=order.seed, grain=grain)
+    return order.new_position(plan, batch_size=options.batch_size, workers=workers, grain=grain)

@@ -6,7 +6,7 @@ global position comes from, and which draw of it, is the closed-form interleave 
 :mod:`~tfr_hooks.tfrecord.pipelines.mixture`; each source is read in its own global order
 (seeded with its name), its epochs one after another
 (:func:`~tfr_hooks.tfrecord.pipelines.mixture_streams.source_windows`), and the streams are
-mixed a chunk of positions at a time by one gather
+mixed a chunk of positions at a time by one stitch
 (:func:`~tfr_hooks.tfrecord.pipelines.mixture_streams.mixed_from`).
 
 **An epoch of a mixture** is ``E`` global positions, the sum of its sources' records
@@ -18,7 +18,10 @@ pass to pass: a small source cycles and reshuffles while a large one is in its f
 epoch. ``num_epochs=None`` never ends.
 
 A pass is entered at a position by arithmetic: a resumed run seeks there (its sources'
-streams each re-read at most their window).
+streams each re-read at most their window). Its position
+(:class:`~tfr_hooks.tfrecord.pipelines.mixture_position.MixturePosition`) also holds the
+stretch the passes read: a run restarted from a checkpoint with other ``weights=`` goes
+on where each source stopped, at the new weights.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import tensorflow as tf
 
 from tfr_hooks.checks import expected
 from tfr_hooks.task import current_task
+from tfr_hooks.tfrecord.pipelines.memory.serve import PARALLEL_CALLS
 from tfr_hooks.tfrecord.pipelines.mixture import MixtureOrder, MixtureState, source_seed
+from tfr_hooks.tfrecord.pipelines.mixture_position import MixturePosition
 from tfr_hooks.tfrecord.pipelines.mixture_sources import initial_state, source_map_fns
 from tfr_hooks.tfrecord.pipelines.mixture_streams import mixed_from, source_windows
 from tfr_hooks.tfrecord.pipelines.orders.base import Order
@@ -80,6 +85,7 @@ class MixtureShuffleOrder(Order):
     name = "mixture"
     held = False
     shuffles = True
+    enters_any_num_epochs = True
 
     @classmethod
     def refuse(cls, options: ReadOptions) -> None:
@@ -118,8 +124,33 @@ class MixtureShuffleOrder(Order):
 
         return kind is PipelineKind.STREAMED
 
-    def _streams(self, plan: Plan, order: MixtureOrder, options: ReadOptions) -> Any:
-        """``streams(name, epoch, at)`` for :func:`mixed_from`: parsed, mapped when asked."""
+    def new_position(
+        self, plan: Plan, *, batch_size: int, workers: int, grain: int
+    ) -> MixturePosition:
+        """A :class:`MixturePosition`: the pass's epoch and records, and its stretch."""
+        del grain  # a mixture is not bucketed
+        weights = self.options.weights
+        if weights is None:
+            raise ValueError(expected("weights", "a mapping over the plan's sources", weights))
+        sizes = {name: sum(c or 0 for c in part.counts) for name, part in plan.parts.items()}
+        epochs = self.options.num_epochs
+        return MixturePosition(
+            batch_size,
+            weights={name: float(weights[name]) for name in plan.parts},
+            sizes=sizes,
+            span=_ENDLESS if epochs is None else epochs * sum(sizes.values()),
+            workers=workers,
+            seed=self.seed,
+        )
+
+    def _streams(self, plan: Plan, order: MixtureOrder, options: ReadOptions, calls: int) -> Any:
+        """``streams(name, epoch, at, count)`` for :func:`mixed_from`: parsed, mapped when asked.
+
+        Each source's windows are parsed (and mapped) by a map of ``calls`` parallel
+        calls, in order: the next windows are parsed while the mix reads the last one,
+        as the single-source global read parses its windows, instead of the mix waiting
+        for a window's parse each time a source's window ends.
+        """
         orders = {
             name: GlobalOrder(
                 file_indexes(part.records),
@@ -131,12 +162,16 @@ class MixtureShuffleOrder(Order):
         }
         map_fns = source_map_fns(options)
 
-        def stream(name: str, epoch: Any, at: Any) -> tf.data.Dataset:
+        def stream(name: str, epoch: Any, at: Any, count: Any) -> tf.data.Dataset:
             part = plan.parts[name]
-            windows = source_windows(orders[name], epoch, at).map(part.parse_batch)
+            windows = source_windows(orders[name], epoch, at, count).map(
+                part.parse_batch, num_parallel_calls=calls, deterministic=True
+            )
             if map_fns is None:
                 return windows
-            mapped = windows.unbatch().map(as_dict(map_fns[name], part.names))
+            mapped = windows.unbatch().map(
+                as_dict(map_fns[name], part.names), num_parallel_calls=calls, deterministic=True
+            )
             return mapped.batch(DEFAULT_WINDOW)
 
         return stream
@@ -145,8 +180,12 @@ class MixtureShuffleOrder(Order):
         """``(start, stop)`` of each new iterator's pass."""
         epochs = self.options.num_epochs
         span = _ENDLESS if epochs is None else epochs * order.epoch_size
-        if position is not None:  # one epoch a pass, from the records done in it
-            return position.start().map(lambda e, r: (e * span + r, (e + 1) * span))
+        if isinstance(position, MixturePosition):  # one loop epoch a pass, in its stretch
+            # global positions: the loop's (epoch, records) and the stretch's offset
+            span = position.span
+            return position.start().map(
+                lambda e, r, s: (e * span + r + s[0], (e + 1) * span + s[0], s[1], s[2:])
+            )
         if tf.executing_eagerly():
             with tf.init_scope():
                 counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="mixture_passes")
@@ -158,24 +197,39 @@ class MixtureShuffleOrder(Order):
                 tf.random.uniform([], maxval=1 << 22, dtype=tf.int64, seed=order.seed)
             )
         # the stop of an endless pass is never read (mixed_from is given None)
-        return passes.map(lambda p: (p * span, (p + 1) * span))
+        draws = tf.zeros([len(order.names)], tf.int64)
+        return passes.map(lambda p: (p * span, (p + 1) * span, tf.constant(0, tf.int64), draws))
 
     def mixed(
-        self, plan: Plan, options: ReadOptions, position: ReadPosition | None = None
+        self,
+        plan: Plan,
+        options: ReadOptions,
+        position: ReadPosition | None = None,
+        *,
+        calls: int = PARALLEL_CALLS,
     ) -> tf.data.Dataset:
-        """The mixed batches of ``options.batch_size`` (parsed, mapped per source when asked)."""
+        """The mixed batches of ``options.batch_size`` (parsed, mapped per source when asked).
+
+        ``calls``: the parallel calls of each source's parse (and ``map_fn``).
+        """
         order = mixture_order(plan, options)
-        streams = self._streams(plan, order, options)
+        streams = self._streams(plan, order, options, calls)
         endless = options.num_epochs is None and position is None
 
-        def one_pass(start: tf.Tensor, stop: tf.Tensor) -> tf.data.Dataset:
+        def one_pass(
+            start: tf.Tensor, stop: tf.Tensor, first: tf.Tensor, draws: tf.Tensor
+        ) -> tf.data.Dataset:
+            # positions in the stretch that starts at global position ``first``, where
+            # its sources had made ``draws`` (0 and none for a read that starts afresh)
             return mixed_from(
                 order,
                 streams,
-                start,
-                None if endless else stop,
+                start - first,
+                None if endless else stop - first,
                 options.batch_size,
                 drop_remainder=options.drop_remainder,
+                calls=calls,
+                base=draws,
             )
 
         return self._passes(order, position).flat_map(one_pass)
@@ -201,5 +255,5 @@ class MixtureShuffleOrder(Order):
         position: ReadPosition | None = None,
     ) -> tf.data.Dataset:
         """The mixed batches, each source parsed (and mapped) before the mix."""
-        del reads, calls
-        return self.mixed(plan, options, position)
+        del reads
+        return self.mixed(plan, options, position, calls=calls)
