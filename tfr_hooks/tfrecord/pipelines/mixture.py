@@ -233,6 +233,10 @@ class MixtureState:
 
     Args:
         stretches: The stretches, by increasing ``start``, the first at 0.
+
+    Attributes:
+        stretches: The stretches, as given.
+        interleaves: Each stretch's :class:`Interleave` of its weights, in the same order.
     """
 
     def __init__(self, stretches: Sequence[Stretch]) -> None:
@@ -246,7 +250,7 @@ class MixtureState:
                 f"Expected stretches by increasing start. Received: stretches={stretches!r}"
             )
         self.stretches = stretches
-        self._interleaves = [Interleave(s.weights) for s in stretches]
+        self.interleaves = [Interleave(s.weights) for s in stretches]
 
     @classmethod
     def initial(cls, weights: Mapping[str, float], sizes: Mapping[str, int]) -> MixtureState:
@@ -286,7 +290,7 @@ class MixtureState:
             raise ValueError(f"Expected a position >= 0. Received: position={position!r}")
         at = self.stretch_at(position)
         reached: dict[str, int] = {}
-        for s, (stretch, inter) in enumerate(zip(self.stretches, self._interleaves, strict=True)):
+        for s, (stretch, inter) in enumerate(zip(self.stretches, self.interleaves, strict=True)):
             if s > at:
                 break
             end = int(position) if s == at else self.stretches[s + 1].start
@@ -408,7 +412,7 @@ class MixtureOrder:
 
     def _flatten(self) -> None:
         """Every stretch's tables in flat arrays, with each stretch's offsets into them."""
-        stretches, inters = self.state.stretches, self.state._interleaves
+        stretches, inters = self.state.stretches, self.state.interleaves
         self._starts = np.array([s.start for s in stretches], np.int64)
         self._periods = np.array([i.period for i in inters], np.int64)
         slots = np.array([len(s.names) for s in stretches], np.int64)
@@ -536,7 +540,7 @@ class MixtureOrder:
         ``period / gcd(period, batch_size)`` batches: an ``int64`` array of that many
         rows, one column a source of :attr:`names` (0 for a source no longer drawn).
         """
-        last, inter = self.state.stretches[-1], self.state._interleaves[-1]
+        last, inter = self.state.stretches[-1], self.state.interleaves[-1]
         if start < last.start:
             raise ValueError(
                 f"Expected a start in the last stretch (>= {last.start}). Received: start={start}"

@@ -119,7 +119,7 @@ def _stitcher(order: MixtureOrder, size: int, end: Any, drawn: Sequence[int]) ->
     end to end). The chunk is cut at ``end``, and each part at the draws it gives
     before it.
     """
-    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    last, inter = order.state.stretches[-1], order.state.interleaves[-1]
     ids = np.array([order.names.index(name) for name in last.names], np.int64)
     table = ids[inter.table]  # the source (an index of ``order.names``) of a period's positions
 
@@ -228,7 +228,7 @@ def last_draws(order: MixtureOrder, start: Any) -> tf.Tensor:
     ``start`` may be an ``int64`` scalar tensor (read when a pass starts): constant time
     wherever it is.
     """
-    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    last, inter = order.state.stretches[-1], order.state.interleaves[-1]
     local = tf.cast(start, tf.int64) - last.start
     q, r = local // inter.period, local % inter.period
     prefix = tf.constant(inter.prefix, tf.int64)
@@ -242,7 +242,7 @@ def last_counts(order: MixtureOrder, start: Any, size: int) -> tf.Tensor:
     ``(cycle, sources of the last stretch)``: the draws of each in each chunk of ``size``
     positions from ``start`` (a tensor or an integer in the last stretch).
     """
-    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    last, inter = order.state.stretches[-1], order.state.interleaves[-1]
     cycle = inter.period // math.gcd(inter.period, size)
     local = tf.cast(start, tf.int64) - last.start + tf.range(cycle + 1, dtype=tf.int64) * size
     q, r = local // inter.period, local % inter.period
@@ -294,7 +294,7 @@ def mixed_from(
             given with ``start`` and ``stop`` relative to it.
     """
     size = batch_size * max(1, chunk // batch_size)
-    last, inter = order.state.stretches[-1], order.state._interleaves[-1]
+    last, inter = order.state.stretches[-1], order.state.interleaves[-1]
     # in the order of the sources' ids (:attr:`MixtureOrder.names`), as the gather's offsets
     drawn = sorted(
         (j for j, weight in enumerate(inter.weights) if weight > 0),
