@@ -90,10 +90,18 @@ def graph() -> Iterator[tf.Graph]:
 
 @pytest.fixture
 def no_leaked_threads() -> Iterator[None]:
-    """Fail the test if it leaves threads running."""
-    before = threading.active_count()
+    """Fail the test if it leaves threads running.
+
+    A thread the test started and stopped may still be on its way out when the test
+    returns: each new thread gets a few seconds to end (a join with a timeout), and one
+    still running after that is a leak.
+    """
+    before = set(threading.enumerate())
     yield
-    assert threading.active_count() == before, [t.name for t in threading.enumerate()]
+    for thread in set(threading.enumerate()) - before:
+        thread.join(timeout=10)
+    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert not left, left
 
 
 def dataset_batches(path: Path, batch_size: int) -> tuple[dict[str, tf.Tensor], tf.Operation]:
