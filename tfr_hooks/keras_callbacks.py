@@ -209,10 +209,6 @@ class KerasCallbacks(Hook):
         self._val_seen = 0
         self._writing = ChiefOnlyWriting(TaskInfo())
         self._active: list[Any] = list(self.callbacks)
-        #: the active callbacks whose training batch methods do something (see
-        #: :func:`_listeners`): the rest get no per-step call
-        self._batch_begin: list[Any] = []
-        self._batch_end: list[Any] = []
         self._input_scalars = InputScalarWriter()
         #: The callbacks with batch methods of their own, as ``Name.method``: Keras' own
         #: callbacks take one call per execution (as ``fit`` with ``steps_per_execution``
@@ -239,6 +235,10 @@ class KerasCallbacks(Hook):
         self._val_steps = None
         self._val_seen = 0
         self._input_scalars = InputScalarWriter()
+        #: the active callbacks whose training batch methods do something (see
+        #: :func:`_listeners`), set at ``after_create_session``: the rest get no call a step
+        self._batch_begin: list[Any] = []
+        self._batch_end: list[Any] = []
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Set params and model, then ``on_train_begin``; pick up a restored epoch."""
