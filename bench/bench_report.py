@@ -360,8 +360,8 @@ def render_markdown(tables: Sequence[ModelTable], meta: Mapping[str, Any]) -> st
             " repeats allow (min / max, max / min), for a ratio of two rows run in"
             " processes of their own; for a paired reading (a median over rounds), an"
             " interval that holds the median the rounds came from with a probability of"
-            " at least 90% (order statistics, any distribution: with 6 rounds the least"
-            " and the largest round); 'crosses' when it lies on both sides of the"
+            " at least 90% (order statistics, any distribution: with the 18 rounds"
+            " of a run of record the 6th and the 13th); 'crosses' when it lies on both sides of the"
             " threshold, where the verdict is noise's. Same-run shares have none.",
             "",
             _crossing_count(targets),

@@ -70,8 +70,8 @@ class Spec:
     tf_config: str | None = None
     #: ``--suite real``: the sizes of its data sets, ``{"img": n, "txt": n}`` (bench_real)
     real: dict[str, int] | None = None
-    #: the timed rounds of an ``_unmeasured`` row (``None``: ``PAIRED_ROUNDS_PER_EPOCH``
-    #: a timed epoch)
+    #: the timed rounds of an ``_unmeasured`` row, and the timed epochs of a group's rows
+    #: (``None``: ``PAIRED_ROUNDS_PER_EPOCH`` a timed epoch)
     paired_rounds: int | None = None
     #: the rows of a group (``bench_configs.GROUPS``) run in this process, their epochs
     #: in turn (bench_turns); ``config`` is then the group's name
@@ -1073,8 +1073,10 @@ FUNCTIONS: dict[str, Callable[[Spec], dict[str, Any]]] = {
 def run_group(spec: Spec) -> dict[str, Any]:
     """Run the rows of ``spec.group`` in this process, their epochs in turn.
 
-    Every other repeat the rows go in reverse order. Each row gets a directory of its
-    own; its result has its own seconds, examples and CPU time (its epochs only) and its
+    Each row runs ``spec.paired_rounds`` timed epochs (``PAIRED_ROUNDS_PER_EPOCH`` a
+    timed epoch of the spec by default), as an ``_unmeasured`` pair's rounds. Every
+    other repeat the rows go in reverse order. Each row gets a directory of its own;
+    its result has its own seconds, examples and CPU time (its epochs only) and its
     epochs' examples a second (``epoch_rates``), from which a target between two rows of
     the group reads the median of the rounds' ratios. Their peak RSS is the process's.
     """
@@ -1086,10 +1088,16 @@ def run_group(spec: Spec) -> dict[str, Any]:
     functions = {**FUNCTIONS, **bench_real.FUNCTIONS}
     names = list(spec.group or [])
     order = names if spec.repeat % 2 == 0 else names[::-1]
+    # as many timed epochs (rounds) as an _unmeasured pair: 6 rounds a target crossed
+    rounds = spec.paired_rounds or PAIRED_ROUNDS_PER_EPOCH * spec.epochs
 
     def run_one(name: str) -> dict[str, Any]:
         row = dataclasses.replace(
-            spec, config=name, group=None, workdir=os.path.join(spec.workdir, name)
+            spec,
+            config=name,
+            group=None,
+            epochs=rounds,
+            workdir=os.path.join(spec.workdir, name),
         )
         result = functions[name](row)
         result["examples_per_sec"] = result["examples"] / result["seconds"]

@@ -1,6 +1,6 @@
 """The paired targets of several runs of record, read on their rounds pooled.
 
-A run of record reads a paired target from 6 rounds (18 for the input measurement),
+A run of record reads a paired target from 18 rounds (6 before 2026-12-07),
 whose 90% interval of the median spans most targets' margins on a shared 2-core
 machine (``bench_targets.median_interval``). Runs of the same code add rounds: this
 prints, for each paired target of the given ``latest.json`` files, the rounds of all

@@ -11,7 +11,7 @@ Keras once (``multiprocessing`` "forkserver" with preloading), so a run does not
 TensorFlow's import; only its timed epochs are measured anyway.
 
 Run:
-    tox -e bench                        # the full benchmark (about 25 min on 2 cores)
+    tox -e bench                        # the full benchmark (about 45 min on 2 cores)
     python bench/run.py --quick         # tiny data, 1 repeat, results in /tmp
     python bench/run.py --only keras3_fit,function_loop_32 --models mlp
     python bench/run.py --worker session_loop_queue --model mlp --profile /tmp/p.txt
@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--paired-rounds",
         type=int,
-        help="timed rounds of each _unmeasured row per run, after 1 warm-up (3 x --epochs)",
+        help="timed rounds of each paired row per run (a group's rows, _unmeasured rows), "
+        "after 1 warm-up (3 x --epochs)",
     )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp,cnn")

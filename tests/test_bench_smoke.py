@@ -503,16 +503,19 @@ def test_group_runs_its_rows_in_one_process_epochs_in_turn(
             model="mlp",
             data_dir=str(tmp_path / "data"),
             batch_size=64,
-            epochs=2,
+            epochs=1,
             workdir=str(tmp_path / "work" / str(repeat)),
             repeat=repeat,
+            paired_rounds=3,
             group=rows,
         )
         outcome = bench_workloads.run_config(spec)
         for row, result in outcome["group"].items():
             assert result["ok"], result.get("traceback")
-            assert (result["examples"], result["epochs"], result["repeat"]) == (1024, 2, repeat)
-            assert len(result["epoch_rates"]) == 2 and min(result["epoch_rates"]) > 0
+            # a group's rows run the paired rounds, not the spec's epochs (6 rounds a
+            # run of record crossed most targets)
+            assert (result["examples"], result["epochs"], result["repeat"]) == (1536, 3, repeat)
+            assert len(result["epoch_rates"]) == 3 and min(result["epoch_rates"]) > 0
             results.setdefault((row, "mlp"), []).append(result)
     alone = bench_workloads.run_config(
         bench_workloads.Spec(
@@ -535,4 +538,4 @@ def test_group_runs_its_rows_in_one_process_epochs_in_turn(
         for key in loop.epoch_rates
         for p, q in zip(loop.epoch_rates[key], model.epoch_rates[key], strict=True)
     ]
-    assert len(rounds) == 4 and paired.ratio == pytest.approx(statistics.median(rounds))
+    assert len(rounds) == 6 and paired.ratio == pytest.approx(statistics.median(rounds))

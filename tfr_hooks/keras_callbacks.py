@@ -235,6 +235,10 @@ class KerasCallbacks(Hook):
         self._val_steps = None
         self._val_seen = 0
         self._input_scalars = InputScalarWriter()
+        #: the active callbacks whose training batch methods do something (see
+        #: :func:`_listeners`), set at ``after_create_session``: the rest get no call a step
+        self._batch_begin: list[Any] = []
+        self._batch_end: list[Any] = []
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Set params and model, then ``on_train_begin``; pick up a restored epoch."""
@@ -269,6 +273,9 @@ class KerasCallbacks(Hook):
                 history = callback
         if history is not None:
             self.model.history = history
+        base = self._keras.callbacks.Callback
+        self._batch_begin = _listeners(self._active, base, "on_train_batch_begin", "on_batch_begin")
+        self._batch_end = _listeners(self._active, base, "on_train_batch_end", "on_batch_end")
         self.model.stop_training = False
         self._began = True
         self._call("on_train_begin", {})
@@ -307,26 +314,32 @@ class KerasCallbacks(Hook):
         not announced (``fit`` knows the length and does not run it); should it bring a
         batch after all, its ``on_train_batch_begin`` comes just before its end.
         """
-        known = self.loop.steps_per_epoch
-        self._deferred = known is not None and self.loop.epoch_steps >= known
-        if not self._deferred:
-            self._call("on_train_batch_begin", self.loop.epoch_steps, self._batch_logs())
+        loop = self.loop
+        known = loop.steps_per_epoch
+        self._deferred = known is not None and loop.epoch_steps >= known
+        if not self._deferred and self._batch_begin:
+            self._call_batch(self._batch_begin, "on_train_batch_begin", loop.epoch_steps, None)
         return None
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        """``on_train_batch_end(batch, logs)``; a stop asked by a callback ends the epoch."""
-        batch = self.loop.epoch_steps
+        """``on_train_batch_end(batch, logs)``; a stop asked by a callback ends the epoch.
+
+        The logs are copied once a step, for the callbacks that listen to it only.
+        """
+        loop = self.loop
+        batch = loop.epoch_steps
         if self._deferred:
             self._deferred = False
-            self._call("on_train_batch_begin", batch, self._batch_logs())
-        logs = self._batch_logs(self.loop.batch_logs)
+            if self._batch_begin:
+                self._call_batch(self._batch_begin, "on_train_batch_begin", batch, None)
         if self.graph_mode and not self.params.get("metrics"):
-            self.params["metrics"] = list(self.loop.batch_logs)
-        # with steps_per_execution=K, Keras 3 fit ends a call with the index of its last step
-        end = batch + max(1, self.loop.steps_per_execution) - 1
-        self._call("on_train_batch_end", end, logs)
+            self.params["metrics"] = list(loop.batch_logs)
+        if self._batch_end:
+            # with steps_per_execution=K, Keras 3 fit ends a call with the index of its last step
+            end = batch + loop.steps_per_execution - 1 if loop.steps_per_execution > 1 else batch
+            self._call_batch(self._batch_end, "on_train_batch_end", end, loop.batch_logs)
         if getattr(self.model, "stop_training", False):
-            self.loop.request_stop("a Keras callback set model.stop_training")
+            loop.request_stop("a Keras callback set model.stop_training")
 
     def validation_begin(self) -> None:
         """``on_test_begin``."""
@@ -379,6 +392,7 @@ class KerasCallbacks(Hook):
             self._input_scalars.close()  # before a non-chief's temporary dir goes
             self._writing.restore()  # original paths back, temporary dir removed
             self._active = list(self.callbacks)
+            self._batch_begin, self._batch_end = [], []
             while self._contexts:
                 self._contexts.pop().__exit__(None, None, None)
 
@@ -398,6 +412,14 @@ class KerasCallbacks(Hook):
     def _call(self, method: str, *args: Any) -> None:
         for callback in self._active:  # the callbacks this worker runs
             getattr(callback, method)(*args)
+
+    def _call_batch(
+        self, callbacks: list[Any], method: str, batch: int, logs: dict[str, Any] | None
+    ) -> None:
+        """A training batch event for ``callbacks``: one fresh logs dict, as ``fit`` gives."""
+        logs = self._batch_logs(logs)
+        for callback in callbacks:
+            getattr(callback, method)(batch, logs)
 
     def _batch_logs(self, logs: dict[str, float] | None = None, batch: int | None = None) -> Any:
         """Batch logs as ``fit`` gives them: graph-mode ``fit`` adds ``batch`` and ``size``."""
@@ -523,6 +545,25 @@ _BATCH_METHODS = (
     "on_test_batch_begin",
     "on_test_batch_end",
 )
+
+
+def _listeners(callbacks: Sequence[Any], base: type, method: str, alias: str) -> list[Any]:
+    """The ``callbacks`` whose ``method`` is not the Keras base class's no-op.
+
+    The base class's ``on_train_batch_begin``/``_end`` only call ``on_batch_begin``/
+    ``_end`` (``alias``), no-ops too: a callback that overrides neither (``History``,
+    ``EarlyStopping``, a callback of epoch methods only) does nothing at a batch, and
+    gets no call there, as ``fit`` sends its batch ends to no callback when none
+    overrides them. A method set on the instance (``LambdaCallback``) counts as one.
+    """
+    found = []
+    for callback in callbacks:
+        for name in (method, alias):
+            own = name in vars(callback) or getattr(type(callback), name) is not getattr(base, name)
+            if own:
+                found.append(callback)
+                break
+    return found
 
 
 def _own_batch_method(callback: Any) -> str | None:
