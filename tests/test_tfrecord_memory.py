@@ -270,6 +270,31 @@ def test_passes_gathered_whole_start_without_grappler(tmp_path, graph_mode):
     assert len(names) == (2 if graph_mode else 1), names
 
 
+def _prefetches(data: tf.data.Dataset) -> int:
+    """The prefetch stages of ``data``'s pipeline (its ``PrefetchDataset`` nodes)."""
+    graph = tf.compat.v1.GraphDef.FromString(data._as_serialized_graph().numpy())
+    return sum(node.op == "PrefetchDataset" for node in graph.node)
+
+
+def test_passes_gathered_whole_prefetch_passes_not_batches(shards, monkeypatch):
+    # a pass gathered whole is prefetched as a pass; its batches are slices of it, and a
+    # prefetch a batch would add a thread handoff to each (about a third of the CPU time
+    # of this pipeline on digits): by default only the pass is read ahead
+    options = dict(seed=3, in_memory=True, shuffle="global", num_epochs=2)
+    default = tfrecord.dataset(shards, 128, **options)
+    assert _prefetches(default) == 1
+    # a prefetch asked for is kept, and the batches are the same either way
+    asked = tfrecord.dataset(shards, 128, read_config=tfrecord.ReadConfig(prefetch=2), **options)
+    assert _prefetches(asked) == 2
+    for ours, theirs in zip(default, asked, strict=True):
+        np.testing.assert_array_equal(ours["index"].numpy(), theirs["index"].numpy())
+    # gathered in parts (data over the whole-pass budget), the batches are prefetched
+    from tfr_hooks.tfrecord.pipelines.memory import serve
+
+    monkeypatch.setattr(serve, "WHOLE_PASS_BYTES", 0)
+    assert _prefetches(tfrecord.dataset(shards, 128, **options)) == 1
+
+
 def test_same_structure_as_streaming(shards):
     # one file at a time: the stored order, which the memory pipeline keeps
     streaming = tfrecord.dataset(

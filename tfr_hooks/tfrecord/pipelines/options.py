@@ -108,8 +108,10 @@ class ReadConfig:
             parallelism: its readers are threads of the queue runner.
         deterministic: Whether parallel reads and parsing keep a fixed order.
         prefetch: Batches to prefetch: ``None`` (the default) for the reader's own (2
-            batches, or tf.data's choice with ``autotune``; 1 for ``read_batches``), 0
-            for none, ``tf.data.AUTOTUNE`` for 2 (tf.data's choice with ``autotune``).
+            batches, or tf.data's choice with ``autotune``; 1 for ``read_batches``; none
+            for ``dataset(in_memory=True)`` data small enough to be gathered a pass at a
+            time, whose next pass is gathered ahead instead), 0 for none,
+            ``tf.data.AUTOTUNE`` for the same as ``None``.
         autotune: Let tf.data tune parallelism and prefetching while it runs. Off by
             default: with it on, starting a new iterator over the dataset (each epoch,
             when the data decides the epoch length) stalls for about 2 s now and then

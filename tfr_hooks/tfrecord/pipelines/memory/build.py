@@ -61,7 +61,10 @@ def memory_pipeline(
     """
     arrays, decode_each_batch, widen = _held(plan, options, kind)
     shaping, batch_map_fn = options.shaping, options.batch_map_fn
-    prefetch = bool(options.config.prefetch)
+    configured = options.config.prefetch
+    prefetch = bool(configured)
+    # the reader's own choice (AUTOTUNE) is memory_dataset's: none for passes gathered whole
+    batch_prefetch = tf.data.AUTOTUNE if configured == tf.data.AUTOTUNE else 2
     buckets = None
     if shaping.bucket_boundaries is not None:
         if decode_each_batch is not None:
@@ -83,7 +86,7 @@ def memory_pipeline(
         seed=options.seed,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
-        prefetch=2 if prefetch and last else None,
+        prefetch=batch_prefetch if prefetch and last else None,
         map_fn=decode_each_batch,
         buckets=buckets,
         batch_fn=pad if decode_each_batch is None else None,
