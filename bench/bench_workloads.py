@@ -988,6 +988,24 @@ def input_only_tf2(spec: Spec, source: str = "records") -> dict[str, Any]:
     return clock.result()
 
 
+def steps_on(net: Any, next_batch: Callable[[], Any]) -> Callable[[Any], Any]:
+    """``many(n)``: ``n`` of ``net``'s ``train_step`` in a ``tf.while_loop``.
+
+    Each step trains on ``next_batch()``: the model-alone ceiling's loop, and the loops
+    compared with it (bench/loop_gap.py).
+    """
+
+    def many(n: Any) -> Any:
+        def body(i: Any) -> Any:
+            logs = net.train_step(next_batch())
+            with tf.control_dependencies(tf.nest.flatten(logs)):
+                return i + 1
+
+        return tf.while_loop(lambda i: i < n, body, [tf.constant(0)])
+
+    return many
+
+
 def model_only_tf2(spec: Spec, steps_per_call: int = 32) -> dict[str, Any]:
     """Ceiling: Keras 3 ``train_step`` on one in-memory batch, 32 steps per call."""
     from bench_data import load_arrays
@@ -997,16 +1015,7 @@ def model_only_tf2(spec: Spec, steps_per_call: int = 32) -> dict[str, Any]:
     steps = steps_per_epoch(spec)
     net = keras3_model(spec.model)
     batch = (tf.constant(images[: spec.batch_size]), tf.constant(labels[: spec.batch_size]))
-
-    def many(n: Any) -> Any:
-        def body(i: Any) -> Any:
-            logs = net.train_step(batch)
-            with tf.control_dependencies(tf.nest.flatten(logs)):
-                return i + 1
-
-        return tf.while_loop(lambda i: i < n, body, [tf.constant(0)])
-
-    run = tf.function(many, autograph=False)
+    run = tf.function(steps_on(net, lambda: batch), autograph=False)
     for _ in range(spec.epochs + 1):
         done = 0
         while done < steps:

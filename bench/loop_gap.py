@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorflow as tf
 from bench_data import load_arrays
-from bench_workloads import keras3_model
+from bench_workloads import keras3_model, steps_on
 
 from tfr_hooks import tfrecord
 from tfr_hooks.tf2.compiled import Executor
@@ -53,22 +53,8 @@ VARIANTS = "model,read,ahead,loop_const,loop_memory,loop_memory_unmeasured,loop_
 
 def _loops(net: Any, batch: Any, repeated: Any) -> dict[str, Callable[[Any], Any]]:
     """The hand-written loops: ``n`` steps a call."""
-
-    def many(n: Any) -> Any:
-        def body(i: Any) -> Any:
-            logs = net.train_step(batch)
-            with tf.control_dependencies(tf.nest.flatten(logs)):
-                return i + 1
-
-        return tf.while_loop(lambda i: i < n, body, [tf.constant(0)])
-
-    def read(n: Any) -> Any:
-        def body(i: Any) -> Any:
-            logs = net.train_step(repeated.get_next())
-            with tf.control_dependencies(tf.nest.flatten(logs)):
-                return i + 1
-
-        return tf.while_loop(lambda i: i < n, body, [tf.constant(0)])
+    many = steps_on(net, lambda: batch)
+    read = steps_on(net, repeated.get_next)
 
     def ahead(n: Any) -> Any:
         def body(i: Any, pending: Any) -> Any:
