@@ -336,7 +336,7 @@ class KerasCallbacks(Hook):
             self.params["metrics"] = list(loop.batch_logs)
         if self._batch_end:
             # with steps_per_execution=K, Keras 3 fit ends a call with the index of its last step
-            end = batch + loop.steps_per_execution - 1 if loop.steps_per_execution > 1 else batch
+            end = batch + max(1, loop.steps_per_execution) - 1
             self._call_batch(self._batch_end, "on_train_batch_end", end, loop.batch_logs)
         if getattr(self.model, "stop_training", False):
             loop.request_stop("a Keras callback set model.stop_training")
@@ -556,14 +556,14 @@ def _listeners(callbacks: Sequence[Any], base: type, method: str, alias: str) ->
     gets no call there, as ``fit`` sends its batch ends to no callback when none
     overrides them. A method set on the instance (``LambdaCallback``) counts as one.
     """
-    found = []
-    for callback in callbacks:
-        for name in (method, alias):
-            own = name in vars(callback) or getattr(type(callback), name) is not getattr(base, name)
-            if own:
-                found.append(callback)
-                break
-    return found
+    return [
+        callback
+        for callback in callbacks
+        if any(
+            name in vars(callback) or getattr(type(callback), name) is not getattr(base, name)
+            for name in (method, alias)
+        )
+    ]
 
 
 def _own_batch_method(callback: Any) -> str | None:
