@@ -363,6 +363,18 @@ def test_top_level_links_reach_a_file_and_its_heading(document: str) -> None:
             assert anchor in {_slug(h) for h in headings}, f"{document}: no heading #{anchor}"
 
 
+def test_every_published_page_is_in_the_site_navigation() -> None:
+    """`mkdocs build --strict` fails on a page the nav leaves out; the suite says so first.
+
+    The site publishes docs/ and, through docs/_repo_files.py, bench/results/ at its own path.
+    """
+    nav = set(re.findall(r"^\s*- [^:]+: (\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    pages |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "bench/results").rglob("*.md")}
+    assert sorted(pages - nav) == [], "pages missing from mkdocs.yml's nav"
+    assert sorted(nav - pages) == [], "mkdocs.yml's nav names pages that do not exist"
+
+
 def test_readme_is_an_entry_point() -> None:
     """At most 160 lines, linking the docs pages, the API pages and the generated results."""
     text = (ROOT / "README.md").read_text()
