@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
+from _watchdog import pytest_runtest_protocol  # noqa: F401 (the hook, registered here)
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
