@@ -295,6 +295,28 @@ def test_passes_gathered_whole_prefetch_passes_not_batches(shards, monkeypatch):
     assert _prefetches(tfrecord.dataset(shards, 128, **options)) == 1
 
 
+def _prefetch_sizes(data: tf.data.Dataset) -> list[int]:
+    """The buffer sizes of ``data``'s prefetch stages."""
+    graph = tf.compat.v1.GraphDef.FromString(data._as_serialized_graph().numpy())
+    consts = {node.name: node for node in graph.node if node.op == "Const"}
+    return sorted(
+        int(tf.make_ndarray(consts[node.input[1]].attr["value"].tensor))
+        for node in graph.node
+        if node.op == "PrefetchDataset"
+    )
+
+
+@pytest.mark.parametrize("after", ["none", "batch_map_fn"])
+def test_an_explicit_prefetch_is_the_batches_asked_for(shards, after):
+    # ReadConfig(prefetch=N) prefetches N batches, in memory as streamed (it was 2)
+    extra = {"batch_map_fn": lambda batch: batch} if after == "batch_map_fn" else {}
+    options = dict(seed=3, in_memory=True, shuffle="global", num_epochs=1, **extra)
+    asked = tfrecord.dataset(shards, 128, read_config=tfrecord.ReadConfig(prefetch=5), **options)
+    assert _prefetch_sizes(asked) == [5]
+    none = tfrecord.dataset(shards, 128, read_config=tfrecord.ReadConfig(prefetch=0), **options)
+    assert _prefetch_sizes(none) == []
+
+
 def test_same_structure_as_streaming(shards):
     # one file at a time: the stored order, which the memory pipeline keeps
     streaming = tfrecord.dataset(

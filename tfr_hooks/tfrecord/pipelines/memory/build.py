@@ -28,7 +28,7 @@ from tfr_hooks.tfrecord.pipelines.memory.estimate import (
 )
 from tfr_hooks.tfrecord.pipelines.memory.loading import Held, load, load_mapped
 from tfr_hooks.tfrecord.pipelines.memory.narrow import Widen, narrowing
-from tfr_hooks.tfrecord.pipelines.memory.serve import PARALLEL_CALLS, memory_dataset
+from tfr_hooks.tfrecord.pipelines.memory.serve import BATCH_PREFETCH, PARALLEL_CALLS, memory_dataset
 from tfr_hooks.tfrecord.pipelines.options import PipelineKind, ReadOptions
 from tfr_hooks.tfrecord.pipelines.orders.base import Order
 from tfr_hooks.tfrecord.pipelines.plan import Plan
@@ -61,10 +61,10 @@ def memory_pipeline(
     """
     arrays, decode_each_batch, widen = _held(plan, options, kind)
     shaping, batch_map_fn = options.shaping, options.batch_map_fn
+    # resolved (options.resolve_config): AUTOTUNE for the reader's own choice, 0 for none,
+    # or the batches asked for
     configured = options.config.prefetch
     prefetch = bool(configured)
-    # the reader's own choice (AUTOTUNE) is memory_dataset's: none for passes gathered whole
-    batch_prefetch = tf.data.AUTOTUNE if configured == tf.data.AUTOTUNE else 2
     buckets = None
     if shaping.bucket_boundaries is not None:
         if decode_each_batch is not None:
@@ -86,7 +86,7 @@ def memory_pipeline(
         seed=options.seed,
         drop_remainder=options.drop_remainder,
         num_epochs=options.num_epochs,
-        prefetch=batch_prefetch if prefetch and last else None,
+        prefetch=configured if prefetch and last else None,
         map_fn=decode_each_batch,
         buckets=buckets,
         batch_fn=pad if decode_each_batch is None else None,
@@ -101,7 +101,7 @@ def memory_pipeline(
     if not last and names is not None:
         data = data.map(lambda d: structure(d, names))
     if not last and prefetch:
-        data = data.prefetch(2)
+        data = data.prefetch(BATCH_PREFETCH if configured == tf.data.AUTOTUNE else configured)
     return data, len(next(iter(arrays.values())))
 
 
