@@ -277,3 +277,44 @@ def test_argument_errors(records_100: Path) -> None:
     with pytest.raises(TypeError, match=r"step_fn` to return a dict"):
         FunctionLoop(ds, step_fn=lambda b: b["x"]).run(epochs=1)
     assert tfr_hooks.FunctionLoop is FunctionLoop
+
+
+@pytest.mark.slow
+def test_the_next_batch_is_fetched_beside_the_step_not_after_it() -> None:
+    # A call runs its step on the batch fetched ahead and fetches the next one beside
+    # it, as fit's next(iterator) runs before its step: the pipeline's refill overlaps
+    # the step. Proved by a handshake, not by timing: the step of batch 0 waits for the
+    # fetch of batch 1 to start, and that fetch waits for the step to start. Run one
+    # after the other, each would wait in vain (until its timeout).
+    import threading
+
+    step_started, fetch_started = threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def produce(index: Any) -> Any:
+        if int(index) == 1:
+            fetch_started.set()
+            seen["the fetch saw the step"] = step_started.wait(30)
+        return index
+
+    def in_step(index: Any) -> Any:
+        if int(index) == 0:
+            step_started.set()
+            seen["the step saw the fetch"] = fetch_started.wait(30)
+        return np.float32(index)
+
+    def step(batch: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"index": tf.numpy_function(in_step, [batch[0]], tf.float32, stateful=True)}
+
+    data = tf.data.Dataset.range(3).map(
+        lambda i: tf.numpy_function(produce, [i], tf.int64, stateful=True)
+    )
+    data = data.map(lambda i: tf.reshape(i, [1]))
+    options = tf.data.Options()  # no background prefetch: only the loop's fetch reads
+    options.autotune.enabled = False
+    options.experimental_optimization.inject_prefetch = False
+    loop = FunctionLoop(
+        data.with_options(options), step_fn=step, steps_per_execution=1, handle_signals=False
+    )
+    loop.run(epochs=1)
+    assert seen == {"the fetch saw the step": True, "the step saw the fetch": True}
