@@ -61,8 +61,8 @@ def memory_pipeline(
     """
     arrays, decode_each_batch, widen = _held(plan, options, kind)
     shaping, batch_map_fn = options.shaping, options.batch_map_fn
-    # resolved (options.resolve_config): AUTOTUNE for the reader's own choice, 0 for none,
-    # or the batches asked for
+    # resolved for the reader (ReadOptions' config): AUTOTUNE for the reader's own choice,
+    # 0 for none, or the batches asked for
     configured = options.config.prefetch
     prefetch = bool(configured)
     buckets = None
