@@ -457,6 +457,7 @@ def test_a_damaged_block_of_packed_shards_is_skipped_under_function_loop(
     assert history[CORRUPT_RECORDS] == [1, 1]
 
 
+@pytest.mark.slow  # the converter over damaged files, then a read: about 4 s (fast-run budget)
 def test_the_cli_converts_with_max_corrupt_records(clean: list[Path], tmp_path: Path) -> None:
     from tfr_hooks.cli import main
 

@@ -92,6 +92,7 @@ def test_a_resume_by_seek_reads_exactly_the_records_from_its_position_on(files, 
         assert Counter(asked) == Counter(_record_of(rest)), at
 
 
+@pytest.mark.slow  # windows and pieces read at five positions: about 3 s (fast-run budget)
 def test_the_global_order_reads_a_window_in_its_order_a_piece_a_call(files):
     """The records and order of the window reads, in pieces of ``piece`` records read
     with one call each (across the windows' ends), from a position when it has one."""

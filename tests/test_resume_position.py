@@ -634,6 +634,7 @@ def test_the_input_state_is_a_few_integers(tmp_path: Path) -> None:
     assert int(tf.size(first["index"])) == 10
 
 
+@pytest.mark.slow  # five sources built, two held in memory: 2 to 3 s (fast-run budget)
 def test_what_replays_has_no_position(tmp_path: Path) -> None:
     data = _write(tmp_path / "data", 300, 2)
     assert tfrecord.source(data, 10, shuffle=64, seed=1).position is None
