@@ -129,8 +129,9 @@ def test_a_seek_with_a_state_of_the_same_weights_reads_as_before(small):
     read = lambda: tfrecord.source(  # noqa: E731
         pair, 20, weights=weights, shuffle="global", seed=3, as_tuple=("id", "src")
     )
-    whole = [b.numpy().tolist() for b, _ in read().dataset.take(6)]
-    saved = read().position.input_state()
+    first = read()
+    saved = first.position.input_state()  # a fresh read's: position 0, these weights
+    whole = [b.numpy().tolist() for b, _ in first.dataset.take(6)]
     resumed = read()
     resumed.position.seek(0, 3 * 20, state=saved)
     assert [b.numpy().tolist() for b, _ in resumed.dataset.take(3)] == whole[3:]

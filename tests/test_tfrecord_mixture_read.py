@@ -64,8 +64,14 @@ def _stream(data, batches: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(ids), np.concatenate(srcs)
 
 
-def test_shares_of_every_batch_and_window(sources):
-    _, srcs = _stream(_mixture(sources), 80)
+@pytest.fixture(scope="module")
+def stream(sources):
+    """The first 80 batches of the mixture of seed 3: read once for the tests that read it."""
+    return _stream(_mixture(sources), 80)
+
+
+def test_shares_of_every_batch_and_window(stream):
+    _, srcs = stream
     assert len(srcs) == 80 * BATCH
     for b in range(80):
         batch = srcs[b * BATCH : (b + 1) * BATCH]
@@ -78,8 +84,8 @@ def test_shares_of_every_batch_and_window(sources):
         assert np.abs(shares - weight).max() <= 0.005
 
 
-def test_each_record_once_per_its_sources_epoch(sources):
-    ids, srcs = _stream(_mixture(sources), 40)  # 10,240 positions: code cycles ~40 times
+def test_each_record_once_per_its_sources_epoch(stream):
+    ids, srcs = (part[: 40 * BATCH] for part in stream)  # 10,240 positions: code cycles ~40 times
     code = ids[srcs == CODE]
     epochs = [code[e * 50 : (e + 1) * 50] for e in range(len(code) // 50)]
     assert len(epochs) >= 30
