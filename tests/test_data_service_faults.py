@@ -160,7 +160,9 @@ def test_service_timeout_is_checked() -> None:
 def test_function_loop_ends_with_the_address_once_the_service_is_gone(
     kill: Any, reason: str, build: str, tmp_path: Any
 ) -> None:
-    with LocalService(workers=2, timeout=START) as service:
+    # one worker: the dispatcher's loss, or the loss of every worker, is the same with
+    # more (the tests below lose one of two), and each server is a process importing TF
+    with LocalService(workers=1, timeout=START) as service:
         hook = KillAt(5, lambda: kill(service))
         data: Any = served(service.address, 1_000_000, 10)
         if build == "reader-map":  # the case: augmentation after a served reader
