@@ -11,6 +11,7 @@ their ``id``) and the weights of an uninterrupted run.
 from __future__ import annotations
 
 import contextlib
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 
 from helpers import keras_classifier
 
-pytestmark = pytest.mark.slow  # six runs of 39 steps: too long for the fast run
+pytestmark = pytest.mark.slow  # runs of 39 steps, three a case: too long for the fast run
 
 N, BATCH, EPOCHS, SAVE_FREQ = 200, 16, 3, 4
 STEPS = -(-N // BATCH)  # 13 a pass
@@ -114,18 +115,41 @@ def _run(
     return seen, model, loop
 
 
+@pytest.fixture(scope="module")
+def mixture_crash(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[Any]]:
+    """The mixture's data, and its run that failed after step 9 of epoch 1: its backup
+    directory and the batches it trained. Both mixture tests go on from a copy of it."""
+    root = tmp_path_factory.mktemp("mixture")
+    data = _write(root / "data", "mixture")
+    first, _, _ = _run(data, root / "run", "mixture", (1, 9))
+    return data, root / "run", first
+
+
+def _crashed(tmp_path: Path, pipeline: str, request: pytest.FixtureRequest) -> tuple[Path, list]:
+    """The data, and the batches of a run that failed after step 9 of epoch 1 and left
+    its backup in ``tmp_path / "run"`` (the mixture's is shared by its two tests)."""
+    if pipeline == "mixture":
+        data, run, first = request.getfixturevalue("mixture_crash")
+        shutil.copytree(run, tmp_path / "run")
+        return data, first
+    data = _write(tmp_path / "data", pipeline)
+    first, _, _ = _run(data, tmp_path / "run", pipeline, (1, 9))
+    return data, first
+
+
 # memory-buffer: shuffle=N in memory is a buffer, which resumes as streamed (a replay);
 # mixture: two named sources at weights= (a seek of the mixture's position)
 @pytest.mark.parametrize("pipeline", ["stream", "memory", "memory-buffer", "mixture"])
-def test_batch_level_backup_resumes_at_the_next_batch(tmp_path: Path, pipeline: str) -> None:
-    data = _write(tmp_path / "data", pipeline)
+def test_batch_level_backup_resumes_at_the_next_batch(
+    tmp_path: Path, pipeline: str, request: pytest.FixtureRequest
+) -> None:
+    # fails after step 9 of epoch 1; the last backup (every 4 steps, counted over the
+    # run: after steps 16, 20 of 39) was taken after epoch 1's step 7 (index 6)
+    data, first = _crashed(tmp_path, pipeline, request)
+    assert (tmp_path / "run" / "training_metadata.json").exists()
     ref_seen, ref_model, _ = _run(data, tmp_path / "ref", pipeline, None)
     assert len(ref_seen) == EPOCHS * STEPS
 
-    # fails after step 9 of epoch 1; the last backup (every 4 steps, counted over the
-    # run: after steps 16, 20 of 39) was taken after epoch 1's step 7 (index 6)
-    first, _, _ = _run(data, tmp_path / "run", pipeline, (1, 9))
-    assert (tmp_path / "run" / "training_metadata.json").exists()
     backed_up = (STEPS + 9) // SAVE_FREQ * SAVE_FREQ - STEPS
     assert backed_up == 7
     second, model, _ = _run(data, tmp_path / "run", pipeline, None)
@@ -143,12 +167,13 @@ def test_batch_level_backup_resumes_at_the_next_batch(tmp_path: Path, pipeline: 
     assert not (tmp_path / "run").exists()  # the run completed: Keras removed its backup
 
 
-def test_a_mixture_restarted_from_a_backup_with_other_weights_goes_on(tmp_path: Path) -> None:
+def test_a_mixture_restarted_from_a_backup_with_other_weights_goes_on(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """The mixture's state is kept beside the Keras backup: other weights go on from it."""
     from tfr_hooks import tfrecord
 
-    data = _write(tmp_path / "data", "mixture")
-    first, _, _ = _run(data, tmp_path / "run", "mixture", (1, 9))
+    data, first = _crashed(tmp_path, "mixture", request)
     assert (tmp_path / "run" / "tfr_hooks_input").exists()
     backed_up = 7  # as in the test above: epoch 1's seventh batch was the last backed up
     second, _, _ = _run(data, tmp_path / "run", "mixture", None, {"a": 0.3, "b": 0.7})
