@@ -396,7 +396,8 @@ def test_the_tfds_labels_and_describe_of_an_array_record_directory(tfds_array_di
     assert sorted(infos[0].features) == ["image", "label"]
 
 
-@pytest.mark.parametrize("name", ["digits_png", "detection", "nested"])
+# images and nested features fast; the boxes' layout (about 0.3 s of CPU) with the slow tests
+@pytest.mark.parametrize("name", ["digits_png", pytest.param("detection", marks=SLOW), "nested"])
 def test_convert_makes_an_array_record_split_tfrecord_shards_the_readers_read(
     tfds_array_dirs, tmp_path, name
 ):
