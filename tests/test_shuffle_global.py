@@ -15,7 +15,7 @@ import tensorflow as tf
 from tfr_hooks import tfrecord
 
 CLASSES = 20
-PER_CLASS = 100  # 2,000 records: 8 batches of 256 an epoch, the last of 208
+PER_CLASS = 300
 
 
 def _example(label: int, ident: int) -> bytes:
