@@ -384,8 +384,10 @@ def _named_imports(path: Path) -> set[str]:
     return found
 
 
+@functools.cache
 def folder_edges() -> dict[tuple[str, str], list[str]]:
-    """``(importer's folder, imported folder)`` -> the module imports that make the edge."""
+    """``(importer's folder, imported folder)`` -> the module imports that make the edge
+    (found once for the folder rules, which only read it)."""
     edges: dict[tuple[str, str], list[str]] = {}
     for module, path in MODULES.items():
         own = _folder(module)

@@ -45,7 +45,10 @@ ENCODED = {
         ("plain", {}, PipelineKind.STREAMED, "dataset", False, 1),
         ("packed", {}, PipelineKind.PACKED, "dataset", False, 8),
         ("plain", {"in_memory": True}, PipelineKind.MEMORY_DECODED, "dataset", True, 1),
-        ("packed", {"in_memory": True}, PipelineKind.MEMORY_DECODED, "dataset", True, 8),
+        pytest.param(  # the kind as plain files' above, 8 a record as packed streamed's
+            *("packed", {"in_memory": True}, PipelineKind.MEMORY_DECODED, "dataset", True, 8),
+            marks=pytest.mark.slow,  # about 0.6 s of CPU
+        ),
         ("plain", ENCODED, PipelineKind.MEMORY_ENCODED, "dataset", True, 1),
         ("plain", {"pipeline": "queue"}, PipelineKind.QUEUE, "queue", False, 1),
     ],

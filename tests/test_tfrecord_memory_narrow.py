@@ -79,15 +79,45 @@ def _expected(path: str, map_fn: Callable[[dict[str, Any]], dict[str, Any]]) -> 
     return np.stack(images)
 
 
-@pytest.mark.parametrize("whole", [True, False], ids=["gathered_whole", "gathered_by_batch"])
-@pytest.mark.parametrize("finish", list(FINISHES))
+@pytest.fixture(scope="module")
+def expected_images(pngs: str) -> dict[str, np.ndarray]:
+    """Each finish's images by :func:`_expected`, computed once for the module's tests."""
+    return {finish: _expected(pngs, _map_fn(fn)) for finish, (fn, _) in FINISHES.items()}
+
+
+#: the finishes whose exact values the fast run checks through the whole pipeline: one that
+#: narrows, the constant-first division, one whose shape TensorFlow does not know and one
+#: held as floats (the unit test of ``narrowing`` below checks every finish's values fast)
+WHOLE_FAST = ("divided", "divided_first", "shape_unknown", "centred")
+#: those also checked batch by batch in the fast run
+BY_BATCH_FAST = ("divided", "divided_first")
+#: the finishes the pipeline's wiring is checked with in the fast run (one held as uint8,
+#: one not); the unit test of ``narrowing`` below checks every finish fast
+WIRING_FAST = ("divided", "centred")
+
+
+def _whole_and_by_batch() -> list[Any]:
+    cases = []
+    for finish in FINISHES:
+        marks = () if finish in WHOLE_FAST else (pytest.mark.slow,)
+        cases.append(pytest.param(finish, True, id=f"{finish}-gathered_whole", marks=marks))
+        marks = () if finish in BY_BATCH_FAST else (pytest.mark.slow,)
+        cases.append(pytest.param(finish, False, id=f"{finish}-gathered_by_batch", marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("finish", "whole"), _whole_and_by_batch())
 def test_in_memory_float_images_equal_map_fn_values_exactly(
-    pngs: str, finish: str, whole: bool, monkeypatch: pytest.MonkeyPatch
+    pngs: str,
+    expected_images: dict[str, np.ndarray],
+    finish: str,
+    whole: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if not whole:  # as data over WHOLE_PASS_BYTES: each batch gathered on its own
         monkeypatch.setattr(serve, "WHOLE_PASS_BYTES", 0)
     map_fn = _map_fn(FINISHES[finish][0])
-    expected = _expected(pngs, map_fn)
+    expected = expected_images[finish]
     data = tfrecord.dataset([pngs], 8, in_memory=True, shuffle=None, num_epochs=1, map_fn=map_fn)
     assert data.element_spec["image"].dtype == expected.dtype
     batches = list(data)
@@ -99,7 +129,10 @@ def test_in_memory_float_images_equal_map_fn_values_exactly(
     assert np.array_equal(images.view(np.uint8), expected.view(np.uint8))  # bit for bit
 
 
-@pytest.mark.parametrize("finish", list(FINISHES))
+@pytest.mark.parametrize(
+    "finish",
+    [pytest.param(f, marks=() if f in WIRING_FAST else pytest.mark.slow) for f in FINISHES],
+)
 def test_in_memory_pipeline_holds_uint8_where_map_fn_casts_and_scales(
     pngs: str, finish: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,9 +157,11 @@ def test_in_memory_pipeline_holds_uint8_where_map_fn_casts_and_scales(
     assert image.nbytes == COUNT * SIDE * SIDE * 3 * (1 if narrows else 4)
 
 
-def test_shuffled_float_images_in_memory_are_the_same_values_as_tuples(pngs: str) -> None:
+def test_shuffled_float_images_in_memory_are_the_same_values_as_tuples(
+    pngs: str, expected_images: dict[str, np.ndarray]
+) -> None:
     map_fn = _map_fn(FINISHES["divided"][0])
-    expected = _expected(pngs, map_fn)
+    expected = expected_images["divided"]
     data = tfrecord.dataset(
         [pngs], 16, in_memory=True, shuffle="global", seed=5, num_epochs=2, map_fn=map_fn,
         as_tuple=("image", "label"),
@@ -140,7 +175,9 @@ def test_shuffled_float_images_in_memory_are_the_same_values_as_tuples(pngs: str
 
 
 @pytest.mark.parametrize("finish", list(FINISHES))
-def test_narrowing_holds_uint8_only_where_map_fn_casts_and_scales(pngs: str, finish: str) -> None:
+def test_narrowing_holds_uint8_only_where_map_fn_casts_and_scales(
+    pngs: str, expected_images: dict[str, np.ndarray], finish: str
+) -> None:
     fn, narrows = FINISHES[finish]
     narrowed, widen = narrowing(_map_fn(fn))
     parsed = tf.data.TFRecordDataset(pngs).map(lambda r: tf.io.parse_single_example(r, FEATURES))
@@ -149,13 +186,15 @@ def test_narrowing_holds_uint8_only_where_map_fn_casts_and_scales(pngs: str, fin
     assert ("image" in widen.features) is narrows and "label" not in widen.features
     batch = next(iter(held.batch(COUNT)))
     served = widen(batch)["image"].numpy()
-    expected = _expected(pngs, _map_fn(fn))
+    expected = expected_images[finish]
     assert np.array_equal(served.view(np.uint8), expected.view(np.uint8))
 
 
-def test_graph_mode_serves_the_same_float_images(pngs: str) -> None:
+def test_graph_mode_serves_the_same_float_images(
+    pngs: str, expected_images: dict[str, np.ndarray]
+) -> None:
     map_fn = _map_fn(FINISHES["divided"][0])
-    expected = _expected(pngs, map_fn)
+    expected = expected_images["divided"]
     with tf.Graph().as_default():
         batches = tfrecord.read_batches(
             [pngs], 8, in_memory=True, shuffle=None, num_epochs=1, map_fn=map_fn

@@ -184,13 +184,21 @@ def test_the_same_seed_gives_the_same_stream_and_another_seed_another() -> None:
     assert [r[0] for r in first] == [r[0] for r in other]
 
 
-@pytest.mark.parametrize("start", [1, 255, 1000, 4321])
-def test_a_stream_entered_at_a_position_is_the_tail_of_the_whole(start: int) -> None:
+@pytest.fixture(scope="module")
+def reweighted() -> tuple[MixtureOrder, list[tuple[int, int, int, int]]]:
+    """An order reweighted at 2,000 and its whole stream of 5,000 (read once a module)."""
     state = MixtureState.initial(WEIGHTS, SIZES).reweighted(
         2000, {"web": 0.2, "books": 0.8}, {"web": 300, "books": 100}
     )
     order = MixtureOrder(state, seed=5)
-    whole = stream(order, 0, 5000)
+    return order, stream(order, 0, 5000)
+
+
+@pytest.mark.parametrize("start", [1, 255, 1000, 4321])
+def test_a_stream_entered_at_a_position_is_the_tail_of_the_whole(
+    reweighted: tuple[MixtureOrder, list[tuple[int, int, int, int]]], start: int
+) -> None:
+    order, whole = reweighted
     assert stream(order, start, 5000 - start) == whole[start:]
 
 

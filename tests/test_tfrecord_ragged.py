@@ -126,7 +126,23 @@ TF2_PIPELINES = {
 }
 
 
-@pytest.mark.parametrize("pipeline", sorted(TF2_PIPELINES))
+# PNG on every pipeline; JPEG streamed and in memory (its shuffled stream and "auto", about
+# 0.5 s of CPU each, with the slow tests)
+@pytest.mark.parametrize(
+    ("images", "pipeline"),
+    [
+        pytest.param(
+            codec,
+            pipeline,
+            id=f"{codec}-{pipeline}",
+            marks=[pytest.mark.slow]
+            * (codec == "jpeg" and pipeline in {"auto", "stream-shuffled"}),
+        )
+        for codec in ("jpeg", "png")
+        for pipeline in sorted(TF2_PIPELINES)
+    ],
+    indirect=["images"],
+)
 def test_images_with_box_lists_read_on_every_tf2_pipeline(images, pipeline):
     codec = "png" if "png" in str(Path(images).parent.name) else "jpeg"
     data = tfrecord.dataset(images, BATCH, map_fn=decode, **TF2_PIPELINES[pipeline])

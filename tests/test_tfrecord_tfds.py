@@ -147,7 +147,15 @@ def test_each_layout_streams_the_values_written(tfds_dirs, name):
     _assert_read_as_written(read, name, tfds_dirs[name])
 
 
-@pytest.mark.parametrize("name", LAYOUTS)
+# in memory: images, boxes and sequences fast; the JPEG, token and nested layouts (about
+# 0.3 s of CPU each) with the slow tests (every layout streams in the fast run above)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=SLOW) if n in {"photos_jpeg", "tokens", "nested"} else n
+        for n in LAYOUTS
+    ],
+)
 def test_each_layout_reads_the_values_written_in_memory(tfds_dirs, name):
     source = tfrecord.source(tfds_dirs[name], BATCH, in_memory=True)
     assert source.facts.kind is tfrecord.PipelineKind.MEMORY_DECODED
@@ -388,7 +396,8 @@ def test_the_tfds_labels_and_describe_of_an_array_record_directory(tfds_array_di
     assert sorted(infos[0].features) == ["image", "label"]
 
 
-@pytest.mark.parametrize("name", ["digits_png", "detection", "nested"])
+# images and nested features fast; the boxes' layout (about 0.3 s of CPU) with the slow tests
+@pytest.mark.parametrize("name", ["digits_png", pytest.param("detection", marks=SLOW), "nested"])
 def test_convert_makes_an_array_record_split_tfrecord_shards_the_readers_read(
     tfds_array_dirs, tmp_path, name
 ):
@@ -407,8 +416,12 @@ def _data_source(directory: str, name: str, split: str = "train") -> list[dict[s
 
 @pytest.mark.parametrize(
     ("name", "options"),
-    [  # every layout streamed; the orders on two layouts (the other cells in CI)
-        *[pytest.param(n, {}, id=f"{n}-streamed") for n in ARRAY_LAYOUTS],
+    [  # three layouts streamed, the orders on two layouts (the other cells in CI; every
+        # layout's records decode as tfds.data_source's in the fast run above)
+        *[
+            pytest.param(n, {}, id=f"{n}-streamed", marks=[SLOW] * (n in {"detection", "tokens"}))
+            for n in ARRAY_LAYOUTS
+        ],
         pytest.param("digits_png", {"shuffle": "global", "seed": 3}, id="digits-global"),
         pytest.param("detection", {"shuffle": 4, "seed": 1}, id="detection-buffer", marks=SLOW),
         pytest.param("detection", {"in_memory": True}, id="detection-memory", marks=SLOW),
