@@ -123,6 +123,9 @@ def test_a_seek_with_a_state_of_other_weights_goes_on_where_each_source_stopped(
     assert state.stretches[0].names == ("web", "books")
 
 
+# two mixture builds and a seek, about 4 s of CPU: the fast run enters a reweighted
+# mixture's stream at a position (test_tfrecord_mixture.py)
+@pytest.mark.slow
 def test_a_seek_with_a_state_of_the_same_weights_reads_as_before(small):
     weights = {"web": 0.6, "books": 0.4}
     pair = {"web": small["web"], "books": small["books"]}
