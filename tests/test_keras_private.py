@@ -82,6 +82,7 @@ def test_the_module_declares_every_private_attribute_it_touches() -> None:
     assert private_names(PACKAGE / "keras_private.py") == NAMES
 
 
+@pytest.mark.main_only  # reads the package's source: the same on every version
 def test_no_other_module_names_a_private_keras_attribute() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name != "keras_private.py":
