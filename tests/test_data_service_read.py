@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
+from _scripted import scripted_timing
 from tfr_hooks import FunctionLoop, tfrecord
 from tfr_hooks.tuning import HISTORY_KEY
 
@@ -216,8 +217,9 @@ def test_function_loop_trains_exact_epochs_through_the_service(
 @pytest.mark.data_service
 @pytest.mark.timeout(START + 240)
 def test_function_loop_with_auto_steps_trains_exact_epochs_through_the_service(
-    service: str, plain: list[str]
+    service: str, plain: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    scripted_timing(monkeypatch)  # cheap calls as the tuner sees them, on any machine
     # 100 steps an epoch (4 divides each file's 100 examples), a cheap step: calls grow
     source = tfrecord.source(plain, 4, shuffle=50, service=service)
 

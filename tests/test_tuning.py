@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 import tfr_hooks
+from _scripted import FAST, Scripted, linear, scripted_timing
 from conftest import write_records
 from helpers import keras_regressor
 from tfr_hooks import FunctionLoop, KerasCallbacks, tfrecord
@@ -308,8 +309,9 @@ def test_a_hook_with_its_own_before_run_or_after_run_needs_every_step_unless_it_
 
 @pytest.mark.slow  # trains with a Keras model and a counting hook; about 2 s of CPU
 def test_auto_is_the_default_and_a_hook_that_counts_calls_as_steps_holds_it(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    scripted_timing(monkeypatch)  # cheap calls on any machine: only the hook can hold it
     data = tf.data.Dataset.range(600).batch(2)  # 300 cheap steps an epoch
     step = lambda b: {"x": tf.reduce_mean(tf.cast(b, tf.float32))}  # noqa: E731
     tuned = FunctionLoop(data, step_fn=step, hooks=[EpochsOnly()])
@@ -354,11 +356,6 @@ def test_steps_per_execution_is_a_positive_int_or_auto() -> None:
 # that made the tuner a state machine are rows of their own, named by their commit.
 
 
-def linear(overhead: float, step: float) -> Callable[[int], float]:
-    """A call of ``k`` steps costs ``overhead + k * step`` seconds."""
-    return lambda k: overhead + k * step
-
-
 def loaded(k: int) -> float:
     """A loaded machine: 1 ms a call, 0.3 ms a step, and more a step for longer calls."""
     return (1.0 + 0.3 * k + 0.004 * k * k) / 1000
@@ -396,7 +393,6 @@ Segment = Calls | Once | Restart
 #: (why, [(segment, the value after it, the phase after it), ...])
 Row = tuple[str, Sequence[tuple[Segment, int, Phase]]]
 
-FAST = linear(0.002, 0.0005)  # choose(0.002, 0.0005) == 512
 ROWS: list[Row] = [
     ("the rule, reached and kept", [(Calls(300, FAST), choose(0.002, 0.0005), Phase.FITTED)]),
     ("a step slower than the bound runs alone", [(Calls(50, linear(0.0005, 0.3)), 1, Phase.HELD)]),
@@ -583,22 +579,6 @@ class StopAt(tfr_hooks.Hook):
         self.calls.append(self.loop.call_steps)
         if self.loop.global_step >= self.step:
             self.loop.request_stop("a test")
-
-
-class Scripted(StepsTuner):
-    """A tuner that sees each call last ``cost(k)`` seconds instead of its wall-clock time.
-
-    The loop's calls are real; what they cost is the test's, so the values the loop runs
-    with do not depend on the machine or its load (the rule is tested on its own above).
-    ``cost`` may be changed between calls (a step that becomes dearer).
-    """
-
-    def __init__(self, cost: Callable[[int], float]) -> None:
-        super().__init__()
-        self.cost = cost
-
-    def observe(self, steps: int, limit: int, secs: float) -> int:
-        return super().observe(steps, limit, self.cost(steps))
 
 
 def scripted(loop: FunctionLoop, cost: Callable[[int], float]) -> Scripted:
@@ -811,8 +791,14 @@ def test_validation_calls_get_a_value_of_their_own_and_see_every_batch() -> None
     val = tf.data.Dataset.from_tensor_slices((x[:802], x[:802, :1] * 2)).batch(4)  # 201
     model = keras_regressor()
     loop = FunctionLoop(train, model=model, steps_per_execution="auto")
+    assert loop.tuning is not None
+    # the calls as each tuner sees them, on any machine: training steps held at 2 by the
+    # half-second bound (0.2 s a step), validation steps cheap
+    loop.tuning.train = Scripted(linear(0.01, 0.2))
+    loop.tuning.validation = Scripted(FAST)
     history = loop.run(epochs=2, validation_data=val)
-    assert loop.tuning is not None and loop.tuning.validation.value > 1
+    assert loop.tuning.train.value == 2
+    assert loop.tuning.validation.value > 2  # its own calls' value, not training's
     # every validation batch once, the last (2 examples) included: as Keras evaluates it
     expected = model.evaluate(val, verbose=0, return_dict=True)["loss"]
     assert history["val_loss"][-1] == pytest.approx(expected, rel=1e-5)
@@ -820,7 +806,10 @@ def test_validation_calls_get_a_value_of_their_own_and_see_every_batch() -> None
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["streamed", "in_memory", "packed"])
-def test_auto_trains_each_example_once_an_epoch_on_every_pipeline(tmp_path: Any, kind: str) -> None:
+def test_auto_trains_each_example_once_an_epoch_on_every_pipeline(
+    tmp_path: Any, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripted_timing(monkeypatch)  # calls of several steps on any machine's load
     plain = write_records(tmp_path / "plain.tfrecord", 1001)  # 500 batches of 2, and 1
     files: Any = str(plain)
     if kind == "packed":
