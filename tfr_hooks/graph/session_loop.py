@@ -29,6 +29,7 @@ from tfr_hooks.graph.cluster import (
 )
 from tfr_hooks.graph.input_wait import input_wait
 from tfr_hooks.graph.metrics import RunningMeans
+from tfr_hooks.graph.packed_fetches import PackedFetches
 from tfr_hooks.graph.session_runner import RunSettings, SessionRunner
 from tfr_hooks.graph.setup import (
     TrainingGraph,
@@ -264,6 +265,15 @@ class SessionLoop:
                 self._input_wait = input_wait(
                     [*_as_list(self.train_op), *self._means.update.values(), self._batch_size]
                 )
+            # the step's scalars as one fetched tensor when no hook asks for more
+            self._packed = PackedFetches(
+                {
+                    "logs": self._means.update,
+                    "batch_size": self._batch_size,
+                    "input_wait": self._input_wait,
+                },
+                _as_list(self.train_op),
+            )
 
     def _cluster_session(self, user_hooks: list[Any]) -> ClusterSession:
         """What creates each run's session on ``master`` (the chief restores or initializes).
@@ -425,6 +435,7 @@ class SessionLoop:
             cluster=self._cluster,
             pass_examples=None if self._stream is None else self._stream.facts.examples,
             input_wait=self._input_wait,
+            packed=self._packed,
             skip_tensor=self._skip_tensor if self.steps_per_epoch is None else None,
         )
 

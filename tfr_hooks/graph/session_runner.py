@@ -22,6 +22,7 @@ import tensorflow as tf
 from tfr_hooks.graph.cluster import ClusterSession
 from tfr_hooks.graph.hooked_run import merged_run, prepared_run
 from tfr_hooks.graph.metrics import RunningMeans
+from tfr_hooks.graph.packed_fetches import PackedFetches
 from tfr_hooks.graph.setup import initialize_uninitialized
 from tfr_hooks.graph.validation import Validation
 from tfr_hooks.runners import StepResult
@@ -57,6 +58,9 @@ class RunSettings:
             epochs, or ``None``.
         input_wait: The tensor of the seconds a step waits for its input (see
             :mod:`tfr_hooks.graph.input_wait`), or ``None`` when it is not measured.
+        packed: The step's scalar fetches (means, batch size, input wait) as one tensor
+            (:mod:`tfr_hooks.graph.packed_fetches`), fetched when no hook asks for
+            anything; ``None`` to fetch them as a dict.
         skip_tensor: A tensor computed from each batch of the training data (its batch
             size), run to pass over a batch without a step when a run resumes mid-epoch;
             ``None`` when the loop cannot skip batches exactly (a queue pipeline, data
@@ -79,6 +83,7 @@ class RunSettings:
     cluster: ClusterSession | None
     pass_examples: int | None
     input_wait: Any = None
+    packed: PackedFetches | None = None
     skip_tensor: Any = None
 
 
@@ -131,7 +136,11 @@ class SessionRunner:
                 self.session = _v1.Session(graph=settings.graph, config=settings.session_config)
             initialize_uninitialized(self.session)
         self.coord = _v1.train.Coordinator()  # the run's one coordinator
-        self.fast_run = prepared_run(self.session, self.fetches, self.options)
+        packed = self.settings.packed
+        if packed is not None and packed.tensor is not None:
+            self.fast_run = packed.prepared_run(self.session, self.options)
+        else:
+            self.fast_run = prepared_run(self.session, self.fetches, self.options)
 
     def start_epoch(self, restart_data: bool) -> None:
         """Reset the epoch's means; restart the data when asked."""
