@@ -29,9 +29,9 @@ def test_one_fetch_runs_the_train_op_once_and_gives_each_value_as_the_dict_would
         packed = PackedFetches(scalars, [train_op])
         with v1.Session() as session:
             session.run(v1.global_variables_initializer())
-            run = packed.prepared_run(session)
-            first, second = run(), run()
-            timed = packed.prepared_run(session, v1.RunOptions(timeout_in_ms=60_000))()
+            run = session.make_callable(packed.tensor)
+            first, second = packed.unpack(run()), packed.unpack(run())
+            timed = packed.unpack(session.run(packed.tensor, options=v1.RunOptions()))
             assert session.run(steps) == 3  # the train op ran once a step
     # every value a Python float equal to what session.run of the dict gives
     assert second == {

@@ -14,7 +14,7 @@ float64 input waits and integer batch sizes below 2**53.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -25,8 +25,9 @@ __all__ = ["PackedFetches"]
 class PackedFetches:
     """Scalar fetches (a dict, one level of dicts allowed) as one float64 vector.
 
-    Build it in the fetches' graph. ``tensor`` runs ``targets`` first; fetch it alone and
-    :meth:`unpack` its value into the fetches' structure, each value a Python ``float``.
+    Build it in the fetches' graph. ``tensor`` runs ``targets`` first; fetch it (alone, or
+    with a hook's fetches in one ``session.run``) and :meth:`unpack` its value into the
+    fetches' structure, each value a Python ``float``.
 
     Args:
         scalars: Name to a scalar tensor, or to a dict of name to scalar tensor. ``None``
@@ -69,11 +70,3 @@ class PackedFetches:
             else:
                 result[key][name] = value
         return result
-
-    def prepared_run(self, session: Any, options: Any = None) -> Callable[[], dict[str, Any]]:
-        """A no-argument callable that runs one step in ``session``: the unpacked values."""
-        if options is None:
-            fetch = session.make_callable(self.tensor)
-            return lambda: self.unpack(fetch())
-        with_options = session.make_callable(self.tensor, accept_options=True)
-        return lambda: self.unpack(with_options(options=options))

@@ -59,8 +59,8 @@ class RunSettings:
         input_wait: The tensor of the seconds a step waits for its input (see
             :mod:`tfr_hooks.graph.input_wait`), or ``None`` when it is not measured.
         packed: The step's scalar fetches (means, batch size, input wait) as one tensor
-            (:mod:`tfr_hooks.graph.packed_fetches`), fetched when no hook asks for
-            anything; ``None`` to fetch them as a dict.
+            (:mod:`tfr_hooks.graph.packed_fetches`), fetched instead of their dict; ``None``
+            (or a pack with no tensor) to fetch the dict.
         skip_tensor: A tensor computed from each batch of the training data (its batch
             size), run to pass over a batch without a step when a run resumes mid-epoch;
             ``None`` when the loop cannot skip batches exactly (a queue pipeline, data
@@ -120,6 +120,11 @@ class SessionRunner:
         if timeout is not None:
             self.options = _v1.RunOptions(timeout_in_ms=int(timeout * 1000))
         self.run_args = _v1.train.SessionRunArgs(self.fetches, None, self.options)
+        # what a step fetches: the scalars packed into one tensor where they can be (a
+        # hook's fetches or feeds join it in the merged session.run), else the dict
+        packed = settings.packed
+        self.packed = packed if packed is not None and packed.tensor is not None else None
+        self.step_fetches: Any = self.fetches if self.packed is None else self.packed.tensor
         self.fast_run: Callable[[], Any] | None = None
         #: the engine skips batches of a resumed epoch only where that is exact
         self.skips_batches = settings.skip_tensor is not None
@@ -136,11 +141,7 @@ class SessionRunner:
                 self.session = _v1.Session(graph=settings.graph, config=settings.session_config)
             initialize_uninitialized(self.session)
         self.coord = _v1.train.Coordinator()  # the run's one coordinator
-        packed = self.settings.packed
-        if packed is not None and packed.tensor is not None:
-            self.fast_run = packed.prepared_run(self.session, self.options)
-        else:
-            self.fast_run = prepared_run(self.session, self.fetches, self.options)
+        self.fast_run = prepared_run(self.session, self.step_fetches, self.options)
 
     def start_epoch(self, restart_data: bool) -> None:
         """Reset the epoch's means; restart the data when asked."""
@@ -217,7 +218,7 @@ class SessionRunner:
                     self.session,
                     self.settings.hooks,
                     hook_args,
-                    self.fetches,
+                    self.step_fetches,
                     options=self.options,
                     fast_run=self.fast_run,
                 )
@@ -226,6 +227,8 @@ class SessionRunner:
         except tf.errors.DeadlineExceededError as error:
             restarts = self.replays_passes and self.settings.epochs_restart
             return StepResult(exhausted=True, stall=self._stall_of(error, restarts=restarts))
+        if self.packed is not None:
+            result.results = self.packed.unpack(result.results)
         result.logs = result.results["logs"]
         result.examples = int(result.results.get("batch_size", 1))
         if "input_wait" in result.results:
