@@ -265,7 +265,7 @@ class SessionLoop:
                 self._input_wait = input_wait(
                     [*_as_list(self.train_op), *self._means.update.values(), self._batch_size]
                 )
-            # the step's scalars as one fetched tensor when no hook asks for more
+            # the step's scalars as one fetched tensor (a hook's fetches and feeds join it)
             self._packed = PackedFetches(
                 {
                     "logs": self._means.update,
