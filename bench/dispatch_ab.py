@@ -1,13 +1,17 @@
 """FunctionLoop's per-call dispatch, before and after, against Keras 3 ``fit`` (issue 56).
 
-One process, one data set (the benchmark's streamed digits), three trainers of the same
+One process, one data set (the benchmark's streamed digits), four trainers of the same
 model kind run in turn, every other round in reverse order, one epoch of ``--steps``
 steps each a round:
 
 * ``new``: ``FunctionLoop`` as it is (the call's ``int64`` arguments made once, the
-  traced function called directly after its first call);
-* ``old``: the same loop class, each call through the ``tf.function`` with new
-  ``tf.constant`` arguments (the dispatch before this change, patched in);
+  traced function called directly after its first call, a call of one step without a
+  ``tf.while_loop`` in its graph);
+* ``while``: the same, but a call of one step runs the function of many steps, whose
+  ``tf.while_loop`` makes no iteration (the dispatch before the loop-less call of one
+  step, patched in);
+* ``old``: the same loop class, each call through the ``tf.function`` of many steps with
+  new ``tf.constant`` arguments (the dispatch before the arguments were made once);
 * ``fit``: Keras 3 ``fit`` at the same ``steps_per_execution``.
 
 With ``--callbacks`` all three run the benchmark's 3 callbacks (``ModelCheckpoint``,
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name}: wall {1e3 * statistics.median(wall[name]) / steps:.3f} ms/step, "
             f"CPU {1e3 * statistics.median(cpu[name]) / steps:.3f} ms/step (whole call)"
         )
-    for a, b in (("new", "old"), ("new", "fit"), ("old", "fit")):
+    for a, b in (("new", "while"), ("new", "old"), ("new", "fit"), ("while", "fit")):
         speed = statistics.median(y / x for x, y in zip(wall[a], wall[b], strict=True))
         thrift = statistics.median(y / x for x, y in zip(cpu[a], cpu[b], strict=True))
         print(f"{a} against {b}: speed {speed:.3f}, CPU {b}/{a} {thrift:.3f} (rounds' medians)")
@@ -78,14 +82,16 @@ def _rounds(args: argparse.Namespace, w: Any) -> tuple[dict[str, list[float]], .
     work = tempfile.mkdtemp()
     spe = args.steps_per_execution
     new_call = runner.FunctionRunner._call_execute
-    mode = {"old": False}
+    mode = {"name": "new"}
 
-    def call(self: Any, executor: Any, service: Any, call_args: tuple[Any, ...]) -> Any:
-        if not mode["old"]:
-            return new_call(self, executor, service, call_args)
-        iterator, pending, limit, remaining = call_args
-        limit, remaining = (tf.constant(int(v), tf.int64) for v in (limit, remaining))
-        return self._call(executor.execute, service, iterator, pending, limit, remaining)
+    def call(self: Any, executor: Any, service: Any, call_args: tuple[Any, ...], limit: int) -> Any:
+        if mode["name"] == "new":
+            return new_call(self, executor, service, call_args, limit)
+        if mode["name"] == "while":  # the function of many steps, even for one
+            return new_call(self, executor, service, call_args, max(2, limit))
+        iterator, pending, limit_arg, remaining = call_args
+        limit_arg, remaining = (tf.constant(int(v), tf.int64) for v in (limit_arg, remaining))
+        return self._call(executor.execute, service, iterator, pending, limit_arg, remaining)
 
     runner.FunctionRunner._call_execute = call  # type: ignore[method-assign]
     span: dict[str, float] = {}
@@ -120,12 +126,12 @@ def _rounds(args: argparse.Namespace, w: Any) -> tuple[dict[str, list[float]], .
             steps_per_epoch=args.steps,
         )
 
-    loops = {"new": loop("new"), "old": loop("old")}
+    loops = {name: loop(name) for name in ("new", "while", "old")}
     net, data, fit_cbs = w.keras3_model(args.model, spe), w.tf2_dataset(spec), cbs("fit")
 
     def run(name: str) -> Callable[[], None]:
         def go() -> None:
-            mode["old"] = name == "old"
+            mode["name"] = name
             if name == "fit":
                 net.fit(
                     data,
@@ -139,7 +145,7 @@ def _rounds(args: argparse.Namespace, w: Any) -> tuple[dict[str, list[float]], .
 
         return go
 
-    trainers = {name: run(name) for name in ("new", "old", "fit")}
+    trainers = {name: run(name) for name in ("new", "while", "old", "fit")}
     for go in trainers.values():
         go()  # traces, warm-up
     wall: dict[str, list[float]] = {name: [] for name in trainers}

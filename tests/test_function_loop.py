@@ -318,3 +318,51 @@ def test_the_next_batch_is_fetched_beside_the_step_not_after_it() -> None:
     )
     loop.run(epochs=1)
     assert seen == {"the fetch saw the step": True, "the step saw the fetch": True}
+
+
+def _graph_op_types(function: Any) -> set[str]:
+    """The op types in the graphs of the concrete functions ``function`` traced."""
+    concretes = function._list_all_concrete_functions_for_serialization()
+    return {op.type for concrete in concretes for op in concrete.graph.get_operations()}
+
+
+class _EveryStep(Hook):
+    needs_every_step = True  # holds steps_per_execution="auto" at 1
+
+
+@pytest.mark.parametrize(
+    ("steps_per_execution", "hooks", "one_step_calls"),
+    [(1, [], True), ("auto", [_EveryStep()], True), (3, [], False), ("auto", [], False)],
+    ids=["fixed-1", "auto-held-at-1", "fixed-3", "auto-tuned"],
+)
+def test_a_loop_of_one_step_calls_runs_no_while_loop_and_trains_the_same(
+    records_1000: Path, steps_per_execution: int | str, hooks: list[Any], one_step_calls: bool
+) -> None:
+    # fit runs steps_per_execution=1 as a straight function (get_next, then the step);
+    # FunctionLoop's call of many steps holds a tf.while_loop whose control flow runs
+    # at every call, even when it makes no iteration. A loop whose calls all run one
+    # step runs without it; one whose value may move keeps the one function it traced.
+    loop = FunctionLoop(
+        records(records_1000, 128),
+        step_fn=index_step,
+        steps_per_execution=steps_per_execution,
+        hooks=hooks,
+    )
+    history = loop.run(epochs=2)
+    executor = loop._steps.executor(True)
+    one, many = executor.execute_one, executor.execute
+    if one_step_calls:
+        assert (one.experimental_get_tracing_count(), many.experimental_get_tracing_count()) == (
+            1,
+            0,
+        )
+        assert not {"While", "StatelessWhile"} & _graph_op_types(one)
+    else:
+        assert (one.experimental_get_tracing_count(), many.experimental_get_tracing_count()) == (
+            0,
+            1,
+        )
+        assert {"While", "StatelessWhile"} & _graph_op_types(many)
+    # 7 batches of 128 and one of 104 an epoch: the batch-size-weighted means
+    assert history["size"] == pytest.approx([(7 * 128**2 + 104**2) / 1000] * 2)
+    assert history["index"] == pytest.approx([499.5, 499.5])

@@ -51,9 +51,13 @@ class CompiledSteps:
         measure_input: bool = True,
         bounded: bool = False,
         class_weight: Mapping[int, float] | None = None,
+        one_step_calls: bool = False,
     ) -> None:
         self.strategy = strategy
         self.model = model
+        #: whether every call runs one step (``steps_per_execution=1``, or ``"auto"``
+        #: held at 1): the calls then run :attr:`Executor.execute_one`
+        self.one_step_calls = one_step_calls
         #: ``{class: weight}`` for the training batches of ``model`` (checked), or None
         self.class_weight = class_weight
         #: whether the training steps time their wait for input
@@ -167,6 +171,12 @@ class Executor:
             prepare = _weigh(strategy, class_weight)
         execute = _execute(one_step_fn, strategy, model, measures_wait, bounded, prepare)
         self.execute = tf.function(_own(execute), autograph=False, reduce_retracing=True)
+        single = _execute(one_step_fn, strategy, model, measures_wait, bounded, prepare, True)
+        #: ``execute`` for a loop whose calls run one step each: no ``tf.while_loop`` in
+        #: the graph (``limit`` is taken and ignored), as ``fit`` runs
+        #: ``steps_per_execution=1``. Only such a loop calls it: a loop whose value
+        #: moves would trace and optimize a second function in the middle of its run.
+        self.execute_one = tf.function(_own(single), autograph=False, reduce_retracing=True)
         self.first = tf.function(_own(_first), autograph=False)
         self.skip = tf.function(_own(_skip(strategy)), autograph=False)
 
@@ -234,10 +244,15 @@ def _execute(
     measures_wait: bool,
     bounded: bool = False,
     prepare: Callable[[Any], Any] | None = None,
+    one: bool = False,
 ) -> Callable[[Any, Any, Any, Any], Any]:
     """``execute(iterator, pending, limit, remaining)`` of :class:`Executor`.
 
-    ``prepare(batch)``, when given, makes each batch what the step takes.
+    ``prepare(batch)``, when given, makes each batch what the step takes. With ``one``,
+    the call runs one step whatever ``limit`` says, without a ``tf.while_loop``: the
+    loop's control flow (an enter, merge, switch and exit a loop variable, and its
+    condition) runs even when it makes no iteration, a cost of every call that a call
+    of one step need not pay.
     """
     keras_step = model is not None
 
@@ -276,6 +291,11 @@ def _execute(
         logs, size = one_step_fn(batch_of(pending))
         examples = tf.cast(size, tf.int64)
         pending, wait = waited(size, fetcher(iterator, examples, remaining))
+        steps = tf.constant(1, tf.int64)
+        if one:
+            if keras_step and not is_default_strategy(strategy):  # global logs
+                logs = distribute.global_metric_results(model)
+            return steps, examples, logs, pending, pending.has_value(), wait
 
         def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
             return tf.logical_and(steps < limit, pending.has_value())
@@ -287,7 +307,7 @@ def _execute(
             return steps + 1, examples, accumulate(logs, new_logs), pending, wait + new_wait
 
         steps, examples, logs, pending, wait = tf.while_loop(
-            cond, body, (tf.constant(1, tf.int64), examples, logs, pending, wait)
+            cond, body, (steps, examples, logs, pending, wait)
         )
         if keras_step and not is_default_strategy(strategy):  # global logs
             logs = distribute.global_metric_results(model)

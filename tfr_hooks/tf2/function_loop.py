@@ -205,6 +205,9 @@ class FunctionLoop:
             # served data of known size: after a lost worker, an epoch ends at its size
             bounded=facts.served_examples() is not None,
             class_weight=class_weight,
+            # every call one step: fixed at 1, or "auto" held at 1 by a hook or strategy
+            one_step_calls=steps_per_execution == 1
+            or (self.tuning is not None and not self.tuning.tuned),
         )
         self.measure_input = measure_input
         self.service_timeout = service_timeout

@@ -88,7 +88,7 @@ class FunctionRunner:
         # steps_per_execution=1: the int64 scalars it takes, made once, and the function
         # each executor traced, called without tf.function's cache lookup
         self._scalars: dict[int, Any] = {}
-        self._traced: dict[Executor, Any] = {}
+        self._traced: dict[Any, Any] = {}
 
     def cancel(self) -> bool:
         """End the call under way from another thread; whether one was under way."""
@@ -244,7 +244,7 @@ class FunctionRunner:
         args = (iterator, self.pending, self._scalar(limit), self._scalar(remaining))
         try:
             steps, examples, logs, self.pending, more, wait = self._call_execute(
-                executor, service, args
+                executor, service, args, limit
             )
         except Stalled as stall:
             if training:
@@ -269,8 +269,15 @@ class FunctionRunner:
             scalar = self._scalars[value] = tf.constant(value, tf.int64)
         return scalar
 
-    def _call_execute(self, executor: Executor, service: str | None, args: tuple[Any, ...]) -> Any:
+    def _call_execute(
+        self, executor: Executor, service: str | None, args: tuple[Any, ...], limit: int
+    ) -> Any:
         """``executor.execute(*args)``; after its first call, the function it traced.
+
+        A loop whose calls all run one step (``CompiledSteps.one_step_calls``) runs
+        ``executor.execute_one`` instead: the same step and look-ahead fetch without the
+        ``tf.while_loop``, as ``fit`` runs ``steps_per_execution=1`` (about 30 graph
+        nodes fewer a call).
 
         The first call goes through the ``tf.function`` (it traces); the function it ran
         is then called directly, which skips the lookup of the arguments' types (the
@@ -280,15 +287,17 @@ class FunctionRunner:
         again, which traces for them if it must. Under a distribution strategy every
         call goes through the ``tf.function``.
         """
-        traced = self._traced.get(executor)
+        one = self.steps.one_step_calls and limit == 1
+        function = executor.execute_one if one else executor.execute
+        traced = self._traced.get(function)
         if traced is not None:
             try:
                 return self._call(traced, service, *args)
             except TypeError:
-                del self._traced[executor]
-        outputs = self._call(executor.execute, service, *args)
+                del self._traced[function]
+        outputs = self._call(function, service, *args)
         if is_default_strategy(self.strategy):
-            self._traced[executor] = executor.execute.get_concrete_function(*args)
+            self._traced[function] = function.get_concrete_function(*args)
         return outputs
 
     def _last_values(self) -> dict[str, Any]:
