@@ -292,10 +292,6 @@ def _execute(
         examples = tf.cast(size, tf.int64)
         pending, wait = waited(size, fetcher(iterator, examples, remaining))
         steps = tf.constant(1, tf.int64)
-        if one:
-            if keras_step and not is_default_strategy(strategy):  # global logs
-                logs = distribute.global_metric_results(model)
-            return steps, examples, logs, pending, pending.has_value(), wait
 
         def cond(steps: Any, examples: Any, logs: Any, pending: Any, wait: Any) -> Any:
             return tf.logical_and(steps < limit, pending.has_value())
@@ -306,9 +302,10 @@ def _execute(
             pending, new_wait = waited(size, fetcher(iterator, examples, remaining))
             return steps + 1, examples, accumulate(logs, new_logs), pending, wait + new_wait
 
-        steps, examples, logs, pending, wait = tf.while_loop(
-            cond, body, (steps, examples, logs, pending, wait)
-        )
+        if not one:  # the further steps, up to ``limit``
+            steps, examples, logs, pending, wait = tf.while_loop(
+                cond, body, (steps, examples, logs, pending, wait)
+            )
         if keras_step and not is_default_strategy(strategy):  # global logs
             logs = distribute.global_metric_results(model)
         return steps, examples, logs, pending, pending.has_value(), wait
