@@ -276,8 +276,8 @@ class FunctionRunner:
 
         A loop whose calls all run one step (``CompiledSteps.one_step_calls``) runs
         ``executor.execute_one`` instead: the same step and look-ahead fetch without the
-        ``tf.while_loop``, as ``fit`` runs ``steps_per_execution=1`` (about 30 graph
-        nodes fewer a call).
+        ``tf.while_loop``, as ``fit`` runs ``steps_per_execution=1`` (the loop's control
+        flow no longer runs at every call).
 
         The first call goes through the ``tf.function`` (it traces); the function it ran
         is then called directly, which skips the lookup of the arguments' types (the
