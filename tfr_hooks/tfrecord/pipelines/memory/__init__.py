@@ -25,8 +25,10 @@ rewrite at each new iterator cost milliseconds and serialized those tensors (32 
 most) into the rewritten graph. Its gather is a single-device function
 (:func:`.serve.single_device_map`): Grappler does not optimize it anew at each iterator.
 
-The package holds four concepts, one module each: :mod:`.estimate` (the budget, and the
-bytes the data takes: decoded, parsed, ``map_fn``'s output; example counts),
+The package holds five concepts, one module each: :mod:`.allocator` (the C
+allocator's free memory, handed back after the load),
+:mod:`.estimate` (the budget, and the bytes the data takes: decoded, parsed,
+``map_fn``'s output; example counts),
 :mod:`.loading` (reading and decoding into the held arrays), :mod:`.narrow` (``uint8``
 images held as such where ``map_fn`` only casts them to float and scales them, cast
 again each batch) and :mod:`.serve` (batches gathered from them). Each name has one

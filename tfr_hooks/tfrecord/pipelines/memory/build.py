@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfr_hooks.tfrecord.pipelines.decide import DataFacts, decide
+from tfr_hooks.tfrecord.pipelines.memory.allocator import release_free_memory
 from tfr_hooks.tfrecord.pipelines.memory.estimate import (
     count_examples,
     default_memory_budget,
@@ -128,6 +129,7 @@ def _held(
             count=count,
             decoding=plan.decoding,
         )
+        release_free_memory()
         return arrays, None, widen
     arrays = load(
         plan.records,
@@ -136,6 +138,7 @@ def _held(
         counts=plan.counts,
         decoding=plan.decoding,
     )
+    release_free_memory()  # what the load's threads freed, resident in their arenas
     return arrays, None if map_fn is None else as_dict(map_fn, plan.names), None
 
 
