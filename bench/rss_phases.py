@@ -5,8 +5,10 @@ the digits of record and reads three passes, while a thread samples the process'
 anonymous RSS every ``--interval`` seconds. It prints, at each phase, the growth over the
 process's baseline now and at its peak so far (MiB): after the build (the load), after
 ``malloc_trim(0)`` with ``--trim`` (glibc hands the free memory of its arenas back to the
-system), after the first batch, after 100 batches and after three passes. Run it with
-``MALLOC_ARENA_MAX=1`` in the environment to see the growth with one malloc arena.
+system; the pipeline trims once itself since finding 19, so this one finds little),
+after the first batch, after 100 batches and after three passes. Run it with
+``MALLOC_ARENA_MAX=1`` or ``MALLOC_MMAP_THRESHOLD_=131072`` in the environment to see the
+growth with one malloc arena, or with a fixed mmap threshold.
 
 Run (after any `python bench/run.py` of the default `--examples`, which writes the data):
     python bench/rss_phases.py [--interval 0.001] [--trim]
